@@ -1,0 +1,85 @@
+#include <cmath>
+#include <map>
+#include <set>
+
+#include <catch2/catch.hpp>
+
+#include "common/key.h"
+#include "common/partitioner.h"
+#include "tests/test_util.h"
+
+namespace kvstore {
+namespace {
+
+using testing::TestRng;
+
+TEST_CASE("Key: int and string keys compare, hash and print", "[key]") {
+  const Key three = 3;
+  const Key zero = 0;
+  const Key name = "weight";
+  REQUIRE(three.is_int());
+  REQUIRE(zero.int_key() == 0);
+  REQUIRE(name.is_string());
+  REQUIRE(three.ToString() == "3");
+  REQUIRE(name.Quoted() == "\"weight\"");
+  REQUIRE(three != Key("3"));
+  REQUIRE(Key(std::string("weight")) == name);
+  REQUIRE(Key(7).StableHash() == Key(int64_t{7}).StableHash());
+  // FNV-1a of "a" is a published constant: the hash is the same in every build.
+  REQUIRE(Key("a").StableHash() == 0xAF63DC4C8601EC8Cull);
+}
+
+TEST_CASE("Partitioner: split boundaries follow round(N/S*i)", "[partitioner]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int64_t n = rng.Int(1, 50'000'000);
+    const int s = static_cast<int>(rng.Int(1, 17));
+    int64_t total = 0;
+    for (int i = 0; i < s; ++i) {
+      // The documented formula, evaluated in long double as an independent reference.
+      const long double lo = std::floor(static_cast<long double>(n) * i / s + 0.5L);
+      const long double hi = std::floor(static_cast<long double>(n) * (i + 1) / s + 0.5L);
+      REQUIRE(Partitioner::SplitBoundary(n, i, s) == static_cast<int64_t>(lo));
+      total += static_cast<int64_t>(hi - lo);
+    }
+    REQUIRE(total == n);
+  }
+  // Examples: 10 elements over 3 servers are 3, 4, 3; 7 over 2 are 4, 3.
+  auto p3 = Partitioner::Create(3, 5).value();
+  REQUIRE(p3.Partition(1, 10) ==
+          std::vector<Slice>{{0, 0, 3}, {1, 3, 4}, {2, 7, 3}});
+  auto p2 = Partitioner::Create(2, 5).value();
+  REQUIRE(p2.Partition("w", 7) == std::vector<Slice>{{0, 0, 4}, {1, 4, 3}});
+}
+
+TEST_CASE("Partitioner: small values live whole on one server, spread by hash",
+          "[partitioner]") {
+  auto p = Partitioner::Create(4).value();
+  std::map<int, int> per_server;
+  for (int key = 0; key < 4000; ++key) {
+    const auto slices = p.Partition(key, 1000);
+    REQUIRE(slices.size() == 1);
+    REQUIRE(slices[0].offset == 0);
+    REQUIRE(slices[0].count == 1000);
+    REQUIRE(slices[0].server == p.ServerOf(key));
+    ++per_server[slices[0].server];
+  }
+  REQUIRE(per_server.size() == 4);
+  for (const auto& [server, count] : per_server) {
+    INFO("server " << server);
+    REQUIRE(count > 800);  // 1000 expected; a bad hash would pile keys up.
+  }
+  // The bound is inclusive: exactly `bound` elements stay whole, one more is split.
+  auto bounded = Partitioner::Create(4, 100).value();
+  REQUIRE(bounded.Partition(9, 100).size() == 1);
+  REQUIRE(bounded.Partition(9, 101).size() == 4);
+}
+
+TEST_CASE("Partitioner: rejects bad parameters", "[partitioner]") {
+  REQUIRE(absl::IsInvalidArgument(Partitioner::Create(0).status()));
+  REQUIRE(absl::IsInvalidArgument(Partitioner::Create(2, 0).status()));
+}
+
+}  // namespace
+}  // namespace kvstore

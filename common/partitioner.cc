@@ -1,0 +1,43 @@
+#include "common/partitioner.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace kvstore {
+
+absl::StatusOr<Partitioner> Partitioner::Create(int num_servers, int64_t big_value_bound) {
+  if (num_servers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("number of servers must be at least 1, got ", num_servers));
+  }
+  if (big_value_bound < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("big value bound must be positive, got ", big_value_bound));
+  }
+  return Partitioner(num_servers, big_value_bound);
+}
+
+int64_t Partitioner::SplitBoundary(int64_t n, int i, int s) {
+  // round(n * i / s) with halves rounded up, in exact integer arithmetic.
+  const __int128 numerator = static_cast<__int128>(2) * n * i + s;
+  return static_cast<int64_t>(numerator / (2 * static_cast<__int128>(s)));
+}
+
+int Partitioner::ServerOf(const Key& key) const {
+  return static_cast<int>(key.StableHash() % static_cast<uint64_t>(num_servers_));
+}
+
+std::vector<Slice> Partitioner::Partition(const Key& key, int64_t num_elements) const {
+  if (num_elements <= big_value_bound_ || num_servers_ == 1) {
+    return {Slice{ServerOf(key), 0, num_elements}};
+  }
+  std::vector<Slice> slices;
+  slices.reserve(num_servers_);
+  for (int i = 0; i < num_servers_; ++i) {
+    const int64_t begin = SplitBoundary(num_elements, i, num_servers_);
+    const int64_t end = SplitBoundary(num_elements, i + 1, num_servers_);
+    if (end > begin) slices.push_back(Slice{i, begin, end - begin});
+  }
+  return slices;
+}
+
+}  // namespace kvstore

@@ -1,0 +1,61 @@
+// Partitioner: decides which server holds which part of a value.
+//
+// A value with at most `big_value_bound` elements lives whole on one server chosen by a stable
+// hash of its key. A bigger value of N elements is split evenly over all S servers: server i
+// holds the flattened elements [round(N*i/S), round(N*(i+1)/S)). Clients and servers compute the
+// same placement from (key, N, S, bound), so no table is needed per key.
+#ifndef KVSTORE_COMMON_PARTITIONER_H_
+#define KVSTORE_COMMON_PARTITIONER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/key.h"
+
+namespace kvstore {
+
+// kDefaultBigValueBound: values with more elements than this are split over all servers.
+inline constexpr int64_t kDefaultBigValueBound = 1000000;
+
+// Slice: `count` flattened elements starting at `offset`, held by server `server`.
+struct Slice {
+  int server = 0;
+  int64_t offset = 0;
+  int64_t count = 0;
+  friend bool operator==(const Slice& a, const Slice& b) {
+    return a.server == b.server && a.offset == b.offset && a.count == b.count;
+  }
+};
+
+class Partitioner {
+ public:
+  // Create validates the parameters: at least one server, a positive bound.
+  static absl::StatusOr<Partitioner> Create(int num_servers,
+                                            int64_t big_value_bound = kDefaultBigValueBound);
+
+  // Partition returns the slices of a value of `num_elements` elements stored under `key`, in
+  // server order; slices are never empty except for a value of zero elements (one empty slice).
+  std::vector<Slice> Partition(const Key& key, int64_t num_elements) const;
+
+  // ServerOf returns the server that holds a small (unsplit) value of `key`.
+  int ServerOf(const Key& key) const;
+
+  // SplitBoundary returns round(n * i / s), the first element of server i's part of a split
+  // value of n elements over s servers (i in [0, s]).
+  static int64_t SplitBoundary(int64_t n, int i, int s);
+
+  int num_servers() const { return num_servers_; }
+  int64_t big_value_bound() const { return big_value_bound_; }
+
+ private:
+  Partitioner(int num_servers, int64_t big_value_bound)
+      : num_servers_(num_servers), big_value_bound_(big_value_bound) {}
+
+  int num_servers_;
+  int64_t big_value_bound_;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_COMMON_PARTITIONER_H_

@@ -1,0 +1,31 @@
+// CPU reduction kernels: the client's sum of several values of one key, and the server's merge.
+//
+// Every function checks its arguments (defined CPU tensors, equal dtypes and element counts) and
+// returns InvalidArgument naming both sides when they disagree, before touching any output.
+// float16 and bfloat16 accumulate in float32 and are rounded once; integers wrap on overflow.
+// Outputs may be the same buffer as an input.
+#ifndef KVSTORE_COMMON_REDUCE_H_
+#define KVSTORE_COMMON_REDUCE_H_
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "common/tensor.h"
+
+namespace kvstore {
+
+// SumInto sets `*out` to the element-wise sum of `inputs` (at least one).
+absl::Status SumInto(absl::Span<const Tensor> inputs, Tensor* out);
+
+// AddInto adds `src` to `*dst` element-wise.
+absl::Status AddInto(const Tensor& src, Tensor* dst);
+
+// CopyInto copies `src`'s bytes into `*dst`.
+absl::Status CopyInto(const Tensor& src, Tensor* dst);
+
+// CheckSameLayout returns InvalidArgument when `a` and `b` differ in dtype or element count or
+// either is undefined or not on the CPU; `what` prefixes the message.
+absl::Status CheckSameLayout(const Tensor& a, const Tensor& b, absl::string_view what);
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_COMMON_REDUCE_H_

@@ -1,0 +1,70 @@
+#include "common/reduce.h"
+
+#include <catch2/catch.hpp>
+
+#include "tests/test_util.h"
+
+namespace kvstore {
+namespace {
+
+using testing::TestRng;
+
+TEST_CASE("Reduce: SumInto matches a float64 reference for every dtype", "[reduce]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  for (int trial = 0; trial < 60; ++trial) {
+    const DType dtype = kAllDTypes[trial % std::size(kAllDTypes)];
+    // Sizes around the block size exercise the tail.
+    const Shape shape = {rng.Int(1, 3), rng.Int(1, 5000)};
+    const int k = static_cast<int>(rng.Int(1, 8));
+    INFO(DTypeName(dtype) << ShapeToString(shape) << " k=" << k);
+    std::vector<Tensor> inputs;
+    std::vector<double> reference(NumElements(shape), 0.0);
+    for (int j = 0; j < k; ++j) {
+      inputs.push_back(rng.RandomTensor(dtype, shape));
+      const auto values = testing::ToDoubles(inputs.back());
+      for (size_t i = 0; i < values.size(); ++i) reference[i] += values[i];
+    }
+    Tensor out = Tensor::Full(dtype, shape, 99);  // Poisoned: every element must be written.
+    REQUIRE(SumInto(inputs, &out).ok());
+    REQUIRE(testing::MaxAbsDiff(testing::ToDoubles(out), reference) <=
+            testing::Tolerance(dtype, k, 4.0 * k));
+  }
+}
+
+TEST_CASE("Reduce: the output may alias an input", "[reduce]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  Tensor a = rng.RandomTensor(DType::kFloat64, {10000});
+  Tensor b = rng.RandomTensor(DType::kFloat64, {10000});
+  auto expected = testing::ToDoubles(a);
+  const auto bv = testing::ToDoubles(b);
+  // Same order of additions as the kernel, so float64 results agree bit for bit.
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] = (expected[i] + bv[i]) + expected[i];
+  const Tensor inputs[] = {a, b, a};
+  REQUIRE(SumInto(inputs, &a).ok());
+  REQUIRE(testing::ToDoubles(a) == expected);
+}
+
+TEST_CASE("Reduce: integer sums wrap instead of failing", "[reduce]") {
+  Tensor a = Tensor::Full(DType::kInt32, {3}, 2147483647);
+  REQUIRE(AddInto(Tensor::Full(DType::kInt32, {3}, 1), &a).ok());
+  REQUIRE(a.GetAsDouble(2) == -2147483648.0);
+}
+
+TEST_CASE("Reduce: mismatched tensors are rejected before writing", "[reduce]") {
+  Tensor out = Tensor::Full(DType::kFloat32, {2, 3}, 5);
+  const Tensor wrong_dtype[] = {Tensor::Full(DType::kFloat64, {2, 3}, 1)};
+  auto status = SumInto(wrong_dtype, &out);
+  REQUIRE(absl::IsInvalidArgument(status));
+  REQUIRE(status.message().find("float64(2, 3)") != absl::string_view::npos);
+  REQUIRE(absl::IsInvalidArgument(CopyInto(Tensor::Full(DType::kFloat32, {7}, 1), &out)));
+  REQUIRE(absl::IsInvalidArgument(SumInto({}, &out)));
+  float device_memory[6];
+  const Tensor on_gpu[] = {Tensor::Borrow(device_memory, DType::kFloat32, {2, 3}, Device::CUDA(0))};
+  REQUIRE(absl::IsFailedPrecondition(SumInto(on_gpu, &out)));
+  REQUIRE(out.GetAsDouble(5) == 5);
+}
+
+}  // namespace
+}  // namespace kvstore

@@ -1,0 +1,260 @@
+#include "common/tensor.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/half.h"
+
+namespace kvstore {
+namespace {
+
+constexpr std::align_val_t kAlignment{64};
+
+// Allocates a zero-filled, 64-byte aligned buffer of at least one byte.
+std::shared_ptr<void> AllocateZeroed(size_t bytes) {
+  const size_t size = bytes == 0 ? 1 : bytes;
+  void* data = ::operator new(size, kAlignment);
+  std::memset(data, 0, size);
+  return std::shared_ptr<void>(data, [](void* p) { ::operator delete(p, kAlignment); });
+}
+
+}  // namespace
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+    case DType::kInt32:
+      return 4;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return 2;
+    case DType::kFloat64:
+    case DType::kInt64:
+      return 8;
+  }
+  return 0;
+}
+
+absl::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
+  }
+  return "invalid";
+}
+
+absl::StatusOr<DType> ParseDType(absl::string_view name) {
+  for (DType dtype : kAllDTypes) {
+    if (DTypeName(dtype) == name) return dtype;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown dtype \"", name, "\"; expected float32, float16, bfloat16, float64, int32 or int64"));
+}
+
+bool IsFloatingPoint(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16 ||
+         dtype == DType::kFloat64;
+}
+
+absl::StatusOr<DType> DTypeFromInt(int value) {
+  for (DType dtype : kAllDTypes) {
+    if (static_cast<int>(dtype) == value) return dtype;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown dtype number ", value));
+}
+
+std::string Device::ToString() const {
+  return type == Type::kCPU ? "cpu" : absl::StrCat("cuda:", id);
+}
+
+int64_t NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string ShapeToString(const Shape& shape) {
+  if (shape.size() == 1) return absl::StrCat("(", shape[0], ",)");
+  return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
+}
+
+absl::Status ValidateShape(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape ", ShapeToString(shape), " has a negative dimension"));
+    }
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / 8 / d) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape ", ShapeToString(shape), " has too many elements"));
+    }
+    n *= d;
+  }
+  return absl::OkStatus();
+}
+
+Tensor::Tensor(std::shared_ptr<void> holder, void* data, DType dtype, Shape shape, Device device,
+               bool owns)
+    : holder_(std::move(holder)),
+      data_(data),
+      dtype_(dtype),
+      shape_(std::move(shape)),
+      device_(device),
+      owns_(owns),
+      defined_(true) {}
+
+Tensor Tensor::Zeros(DType dtype, Shape shape) {
+  const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+  std::shared_ptr<void> buffer = AllocateZeroed(bytes);
+  void* data = buffer.get();
+  return Tensor(std::move(buffer), data, dtype, std::move(shape), Device::CPU(), true);
+}
+
+Tensor Tensor::Full(DType dtype, Shape shape, double value) {
+  Tensor t = Zeros(dtype, std::move(shape));
+  const int64_t n = t.num_elements();
+  for (int64_t i = 0; i < n; ++i) t.SetFromDouble(i, value);
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::FromValues(DType dtype, Shape shape,
+                                          absl::Span<const double> values) {
+  if (static_cast<int64_t>(values.size()) != NumElements(shape)) {
+    return absl::InvalidArgumentError(absl::StrCat("shape ", ShapeToString(shape), " holds ",
+                                                   NumElements(shape), " elements but ",
+                                                   values.size(), " values were given"));
+  }
+  Tensor t = Zeros(dtype, std::move(shape));
+  for (size_t i = 0; i < values.size(); ++i) t.SetFromDouble(static_cast<int64_t>(i), values[i]);
+  return t;
+}
+
+Tensor Tensor::Borrow(void* data, DType dtype, Shape shape, Device device) {
+  return Tensor(nullptr, data, dtype, std::move(shape), device, false);
+}
+
+Tensor Tensor::Adopt(void* data, DType dtype, Shape shape, Device device,
+                     std::function<void()> release) {
+  std::shared_ptr<void> holder(data, [release = std::move(release)](void*) {
+    if (release) release();
+  });
+  return Tensor(std::move(holder), data, dtype, std::move(shape), device, true);
+}
+
+Tensor Tensor::Clone() const {
+  Tensor copy = Zeros(dtype_, shape_);
+  if (byte_size() > 0) std::memcpy(copy.data_, data_, byte_size());
+  return copy;
+}
+
+double Tensor::GetAsDouble(int64_t i) const {
+  switch (dtype_) {
+    case DType::kFloat32:
+      return static_cast<const float*>(data_)[i];
+    case DType::kFloat16:
+      return HalfToFloat(static_cast<const uint16_t*>(data_)[i]);
+    case DType::kBFloat16:
+      return BFloat16ToFloat(static_cast<const uint16_t*>(data_)[i]);
+    case DType::kFloat64:
+      return static_cast<const double*>(data_)[i];
+    case DType::kInt32:
+      return static_cast<const int32_t*>(data_)[i];
+    case DType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(data_)[i]);
+  }
+  return 0;
+}
+
+void Tensor::SetFromDouble(int64_t i, double value) {
+  switch (dtype_) {
+    case DType::kFloat32:
+      static_cast<float*>(data_)[i] = static_cast<float>(value);
+      return;
+    case DType::kFloat16:
+      static_cast<uint16_t*>(data_)[i] = FloatToHalf(static_cast<float>(value));
+      return;
+    case DType::kBFloat16:
+      static_cast<uint16_t*>(data_)[i] = FloatToBFloat16(static_cast<float>(value));
+      return;
+    case DType::kFloat64:
+      static_cast<double*>(data_)[i] = value;
+      return;
+    case DType::kInt32:
+      static_cast<int32_t*>(data_)[i] = static_cast<int32_t>(value);
+      return;
+    case DType::kInt64:
+      static_cast<int64_t*>(data_)[i] = static_cast<int64_t>(value);
+      return;
+  }
+}
+
+namespace {
+
+// Formats one element the way numpy prints it: "2." for integral floats, "0.5" otherwise,
+// and "2" for integer types.
+std::string FormatElement(double v, bool floating) {
+  if (!floating) return absl::StrFormat("%.0f", v);
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e16) {
+    return absl::StrFormat("%.0f.", v);
+  }
+  return absl::StrFormat("%.8g", v);
+}
+
+void PrintDims(const Tensor& t, size_t dim, int64_t* index, std::ostringstream* out) {
+  const Shape& shape = t.shape();
+  if (dim == shape.size()) {
+    *out << FormatElement(t.GetAsDouble((*index)++), IsFloatingPoint(t.dtype()));
+    return;
+  }
+  *out << "[";
+  for (int64_t i = 0; i < shape[dim]; ++i) {
+    if (i > 0) {
+      if (dim + 1 == shape.size()) {
+        *out << " ";
+      } else {
+        *out << "\n" << std::string(dim + 1, ' ');
+      }
+    }
+    PrintDims(t, dim + 1, index, out);
+  }
+  *out << "]";
+}
+
+}  // namespace
+
+std::string Tensor::ToString() const {
+  if (!defined_) return "<undefined>";
+  if (!device_.is_cpu()) return absl::StrCat("<", Description(), ">");
+  std::ostringstream out;
+  int64_t index = 0;
+  PrintDims(*this, 0, &index, &out);
+  return out.str();
+}
+
+std::string Tensor::Description() const {
+  return absl::StrCat(DTypeName(dtype_), ShapeToString(shape_), "@", device_.ToString());
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& tensor) {
+  return os << tensor.ToString();
+}
+
+}  // namespace kvstore

@@ -1,0 +1,147 @@
+// Tensor: the value type of KVStore - a typed, shaped buffer on the CPU or a CUDA device.
+//
+// A Tensor is a handle, like MXNet's NDArray: copying a Tensor shares its buffer; Clone() makes
+// a deep copy. A Tensor either owns its buffer (allocated here, or handed over with a release
+// function, e.g. from DLPack) or borrows caller memory, which the caller keeps alive and
+// unchanged while any operation that uses the Tensor is in flight.
+//
+// Thread safety: a Tensor handle is as thread-safe as a std::shared_ptr; concurrent writes to
+// the same buffer must be synchronised by the caller.
+#ifndef KVSTORE_COMMON_TENSOR_H_
+#define KVSTORE_COMMON_TENSOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace kvstore {
+
+// DType: the element types. The numbering matches proto/kvstore.proto's DType.
+enum class DType : uint8_t {
+  kFloat32 = 1,
+  kFloat16 = 2,
+  kBFloat16 = 3,
+  kFloat64 = 4,
+  kInt32 = 5,
+  kInt64 = 6,
+};
+
+// kAllDTypes lists every DType, for loops and tests.
+inline constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
+                                       DType::kFloat64, DType::kInt32,   DType::kInt64};
+
+// DTypeSize returns the size in bytes of one element.
+size_t DTypeSize(DType dtype);
+// DTypeName returns "float32", "float16", "bfloat16", "float64", "int32" or "int64".
+absl::string_view DTypeName(DType dtype);
+// ParseDType is the inverse of DTypeName; InvalidArgument for any other string.
+absl::StatusOr<DType> ParseDType(absl::string_view name);
+// IsFloatingPoint is true for the float types (the ones optimizers accept).
+bool IsFloatingPoint(DType dtype);
+// DTypeFromInt validates a wire value; InvalidArgument naming it when it is no DType.
+absl::StatusOr<DType> DTypeFromInt(int value);
+
+// Device: where a buffer lives.
+struct Device {
+  enum class Type : uint8_t { kCPU = 0, kCUDA = 1 };
+  Type type = Type::kCPU;
+  int id = 0;
+
+  static Device CPU() { return Device{Type::kCPU, 0}; }
+  static Device CUDA(int id) { return Device{Type::kCUDA, id}; }
+  bool is_cpu() const { return type == Type::kCPU; }
+  // ToString returns "cpu" or "cuda:<id>".
+  std::string ToString() const;
+  friend bool operator==(const Device& a, const Device& b) {
+    return a.type == b.type && (a.type == Type::kCPU || a.id == b.id);
+  }
+  friend bool operator!=(const Device& a, const Device& b) { return !(a == b); }
+};
+
+// Shape: the extent of each dimension, outermost first. A scalar has the empty shape.
+using Shape = std::vector<int64_t>;
+
+// NumElements returns the product of the dimensions (1 for a scalar).
+int64_t NumElements(const Shape& shape);
+// ShapeToString returns "(2, 3)" for {2, 3}, "()" for a scalar and "(5,)" for {5}.
+std::string ShapeToString(const Shape& shape);
+// ValidateShape returns InvalidArgument when a dimension is negative or the element count
+// overflows.
+absl::Status ValidateShape(const Shape& shape);
+
+class Tensor {
+ public:
+  // Creates an empty handle: defined() is false.
+  Tensor() = default;
+
+  // Zeros returns an owning CPU tensor filled with zeros.
+  static Tensor Zeros(DType dtype, Shape shape);
+  // Full returns an owning CPU tensor with every element set to `value` (converted to dtype).
+  static Tensor Full(DType dtype, Shape shape, double value);
+  // FromValues returns an owning CPU tensor holding `values` converted to dtype; the number of
+  // values must equal NumElements(shape) (checked: InvalidArgument).
+  static absl::StatusOr<Tensor> FromValues(DType dtype, Shape shape,
+                                           absl::Span<const double> values);
+  // Borrow wraps `data` without owning it. The caller keeps the memory alive and unchanged
+  // while any operation using this Tensor (or a copy of the handle) is in flight.
+  static Tensor Borrow(void* data, DType dtype, Shape shape, Device device = Device::CPU());
+  // Adopt wraps `data` and calls `release` once when the last handle referring to it goes.
+  static Tensor Adopt(void* data, DType dtype, Shape shape, Device device,
+                      std::function<void()> release);
+
+  // Clone returns an owning deep copy on the CPU. Requires a defined CPU tensor.
+  Tensor Clone() const;
+
+  // defined is false only for a default-constructed handle.
+  bool defined() const { return defined_; }
+  void* data() const { return data_; }
+  template <typename T>
+  T* data_as() const {
+    return static_cast<T*>(data_);
+  }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  Device device() const { return device_; }
+  int64_t num_elements() const { return NumElements(shape_); }
+  size_t byte_size() const { return static_cast<size_t>(num_elements()) * DTypeSize(dtype_); }
+  // owns_data is false for Borrow()ed tensors.
+  bool owns_data() const { return owns_; }
+
+  // GetAsDouble / SetFromDouble read and write flattened element `i` of a CPU tensor, converting
+  // through double. Meant for tests, examples and printing, not for hot paths.
+  double GetAsDouble(int64_t i) const;
+  void SetFromDouble(int64_t i, double value);
+
+  // ToString prints the values like numpy, e.g. "[[2. 2. 2.]\n [2. 2. 2.]]" for float types and
+  // "[[2 2 2]\n [2 2 2]]" for integer types. CPU tensors only.
+  std::string ToString() const;
+  // Description returns "float32(2, 3)@cpu" for error messages.
+  std::string Description() const;
+
+ private:
+  Tensor(std::shared_ptr<void> holder, void* data, DType dtype, Shape shape, Device device,
+         bool owns);
+
+  std::shared_ptr<void> holder_;  // Keeps the buffer alive; null for borrowed tensors.
+  void* data_ = nullptr;
+  DType dtype_ = DType::kFloat32;
+  Shape shape_;
+  Device device_;
+  bool owns_ = false;
+  bool defined_ = false;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& tensor);
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_COMMON_TENSOR_H_

@@ -1,0 +1,132 @@
+#include "common/tensor.h"
+
+#include <cmath>
+#include <cstring>
+
+#include <catch2/catch.hpp>
+
+#include "common/half.h"
+#include "tests/test_util.h"
+
+namespace kvstore {
+namespace {
+
+using testing::TestRng;
+
+TEST_CASE("Half: every binary16 pattern survives float and back", "[half]") {
+  for (uint32_t bits = 0; bits < 0x10000u; ++bits) {
+    const uint16_t h = static_cast<uint16_t>(bits);
+    const float f = HalfToFloat(h);
+    if (std::isnan(f)) {
+      REQUIRE(std::isnan(HalfToFloat(FloatToHalf(f))));
+    } else {
+      REQUIRE(FloatToHalf(f) == h);
+    }
+  }
+}
+
+#ifdef __FLT16_MAX__
+TEST_CASE("Half: float to binary16 rounds like the compiler's _Float16", "[half]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  for (int i = 0; i < 200000; ++i) {
+    // Cover normals, subnormals, overflow and exact ties.
+    const double scale = std::ldexp(1.0, static_cast<int>(rng.Int(-28, 17)));
+    const float f = static_cast<float>(rng.Uniform(-1, 1) * scale);
+    const _Float16 reference = static_cast<_Float16>(f);
+    uint16_t expected;
+    std::memcpy(&expected, &reference, sizeof(expected));
+    INFO("f=" << f);
+    REQUIRE(FloatToHalf(f) == expected);
+  }
+}
+#endif
+
+TEST_CASE("BFloat16: conversion picks the nearest representable value", "[half]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  for (int i = 0; i < 100000; ++i) {
+    const float f = static_cast<float>(rng.Uniform(-1, 1) *
+                                       std::ldexp(1.0, static_cast<int>(rng.Int(-60, 60))));
+    const uint16_t b = FloatToBFloat16(f);
+    const double error = std::fabs(static_cast<double>(BFloat16ToFloat(b)) - f);
+    INFO("f=" << f);
+    REQUIRE(error <= std::fabs(static_cast<double>(BFloat16ToFloat(b + 1)) - f));
+    REQUIRE(error <= std::fabs(static_cast<double>(BFloat16ToFloat(b - 1)) - f));
+    REQUIRE(FloatToBFloat16(BFloat16ToFloat(b)) == b);
+  }
+}
+
+TEST_CASE("Tensor: prints like numpy", "[tensor]") {
+  REQUIRE(Tensor::Full(DType::kFloat32, {2, 3}, 2).ToString() == "[[2. 2. 2.]\n [2. 2. 2.]]");
+  REQUIRE(Tensor::Full(DType::kInt32, {3}, -7).ToString() == "[-7 -7 -7]");
+  REQUIRE(Tensor::Full(DType::kFloat64, {1, 2}, 0.5).ToString() == "[[0.5 0.5]]");
+  REQUIRE(ShapeToString({2, 3}) == "(2, 3)");
+  REQUIRE(ShapeToString({5}) == "(5,)");
+  REQUIRE(ShapeToString({}) == "()");
+}
+
+TEST_CASE("Tensor: copies share the buffer, Clone does not", "[tensor]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  for (DType dtype : kAllDTypes) {
+    Tensor a = rng.RandomTensor(dtype, rng.AnyShape());
+    Tensor shared = a;
+    Tensor deep = a.Clone();
+    REQUIRE(shared.data() == a.data());
+    REQUIRE(deep.data() != a.data());
+    REQUIRE(testing::ToDoubles(deep) == testing::ToDoubles(a));
+    a.SetFromDouble(0, 3);
+    REQUIRE(shared.GetAsDouble(0) == 3);
+    REQUIRE(deep.GetAsDouble(0) != 3);
+  }
+}
+
+TEST_CASE("Tensor: set and get round trip through every dtype", "[tensor]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  for (DType dtype : kAllDTypes) {
+    INFO(DTypeName(dtype));
+    REQUIRE(ParseDType(DTypeName(dtype)).value() == dtype);
+    REQUIRE(DTypeFromInt(static_cast<int>(dtype)).value() == dtype);
+    Tensor t = rng.RandomTensor(dtype, {4, 5});
+    REQUIRE(t.byte_size() == 20 * DTypeSize(dtype));
+    for (int64_t i = 0; i < t.num_elements(); ++i) {
+      const double v = t.GetAsDouble(i);
+      t.SetFromDouble(i, v);
+      REQUIRE(t.GetAsDouble(i) == v);
+    }
+  }
+  REQUIRE(absl::IsInvalidArgument(ParseDType("float8").status()));
+  REQUIRE(absl::IsInvalidArgument(DTypeFromInt(0).status()));
+}
+
+TEST_CASE("Tensor: FromValues checks the count, ValidateShape rejects bad shapes", "[tensor]") {
+  auto bad = Tensor::FromValues(DType::kFloat32, {2, 2}, {1.0, 2.0, 3.0});
+  REQUIRE(absl::IsInvalidArgument(bad.status()));
+  REQUIRE(bad.status().message().find("(2, 2)") != absl::string_view::npos);
+  REQUIRE(absl::IsInvalidArgument(ValidateShape({3, -1})));
+  REQUIRE(absl::IsInvalidArgument(ValidateShape({1LL << 40, 1LL << 40})));
+  REQUIRE(ValidateShape({0, 7}).ok());
+}
+
+TEST_CASE("Tensor: Adopt releases once after the last handle", "[tensor]") {
+  int releases = 0;
+  float storage[6] = {1, 2, 3, 4, 5, 6};
+  {
+    Tensor a = Tensor::Adopt(storage, DType::kFloat32, {2, 3}, Device::CPU(),
+                             [&releases] { ++releases; });
+    Tensor b = a;
+    REQUIRE(b.owns_data());
+    REQUIRE(b.GetAsDouble(5) == 6);
+  }
+  REQUIRE(releases == 1);
+  Tensor borrowed = Tensor::Borrow(storage, DType::kFloat32, {6});
+  REQUIRE_FALSE(borrowed.owns_data());
+  REQUIRE(borrowed.Description() == "float32(6,)@cpu");
+  REQUIRE(Tensor::Borrow(storage, DType::kFloat32, {6}, Device::CUDA(1)).Description() ==
+          "float32(6,)@cuda:1");
+}
+
+}  // namespace
+}  // namespace kvstore
