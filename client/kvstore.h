@@ -1,0 +1,145 @@
+// KVStore: the public SDK of the KVStore parameter server.
+//
+// It mirrors Apache MXNet's `mxnet::KVStore` with absl::Status returns. A store holds values
+// (Tensor) under keys (Key: int or string, never both in one store). Workers Init each key once,
+// Push values into it and Pull the newest value out:
+//
+//   auto kv = kvstore::KVStore::Create("local").value();
+//   kv->Init(3, kvstore::Tensor::Full(kvstore::DType::kFloat32, {2, 3}, 2));
+//   kv->Push(3, kvstore::Tensor::Full(kvstore::DType::kFloat32, {2, 3}, 8));
+//   kvstore::Tensor a = kvstore::Tensor::Zeros(kvstore::DType::kFloat32, {2, 3});
+//   kv->Pull(3, &a);  // a is now all 8.
+//
+// Semantics (those of MXNet):
+// - Push: several values for one key (a key repeated in `keys`, or the span overloads) are summed
+//   first; the sum is merged into the stored value by the updater, ASSIGN by default
+//   (stored = sum). Keys are merged in the order of their first appearance in the call.
+// - Pull: copies the newest value into every output given for the key (several devices).
+// - Operations on one key apply in the order they were issued; `priority` may reorder queued
+//   operations on different keys (higher first).
+// - Every call validates all of its arguments before doing anything: on error nothing was
+//   applied. Errors: AlreadyExists (second Init of a key), NotFound (key never initialised),
+//   InvalidArgument (shape or dtype mismatch naming the key and both shapes; int and string
+//   keys mixed; wrong number of values or outputs), FailedPrecondition (a CUDA tensor where this
+//   build or machine has no CUDA).
+//
+// Store types: "local" and "device" run in this process with no servers (MXNet's aliases
+// "local_update_cpu", "local_allreduce_cpu" and "local_allreduce_device" are accepted).
+// In-process stores finish each operation before the call returns, so Wait/WaitAll return at
+// once; programs written against the asynchronous contract (Wait before reading an output) stay
+// correct for every store type.
+//
+// Threading: a store may be used from several threads; calls are serialised internally.
+// Tensors passed to Push are read and outputs given to Pull are written until the operation has
+// completed (after Wait for asynchronous stores); the caller keeps them alive until then.
+#ifndef KVSTORE_CLIENT_KVSTORE_H_
+#define KVSTORE_CLIENT_KVSTORE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/key.h"
+#include "common/tensor.h"
+
+namespace kvstore {
+
+// NodeGroup: node groups as in ps-lite, for NumDeadNodes.
+enum class NodeGroup : int {
+  kScheduler = 1,
+  kServers = 2,
+  kWorkers = 4,
+  kServersAndWorkers = 6,
+  kAll = 7,
+};
+
+class KVStore {
+ public:
+  // Updater: merges `received` (the summed push) into `*stored`. In-process stores call it on
+  // the pushing thread, once per key per Push; it must not call back into the store.
+  using Updater = std::function<void(const Key& key, const Tensor& received, Tensor* stored)>;
+
+  // Create returns a new store of `type` ("local", "device" or an MXNet alias of them);
+  // InvalidArgument naming the supported types for anything else.
+  static absl::StatusOr<std::unique_ptr<KVStore>> Create(absl::string_view type = "local");
+
+  virtual ~KVStore() = default;
+  KVStore(const KVStore&) = delete;
+  KVStore& operator=(const KVStore&) = delete;
+
+  // type returns the type the store was created with.
+  const std::string& type() const { return type_; }
+  // rank returns this worker's rank in [0, num_workers()); 0 for in-process stores.
+  virtual int rank() const = 0;
+  // num_workers returns the number of workers in the job; 1 for in-process stores.
+  virtual int num_workers() const = 0;
+
+  // Init stores values[i] under keys[i]. Keys must be unique and not yet initialised. Every
+  // worker calls it; only rank 0's values are stored; returns once the keys are initialised.
+  absl::Status Init(absl::Span<const Key> keys, absl::Span<const Tensor> values);
+  absl::Status Init(const Key& key, const Tensor& value);
+
+  // Push pushes values[i] into keys[i]; values of a repeated key are summed first. Every value
+  // of a key must have the stored dtype and shape.
+  absl::Status Push(absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                    int priority = 0);
+  absl::Status Push(const Key& key, const Tensor& value, int priority = 0);
+  // Pushes the sum of `values` (e.g. one per device) into `key`.
+  absl::Status Push(const Key& key, absl::Span<const Tensor> values, int priority = 0);
+
+  // Pull copies the newest value of keys[i] into *outs[i]; a key may appear several times (one
+  // output per device). Outputs must be allocated with the stored dtype and shape.
+  absl::Status Pull(absl::Span<const Key> keys, absl::Span<Tensor* const> outs, int priority = 0);
+  absl::Status Pull(const Key& key, Tensor* out, int priority = 0);
+  // Pulls `key` into each of `outs`.
+  absl::Status Pull(const Key& key, absl::Span<Tensor* const> outs, int priority = 0);
+
+  // PushPull pushes like Push(keys, values) and then pulls the updated value of keys[i] into
+  // *outs[i] (outs has one entry per value; an output may be the pushed tensor itself).
+  absl::Status PushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                        absl::Span<Tensor* const> outs, int priority = 0);
+  absl::Status PushPull(const Key& key, const Tensor& value, Tensor* out, int priority = 0);
+
+  // Wait blocks until every issued operation on `keys` has completed and returns the first
+  // error among them. WaitAll does the same for every key.
+  virtual absl::Status Wait(absl::Span<const Key> keys) = 0;
+  virtual absl::Status WaitAll() = 0;
+
+  // Barrier blocks until every worker has called it (returns at once for in-process stores).
+  // Like MXNet's, it does not wait for this worker's pending pushes and pulls.
+  virtual absl::Status Barrier() = 0;
+
+  // SetUpdater replaces the updater that merges pushes into stored values (in-process stores;
+  // MXNet's `_set_updater`). Distributed stores run updaters registered by name on the servers.
+  virtual absl::Status SetUpdater(Updater updater) = 0;
+
+  // NumDeadNodes returns how many nodes of `group` sent no heartbeat within `timeout`
+  // (MXNet's get_num_dead_node); 0 for in-process stores.
+  virtual absl::StatusOr<int> NumDeadNodes(NodeGroup group,
+                                           absl::Duration timeout = absl::Seconds(60)) = 0;
+
+ protected:
+  explicit KVStore(std::string type) : type_(std::move(type)) {}
+
+  // The operations, called by the public methods after they have checked that the spans have
+  // matching lengths, that no output is null and that no value is undefined.
+  virtual absl::Status DoInit(absl::Span<const Key> keys, absl::Span<const Tensor> values) = 0;
+  virtual absl::Status DoPush(absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                              int priority) = 0;
+  virtual absl::Status DoPull(absl::Span<const Key> keys, absl::Span<Tensor* const> outs,
+                              int priority) = 0;
+  virtual absl::Status DoPushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                                  absl::Span<Tensor* const> outs, int priority) = 0;
+
+ private:
+  std::string type_;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_CLIENT_KVSTORE_H_

@@ -1,0 +1,102 @@
+#include "client/local_store.h"
+
+#include "absl/strings/str_cat.h"
+#include "client/key_groups.h"
+#include "common/reduce.h"
+#include "common/status_macros.h"
+
+namespace kvstore {
+namespace {
+
+// CUDA tensors are reduced on the GPU by the CUDA build; this store reduces on the CPU.
+absl::Status CheckOnCpu(const Key& key, const Tensor& tensor) {
+  if (!tensor.device().is_cpu()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key ", key.Quoted(), ": tensor is on ", tensor.device().ToString(),
+        " but this store reduces on the CPU (no CUDA support in this build)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAllOnCpu(absl::Span<const Key> keys, absl::Span<const Tensor> values) {
+  for (size_t i = 0; i < keys.size(); ++i) RETURN_IF_ERROR(CheckOnCpu(keys[i], values[i]));
+  return absl::OkStatus();
+}
+
+absl::Status CheckAllOnCpu(absl::Span<const Key> keys, absl::Span<Tensor* const> outs) {
+  for (size_t i = 0; i < keys.size(); ++i) RETURN_IF_ERROR(CheckOnCpu(keys[i], *outs[i]));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<KeyValue>> LocalStore::Merge(absl::Span<const Key> keys,
+                                                        absl::Span<const Tensor> values) {
+  RETURN_IF_ERROR(CheckAllOnCpu(keys, values));
+  ASSIGN_OR_RETURN(std::vector<KeyGroup> groups, GroupByKey(keys, values));
+  std::vector<KeyValue> merged;
+  merged.reserve(groups.size());
+  for (KeyGroup& group : groups) {
+    if (group.values.size() == 1) {
+      merged.push_back(KeyValue{group.key, group.values.front()});
+      continue;
+    }
+    const Tensor& first = group.values.front();
+    Tensor& buffer = merge_buffers_[group.key];
+    if (!buffer.defined() || buffer.dtype() != first.dtype() || buffer.shape() != first.shape()) {
+      buffer = Tensor::Zeros(first.dtype(), first.shape());
+    }
+    RETURN_IF_ERROR(SumInto(group.values, &buffer));
+    merged.push_back(KeyValue{group.key, buffer});
+  }
+  return merged;
+}
+
+absl::Status LocalStore::DoInit(absl::Span<const Key> keys, absl::Span<const Tensor> values) {
+  RETURN_IF_ERROR(CheckAllOnCpu(keys, values));
+  std::vector<KeyValue> entries;
+  entries.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) entries.push_back(KeyValue{keys[i], values[i]});
+  absl::MutexLock lock(&mu_);
+  return store_.Init(entries);
+}
+
+absl::Status LocalStore::DoPush(absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                                int /*priority: operations complete in call order*/) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(std::vector<KeyValue> merged, Merge(keys, values));
+  return store_.Push(merged);
+}
+
+absl::Status LocalStore::DoPull(absl::Span<const Key> keys, absl::Span<Tensor* const> outs,
+                                int /*priority*/) {
+  RETURN_IF_ERROR(CheckAllOnCpu(keys, outs));
+  absl::MutexLock lock(&mu_);
+  return store_.Pull(keys, outs);
+}
+
+absl::Status LocalStore::DoPushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                                    absl::Span<Tensor* const> outs, int /*priority*/) {
+  RETURN_IF_ERROR(CheckAllOnCpu(keys, outs));
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(std::vector<KeyValue> merged, Merge(keys, values));
+  return store_.PushPull(merged, keys, outs);
+}
+
+absl::Status LocalStore::Wait(absl::Span<const Key> /*keys*/) {
+  // Operations complete before their call returns; errors were returned by the call itself.
+  return absl::OkStatus();
+}
+
+absl::Status LocalStore::SetUpdater(Updater updater) {
+  if (!updater) return absl::InvalidArgumentError("updater is empty");
+  absl::MutexLock lock(&mu_);
+  store_.SetUpdater(MakeFunctionUpdater("user", std::move(updater)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> LocalStore::NumDeadNodes(NodeGroup /*group*/, absl::Duration /*timeout*/) {
+  return 0;  // No other nodes: MXNet's local store also answers 0.
+}
+
+}  // namespace kvstore

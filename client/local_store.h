@@ -1,0 +1,57 @@
+// LocalStore: the in-process store behind the "local" and "device" types.
+//
+// It sums the values pushed to a key on the calling thread (reusing one merge buffer per key)
+// and hands the sums to a ShardStore - the same engine a kvserver runs - which applies the
+// updater. Every operation completes before the call returns.
+//
+// Threading: thread-safe; one lock serialises operations, so per-key order is call order.
+#ifndef KVSTORE_CLIENT_LOCAL_STORE_H_
+#define KVSTORE_CLIENT_LOCAL_STORE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "client/kvstore.h"
+#include "server/core/shard_store.h"
+
+namespace kvstore {
+
+class LocalStore final : public KVStore {
+ public:
+  explicit LocalStore(std::string type) : KVStore(std::move(type)) {}
+
+  int rank() const override { return 0; }
+  int num_workers() const override { return 1; }
+  absl::Status Wait(absl::Span<const Key> keys) override;
+  absl::Status WaitAll() override { return absl::OkStatus(); }
+  absl::Status Barrier() override { return absl::OkStatus(); }
+  absl::Status SetUpdater(Updater updater) override;
+  absl::StatusOr<int> NumDeadNodes(NodeGroup group, absl::Duration timeout) override;
+
+ protected:
+  absl::Status DoInit(absl::Span<const Key> keys, absl::Span<const Tensor> values) override;
+  absl::Status DoPush(absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                      int priority) override;
+  absl::Status DoPull(absl::Span<const Key> keys, absl::Span<Tensor* const> outs,
+                      int priority) override;
+  absl::Status DoPushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                          absl::Span<Tensor* const> outs, int priority) override;
+
+ private:
+  // Merge sums the values of each key into one (a merge buffer when there are several).
+  absl::StatusOr<std::vector<KeyValue>> Merge(absl::Span<const Key> keys,
+                                              absl::Span<const Tensor> values)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  ShardStore store_;
+  // Per-key buffers for sums of several values, reused across pushes.
+  absl::flat_hash_map<Key, Tensor> merge_buffers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_CLIENT_LOCAL_STORE_H_

@@ -1,0 +1,77 @@
+// Updaters: how a server merges the received (summed) value of a key into the stored one.
+//
+// An Updater is applied by the ShardStore once per key per push (local and dist_async) or per
+// round (dist_sync). Updaters are created by name from an UpdaterRegistry, which a kvserver owns
+// and a user may extend with their own C++ updaters before starting the server; no code ever
+// travels over the wire. Built in: "assign" (stored = received, MXNet's default) and "sum"
+// (stored += received).
+#ifndef KVSTORE_SERVER_CORE_UPDATER_H_
+#define KVSTORE_SERVER_CORE_UPDATER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/key.h"
+#include "common/tensor.h"
+
+namespace kvstore {
+
+// Threading: a ShardStore calls Update under its own lock, one call at a time.
+class Updater {
+ public:
+  virtual ~Updater() = default;
+
+  // Update merges `received` into `*stored`. The store has already checked that both are CPU
+  // tensors with the same dtype and shape. An error leaves `*stored` as it was.
+  virtual absl::Status Update(const Key& key, const Tensor& received, Tensor* stored) = 0;
+
+  // name returns the registry name, e.g. "assign".
+  virtual absl::string_view name() const = 0;
+};
+
+// UpdateFunction is the form of a user updater in the SDK (MXNet's `_set_updater`).
+using UpdateFunction = std::function<void(const Key& key, const Tensor& received, Tensor* stored)>;
+
+// MakeFunctionUpdater wraps a user function as an Updater named `name`.
+std::unique_ptr<Updater> MakeFunctionUpdater(std::string name, UpdateFunction function);
+
+// MakeAssignUpdater returns the default updater: stored = received.
+std::unique_ptr<Updater> MakeAssignUpdater();
+
+// MakeSumUpdater returns stored += received.
+std::unique_ptr<Updater> MakeSumUpdater();
+
+// UpdaterRegistry maps names to factories. Not thread-safe for registration; register everything
+// before sharing the registry, then Create concurrently.
+class UpdaterRegistry {
+ public:
+  // A factory receives the updater's configuration string (empty when none was given) and
+  // returns InvalidArgument when it cannot parse it.
+  using Factory = std::function<absl::StatusOr<std::unique_ptr<Updater>>(absl::string_view config)>;
+
+  // WithBuiltins returns a registry holding "assign" and "sum".
+  static UpdaterRegistry WithBuiltins();
+
+  // Register adds a factory; AlreadyExists when the name is taken, InvalidArgument when empty.
+  absl::Status Register(std::string name, Factory factory);
+
+  // Create returns a new updater; NotFound (listing the known names) for an unknown name.
+  absl::StatusOr<std::unique_ptr<Updater>> Create(absl::string_view name,
+                                                  absl::string_view config = "") const;
+
+  // Names returns the registered names in sorted order.
+  std::vector<std::string> Names() const;
+
+ private:
+  std::map<std::string, Factory, std::less<>> factories_;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_SERVER_CORE_UPDATER_H_
