@@ -20,7 +20,7 @@ def cuda_library(name, srcs, hdrs, fallback_srcs = [], deps = [], **kwargs):
     archive = "lib%s_cuda.a" % name
     native.genrule(
         name = name + "_nvcc",
-        srcs = srcs + hdrs + native.glob(["**/*.h"], allow_empty = True),
+        srcs = srcs + hdrs,
         outs = [archive],
         cmd = " ".join([
             CUDA_PATH + "/bin/nvcc -std=c++17 -O3 -lib -Xcompiler=-fPIC -I.",

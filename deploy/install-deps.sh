@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs every Debian package KVStore's build, tests and demo need. Idempotent: when all are
+# present it prints nothing and returns at once. Runs as root (or through sudo when available).
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap
+  g++
+  pkg-config
+  libgrpc++-dev
+  protobuf-compiler-grpc
+  libprotobuf-dev
+  protobuf-compiler
+  libabsl-dev
+  libspdlog-dev
+  libfmt-dev
+  catch2
+  libdlpack-dev
+  python3
+  procps
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo"
+  else
+    echo "install-deps: missing packages (${missing[*]}) and not root; run as root" >&2
+    exit 1
+  fi
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get -o DPkg::Lock::Timeout=300 update -qq >/dev/null
+$SUDO apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done" >&2
