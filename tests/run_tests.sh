@@ -19,18 +19,20 @@ passed=0 failed=0 skipped=0
 while read -r target status; do
   logfile="$testlogs/$(echo "${target#//}" | tr ':' '/')/test.log"
   summary=$(grep -E "^(All tests passed|test cases:)" "$logfile" 2>/dev/null | tail -n 1)
+  # Cases that need hardware this machine lacks print "SKIPPED: <reason>" and count as skipped,
+  # not passed.
+  s=$(grep -c "^SKIPPED:" "$logfile" 2>/dev/null || true)
+  skipped=$((skipped + s))
   if [[ "$summary" =~ ^All\ tests\ passed.*in\ ([0-9]+)\ test\ case ]]; then
-    passed=$((passed + BASH_REMATCH[1]))
+    passed=$((passed + BASH_REMATCH[1] - s))
   elif [[ "$summary" =~ test\ cases:\ *([0-9]+)\ \|\ *([0-9]+)\ passed\ \|\ *([0-9]+)\ failed ]]; then
-    passed=$((passed + BASH_REMATCH[2]))
+    passed=$((passed + BASH_REMATCH[2] - s))
     failed=$((failed + BASH_REMATCH[3]))
   elif [ "$status" = PASSED ]; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1))
   fi
-  # Tests that need hardware this machine lacks report "SKIPPED: <reason>" lines.
-  skipped=$((skipped + $(grep -c "^SKIPPED:" "$logfile" 2>/dev/null || true)))
 done < <(grep -oE "^//[^ ]+ +(\(cached\) )?(PASSED|FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE|FLAKY)" "$log" |
          sed -E 's/ +\(cached\)//; s/ +/ /' | sed -E 's/ (NO STATUS|FAILED TO BUILD)$/ FAILED/')
 
