@@ -1,0 +1,321 @@
+#include "server/scheduler/scheduler_core.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace kvstore {
+namespace {
+
+absl::string_view RoleName(NodeRole role) {
+  return role == NodeRole::kServer ? "server" : "worker";
+}
+
+std::string GroupName(int group) {
+  std::vector<std::string> parts;
+  if (group & kGroupServers) parts.push_back("servers");
+  if (group & kGroupWorkers) parts.push_back("workers");
+  return parts.empty() ? "no nodes" : absl::StrJoin(parts, " and ");
+}
+
+std::string Plural(int n, absl::string_view noun) {
+  return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
+    const SchedulerOptions& options) {
+  if (options.num_servers < 1 || options.num_workers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a job needs at least one server and one worker, got ", options.num_servers,
+        " servers and ", options.num_workers, " workers"));
+  }
+  if (options.register_timeout <= absl::ZeroDuration() ||
+      options.barrier_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("timeouts must be positive");
+  }
+  if (options.big_value_bound < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("big value bound must be positive, got ", options.big_value_bound));
+  }
+  return std::unique_ptr<SchedulerCore>(new SchedulerCore(options));
+}
+
+bool SchedulerCore::InGroup(NodeRole role, int group) {
+  return (group & (role == NodeRole::kServer ? kGroupServers : kGroupWorkers)) != 0;
+}
+
+int SchedulerCore::GroupSize(int group) const {
+  return ((group & kGroupServers) ? options_.num_servers : 0) +
+         ((group & kGroupWorkers) ? options_.num_workers : 0);
+}
+
+void SchedulerCore::Register(NodeRole role, int requested_rank, std::string address,
+                             std::string hostname, absl::Time now, RegisterDone done) {
+  std::vector<PendingRegistration> completed;
+  absl::Status error;
+  {
+    absl::MutexLock lock(&mu_);
+    const int group_size = role == NodeRole::kServer ? options_.num_servers : options_.num_workers;
+    int registered = 0;
+    for (const auto& [id, node] : nodes_) registered += node.role == role;
+    if (registration_failed_) {
+      error = absl::DeadlineExceededError(
+          "the job's registration window has closed (some nodes never came); restart the job");
+    } else if (registered >= group_size) {
+      error = absl::FailedPreconditionError(absl::StrCat(
+          "the job already has all its ", Plural(group_size, std::string(RoleName(role))),
+          "; a ", RoleName(role), " from ", hostname.empty() ? "an unnamed host" : hostname,
+          " cannot join"));
+    } else if (requested_rank < -1 || requested_rank >= group_size) {
+      error = absl::InvalidArgumentError(absl::StrCat(
+          RoleName(role), " asked for rank ", requested_rank, " but ranks are 0..",
+          group_size - 1, " (or -1 for any)"));
+    } else if (role == NodeRole::kServer && address.empty()) {
+      error = absl::InvalidArgumentError("a server must register the address it serves on");
+    } else {
+      for (const auto& [id, rank] : requested_rank_) {
+        if (requested_rank >= 0 && rank == requested_rank && nodes_[id].role == role) {
+          error = absl::InvalidArgumentError(absl::StrCat(
+              RoleName(role), " rank ", requested_rank, " is already taken by node ", id,
+              " at ", nodes_[id].address.empty() ? nodes_[id].hostname : nodes_[id].address));
+        }
+      }
+    }
+    if (error.ok()) {
+      const uint64_t id = next_node_id_++;
+      nodes_[id] = NodeInfo{id, role, -1, std::move(address), std::move(hostname), now, false};
+      requested_rank_[id] = requested_rank;
+      if (first_registration_ == absl::InfiniteFuture()) {
+        first_registration_ = now;
+        registration_deadline_ = now + options_.register_timeout;
+      }
+      pending_registrations_.push_back(PendingRegistration{id, std::move(done)});
+      if (static_cast<int>(nodes_.size()) == options_.num_servers + options_.num_workers) {
+        AssignRanks();
+        complete_ = true;
+        completed.swap(pending_registrations_);
+      }
+    }
+  }
+  if (!error.ok()) {
+    done(error);
+    return;
+  }
+  if (completed.empty()) return;
+  const ClusterView cluster = view().value();
+  for (PendingRegistration& pending : completed) {
+    int rank;
+    {
+      absl::ReaderMutexLock lock(&mu_);
+      rank = nodes_.at(pending.node_id).rank;
+    }
+    pending.done(Registration{pending.node_id, rank, cluster});
+  }
+}
+
+void SchedulerCore::AssignRanks() {
+  for (NodeRole role : {NodeRole::kServer, NodeRole::kWorker}) {
+    std::set<int> taken;
+    for (const auto& [id, node] : nodes_) {
+      if (node.role == role && requested_rank_[id] >= 0) taken.insert(requested_rank_[id]);
+    }
+    int next_free = 0;
+    // Node ids grow with registration order, so this walks nodes in that order.
+    for (auto& [id, node] : nodes_) {
+      if (node.role != role) continue;
+      if (requested_rank_[id] >= 0) {
+        node.rank = requested_rank_[id];
+        continue;
+      }
+      while (taken.count(next_free) > 0) ++next_free;
+      node.rank = next_free++;
+    }
+  }
+}
+
+absl::StatusOr<ClusterView> SchedulerCore::view() const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (!complete_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the job is not complete yet: ", MissingNodes()));
+  }
+  ClusterView cluster;
+  cluster.num_servers = options_.num_servers;
+  cluster.num_workers = options_.num_workers;
+  cluster.big_value_bound = options_.big_value_bound;
+  for (const auto& [id, node] : nodes_) {
+    if (node.role == NodeRole::kServer) {
+      cluster.servers.push_back(ServerEntry{node.rank, id, node.address});
+    }
+  }
+  std::sort(cluster.servers.begin(), cluster.servers.end(),
+            [](const ServerEntry& a, const ServerEntry& b) { return a.rank < b.rank; });
+  return cluster;
+}
+
+std::string SchedulerCore::MissingNodes() const {
+  int servers = 0, workers = 0;
+  for (const auto& [id, node] : nodes_) {
+    (node.role == NodeRole::kServer ? servers : workers) += 1;
+  }
+  return absl::StrCat("registered ", servers, " of ", Plural(options_.num_servers, "server"),
+                      " and ", workers, " of ", Plural(options_.num_workers, "worker"),
+                      "; missing ", Plural(options_.num_servers - servers, "server"), " and ",
+                      Plural(options_.num_workers - workers, "worker"));
+}
+
+void SchedulerCore::Barrier(uint64_t node_id, int group, absl::Time now, BarrierDone done) {
+  std::vector<BarrierDone> released;
+  absl::Status error;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = nodes_.find(node_id);
+    if (it == nodes_.end()) {
+      error = absl::InvalidArgumentError(
+          absl::StrCat("node id ", node_id, " was never issued by this scheduler"));
+    } else if (!complete_) {
+      error = absl::FailedPreconditionError(
+          absl::StrCat("barrier before the job is complete: ", MissingNodes()));
+    } else if ((group & ~kGroupAll) != 0 || !InGroup(it->second.role, group)) {
+      error = absl::InvalidArgumentError(
+          absl::StrCat(RoleName(it->second.role), " ", it->second.rank,
+                       " cannot enter a barrier over group ", group, " (", GroupName(group),
+                       ")"));
+    } else {
+      PendingBarrier& barrier = barriers_[group & (kGroupServers | kGroupWorkers)];
+      if (std::find(barrier.entered.begin(), barrier.entered.end(), node_id) !=
+          barrier.entered.end()) {
+        error = absl::InvalidArgumentError(absl::StrCat(
+            RoleName(it->second.role), " ", it->second.rank, " is already in this barrier"));
+      } else {
+        if (barrier.entered.empty()) barrier.deadline = now + options_.barrier_timeout;
+        barrier.entered.push_back(node_id);
+        barrier.done.push_back(std::move(done));
+        if (static_cast<int>(barrier.entered.size()) == GroupSize(group)) {
+          released.swap(barrier.done);
+          barriers_.erase(group & (kGroupServers | kGroupWorkers));
+        }
+      }
+    }
+  }
+  if (!error.ok()) {
+    done(error);
+    return;
+  }
+  for (BarrierDone& release : released) release(absl::OkStatus());
+}
+
+std::string SchedulerCore::MissingFromBarrier(int group, const PendingBarrier& barrier) const {
+  std::vector<std::string> missing;
+  for (const auto& [id, node] : nodes_) {
+    if (!InGroup(node.role, group)) continue;
+    if (std::find(barrier.entered.begin(), barrier.entered.end(), id) != barrier.entered.end()) {
+      continue;
+    }
+    missing.push_back(absl::StrCat(RoleName(node.role), " ", node.rank, " (node ", id, ", ",
+                                   node.address.empty() ? node.hostname : node.address, ")"));
+  }
+  return absl::StrJoin(missing, ", ");
+}
+
+absl::StatusOr<bool> SchedulerCore::Heartbeat(uint64_t node_id, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("heartbeat from node id ", node_id, ", never issued by this scheduler"));
+  }
+  it->second.last_heartbeat = std::max(it->second.last_heartbeat, now);
+  return complete_ && finished_workers_ == options_.num_workers;
+}
+
+absl::Status SchedulerCore::Finish(uint64_t node_id, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("finish from node id ", node_id, ", never issued by this scheduler"));
+  }
+  if (it->second.role != NodeRole::kWorker) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("only workers finish the job; node ", node_id, " is a server"));
+  }
+  it->second.last_heartbeat = std::max(it->second.last_heartbeat, now);
+  if (!it->second.finished) {
+    it->second.finished = true;
+    ++finished_workers_;
+  }
+  return absl::OkStatus();
+}
+
+int SchedulerCore::NumDeadNodes(int group, absl::Duration timeout, absl::Time now) const {
+  absl::ReaderMutexLock lock(&mu_);
+  int dead = 0;
+  int registered_in_group = 0;
+  for (const auto& [id, node] : nodes_) {
+    if (!InGroup(node.role, group)) continue;
+    ++registered_in_group;
+    // A node whose registration is still pending has no id to heartbeat with: it is waiting on
+    // us, so it is alive.
+    if (complete_ && !node.finished && now - node.last_heartbeat > timeout) ++dead;
+  }
+  if (!complete_ && first_registration_ != absl::InfiniteFuture() &&
+      now - first_registration_ > timeout) {
+    dead += GroupSize(group) - registered_in_group;
+  }
+  return dead;
+}
+
+void SchedulerCore::ExpireDeadlines(absl::Time now) {
+  std::vector<std::pair<RegisterDone, absl::Status>> failed_registrations;
+  std::vector<std::pair<BarrierDone, absl::Status>> failed_barriers;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!complete_ && !pending_registrations_.empty() && now > registration_deadline_) {
+      const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
+          "waited ", absl::FormatDuration(options_.register_timeout),
+          " for the job's nodes to register: ", MissingNodes()));
+      for (PendingRegistration& pending : pending_registrations_) {
+        failed_registrations.emplace_back(std::move(pending.done), status);
+      }
+      pending_registrations_.clear();
+      registration_failed_ = true;
+    }
+    for (auto it = barriers_.begin(); it != barriers_.end();) {
+      if (now <= it->second.deadline) {
+        ++it;
+        continue;
+      }
+      const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
+          "barrier over ", GroupName(it->first), " waited ",
+          absl::FormatDuration(options_.barrier_timeout), "; still missing: ",
+          MissingFromBarrier(it->first, it->second)));
+      for (BarrierDone& done : it->second.done) failed_barriers.emplace_back(std::move(done), status);
+      it = barriers_.erase(it);
+    }
+  }
+  for (auto& [done, status] : failed_registrations) done(status);
+  for (auto& [done, status] : failed_barriers) done(status);
+}
+
+std::vector<NodeInfo> SchedulerCore::Nodes() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<NodeInfo> nodes;
+  for (const auto& [id, node] : nodes_) nodes.push_back(node);
+  std::sort(nodes.begin(), nodes.end(), [](const NodeInfo& a, const NodeInfo& b) {
+    return std::make_pair(a.role, a.rank) < std::make_pair(b.role, b.rank);
+  });
+  return nodes;
+}
+
+bool SchedulerCore::shutdown_requested() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return complete_ && finished_workers_ == options_.num_workers;
+}
+
+}  // namespace kvstore

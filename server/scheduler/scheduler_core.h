@@ -1,0 +1,163 @@
+// SchedulerCore: the job coordinator's logic, independent of any transport.
+//
+// Nodes (servers and workers) register and, once every expected node has, each receives a node
+// id, a rank and the cluster view. Ranks are deterministic: servers (and workers) that asked for
+// a rank get it; the others fill the free ranks in registration order. The core also runs
+// barriers over node groups, records heartbeats, counts dead nodes, and ends the job: when every
+// worker has called Finish, `shutdown_requested()` turns true and heartbeats tell the servers to
+// exit.
+//
+// Waiting calls (Register, Barrier) never block: they take a completion callback, which runs
+// exactly once - when the wait is satisfied, or from ExpireDeadlines() with DeadlineExceeded and a
+// message naming what is still missing. A gRPC reactor can therefore Finish from the callback
+// without blocking in a reaction. Callbacks run on the thread whose call completed the wait,
+// after the core's lock is released.
+//
+// Threading: thread-safe. Time is passed in (`now`) so that callers own the clock.
+#ifndef KVSTORE_SERVER_SCHEDULER_SCHEDULER_CORE_H_
+#define KVSTORE_SERVER_SCHEDULER_SCHEDULER_CORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace kvstore {
+
+enum class NodeRole { kServer, kWorker };
+
+// Group bits, as in the protocol: servers 2, workers 4 (the scheduler, 1, never waits).
+inline constexpr int kGroupServers = 2;
+inline constexpr int kGroupWorkers = 4;
+inline constexpr int kGroupAll = 7;
+
+struct SchedulerOptions {
+  int num_servers = 1;
+  int num_workers = 1;
+  // Values with more elements than this are split over all servers.
+  int64_t big_value_bound = 1000000;
+  // How long the first registration waits for the rest of the job.
+  absl::Duration register_timeout = absl::Seconds(60);
+  // How long a barrier waits for the last member of its group.
+  absl::Duration barrier_timeout = absl::Seconds(300);
+};
+
+struct ServerEntry {
+  int rank = 0;
+  uint64_t node_id = 0;
+  std::string address;
+};
+
+// ClusterView: what every node learns when the job is complete.
+struct ClusterView {
+  int num_servers = 0;
+  int num_workers = 0;
+  std::vector<ServerEntry> servers;  // In rank order.
+  int64_t big_value_bound = 0;
+};
+
+struct Registration {
+  uint64_t node_id = 0;
+  int rank = 0;
+  ClusterView view;
+};
+
+struct NodeInfo {
+  uint64_t node_id = 0;
+  NodeRole role = NodeRole::kWorker;
+  int rank = 0;
+  std::string address;
+  std::string hostname;
+  absl::Time last_heartbeat;
+  bool finished = false;
+};
+
+class SchedulerCore {
+ public:
+  using RegisterDone = std::function<void(absl::StatusOr<Registration>)>;
+  using BarrierDone = std::function<void(absl::Status)>;
+
+  // Create validates the options (at least one server and one worker, positive timeouts).
+  static absl::StatusOr<std::unique_ptr<SchedulerCore>> Create(const SchedulerOptions& options);
+
+  // Register adds a node. `requested_rank` is -1 or a rank in [0, group size); `address` is the
+  // host:port a server serves on. `done` runs once the job is complete (or with
+  // DeadlineExceeded from ExpireDeadlines, or at once with InvalidArgument for a bad rank or
+  // address, or FailedPrecondition when the job already has all its nodes of this role).
+  void Register(NodeRole role, int requested_rank, std::string address, std::string hostname,
+                absl::Time now, RegisterDone done);
+
+  // Barrier enters node `node_id` into a barrier over `group` (bits of kGroupServers and
+  // kGroupWorkers, including the node's own role); `done` runs when every node of the group has
+  // entered. InvalidArgument for a node id this scheduler never issued or a group without the
+  // node's role.
+  void Barrier(uint64_t node_id, int group, absl::Time now, BarrierDone done);
+
+  // Heartbeat records that the node is alive. Returns whether the job is over (every worker has
+  // finished), so a server knows to exit. InvalidArgument for an unknown node id.
+  absl::StatusOr<bool> Heartbeat(uint64_t node_id, absl::Time now);
+
+  // Finish records that a worker is done; when every worker is, the job is over.
+  absl::Status Finish(uint64_t node_id, absl::Time now);
+
+  // NumDeadNodes counts the registered nodes of `group` whose last heartbeat is older than
+  // `timeout` (finished workers are not dead; nodes waiting for the job to complete are alive).
+  // Nodes still expected but never registered count as dead once registration has been waiting
+  // longer than `timeout`.
+  int NumDeadNodes(int group, absl::Duration timeout, absl::Time now) const;
+
+  // ExpireDeadlines fails the registrations and barriers whose deadline has passed, naming the
+  // missing nodes. Call it periodically (the scheduler daemon does, every few hundred ms).
+  void ExpireDeadlines(absl::Time now);
+
+  // Nodes returns every registered node (servers by rank, then workers by rank).
+  std::vector<NodeInfo> Nodes() const;
+  // view returns the cluster view; FailedPrecondition until every node has registered.
+  absl::StatusOr<ClusterView> view() const;
+  bool shutdown_requested() const;
+
+ private:
+  struct PendingRegistration {
+    uint64_t node_id;
+    RegisterDone done;
+  };
+  struct PendingBarrier {
+    absl::Time deadline;
+    std::vector<uint64_t> entered;
+    std::vector<BarrierDone> done;
+  };
+
+  explicit SchedulerCore(const SchedulerOptions& options) : options_(options) {}
+
+  // AssignRanks gives every node its rank once all have registered.
+  void AssignRanks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int GroupSize(int group) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  static bool InGroup(NodeRole role, int group);
+  std::string MissingNodes() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  std::string MissingFromBarrier(int group, const PendingBarrier& barrier) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  const SchedulerOptions options_;
+  mutable absl::Mutex mu_;
+  uint64_t next_node_id_ ABSL_GUARDED_BY(mu_) = 2;  // 1 is the scheduler itself.
+  std::map<uint64_t, NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, int> requested_rank_ ABSL_GUARDED_BY(mu_);
+  std::vector<PendingRegistration> pending_registrations_ ABSL_GUARDED_BY(mu_);
+  absl::Time registration_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  absl::Time first_registration_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  bool complete_ ABSL_GUARDED_BY(mu_) = false;
+  bool registration_failed_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<int, PendingBarrier> barriers_ ABSL_GUARDED_BY(mu_);  // By group.
+  int finished_workers_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_SERVER_SCHEDULER_SCHEDULER_CORE_H_

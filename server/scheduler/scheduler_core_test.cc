@@ -1,0 +1,255 @@
+#include "server/scheduler/scheduler_core.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "absl/synchronization/notification.h"
+#include "tests/test_util.h"
+
+namespace kvstore {
+namespace {
+
+using testing::TestRng;
+
+const absl::Time kStart = absl::FromUnixSeconds(1'800'000'000);
+
+std::unique_ptr<SchedulerCore> MakeCore(int servers, int workers) {
+  SchedulerOptions options;
+  options.num_servers = servers;
+  options.num_workers = workers;
+  options.register_timeout = absl::Seconds(10);
+  options.barrier_timeout = absl::Seconds(20);
+  return SchedulerCore::Create(options).value();
+}
+
+// A registration's outcome, delivered to whichever thread completes it.
+struct Outcome {
+  absl::Notification done;
+  absl::StatusOr<Registration> result = absl::UnknownError("not run");
+  SchedulerCore::RegisterDone Callback() {
+    return [this](absl::StatusOr<Registration> r) {
+      result = std::move(r);
+      done.Notify();
+    };
+  }
+};
+
+struct BarrierOutcome {
+  absl::Notification done;
+  absl::Status status = absl::UnknownError("not run");
+  SchedulerCore::BarrierDone Callback() {
+    return [this](absl::Status s) {
+      status = std::move(s);
+      done.Notify();
+    };
+  }
+};
+
+// Registers `servers` servers and `workers` workers from concurrent threads in random order;
+// the servers ask for the ranks in `server_ranks` (-1 for any).
+std::vector<std::unique_ptr<Outcome>> RegisterAll(SchedulerCore* core, int workers,
+                                                  const std::vector<int>& server_ranks,
+                                                  TestRng* rng) {
+  const int servers = static_cast<int>(server_ranks.size());
+  std::vector<int> order(servers + workers);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng->engine());
+  std::vector<std::unique_ptr<Outcome>> outcomes(order.size());
+  for (auto& o : outcomes) o = std::make_unique<Outcome>();
+  std::vector<std::thread> threads;
+  for (int who : order) {
+    threads.emplace_back([core, who, servers, &server_ranks, &outcomes] {
+      const bool server = who < servers;
+      core->Register(server ? NodeRole::kServer : NodeRole::kWorker,
+                     server ? server_ranks[who] : -1,
+                     server ? "127.0.0.1:" + std::to_string(20000 + who) : "",
+                     "host" + std::to_string(who), kStart, outcomes[who]->Callback());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& o : outcomes) REQUIRE(o->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  return outcomes;
+}
+
+TEST_CASE("SchedulerCore: ranks are unique, requested ranks are honoured", "[scheduler]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  for (int trial = 0; trial < 20; ++trial) {
+    const int servers = static_cast<int>(rng.Int(1, 5));
+    const int workers = static_cast<int>(rng.Int(1, 6));
+    // Some servers ask for a specific rank (a random permutation), the others for any.
+    std::vector<int> permutation(servers);
+    std::iota(permutation.begin(), permutation.end(), 0);
+    std::shuffle(permutation.begin(), permutation.end(), rng.engine());
+    std::vector<int> requested(servers);
+    for (int i = 0; i < servers; ++i) requested[i] = rng.Int(0, 1) ? permutation[i] : -1;
+    auto core = MakeCore(servers, workers);
+    auto outcomes = RegisterAll(core.get(), workers, requested, &rng);
+
+    std::set<int> server_ranks, worker_ranks;
+    std::set<uint64_t> ids;
+    for (int who = 0; who < servers + workers; ++who) {
+      INFO("trial " << trial << " node " << who);
+      const auto& result = outcomes[who]->result;
+      REQUIRE(result.ok());
+      ids.insert(result->node_id);
+      if (who < servers) {
+        server_ranks.insert(result->rank);
+        if (requested[who] >= 0) REQUIRE(result->rank == requested[who]);
+        // The view lists this server's address under its rank.
+        REQUIRE(result->view.servers[result->rank].address ==
+                "127.0.0.1:" + std::to_string(20000 + who));
+      } else {
+        worker_ranks.insert(result->rank);
+      }
+      REQUIRE(result->view.num_servers == servers);
+      REQUIRE(result->view.num_workers == workers);
+    }
+    REQUIRE(ids.size() == static_cast<size_t>(servers + workers));
+    REQUIRE(server_ranks.size() == static_cast<size_t>(servers));
+    REQUIRE(*server_ranks.rbegin() == servers - 1);
+    REQUIRE(worker_ranks.size() == static_cast<size_t>(workers));
+    REQUIRE(*worker_ranks.rbegin() == workers - 1);
+  }
+}
+
+TEST_CASE("SchedulerCore: without requests, ranks follow registration order", "[scheduler]") {
+  auto core = MakeCore(2, 2);
+  Outcome w0, s0, w1, s1;
+  core->Register(NodeRole::kWorker, -1, "", "a", kStart, w0.Callback());
+  core->Register(NodeRole::kServer, -1, "127.0.0.1:1", "b", kStart, s0.Callback());
+  core->Register(NodeRole::kWorker, -1, "", "c", kStart, w1.Callback());
+  REQUIRE_FALSE(w0.done.HasBeenNotified());
+  core->Register(NodeRole::kServer, -1, "127.0.0.1:2", "d", kStart, s1.Callback());
+  REQUIRE(w0.result->rank == 0);
+  REQUIRE(w1.result->rank == 1);
+  REQUIRE(s0.result->rank == 0);
+  REQUIRE(s1.result->rank == 1);
+  REQUIRE(core->Nodes().size() == 4);
+}
+
+TEST_CASE("SchedulerCore: bad registrations are refused and change nothing", "[scheduler]") {
+  auto core = MakeCore(1, 1);
+  Outcome bad_rank, no_address, server, dup, late;
+  core->Register(NodeRole::kServer, 3, "127.0.0.1:1", "h", kStart, bad_rank.Callback());
+  REQUIRE(absl::IsInvalidArgument(bad_rank.result.status()));
+  core->Register(NodeRole::kServer, -1, "", "h", kStart, no_address.Callback());
+  REQUIRE(absl::IsInvalidArgument(no_address.result.status()));
+  core->Register(NodeRole::kServer, 0, "127.0.0.1:1", "h", kStart, server.Callback());
+  core->Register(NodeRole::kServer, -1, "127.0.0.1:2", "h2", kStart, dup.Callback());
+  REQUIRE(absl::IsFailedPrecondition(dup.result.status()));
+  REQUIRE(dup.result.status().message().find("h2") != absl::string_view::npos);
+  REQUIRE_FALSE(server.done.HasBeenNotified());
+  core->Register(NodeRole::kWorker, -1, "", "w", kStart, late.Callback());
+  REQUIRE(server.result.ok());
+  REQUIRE(late.result.ok());
+}
+
+TEST_CASE("SchedulerCore: a node that never registers fails the others by name", "[scheduler]") {
+  auto core = MakeCore(2, 1);
+  Outcome server, worker;
+  core->Register(NodeRole::kServer, -1, "127.0.0.1:1", "h", kStart, server.Callback());
+  core->Register(NodeRole::kWorker, -1, "", "w", kStart, worker.Callback());
+  core->ExpireDeadlines(kStart + absl::Seconds(9));
+  REQUIRE_FALSE(server.done.HasBeenNotified());
+  REQUIRE(core->NumDeadNodes(kGroupServers, absl::Seconds(5), kStart + absl::Seconds(9)) == 1);
+  core->ExpireDeadlines(kStart + absl::Seconds(11));
+  REQUIRE(absl::IsDeadlineExceeded(server.result.status()));
+  REQUIRE(absl::IsDeadlineExceeded(worker.result.status()));
+  REQUIRE(server.result.status().message().find("missing 1 server and 0 workers") !=
+          absl::string_view::npos);
+}
+
+TEST_CASE("SchedulerCore: barriers release their whole group and time out naming stragglers",
+          "[scheduler]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto core = MakeCore(2, 3);
+  auto outcomes = RegisterAll(core.get(), 3, {-1, -1}, &rng);
+  std::vector<uint64_t> workers, servers;
+  for (int i = 0; i < 5; ++i) (i < 2 ? servers : workers).push_back(outcomes[i]->result->node_id);
+
+  // Worker barrier: released only by the last worker, from concurrent threads.
+  std::vector<std::unique_ptr<BarrierOutcome>> entered;
+  std::vector<std::thread> threads;
+  for (uint64_t id : workers) {
+    entered.push_back(std::make_unique<BarrierOutcome>());
+    threads.emplace_back([&core, id, outcome = entered.back().get()] {
+      core->Barrier(id, kGroupWorkers, kStart, outcome->Callback());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : entered) {
+    REQUIRE(e->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    REQUIRE(e->status.ok());
+  }
+
+  // A barrier over everyone that one server never enters.
+  std::vector<std::unique_ptr<BarrierOutcome>> all;
+  for (uint64_t id : {workers[0], workers[1], workers[2], servers[0]}) {
+    all.push_back(std::make_unique<BarrierOutcome>());
+    core->Barrier(id, kGroupServers | kGroupWorkers, kStart, all.back()->Callback());
+  }
+  core->ExpireDeadlines(kStart + absl::Seconds(19));
+  REQUIRE_FALSE(all[0]->done.HasBeenNotified());
+  core->ExpireDeadlines(kStart + absl::Seconds(21));
+  for (auto& a : all) {
+    REQUIRE(absl::IsDeadlineExceeded(a->status));
+    REQUIRE(a->status.message().find("server ") != absl::string_view::npos);
+    REQUIRE(a->status.message().find("127.0.0.1:") != absl::string_view::npos);
+  }
+
+  BarrierOutcome stranger, wrong_group, twice_first, twice_second;
+  core->Barrier(999, kGroupWorkers, kStart, stranger.Callback());
+  REQUIRE(absl::IsInvalidArgument(stranger.status));
+  REQUIRE(stranger.status.message().find("999") != absl::string_view::npos);
+  core->Barrier(servers[0], kGroupWorkers, kStart, wrong_group.Callback());
+  REQUIRE(absl::IsInvalidArgument(wrong_group.status));
+  core->Barrier(workers[0], kGroupWorkers, kStart, twice_first.Callback());
+  core->Barrier(workers[0], kGroupWorkers, kStart, twice_second.Callback());
+  REQUIRE(absl::IsInvalidArgument(twice_second.status));
+  REQUIRE_FALSE(twice_first.done.HasBeenNotified());
+}
+
+TEST_CASE("SchedulerCore: heartbeats, dead nodes and the clean end", "[scheduler]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto core = MakeCore(2, 2);
+  auto outcomes = RegisterAll(core.get(), 2, {-1, -1}, &rng);
+  const uint64_t s0 = outcomes[0]->result->node_id, s1 = outcomes[1]->result->node_id;
+  const uint64_t w0 = outcomes[2]->result->node_id, w1 = outcomes[3]->result->node_id;
+
+  const absl::Time later = kStart + absl::Seconds(30);
+  for (uint64_t id : {s0, w0, w1}) REQUIRE(core->Heartbeat(id, later).value() == false);
+  // Server s1 has been silent for 30 s.
+  REQUIRE(core->NumDeadNodes(kGroupServers, absl::Seconds(10), later) == 1);
+  REQUIRE(core->NumDeadNodes(kGroupWorkers, absl::Seconds(10), later) == 0);
+  REQUIRE(core->NumDeadNodes(kGroupAll, absl::Seconds(60), later) == 0);
+  REQUIRE(absl::IsInvalidArgument(core->Heartbeat(12345, later).status()));
+
+  REQUIRE(core->Finish(w0, later).ok());
+  REQUIRE(core->Finish(w0, later).ok());  // Idempotent.
+  REQUIRE_FALSE(core->shutdown_requested());
+  REQUIRE(absl::IsInvalidArgument(core->Finish(s0, later)));
+  REQUIRE(core->Finish(w1, later).ok());
+  REQUIRE(core->shutdown_requested());
+  REQUIRE(core->Heartbeat(s1, later).value() == true);
+  // Finished workers do not count as dead however long they are silent.
+  REQUIRE(core->NumDeadNodes(kGroupWorkers, absl::Seconds(1), later + absl::Hours(1)) == 0);
+}
+
+TEST_CASE("SchedulerCore: rejects jobs without servers or workers", "[scheduler]") {
+  SchedulerOptions options;
+  options.num_servers = 0;
+  REQUIRE(absl::IsInvalidArgument(SchedulerCore::Create(options).status()));
+  options.num_servers = 1;
+  options.barrier_timeout = absl::ZeroDuration();
+  REQUIRE(absl::IsInvalidArgument(SchedulerCore::Create(options).status()));
+}
+
+}  // namespace
+}  // namespace kvstore
