@@ -1,0 +1,143 @@
+#include "common/wire_frame.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvstore {
+namespace {
+
+constexpr size_t kPrefixBytes = 4;
+
+void ReleaseTensor(void* handle) { delete static_cast<Tensor*>(handle); }
+
+}  // namespace
+
+absl::StatusOr<grpc::ByteBuffer> EncodeFrame(const google::protobuf::MessageLite& header,
+                                             absl::Span<const PayloadPart> parts) {
+  const size_t header_bytes = header.ByteSizeLong();
+  if (header_bytes > UINT32_MAX) {
+    return absl::ResourceExhaustedError(absl::StrCat("frame header of ", header_bytes,
+                                                     " bytes exceeds the 4 GiB limit"));
+  }
+  for (const PayloadPart& part : parts) {
+    if (!part.tensor.defined() || !part.tensor.device().is_cpu()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("payload part is not a CPU tensor: ", part.tensor.Description()));
+    }
+    if (part.byte_offset > part.tensor.byte_size() ||
+        part.bytes > part.tensor.byte_size() - part.byte_offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "payload part [", part.byte_offset, ", ", part.byte_offset + part.bytes,
+          ") lies outside ", part.tensor.Description(), " of ", part.tensor.byte_size(),
+          " bytes"));
+    }
+  }
+  std::vector<grpc::Slice> slices;
+  slices.reserve(parts.size() + 1);
+  // The small prefix and header are one copied slice; the payload is never copied.
+  std::string head(kPrefixBytes + header_bytes, '\0');
+  const uint32_t length = static_cast<uint32_t>(header_bytes);
+  const unsigned char prefix[kPrefixBytes] = {
+      static_cast<unsigned char>(length), static_cast<unsigned char>(length >> 8),
+      static_cast<unsigned char>(length >> 16), static_cast<unsigned char>(length >> 24)};
+  std::memcpy(head.data(), prefix, kPrefixBytes);
+  if (!header.SerializeToArray(head.data() + kPrefixBytes, static_cast<int>(header_bytes))) {
+    return absl::InternalError("frame header failed to serialise");
+  }
+  slices.emplace_back(head);
+  for (const PayloadPart& part : parts) {
+    if (part.bytes == 0) continue;
+    char* begin = static_cast<char*>(part.tensor.data()) + part.byte_offset;
+    slices.emplace_back(begin, part.bytes, ReleaseTensor, new Tensor(part.tensor));
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+absl::StatusOr<Payload> DecodeFrame(const grpc::ByteBuffer& buffer,
+                                    google::protobuf::MessageLite* header) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return absl::InvalidArgumentError("unreadable frame");
+  // Read the prefix and the header, which may themselves straddle slices (copied: they are small).
+  size_t total = 0;
+  for (const grpc::Slice& s : slices) total += s.size();
+  auto read = [&slices](size_t offset, size_t bytes, char* dst) {
+    for (const grpc::Slice& s : slices) {
+      if (bytes == 0) return;
+      if (offset >= s.size()) {
+        offset -= s.size();
+        continue;
+      }
+      const size_t n = std::min(bytes, s.size() - offset);
+      std::memcpy(dst, s.begin() + offset, n);
+      dst += n;
+      bytes -= n;
+      offset = 0;
+    }
+  };
+  if (total < kPrefixBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame of ", total, " bytes is shorter than its 4-byte length prefix"));
+  }
+  unsigned char prefix[kPrefixBytes];
+  read(0, kPrefixBytes, reinterpret_cast<char*>(prefix));
+  const size_t header_bytes = static_cast<size_t>(prefix[0]) | (size_t{prefix[1]} << 8) |
+                              (size_t{prefix[2]} << 16) | (size_t{prefix[3]} << 24);
+  if (header_bytes > total - kPrefixBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("frame header claims ", header_bytes,
+                                                   " bytes but only ", total - kPrefixBytes,
+                                                   " follow the prefix"));
+  }
+  std::string head(header_bytes, '\0');
+  read(kPrefixBytes, header_bytes, head.data());
+  if (!header->ParseFromString(head)) {
+    return absl::InvalidArgumentError("frame header does not parse");
+  }
+  // Keep the payload as sub-slices of what arrived.
+  Payload payload;
+  size_t skip = kPrefixBytes + header_bytes;
+  for (grpc::Slice& s : slices) {
+    if (skip >= s.size()) {
+      skip -= s.size();
+      continue;
+    }
+    grpc::Slice rest = skip == 0 ? s : s.sub(skip, s.size());
+    skip = 0;
+    payload.starts_.push_back(payload.size_);
+    payload.size_ += rest.size();
+    payload.slices_.push_back(std::move(rest));
+  }
+  return payload;
+}
+
+absl::Status Payload::CopyTo(size_t offset, size_t bytes, void* dst) const {
+  if (offset > size_ || bytes > size_ - offset) {
+    return absl::OutOfRangeError(absl::StrCat("payload range [", offset, ", ", offset + bytes,
+                                              ") exceeds the ", size_, " bytes received"));
+  }
+  char* out = static_cast<char*>(dst);
+  // Find the first slice holding `offset`, then copy slice by slice.
+  size_t i = std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin() - 1;
+  while (bytes > 0) {
+    const size_t within = offset - starts_[i];
+    const size_t n = std::min(bytes, slices_[i].size() - within);
+    std::memcpy(out, slices_[i].begin() + within, n);
+    out += n;
+    offset += n;
+    bytes -= n;
+    ++i;
+  }
+  return absl::OkStatus();
+}
+
+const void* Payload::Contiguous(size_t offset, size_t bytes) const {
+  if (offset > size_ || bytes > size_ - offset || slices_.empty()) return nullptr;
+  const size_t i = std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin() - 1;
+  const size_t within = offset - starts_[i];
+  if (bytes > slices_[i].size() - within) return nullptr;
+  return slices_[i].begin() + within;
+}
+
+}  // namespace kvstore
