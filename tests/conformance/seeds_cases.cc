@@ -32,6 +32,29 @@ KVStore::Updater PrintingUpdater(std::ostringstream* log) {
   };
 }
 
+// MXNet's list of lists `[[ones on each of 4 devices]] * len(keys)` in the flat form of the C++
+// API: each key repeated once per device, with one value (and output) per entry.
+struct PerDevice {
+  std::vector<Key> keys;
+  std::vector<Tensor> values;
+  std::vector<Tensor*> Outputs() {
+    std::vector<Tensor*> outs;
+    for (Tensor& t : values) outs.push_back(&t);
+    return outs;
+  }
+};
+
+PerDevice OnesPerDevice(const std::vector<Key>& keys, int devices) {
+  PerDevice flat;
+  for (const Key& key : keys) {
+    for (int d = 0; d < devices; ++d) {
+      flat.keys.push_back(key);
+      flat.values.push_back(Ones());
+    }
+  }
+  return flat;
+}
+
 TEST_CASE("Seeds: the tutorial, step by step, prints 2, 8, 4, 4, 6, 6, 3 and 11",
           "[seeds][tutorial]") {
   auto kv = NewStore();
@@ -95,23 +118,14 @@ TEST_CASE("Seeds: the tutorial, step by step, prints 2, 8, 4, 4, 6, 6, 3 and 11"
 
   // Multiple devices: four ones per key sum to 4; the updater makes 3 + 4 * 2 = 11.
   log.str("");
-  std::vector<Key> flat_keys;
-  std::vector<Tensor> per_device;
-  for (const Key& key : keys) {
-    for (int d = 0; d < 4; ++d) {
-      flat_keys.push_back(key);
-      per_device.push_back(Ones());
-    }
-  }
-  REQUIRE(kv->Push(flat_keys, per_device).ok());
+  PerDevice per_device = OnesPerDevice(keys, 4);
+  REQUIRE(kv->Push(per_device.keys, per_device.values).ok());
   REQUIRE(kv->WaitAll().ok());
   REQUIRE(log.str() == "update on key: 5\nupdate on key: 7\nupdate on key: 9\n");
-  std::vector<Tensor*> per_device_outs;
-  for (Tensor& t : per_device) per_device_outs.push_back(&t);
-  REQUIRE(kv->Pull(flat_keys, per_device_outs).ok());
+  REQUIRE(kv->Pull(per_device.keys, per_device.Outputs()).ok());
   REQUIRE(kv->WaitAll().ok());
-  REQUIRE(per_device[4 * 1 + 1].ToString() == Filled(11));  // b[1][1]
-  for (const Tensor& t : per_device) REQUIRE(t.ToString() == Filled(11));
+  REQUIRE(per_device.values[4 * 1 + 1].ToString() == Filled(11));  // b[1][1]
+  for (const Tensor& t : per_device.values) REQUIRE(t.ToString() == Filled(11));
 }
 
 TEST_CASE("Seeds: the Perl reference's push and pull examples print 8, 4, 1, 4 and 2",
@@ -154,20 +168,11 @@ TEST_CASE("Seeds: the Perl reference's push and pull examples print 8, 4, 1, 4 a
     REQUIRE(kv->WaitAll().ok());
     REQUIRE(b[1].ToString() == Filled(1));
 
-    std::vector<Key> flat_keys;
-    std::vector<Tensor> devices;
-    for (const Key& key : keys) {
-      for (int d = 0; d < 4; ++d) {
-        flat_keys.push_back(key);
-        devices.push_back(Ones());
-      }
-    }
-    REQUIRE(kv->Push(flat_keys, devices).ok());
-    std::vector<Tensor*> outs;
-    for (Tensor& t : devices) outs.push_back(&t);
-    REQUIRE(kv->Pull(flat_keys, outs).ok());
+    PerDevice devices = OnesPerDevice(keys, 4);
+    REQUIRE(kv->Push(devices.keys, devices.values).ok());
+    REQUIRE(kv->Pull(devices.keys, devices.Outputs()).ok());
     REQUIRE(kv->WaitAll().ok());
-    REQUIRE(devices[4 * 1 + 1].ToString() == Filled(4));
+    REQUIRE(devices.values[4 * 1 + 1].ToString() == Filled(4));  // b[1][1]
   }
 }
 
