@@ -112,14 +112,18 @@ absl::StatusOr<Payload> DecodeFrame(const grpc::ByteBuffer& buffer,
   return payload;
 }
 
+size_t Payload::SliceIndex(size_t offset) const {
+  return std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin() - 1;
+}
+
 absl::Status Payload::CopyTo(size_t offset, size_t bytes, void* dst) const {
   if (offset > size_ || bytes > size_ - offset) {
     return absl::OutOfRangeError(absl::StrCat("payload range [", offset, ", ", offset + bytes,
                                               ") exceeds the ", size_, " bytes received"));
   }
   char* out = static_cast<char*>(dst);
-  // Find the first slice holding `offset`, then copy slice by slice.
-  size_t i = std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin() - 1;
+  // Copy slice by slice from the one holding `offset`.
+  size_t i = bytes > 0 ? SliceIndex(offset) : 0;
   while (bytes > 0) {
     const size_t within = offset - starts_[i];
     const size_t n = std::min(bytes, slices_[i].size() - within);
@@ -134,7 +138,7 @@ absl::Status Payload::CopyTo(size_t offset, size_t bytes, void* dst) const {
 
 const void* Payload::Contiguous(size_t offset, size_t bytes) const {
   if (offset > size_ || bytes > size_ - offset || slices_.empty()) return nullptr;
-  const size_t i = std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin() - 1;
+  const size_t i = SliceIndex(std::min(offset, size_ - 1));
   const size_t within = offset - starts_[i];
   if (bytes > slices_[i].size() - within) return nullptr;
   return slices_[i].begin() + within;

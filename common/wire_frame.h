@@ -52,6 +52,9 @@ class Payload {
  private:
   friend absl::StatusOr<Payload> DecodeFrame(const grpc::ByteBuffer& buffer,
                                              google::protobuf::MessageLite* header);
+  // SliceIndex returns the index of the slice holding payload byte `offset` (< size()).
+  size_t SliceIndex(size_t offset) const;
+
   std::vector<grpc::Slice> slices_;
   std::vector<size_t> starts_;  // Payload offset of each slice's first byte.
   size_t size_ = 0;

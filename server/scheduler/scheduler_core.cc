@@ -90,10 +90,7 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
       const uint64_t id = next_node_id_++;
       nodes_[id] = NodeInfo{id, role, -1, std::move(address), std::move(hostname), now, false};
       requested_rank_[id] = requested_rank;
-      if (first_registration_ == absl::InfiniteFuture()) {
-        first_registration_ = now;
-        registration_deadline_ = now + options_.register_timeout;
-      }
+      if (first_registration_ == absl::InfiniteFuture()) first_registration_ = now;
       pending_registrations_.push_back(PendingRegistration{id, std::move(done)});
       if (static_cast<int>(nodes_.size()) == options_.num_servers + options_.num_workers) {
         AssignRanks();
@@ -276,7 +273,7 @@ void SchedulerCore::ExpireDeadlines(absl::Time now) {
   std::vector<std::pair<BarrierDone, absl::Status>> failed_barriers;
   {
     absl::MutexLock lock(&mu_);
-    if (!complete_ && !pending_registrations_.empty() && now > registration_deadline_) {
+    if (!complete_ && !pending_registrations_.empty() && now > first_registration_ + options_.register_timeout) {
       const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
           "waited ", absl::FormatDuration(options_.register_timeout),
           " for the job's nodes to register: ", MissingNodes()));

@@ -150,7 +150,7 @@ class SchedulerCore {
   std::map<uint64_t, NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, int> requested_rank_ ABSL_GUARDED_BY(mu_);
   std::vector<PendingRegistration> pending_registrations_ ABSL_GUARDED_BY(mu_);
-  absl::Time registration_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  // When the first node registered; registration may wait register_timeout from then.
   absl::Time first_registration_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
   bool registration_failed_ ABSL_GUARDED_BY(mu_) = false;
