@@ -55,7 +55,8 @@ int SchedulerCore::GroupSize(int group) const {
 }
 
 void SchedulerCore::Register(NodeRole role, int requested_rank, std::string address,
-                             std::string hostname, absl::Time now, RegisterDone done) {
+                             std::string hostname, absl::Time now, RegisterDone done,
+                             std::string mode) {
   std::vector<PendingRegistration> completed;
   absl::Status error;
   {
@@ -77,6 +78,10 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
           group_size - 1, " (or -1 for any)"));
     } else if (role == NodeRole::kServer && address.empty()) {
       error = absl::InvalidArgumentError("a server must register the address it serves on");
+    } else if (role == NodeRole::kWorker && !mode.empty() && !mode_.empty() && mode != mode_) {
+      error = absl::FailedPreconditionError(absl::StrCat(
+          "a worker from ", hostname.empty() ? "an unnamed host" : hostname, " asked for ", mode,
+          " but the job runs ", mode_));
     } else {
       for (const auto& [id, rank] : requested_rank_) {
         if (requested_rank >= 0 && rank == requested_rank && nodes_[id].role == role) {
@@ -90,6 +95,7 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
       const uint64_t id = next_node_id_++;
       nodes_[id] = NodeInfo{id, role, -1, std::move(address), std::move(hostname), now, false};
       requested_rank_[id] = requested_rank;
+      if (role == NodeRole::kWorker && mode_.empty()) mode_ = std::move(mode);
       if (first_registration_ == absl::InfiniteFuture()) first_registration_ = now;
       pending_registrations_.push_back(PendingRegistration{id, std::move(done)});
       if (static_cast<int>(nodes_.size()) == options_.num_servers + options_.num_workers) {
@@ -145,13 +151,20 @@ absl::StatusOr<ClusterView> SchedulerCore::view() const {
   cluster.num_servers = options_.num_servers;
   cluster.num_workers = options_.num_workers;
   cluster.big_value_bound = options_.big_value_bound;
+  cluster.mode = mode_.empty() ? "dist_sync" : mode_;
+  cluster.heartbeat_interval = options_.heartbeat_interval;
+  std::vector<std::pair<int, uint64_t>> workers;
   for (const auto& [id, node] : nodes_) {
     if (node.role == NodeRole::kServer) {
       cluster.servers.push_back(ServerEntry{node.rank, id, node.address});
+    } else {
+      workers.emplace_back(node.rank, id);
     }
   }
   std::sort(cluster.servers.begin(), cluster.servers.end(),
             [](const ServerEntry& a, const ServerEntry& b) { return a.rank < b.rank; });
+  std::sort(workers.begin(), workers.end());
+  for (const auto& [rank, id] : workers) cluster.worker_node_ids.push_back(id);
   return cluster;
 }
 
@@ -220,7 +233,8 @@ std::string SchedulerCore::MissingFromBarrier(int group, const PendingBarrier& b
   return absl::StrJoin(missing, ", ");
 }
 
-absl::StatusOr<bool> SchedulerCore::Heartbeat(uint64_t node_id, absl::Time now) {
+absl::StatusOr<bool> SchedulerCore::Heartbeat(uint64_t node_id, absl::Time now,
+                                              ServerLoad load) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(node_id);
   if (it == nodes_.end()) {
@@ -228,7 +242,39 @@ absl::StatusOr<bool> SchedulerCore::Heartbeat(uint64_t node_id, absl::Time now) 
         absl::StrCat("heartbeat from node id ", node_id, ", never issued by this scheduler"));
   }
   it->second.last_heartbeat = std::max(it->second.last_heartbeat, now);
-  return complete_ && finished_workers_ == options_.num_workers;
+  if (it->second.role == NodeRole::kServer) {
+    it->second.num_keys = load.num_keys;
+    it->second.num_bytes = load.num_bytes;
+  }
+  const bool over = ShutdownLocked();
+  if (over) it->second.released = true;
+  return over;
+}
+
+bool SchedulerCore::ShutdownLocked() const {
+  return !shutdown_reason_.empty() || (complete_ && finished_workers_ == options_.num_workers);
+}
+
+void SchedulerCore::RequestShutdown(std::string reason) {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_reason_.empty()) {
+    shutdown_reason_ = reason.empty() ? std::string("shutdown requested") : std::move(reason);
+  }
+}
+
+std::string SchedulerCore::shutdown_reason() const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (!shutdown_reason_.empty()) return shutdown_reason_;
+  return ShutdownLocked() ? "every worker finished" : "";
+}
+
+bool SchedulerCore::all_servers_released() const {
+  absl::ReaderMutexLock lock(&mu_);
+  int released = 0;
+  for (const auto& [id, node] : nodes_) {
+    released += node.role == NodeRole::kServer && node.released;
+  }
+  return released == options_.num_servers;
 }
 
 absl::Status SchedulerCore::Finish(uint64_t node_id, absl::Time now) {
@@ -312,7 +358,7 @@ std::vector<NodeInfo> SchedulerCore::Nodes() const {
 
 bool SchedulerCore::shutdown_requested() const {
   absl::ReaderMutexLock lock(&mu_);
-  return complete_ && finished_workers_ == options_.num_workers;
+  return ShutdownLocked();
 }
 
 }  // namespace kvstore

@@ -47,6 +47,8 @@ struct SchedulerOptions {
   absl::Duration register_timeout = absl::Seconds(60);
   // How long a barrier waits for the last member of its group.
   absl::Duration barrier_timeout = absl::Seconds(300);
+  // How often nodes send heartbeats (published in the cluster view).
+  absl::Duration heartbeat_interval = absl::Seconds(1);
 };
 
 struct ServerEntry {
@@ -60,7 +62,11 @@ struct ClusterView {
   int num_servers = 0;
   int num_workers = 0;
   std::vector<ServerEntry> servers;  // In rank order.
+  std::vector<uint64_t> worker_node_ids;  // In rank order.
   int64_t big_value_bound = 0;
+  // "dist_sync" or "dist_async": the first registering worker's mode.
+  std::string mode;
+  absl::Duration heartbeat_interval;
 };
 
 struct Registration {
@@ -77,6 +83,17 @@ struct NodeInfo {
   std::string hostname;
   absl::Time last_heartbeat;
   bool finished = false;
+  // Servers: what their last heartbeat reported.
+  int64_t num_keys = 0;
+  int64_t num_bytes = 0;
+  // Whether a heartbeat has told the node that the job is over.
+  bool released = false;
+};
+
+// What a server reports with its heartbeat.
+struct ServerLoad {
+  int64_t num_keys = 0;
+  int64_t num_bytes = 0;
 };
 
 class SchedulerCore {
@@ -91,8 +108,10 @@ class SchedulerCore {
   // host:port a server serves on. `done` runs once the job is complete (or with
   // DeadlineExceeded from ExpireDeadlines, or at once with InvalidArgument for a bad rank or
   // address, or FailedPrecondition when the job already has all its nodes of this role).
+  // `mode` is the worker's store type ("dist_sync" or "dist_async"; empty for servers): the first
+  // worker's mode is the job's, and a worker asking for another one gets FailedPrecondition.
   void Register(NodeRole role, int requested_rank, std::string address, std::string hostname,
-                absl::Time now, RegisterDone done);
+                absl::Time now, RegisterDone done, std::string mode = "");
 
   // Barrier enters node `node_id` into a barrier over `group` (bits of kGroupServers and
   // kGroupWorkers, including the node's own role); `done` runs when every node of the group has
@@ -102,7 +121,15 @@ class SchedulerCore {
 
   // Heartbeat records that the node is alive. Returns whether the job is over (every worker has
   // finished), so a server knows to exit. InvalidArgument for an unknown node id.
-  absl::StatusOr<bool> Heartbeat(uint64_t node_id, absl::Time now);
+  // A true return also marks the node released (see all_servers_released).
+  absl::StatusOr<bool> Heartbeat(uint64_t node_id, absl::Time now, ServerLoad load = {});
+
+  // RequestShutdown ends the job now (kvctl shutdown): every later heartbeat says so.
+  void RequestShutdown(std::string reason);
+  // shutdown_reason says why the job ended ("every worker finished" or the request's reason).
+  std::string shutdown_reason() const;
+  // all_servers_released is true once every server has been told that the job is over.
+  bool all_servers_released() const;
 
   // Finish records that a worker is done; when every worker is, the job is over.
   absl::Status Finish(uint64_t node_id, absl::Time now);
@@ -156,6 +183,10 @@ class SchedulerCore {
   bool registration_failed_ ABSL_GUARDED_BY(mu_) = false;
   std::map<int, PendingBarrier> barriers_ ABSL_GUARDED_BY(mu_);  // By group.
   int finished_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string mode_ ABSL_GUARDED_BY(mu_);
+  std::string shutdown_reason_ ABSL_GUARDED_BY(mu_);  // Set by RequestShutdown.
+
+  bool ShutdownLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace kvstore

@@ -1,0 +1,70 @@
+#include "common/environment.h"
+
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace kvstore {
+namespace {
+
+// Lookup returns the first set variable among `names` with the name it came from.
+std::optional<std::pair<std::string, std::string>> Lookup(
+    const Getenv& getenv, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    const char* value = getenv(name);
+    if (value != nullptr && value[0] != '\0') return std::make_pair(std::string(name), value);
+  }
+  return std::nullopt;
+}
+
+absl::Status ReadInt(const Getenv& getenv, std::initializer_list<const char*> names, int min,
+                     int max, std::optional<int>* out) {
+  const auto found = Lookup(getenv, names);
+  if (!found) return absl::OkStatus();
+  int value;
+  if (!absl::SimpleAtoi(found->second, &value) || value < min || value > max) {
+    return absl::InvalidArgumentError(absl::StrCat("environment variable ", found->first, "=\"",
+                                                   found->second, "\" is not an integer in ",
+                                                   min, "..", max));
+  }
+  *out = value;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv_or_null) {
+  const Getenv getenv =
+      getenv_or_null ? getenv_or_null : [](const char* name) { return std::getenv(name); };
+  JobEnvironment env;
+  if (const auto role = Lookup(getenv, {"KV_ROLE", "DMLC_ROLE"})) {
+    if (role->second != "scheduler" && role->second != "server" && role->second != "worker") {
+      return absl::InvalidArgumentError(absl::StrCat("environment variable ", role->first, "=\"",
+                                                     role->second,
+                                                     "\" is not scheduler, server or worker"));
+    }
+    env.role = role->second;
+  }
+  if (const auto host = Lookup(getenv, {"KV_SCHEDULER_HOST", "DMLC_PS_ROOT_URI"})) {
+    env.scheduler_host = host->second;
+  }
+  constexpr int kMaxCount = 1 << 16;
+  absl::Status status =
+      ReadInt(getenv, {"KV_SCHEDULER_PORT", "DMLC_PS_ROOT_PORT"}, 1, 65535, &env.scheduler_port);
+  if (status.ok()) {
+    status = ReadInt(getenv, {"KV_NUM_SERVERS", "DMLC_NUM_SERVER"}, 1, kMaxCount, &env.num_servers);
+  }
+  if (status.ok()) {
+    status = ReadInt(getenv, {"KV_NUM_WORKERS", "DMLC_NUM_WORKER"}, 1, kMaxCount, &env.num_workers);
+  }
+  if (status.ok()) {
+    const bool server = env.role.has_value() && *env.role == "server";
+    status = ReadInt(getenv, {"KV_RANK", server ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID"}, 0,
+                     kMaxCount, &env.rank);
+  }
+  if (!status.ok()) return status;
+  return env;
+}
+
+}  // namespace kvstore

@@ -1,0 +1,47 @@
+// JobEnvironment: the one place where launch environment variables are read.
+//
+// Launchers (MXNet's tools/launch.py, BytePS's, this project's deploy/launch.py, Slurm and
+// Kubernetes scripts) describe a job through environment variables. ReadJobEnvironment maps
+// both MXNet's names and the project's own onto one struct; binaries and the SDK's
+// DistOptions::FromEnvironment() call it once and no library reads the environment elsewhere.
+//
+//   project name        MXNet / ps-lite name     meaning
+//   KV_ROLE             DMLC_ROLE                scheduler, server or worker
+//   KV_SCHEDULER_HOST   DMLC_PS_ROOT_URI         the scheduler's host
+//   KV_SCHEDULER_PORT   DMLC_PS_ROOT_PORT        the scheduler's port
+//   KV_NUM_SERVERS      DMLC_NUM_SERVER          servers in the job
+//   KV_NUM_WORKERS      DMLC_NUM_WORKER          workers in the job
+//   KV_RANK             DMLC_SERVER_ID / DMLC_WORKER_ID   requested rank of this node
+//
+// The project's name wins when both are set.
+#ifndef KVSTORE_COMMON_ENVIRONMENT_H_
+#define KVSTORE_COMMON_ENVIRONMENT_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace kvstore {
+
+struct JobEnvironment {
+  std::optional<std::string> role;
+  std::optional<std::string> scheduler_host;
+  std::optional<int> scheduler_port;
+  std::optional<int> num_servers;
+  std::optional<int> num_workers;
+  std::optional<int> rank;
+};
+
+// Getenv returns the value of a variable, or nullptr when it is unset.
+using Getenv = std::function<const char*(const char* name)>;
+
+// ReadJobEnvironment reads the variables above through `getenv` (the process environment when
+// omitted). InvalidArgument naming the variable and its value when a number does not parse, a
+// port is outside 1..65535 or a role is unknown.
+absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv = nullptr);
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_COMMON_ENVIRONMENT_H_

@@ -1,0 +1,55 @@
+#include "common/environment.h"
+
+#include <map>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+namespace kvstore {
+namespace {
+
+Getenv From(const std::map<std::string, std::string>& vars) {
+  return [vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST_CASE("ReadJobEnvironment: MXNet's DMLC variables map onto the job", "[environment]") {
+  auto env = ReadJobEnvironment(From({{"DMLC_ROLE", "server"},
+                                      {"DMLC_PS_ROOT_URI", "10.1.2.3"},
+                                      {"DMLC_PS_ROOT_PORT", "9091"},
+                                      {"DMLC_NUM_SERVER", "3"},
+                                      {"DMLC_NUM_WORKER", "5"},
+                                      {"DMLC_SERVER_ID", "2"},
+                                      {"DMLC_WORKER_ID", "4"}}));
+  REQUIRE(env.ok());
+  REQUIRE(*env->role == "server");
+  REQUIRE(*env->scheduler_host == "10.1.2.3");
+  REQUIRE(*env->scheduler_port == 9091);
+  REQUIRE(*env->num_servers == 3);
+  REQUIRE(*env->num_workers == 5);
+  REQUIRE(*env->rank == 2);
+}
+
+TEST_CASE("ReadJobEnvironment: KV_ names win; unset names stay unset", "[environment]") {
+  auto env = ReadJobEnvironment(
+      From({{"DMLC_NUM_WORKER", "5"}, {"KV_NUM_WORKERS", "7"}, {"DMLC_WORKER_ID", "3"}}));
+  REQUIRE(env.ok());
+  REQUIRE(*env->num_workers == 7);
+  REQUIRE(*env->rank == 3);
+  REQUIRE(!env->role.has_value());
+  REQUIRE(!env->scheduler_port.has_value());
+}
+
+TEST_CASE("ReadJobEnvironment: bad values name the variable", "[environment]") {
+  auto port = ReadJobEnvironment(From({{"DMLC_PS_ROOT_PORT", "70000"}}));
+  REQUIRE(absl::IsInvalidArgument(port.status()));
+  REQUIRE(port.status().message().find("DMLC_PS_ROOT_PORT") != absl::string_view::npos);
+  auto role = ReadJobEnvironment(From({{"KV_ROLE", "boss"}}));
+  REQUIRE(absl::IsInvalidArgument(role.status()));
+  REQUIRE(role.status().message().find("boss") != absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace kvstore

@@ -1,0 +1,55 @@
+// Controller: runs the commands a worker sends with SendCommandToServers(head, body) (and
+// `kvctl command HEAD BODY`), once on every server.
+//
+// Built-in heads:
+//   0  kCommandSetUpdater  body "NAME [CONFIG]": replace the updater with the registry's NAME
+//                          (e.g. "sgd lr=0.1 momentum=0.9"); replies with the updater's name.
+//   1  kCommandStats       replies "keys=N bytes=M updater=NAME".
+//   2  kCommandPing        replies "server R: BODY" (R: this server's rank).
+// Heads from kFirstCustomCommand up go to the custom controller given to the kvserver
+// (KVServerOptions::custom_controller, MXNet's `kvstore_server._controller`): a function
+// (head, body) -> StatusOr<reply>. Other heads, or custom heads without a custom controller, are
+// InvalidArgument naming the head.
+//
+// Threading: Run may be called from several threads; the engine is thread-safe and the custom
+// controller must be.
+#ifndef KVSTORE_SERVER_CORE_CONTROLLER_H_
+#define KVSTORE_SERVER_CORE_CONTROLLER_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/core/server_engine.h"
+#include "server/core/updater.h"
+
+namespace kvstore {
+
+inline constexpr int kCommandSetUpdater = 0;
+inline constexpr int kCommandStats = 1;
+inline constexpr int kCommandPing = 2;
+inline constexpr int kFirstCustomCommand = 16;
+
+using CustomController = std::function<absl::StatusOr<std::string>(int head, absl::string_view body)>;
+
+class Controller {
+ public:
+  // The engine and registry must outlive the controller.
+  Controller(ServerEngine* engine, const UpdaterRegistry* registry, CustomController custom,
+             int rank)
+      : engine_(engine), registry_(registry), custom_(std::move(custom)), rank_(rank) {}
+
+  // Run executes one command and returns its reply.
+  absl::StatusOr<std::string> Run(int head, absl::string_view body);
+
+ private:
+  ServerEngine* engine_;
+  const UpdaterRegistry* registry_;
+  CustomController custom_;
+  int rank_;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_SERVER_CORE_CONTROLLER_H_

@@ -1,0 +1,205 @@
+// Tests of the kvserver's engine: dist_sync rounds, dist_async, slices, request ids, errors,
+// the controller and the sgd updater.
+#include "server/core/server_engine.h"
+
+#include <optional>
+
+#include <catch2/catch.hpp>
+
+#include "absl/strings/str_format.h"
+
+#include "server/core/controller.h"
+#include "server/core/sgd_updater.h"
+#include "tests/test_util.h"
+
+namespace kvstore {
+namespace {
+
+using testing::MaxAbsDiff;
+using testing::TestRng;
+using testing::ToDoubles;
+
+// Incoming wraps a tensor's bytes as a value, cut into chunks of at most `chunk` bytes so that
+// elements straddle chunk boundaries the way received gRPC slices do.
+IncomingValue Incoming(const Key& key, const Tensor& t, size_t chunk = 7,
+                       std::optional<ValueSlice> slice = std::nullopt) {
+  IncomingValue value;
+  value.slice = slice ? *slice : ValueSlice{key, t.dtype(), t.shape(), 0, t.num_elements()};
+  const auto* bytes = static_cast<const uint8_t*>(t.data());
+  for (size_t at = 0; at < t.byte_size(); at += chunk) {
+    value.bytes.emplace_back(bytes + at, std::min(chunk, t.byte_size() - at));
+  }
+  return value;
+}
+
+std::unique_ptr<ServerEngine> NewEngine(bool sync, std::vector<uint64_t> workers) {
+  auto engine = ServerEngine::Create(ServerEngineOptions{sync, std::move(workers)}, nullptr);
+  REQUIRE(engine.ok());
+  return std::move(engine).value();
+}
+
+std::vector<double> PullAll(ServerEngine& engine, const Key& key, const Tensor& like) {
+  auto pulled = engine.Pull(2, {ValueSlice{key, like.dtype(), like.shape(), 0,
+                                           like.num_elements()}});
+  REQUIRE(pulled.ok());
+  return ToDoubles((*pulled)[0]);
+}
+
+TEST_CASE("ServerEngine: a dist_sync round applies the sum once and then acknowledges",
+          "[server][sync]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  const std::vector<uint64_t> workers = {2, 3, 4};
+  auto engine = NewEngine(true, workers);
+  const DType dtype = rng.AnyDType();
+  const Shape shape = rng.AnyShape();
+  INFO(DTypeName(dtype) << ShapeToString(shape));
+  const Tensor init = rng.RandomTensor(dtype, shape);
+  REQUIRE(engine->Init(2, {Incoming(5, init)}).ok());
+  for (int round = 0; round < 3; ++round) {
+    std::vector<double> expected(init.num_elements(), 0.0);
+    int acknowledged = 0;
+    for (size_t w = 0; w < workers.size(); ++w) {
+      const Tensor pushed = rng.RandomTensor(dtype, shape);
+      const auto values = ToDoubles(pushed);
+      for (size_t i = 0; i < values.size(); ++i) expected[i] += values[i];
+      engine->Push(workers[w], 100 + round, {Incoming(5, pushed)}, [&](absl::Status s) {
+        REQUIRE(s.ok());
+        ++acknowledged;
+      });
+      // Nobody is acknowledged before the last worker's push completes the round.
+      REQUIRE(acknowledged == (w + 1 == workers.size() ? 3 : 0));
+    }
+    REQUIRE(MaxAbsDiff(PullAll(*engine, 5, init), expected) <=
+            testing::Tolerance(dtype, 3, 4));
+  }
+}
+
+TEST_CASE("ServerEngine: a retried push is applied once", "[server][dedup]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  SECTION("dist_async") {
+    auto engine = NewEngine(false, {2});
+    engine->SetUpdater(MakeSumUpdater());
+    const Tensor init = rng.RandomTensor(DType::kFloat64, {4});
+    const Tensor pushed = rng.RandomTensor(DType::kFloat64, {4});
+    REQUIRE(engine->Init(2, {Incoming(1, init)}).ok());
+    int acks = 0;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      engine->Push(2, 77, {Incoming(1, pushed)}, [&](absl::Status s) { acks += s.ok(); });
+    }
+    REQUIRE(acks == 3);
+    auto expected = ToDoubles(init);
+    const auto p = ToDoubles(pushed);
+    for (size_t i = 0; i < p.size(); ++i) expected[i] += p[i];
+    REQUIRE(PullAll(*engine, 1, init) == expected);
+  }
+  SECTION("dist_sync: a retry waits for the round") {
+    auto engine = NewEngine(true, {2, 3});
+    const Tensor init = rng.RandomTensor(DType::kInt32, {3});
+    const Tensor a = rng.RandomTensor(DType::kInt32, {3});
+    const Tensor b = rng.RandomTensor(DType::kInt32, {3});
+    REQUIRE(engine->Init(2, {Incoming("w", init)}).ok());
+    int acks = 0;
+    engine->Push(2, 9, {Incoming("w", a)}, [&](absl::Status s) { acks += s.ok(); });
+    engine->Push(2, 9, {Incoming("w", a)}, [&](absl::Status s) { acks += s.ok(); });
+    REQUIRE(acks == 0);
+    engine->Push(3, 9, {Incoming("w", b)}, [&](absl::Status s) { acks += s.ok(); });
+    REQUIRE(acks == 3);
+    auto expected = ToDoubles(a);
+    const auto bv = ToDoubles(b);
+    for (size_t i = 0; i < bv.size(); ++i) expected[i] += bv[i];
+    REQUIRE(PullAll(*engine, "w", init) == expected);
+    // A different request id in the same round is a second push: refused.
+    engine->Push(2, 10, {Incoming("w", a)}, [](absl::Status s) { REQUIRE(s.ok()); });
+    engine->Push(2, 11, {Incoming("w", a)},
+                 [](absl::Status s) { REQUIRE(absl::IsFailedPrecondition(s)); });
+  }
+}
+
+TEST_CASE("ServerEngine: slices of a split value are checked and stored flat", "[server]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto engine = NewEngine(false, {2});
+  const Tensor part = rng.RandomTensor(DType::kFloat32, {5});
+  const ValueSlice slice{7, DType::kFloat32, {4, 3}, 4, 5};
+  REQUIRE(engine->Init(2, {Incoming(7, part, 3, slice)}).ok());
+  auto pulled = engine->Pull(2, {slice});
+  REQUIRE(pulled.ok());
+  REQUIRE((*pulled)[0].shape() == Shape{5});
+  REQUIRE(ToDoubles((*pulled)[0]) == ToDoubles(part));
+  ValueSlice other = slice;
+  other.offset = 3;
+  const auto status = engine->Pull(2, {other}).status();
+  REQUIRE(absl::IsInvalidArgument(status));
+  REQUIRE(status.message().find("[4, 9)") != absl::string_view::npos);
+}
+
+TEST_CASE("ServerEngine: bad requests are refused whole and change nothing", "[server][errors]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto engine = NewEngine(false, {2});
+  const Tensor init = rng.RandomTensor(DType::kFloat32, {2, 3});
+  REQUIRE(engine->Init(2, {Incoming(1, init)}).ok());
+  auto push_status = [&](uint64_t node, std::vector<IncomingValue> values) {
+    absl::Status result = absl::UnknownError("not called");
+    engine->Push(node, rng.Int(1, 1 << 30), values, [&](absl::Status s) { result = s; });
+    return result;
+  };
+  const Tensor good = rng.RandomTensor(DType::kFloat32, {2, 3});
+  REQUIRE(absl::IsNotFound(push_status(2, {Incoming(1, good), Incoming(9, good)})));
+  REQUIRE(absl::IsInvalidArgument(
+      push_status(2, {Incoming(1, good), Incoming(1, rng.RandomTensor(DType::kFloat32, {3, 2}))})));
+  REQUIRE(absl::IsInvalidArgument(
+      push_status(2, {Incoming(1, rng.RandomTensor(DType::kFloat64, {2, 3}))})));
+  IncomingValue short_bytes = Incoming(1, good);
+  short_bytes.bytes.pop_back();
+  REQUIRE(absl::IsInvalidArgument(push_status(2, {short_bytes})));
+  const absl::Status stranger = push_status(99, {Incoming(1, good)});
+  REQUIRE(absl::IsPermissionDenied(stranger));
+  REQUIRE(stranger.message().find("99") != absl::string_view::npos);
+  REQUIRE(absl::IsAlreadyExists(engine->Init(2, {Incoming(1, good)})));
+  REQUIRE(PullAll(*engine, 1, init) == ToDoubles(init));
+}
+
+TEST_CASE("Controller: built-in heads and the sgd updater with momentum", "[server][controller]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  UpdaterRegistry registry = UpdaterRegistry::WithBuiltins();
+  REQUIRE(RegisterSgdUpdater(&registry).ok());
+  auto engine = NewEngine(false, {2});
+  Controller controller(engine.get(), &registry,
+                        [](int head, absl::string_view body) -> absl::StatusOr<std::string> {
+                          return absl::StrCat("custom ", head, " ", body);
+                        },
+                        /*rank=*/1);
+  REQUIRE(controller.Run(kCommandPing, "hi").value() == "server 1: hi");
+  REQUIRE(controller.Run(40, "x").value() == "custom 40 x");
+  REQUIRE(absl::IsInvalidArgument(controller.Run(7, "").status()));
+  REQUIRE(absl::IsNotFound(controller.Run(kCommandSetUpdater, "adamw").status()));
+  REQUIRE(absl::IsInvalidArgument(controller.Run(kCommandSetUpdater, "sgd lr=x").status()));
+  const double lr = rng.Uniform(0.01, 0.5), momentum = rng.Uniform(0.1, 0.95);
+  const double wd = rng.Uniform(0, 0.1), rescale = rng.Uniform(0.1, 2);
+  REQUIRE(controller
+              .Run(kCommandSetUpdater,
+                   absl::StrFormat("sgd lr=%.17g momentum=%.17g,wd=%.17g rescale_grad=%.17g", lr,
+                                   momentum, wd, rescale))
+              .value() == "sgd");
+  const Tensor init = rng.RandomTensor(DType::kFloat64, {6});
+  REQUIRE(engine->Init(2, {Incoming(3, init)}).ok());
+  std::vector<double> weight = ToDoubles(init), mom(6, 0.0);
+  for (int step = 0; step < 4; ++step) {
+    const Tensor grad = rng.RandomTensor(DType::kFloat64, {6});
+    const auto g = ToDoubles(grad);
+    for (size_t i = 0; i < 6; ++i) {
+      mom[i] = momentum * mom[i] - lr * (rescale * g[i] + wd * weight[i]);
+      weight[i] += mom[i];
+    }
+    engine->Push(2, step + 1, {Incoming(3, grad)}, [](absl::Status s) { REQUIRE(s.ok()); });
+  }
+  REQUIRE(MaxAbsDiff(PullAll(*engine, 3, init), weight) <= 1e-12);
+  REQUIRE(controller.Run(kCommandStats, "").value() == "keys=1 bytes=48 updater=sgd");
+}
+
+}  // namespace
+}  // namespace kvstore

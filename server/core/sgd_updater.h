@@ -1,0 +1,42 @@
+// The "sgd" updater: MXNet's SGD with momentum and weight decay, run on the servers.
+//
+// For each key, with g = rescale_grad * received (clipped to [-clip_gradient, clip_gradient]
+// when clip_gradient > 0):
+//   momentum == 0:  stored -= lr * (g + wd * stored)
+//   momentum  > 0:  mom = momentum * mom - lr * (g + wd * stored);  stored += mom
+// which is MXNet's `sgd_update` / `sgd_mom_update`. The momentum buffer lives on the server,
+// one per key (per slice for a split value), created at the key's first update.
+// Configuration: "lr=0.1 momentum=0.9 wd=0.0001 rescale_grad=0.25 clip_gradient=0" (spaces or
+// commas between the fields; every field optional; lr defaults to 0.01).
+// Float types only: float32 and float64 are updated in their own precision, float16 and
+// bfloat16 through float32; integer values are refused with InvalidArgument.
+#ifndef KVSTORE_SERVER_CORE_SGD_UPDATER_H_
+#define KVSTORE_SERVER_CORE_SGD_UPDATER_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/core/updater.h"
+
+namespace kvstore {
+
+struct SgdConfig {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double wd = 0.0;
+  double rescale_grad = 1.0;
+  double clip_gradient = 0.0;
+};
+
+// ParseSgdConfig parses the configuration string; InvalidArgument naming the field on error.
+absl::StatusOr<SgdConfig> ParseSgdConfig(absl::string_view config);
+
+std::unique_ptr<Updater> MakeSgdUpdater(const SgdConfig& config);
+
+// RegisterSgdUpdater adds "sgd" to `registry`.
+absl::Status RegisterSgdUpdater(UpdaterRegistry* registry);
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_SERVER_CORE_SGD_UPDATER_H_
