@@ -136,6 +136,42 @@ absl::Status Payload::CopyTo(size_t offset, size_t bytes, void* dst) const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<absl::Span<const uint8_t>>> Payload::Chunks(size_t offset,
+                                                                        size_t bytes) const {
+  if (offset > size_ || bytes > size_ - offset) {
+    return absl::OutOfRangeError(absl::StrCat("payload range [", offset, ", ", offset + bytes,
+                                              ") exceeds the ", size_, " bytes received"));
+  }
+  std::vector<absl::Span<const uint8_t>> chunks;
+  size_t i = bytes > 0 ? SliceIndex(offset) : 0;
+  while (bytes > 0) {
+    const size_t within = offset - starts_[i];
+    const size_t n = std::min(bytes, slices_[i].size() - within);
+    chunks.emplace_back(slices_[i].begin() + within, n);
+    offset += n;
+    bytes -= n;
+    ++i;
+  }
+  return chunks;
+}
+
+grpc::ByteBuffer EncodeMessage(const google::protobuf::MessageLite& message) {
+  grpc::Slice slice(message.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+absl::Status DecodeMessage(const grpc::ByteBuffer& buffer,
+                           google::protobuf::MessageLite* message) {
+  grpc::Slice slice;
+  if (!buffer.DumpToSingleSlice(&slice).ok() ||
+      !message->ParseFromArray(slice.begin(), static_cast<int>(slice.size()))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request of ", buffer.Length(), " bytes is not a valid ",
+                     message->GetTypeName()));
+  }
+  return absl::OkStatus();
+}
+
 const void* Payload::Contiguous(size_t offset, size_t bytes) const {
   if (offset > size_ || bytes > size_ - offset || slices_.empty()) return nullptr;
   const size_t i = SliceIndex(std::min(offset, size_ - 1));

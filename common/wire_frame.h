@@ -46,6 +46,11 @@ class Payload {
   // Contiguous returns a pointer to [offset, offset + bytes) when that range lies within one
   // received slice, or nullptr when it straddles slices (then use CopyTo).
   const void* Contiguous(size_t offset, size_t bytes) const;
+  // Chunks returns [offset, offset + bytes) as the spans of the received slices that hold it, in
+  // order (no copy; valid while this Payload lives). OutOfRange when the range exceeds the
+  // payload.
+  absl::StatusOr<std::vector<absl::Span<const uint8_t>>> Chunks(size_t offset,
+                                                                 size_t bytes) const;
   // num_slices returns how many slices the payload arrived in.
   size_t num_slices() const { return slices_.size(); }
 
@@ -64,6 +69,11 @@ class Payload {
 // InvalidArgument when the frame is shorter than its length prefix or the header does not parse.
 absl::StatusOr<Payload> DecodeFrame(const grpc::ByteBuffer& buffer,
                                     google::protobuf::MessageLite* header);
+
+// EncodeMessage / DecodeMessage: plain protobuf messages (no payload) as a ByteBuffer, for the
+// raw gRPC methods. DecodeMessage: InvalidArgument when the bytes do not parse.
+grpc::ByteBuffer EncodeMessage(const google::protobuf::MessageLite& message);
+absl::Status DecodeMessage(const grpc::ByteBuffer& buffer, google::protobuf::MessageLite* message);
 
 }  // namespace kvstore
 

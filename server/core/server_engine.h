@@ -105,6 +105,10 @@ class ServerEngine {
   ShardStore::Stats stats() const { return store_.stats(); }
   bool sync() const { return options_.sync; }
 
+  // CheckSender returns PermissionDenied naming `node_id` unless it is a worker of this job or
+  // the scheduler.
+  absl::Status CheckSender(uint64_t node_id) const;
+
  private:
   struct PushCall {
     uint64_t node_id = 0;
@@ -125,7 +129,6 @@ class ServerEngine {
 
   ServerEngine(ServerEngineOptions options, std::unique_ptr<Updater> updater);
 
-  absl::Status CheckSender(uint64_t node_id) const;
   // CheckSlice verifies `slice` against what Init stored for its key.
   absl::Status CheckSlice(const ValueSlice& slice, absl::string_view verb) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);

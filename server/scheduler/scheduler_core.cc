@@ -328,6 +328,7 @@ void SchedulerCore::ExpireDeadlines(absl::Time now) {
       }
       pending_registrations_.clear();
       registration_failed_ = true;
+      registration_error_ = status;
     }
     for (auto it = barriers_.begin(); it != barriers_.end();) {
       if (now <= it->second.deadline) {
@@ -354,6 +355,11 @@ std::vector<NodeInfo> SchedulerCore::Nodes() const {
     return std::make_pair(a.role, a.rank) < std::make_pair(b.role, b.rank);
   });
   return nodes;
+}
+
+absl::Status SchedulerCore::registration_status() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return registration_error_;
 }
 
 bool SchedulerCore::shutdown_requested() const {

@@ -149,6 +149,9 @@ class SchedulerCore {
   // view returns the cluster view; FailedPrecondition until every node has registered.
   absl::StatusOr<ClusterView> view() const;
   bool shutdown_requested() const;
+  // registration_status is the error that closed registration (DeadlineExceeded naming the
+  // missing nodes), or OK.
+  absl::Status registration_status() const;
 
  private:
   struct PendingRegistration {
@@ -181,6 +184,7 @@ class SchedulerCore {
   absl::Time first_registration_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
   bool registration_failed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status registration_error_ ABSL_GUARDED_BY(mu_);
   std::map<int, PendingBarrier> barriers_ ABSL_GUARDED_BY(mu_);  // By group.
   int finished_workers_ ABSL_GUARDED_BY(mu_) = 0;
   std::string mode_ ABSL_GUARDED_BY(mu_);

@@ -1,0 +1,22 @@
+// Conversions between the wire protocol's messages (proto/kvstore.proto) and the core types.
+#ifndef KVSTORE_COMMON_PROTO_CONVERT_H_
+#define KVSTORE_COMMON_PROTO_CONVERT_H_
+
+#include "absl/status/statusor.h"
+#include "common/key.h"
+#include "common/tensor.h"
+#include "proto/kvstore.pb.h"
+
+namespace kvstore {
+
+void KeyToProto(const Key& key, proto::Key* out);
+// KeyFromProto: InvalidArgument for a key with neither an int nor a string.
+absl::StatusOr<Key> KeyFromProto(const proto::Key& key);
+
+proto::DType DTypeToProto(DType dtype);
+// DTypeFromProto: InvalidArgument naming the number for an unknown dtype.
+absl::StatusOr<DType> DTypeFromProto(int dtype);
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_COMMON_PROTO_CONVERT_H_

@@ -1,0 +1,139 @@
+#include "server/grpc/kvserver_daemon.h"
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/server_builder.h>
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_channel.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "server/core/sgd_updater.h"
+
+namespace kvstore {
+
+absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOptions options) {
+  if (options.scheduler_address.empty()) {
+    return absl::InvalidArgumentError("a kvserver needs the scheduler's address");
+  }
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("port ", options.port, " is not in 0..65535"));
+  }
+  const std::vector<std::string> names = options.registry.Names();
+  if (std::find(names.begin(), names.end(), "sgd") == names.end()) {
+    RETURN_IF_ERROR(RegisterSgdUpdater(&options.registry));
+  }
+  // Fail early on an unknown updater.
+  RETURN_IF_ERROR(options.registry.Create(options.updater, options.updater_config).status());
+  std::unique_ptr<KVServerDaemon> daemon(new KVServerDaemon(std::move(options)));
+  grpc::ServerBuilder builder;
+  ConfigureServer(&builder);
+  const std::string listen = absl::StrCat(daemon->options_.host, ":", daemon->options_.port);
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &daemon->port_);
+  builder.RegisterService(&daemon->service_);
+  daemon->server_ = builder.BuildAndStart();
+  if (daemon->server_ == nullptr || daemon->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("kvserver cannot listen on ", listen));
+  }
+  spdlog::info("kvserver listening on {}", daemon->address());
+  daemon->thread_ = std::thread([d = daemon.get()] { d->Run(); });
+  return daemon;
+}
+
+KVServerDaemon::~KVServerDaemon() {
+  Shutdown();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string KVServerDaemon::address() const { return absl::StrCat(options_.host, ":", port_); }
+
+absl::Status KVServerDaemon::Wait() {
+  done_.WaitForNotification();
+  return status_;
+}
+
+void KVServerDaemon::Shutdown() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+}
+
+void KVServerDaemon::Run() {
+  absl::Status status = RegisterAndServe();
+  if (!status.ok() && stop_.HasBeenNotified() && !absl::IsCancelled(status)) {
+    status = absl::CancelledError("kvserver stopped by its owner");
+  }
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  status_ = status;
+  done_.Notify();
+}
+
+absl::Status KVServerDaemon::RegisterAndServe() {
+  auto stub = proto::Scheduler::NewStub(MakeChannel(options_.scheduler_address));
+  proto::RegisterRequest request;
+  request.set_role(proto::SERVER);
+  request.set_address(address());
+  request.set_requested_rank(options_.requested_rank);
+  request.set_hostname(LocalHostname());
+  proto::RegisterResponse registration;
+  const absl::Time give_up = absl::Now() + options_.register_timeout;
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(GrpcDeadline(give_up));
+    context.set_wait_for_ready(true);  // Wait for a scheduler that is still starting.
+    const grpc::Status status = stub->Register(&context, request, &registration);
+    if (status.ok()) break;
+    if (stop_.HasBeenNotified()) return absl::CancelledError("kvserver stopped");
+    return absl::Status(FromGrpcStatus(status).code(),
+                        absl::StrCat("registering with the scheduler at ",
+                                     options_.scheduler_address, ": ", status.error_message()));
+  }
+  const proto::ClusterView& view = registration.view();
+  ServerEngineOptions engine_options;
+  engine_options.sync = view.mode() != "dist_async";
+  engine_options.worker_node_ids.assign(view.worker_node_ids().begin(),
+                                        view.worker_node_ids().end());
+  ASSIGN_OR_RETURN(std::unique_ptr<Updater> updater,
+                   options_.registry.Create(options_.updater, options_.updater_config));
+  auto backend = std::make_shared<ServerBackend>();
+  ASSIGN_OR_RETURN(backend->engine,
+                   ServerEngine::Create(std::move(engine_options), std::move(updater)));
+  backend->controller = std::make_unique<Controller>(backend->engine.get(), &options_.registry,
+                                                     options_.custom_controller,
+                                                     registration.rank());
+  ServerEngine* engine = backend->engine.get();
+  service_.SetBackend(std::move(backend));
+  spdlog::info("kvserver rank {} (node {}) serving {} for {} workers", registration.rank(),
+              registration.node_id(), view.mode(), view.num_workers());
+
+  const absl::Duration interval = absl::Milliseconds(std::max(10, view.heartbeat_interval_ms()));
+  absl::Time last_contact = absl::Now();
+  while (!stop_.WaitForNotificationWithTimeout(interval)) {
+    proto::HeartbeatRequest beat;
+    beat.set_node_id(registration.node_id());
+    const ShardStore::Stats stats = engine->stats();
+    beat.set_num_keys(stats.num_keys);
+    beat.set_num_bytes(stats.num_bytes);
+    proto::HeartbeatResponse reply;
+    grpc::ClientContext context;
+    context.set_deadline(GrpcDeadline(absl::Now() + std::max(interval, absl::Seconds(2))));
+    const grpc::Status status = stub->Heartbeat(&context, beat, &reply);
+    if (status.ok()) {
+      last_contact = absl::Now();
+      if (reply.shutdown()) {
+        spdlog::info("kvserver rank {}: the job is over, exiting", registration.rank());
+        return absl::OkStatus();
+      }
+    } else if (absl::Now() - last_contact > options_.scheduler_lost_timeout) {
+      return absl::UnavailableError(absl::StrCat(
+          "lost the scheduler at ", options_.scheduler_address, ": no heartbeat answered for ",
+          absl::FormatDuration(options_.scheduler_lost_timeout), " (", status.error_message(),
+          ")"));
+    }
+  }
+  return absl::CancelledError("kvserver stopped by its owner");
+}
+
+}  // namespace kvstore

@@ -1,0 +1,87 @@
+// KVServerDaemon: a kvserver - the gRPC server for one shard plus its life cycle in the job.
+//
+// Start binds host:port (port 0: the OS picks one; port() says which), then, on a background
+// thread, registers with the scheduler (retrying while the scheduler is not up yet, until
+// register_timeout), builds the engine from the cluster view (dist_sync or dist_async, the
+// workers' node ids), and sends heartbeats - with the keys and bytes it holds - until the
+// scheduler says the job is over. Wait returns then: OK for a clean end, or the error that
+// stopped the server (registration refused or timed out, scheduler unreachable for longer than
+// scheduler_lost_timeout).
+//
+// Threading: Start, port, Wait and Shutdown may be called from any thread.
+#ifndef KVSTORE_SERVER_GRPC_KVSERVER_DAEMON_H_
+#define KVSTORE_SERVER_GRPC_KVSERVER_DAEMON_H_
+
+#include <grpcpp/server.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "server/core/controller.h"
+#include "server/core/updater.h"
+#include "server/grpc/kvserver_service.h"
+
+namespace kvstore {
+
+struct KVServerOptions {
+  // Interface and port to serve on; port 0 lets the OS choose.
+  std::string host = "127.0.0.1";
+  int port = 0;
+  // The scheduler's "host:port".
+  std::string scheduler_address;
+  // Requested server rank, or -1 for registration order.
+  int requested_rank = -1;
+  // Updater applied to pushes until a worker sets another (kCommandSetUpdater).
+  std::string updater = "assign";
+  std::string updater_config;
+  // Updaters a worker may select by name. Start adds "sgd" when it is missing.
+  UpdaterRegistry registry = UpdaterRegistry::WithBuiltins();
+  // Heads >= kFirstCustomCommand go here (optional).
+  CustomController custom_controller;
+  // How long to wait for the scheduler and the rest of the job.
+  absl::Duration register_timeout = absl::Seconds(120);
+  // How long the scheduler may be unreachable before the server gives up.
+  absl::Duration scheduler_lost_timeout = absl::Seconds(30);
+};
+
+class KVServerDaemon {
+ public:
+  // Start binds and begins registering. InvalidArgument for bad options, Unavailable when the
+  // address cannot be bound, NotFound for an unknown updater.
+  static absl::StatusOr<std::unique_ptr<KVServerDaemon>> Start(KVServerOptions options);
+
+  ~KVServerDaemon();
+  KVServerDaemon(const KVServerDaemon&) = delete;
+  KVServerDaemon& operator=(const KVServerDaemon&) = delete;
+
+  int port() const { return port_; }
+  std::string address() const;
+
+  // Wait blocks until the server has stopped and returns why (OK: the job ended).
+  absl::Status Wait();
+  // Shutdown stops the server now (Wait then returns Cancelled unless it already stopped).
+  void Shutdown();
+
+ private:
+  explicit KVServerDaemon(KVServerOptions options) : options_(std::move(options)) {}
+  void Run();
+  absl::Status RegisterAndServe();
+
+  KVServerOptions options_;
+  int port_ = 0;
+  KVServerService service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::thread thread_;
+  absl::Notification stop_;
+  absl::Notification done_;
+  absl::Status status_;  // Written before done_ is notified.
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_SERVER_GRPC_KVSERVER_DAEMON_H_

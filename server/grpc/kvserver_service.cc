@@ -1,0 +1,213 @@
+#include "server/grpc/kvserver_service.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/proto_convert.h"
+#include "common/status_macros.h"
+#include "common/wire_frame.h"
+
+namespace kvstore {
+namespace {
+
+absl::StatusOr<ValueSlice> SliceFromHeader(const proto::TensorHeader& header) {
+  ValueSlice slice;
+  ASSIGN_OR_RETURN(slice.key, KeyFromProto(header.key()));
+  ASSIGN_OR_RETURN(slice.dtype, DTypeFromProto(header.dtype()));
+  slice.shape.assign(header.shape().begin(), header.shape().end());
+  slice.offset = header.element_offset();
+  slice.count = header.element_count();
+  if (header.num_rows() != 0 || header.compression() != proto::COMPRESSION_NONE) {
+    return absl::UnimplementedError(absl::StrCat(
+        "key ", slice.key.Quoted(), ": row-sparse and compressed values are not served here"));
+  }
+  return slice;
+}
+
+// IncomingValues reads the headers and points each value at its bytes in the payload.
+absl::StatusOr<std::vector<IncomingValue>> IncomingValues(
+    const google::protobuf::RepeatedPtrField<proto::TensorHeader>& headers,
+    const Payload& payload) {
+  std::vector<IncomingValue> values;
+  values.reserve(headers.size());
+  for (const proto::TensorHeader& header : headers) {
+    IncomingValue value;
+    ASSIGN_OR_RETURN(value.slice, SliceFromHeader(header));
+    auto chunks = payload.Chunks(header.payload_offset(), header.payload_bytes());
+    if (!chunks.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("key ", value.slice.key.Quoted(), ": ", chunks.status().message()));
+    }
+    value.bytes = *std::move(chunks);
+    values.push_back(std::move(value));
+  }
+  return values;
+}
+
+// EncodePulled frames the pulled tensors after their headers.
+absl::StatusOr<grpc::ByteBuffer> EncodePulled(absl::Span<const ValueSlice> slices,
+                                              const std::vector<Tensor>& tensors) {
+  proto::PullResponse reply;
+  std::vector<PayloadPart> parts;
+  uint64_t offset = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    proto::TensorHeader* header = reply.add_tensors();
+    KeyToProto(slices[i].key, header->mutable_key());
+    header->set_dtype(DTypeToProto(slices[i].dtype));
+    for (int64_t d : slices[i].shape) header->add_shape(d);
+    header->set_element_offset(slices[i].offset);
+    header->set_element_count(slices[i].count);
+    header->set_payload_offset(offset);
+    header->set_payload_bytes(tensors[i].byte_size());
+    parts.push_back(PayloadPart{tensors[i], 0, tensors[i].byte_size()});
+    offset += tensors[i].byte_size();
+  }
+  return EncodeFrame(reply, parts);
+}
+
+absl::StatusOr<std::vector<ValueSlice>> SlicesFromHeaders(
+    const google::protobuf::RepeatedPtrField<proto::TensorHeader>& headers) {
+  std::vector<ValueSlice> slices;
+  for (const proto::TensorHeader& header : headers) {
+    ASSIGN_OR_RETURN(ValueSlice slice, SliceFromHeader(header));
+    slices.push_back(std::move(slice));
+  }
+  return slices;
+}
+
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, absl::Status status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+void KVServerService::SetBackend(std::shared_ptr<ServerBackend> backend) {
+  absl::MutexLock lock(&mu_);
+  backend_ = std::move(backend);
+}
+
+std::shared_ptr<ServerBackend> KVServerService::backend() const {
+  absl::MutexLock lock(&mu_);
+  return backend_;
+}
+
+namespace {
+absl::Status NotReady() {
+  return absl::UnavailableError("this server is waiting for the job's nodes to register");
+}
+}  // namespace
+
+grpc::ServerUnaryReactor* KVServerService::Init(grpc::CallbackServerContext* context,
+                                                const grpc::ByteBuffer* request,
+                                                grpc::ByteBuffer* response) {
+  auto backend = this->backend();
+  if (!backend) return Reply(context, NotReady());
+  proto::InitRequest header;
+  auto payload = DecodeFrame(*request, &header);
+  if (!payload.ok()) return Reply(context, payload.status());
+  auto values = IncomingValues(header.tensors(), *payload);
+  if (!values.ok()) return Reply(context, values.status());
+  const absl::Status status = backend->engine->Init(header.node_id(), *values);
+  if (status.ok()) *response = EncodeMessage(proto::InitResponse());
+  return Reply(context, status);
+}
+
+grpc::ServerUnaryReactor* KVServerService::Push(grpc::CallbackServerContext* context,
+                                                const grpc::ByteBuffer* request,
+                                                grpc::ByteBuffer* response) {
+  auto backend = this->backend();
+  if (!backend) return Reply(context, NotReady());
+  proto::PushRequest header;
+  auto payload = DecodeFrame(*request, &header);
+  if (!payload.ok()) return Reply(context, payload.status());
+  auto values = IncomingValues(header.tensors(), *payload);
+  if (!values.ok()) return Reply(context, values.status());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // The engine reads the payload during the call; `done` may run later, on the thread whose
+  // push completes the round. The reactor and `response` stay valid until Finish.
+  backend->engine->Push(header.node_id(), header.request_id(), *values,
+                        [reactor, response](absl::Status status) {
+                          if (status.ok()) *response = EncodeMessage(proto::PushResponse());
+                          reactor->Finish(ToGrpcStatus(status));
+                        });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* KVServerService::Pull(grpc::CallbackServerContext* context,
+                                                const grpc::ByteBuffer* request,
+                                                grpc::ByteBuffer* response) {
+  auto backend = this->backend();
+  if (!backend) return Reply(context, NotReady());
+  proto::PullRequest header;
+  absl::Status status = DecodeMessage(*request, &header);
+  if (!status.ok()) return Reply(context, status);
+  auto slices = SlicesFromHeaders(header.tensors());
+  if (!slices.ok()) return Reply(context, slices.status());
+  auto pulled = backend->engine->Pull(header.node_id(), *slices);
+  if (!pulled.ok()) return Reply(context, pulled.status());
+  auto frame = EncodePulled(*slices, *pulled);
+  if (frame.ok()) *response = *std::move(frame);
+  return Reply(context, frame.status());
+}
+
+grpc::ServerUnaryReactor* KVServerService::PushPull(grpc::CallbackServerContext* context,
+                                                    const grpc::ByteBuffer* request,
+                                                    grpc::ByteBuffer* response) {
+  auto backend = this->backend();
+  if (!backend) return Reply(context, NotReady());
+  proto::PushPullRequest header;
+  auto payload = DecodeFrame(*request, &header);
+  if (!payload.ok()) return Reply(context, payload.status());
+  auto values = IncomingValues(header.tensors(), *payload);
+  if (!values.ok()) return Reply(context, values.status());
+  std::vector<ValueSlice> slices;
+  for (const IncomingValue& value : *values) slices.push_back(value.slice);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const uint64_t node_id = header.node_id();
+  backend->engine->Push(
+      node_id, header.request_id(), *values,
+      [reactor, response, backend, node_id, slices = std::move(slices)](absl::Status status) {
+        if (status.ok()) {
+          auto pulled = backend->engine->Pull(node_id, slices);
+          status = pulled.status();
+          if (status.ok()) {
+            auto frame = EncodePulled(slices, *pulled);
+            status = frame.status();
+            if (status.ok()) *response = *std::move(frame);
+          }
+        }
+        reactor->Finish(ToGrpcStatus(status));
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* KVServerService::RowSparsePull(grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* /*request*/,
+                                                         grpc::ByteBuffer* /*response*/) {
+  return Reply(context,
+               absl::UnimplementedError("RowSparsePull is not supported by this kvserver"));
+}
+
+grpc::ServerUnaryReactor* KVServerService::Command(grpc::CallbackServerContext* context,
+                                                   const grpc::ByteBuffer* request,
+                                                   grpc::ByteBuffer* response) {
+  auto backend = this->backend();
+  if (!backend) return Reply(context, NotReady());
+  proto::ServerCommandRequest command;
+  absl::Status status = DecodeMessage(*request, &command);
+  if (status.ok()) status = backend->engine->CheckSender(command.node_id());
+  if (!status.ok()) return Reply(context, status);
+  auto reply = backend->controller->Run(command.head(), command.body());
+  if (reply.ok()) {
+    proto::ServerCommandResponse message;
+    message.set_reply(*reply);
+    *response = EncodeMessage(message);
+  }
+  return Reply(context, reply.status());
+}
+
+}  // namespace kvstore

@@ -1,0 +1,89 @@
+#include "server/scheduler/scheduler_daemon.h"
+
+#include <grpcpp/server_builder.h>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_channel.h"
+#include "common/status_macros.h"
+
+namespace kvstore {
+
+absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
+    SchedulerDaemonOptions options) {
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("port ", options.port, " is not in 0..65535"));
+  }
+  std::unique_ptr<SchedulerDaemon> daemon(new SchedulerDaemon(std::move(options)));
+  ASSIGN_OR_RETURN(daemon->core_, SchedulerCore::Create(daemon->options_.job));
+  daemon->service_ =
+      std::make_unique<SchedulerService>(daemon->core_.get(), daemon->options_.command_timeout);
+  grpc::ServerBuilder builder;
+  ConfigureServer(&builder);
+  const std::string listen = absl::StrCat(daemon->options_.host, ":", daemon->options_.port);
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &daemon->port_);
+  builder.RegisterService(daemon->service_.get());
+  daemon->server_ = builder.BuildAndStart();
+  if (daemon->server_ == nullptr || daemon->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("scheduler cannot listen on ", listen));
+  }
+  spdlog::info("scheduler listening on {} for {} servers and {} workers", daemon->address(),
+               daemon->options_.job.num_servers, daemon->options_.job.num_workers);
+  daemon->ticker_ = std::thread([d = daemon.get()] {
+    const absl::Status status = d->Tick();
+    d->server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    d->status_ = status;
+    d->done_.Notify();
+  });
+  return daemon;
+}
+
+SchedulerDaemon::~SchedulerDaemon() {
+  Shutdown();
+  if (ticker_.joinable()) ticker_.join();
+}
+
+std::string SchedulerDaemon::address() const {
+  return absl::StrCat(options_.host, ":", port_);
+}
+
+absl::Status SchedulerDaemon::Wait() {
+  done_.WaitForNotification();
+  return status_;
+}
+
+void SchedulerDaemon::Shutdown() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+}
+
+absl::Status SchedulerDaemon::Tick() {
+  absl::Time over_since = absl::InfiniteFuture();
+  absl::Time failed_since = absl::InfiniteFuture();
+  const absl::Duration linger = options_.job.heartbeat_interval * 2 + absl::Milliseconds(200);
+  while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(50))) {
+    const absl::Time now = absl::Now();
+    core_->ExpireDeadlines(now);
+    const absl::Status registration = core_->registration_status();
+    if (!registration.ok()) {
+      // Give the refused nodes a moment to receive their answer, then stop.
+      if (failed_since == absl::InfiniteFuture()) failed_since = now;
+      if (now - failed_since > absl::Seconds(1)) return registration;
+      continue;
+    }
+    if (!core_->shutdown_requested()) continue;
+    if (over_since == absl::InfiniteFuture()) {
+      over_since = now;
+      spdlog::info("scheduler: the job is over ({})", core_->shutdown_reason());
+    }
+    // Leave time for workers still heartbeating to hear it too.
+    if (core_->all_servers_released() && now - over_since > linger) return absl::OkStatus();
+    if (now - over_since > options_.shutdown_grace) {
+      spdlog::warn("scheduler: servers did not all hear the end within {}; exiting",
+                   absl::FormatDuration(options_.shutdown_grace));
+      return absl::OkStatus();
+    }
+  }
+  return absl::CancelledError("scheduler stopped by its owner");
+}
+
+}  // namespace kvstore

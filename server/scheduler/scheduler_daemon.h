@@ -1,0 +1,66 @@
+// SchedulerDaemon: the scheduler process's server - SchedulerCore behind SchedulerService -
+// and its life cycle.
+//
+// Start binds host:port (port 0: the OS picks one; port() says which) and starts a ticker that
+// expires overdue registrations and barriers. Wait returns when the job is over: OK once every
+// worker has finished (or a controller asked for shutdown) and every server has been told to
+// exit (or `shutdown_grace` has passed), DeadlineExceeded naming the missing nodes when the job
+// never assembled.
+#ifndef KVSTORE_SERVER_SCHEDULER_SCHEDULER_DAEMON_H_
+#define KVSTORE_SERVER_SCHEDULER_SCHEDULER_DAEMON_H_
+
+#include <grpcpp/server.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "server/scheduler/scheduler_core.h"
+#include "server/scheduler/scheduler_service.h"
+
+namespace kvstore {
+
+struct SchedulerDaemonOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;
+  SchedulerOptions job;
+  // After the job is over, how long to wait for servers to hear it before exiting anyway.
+  absl::Duration shutdown_grace = absl::Seconds(10);
+  // Deadline of each command sent to a server.
+  absl::Duration command_timeout = absl::Seconds(60);
+};
+
+class SchedulerDaemon {
+ public:
+  static absl::StatusOr<std::unique_ptr<SchedulerDaemon>> Start(SchedulerDaemonOptions options);
+  ~SchedulerDaemon();
+  SchedulerDaemon(const SchedulerDaemon&) = delete;
+  SchedulerDaemon& operator=(const SchedulerDaemon&) = delete;
+
+  int port() const { return port_; }
+  std::string address() const;
+  // Wait blocks until the scheduler has stopped and returns why.
+  absl::Status Wait();
+  // Shutdown stops the scheduler now.
+  void Shutdown();
+
+ private:
+  explicit SchedulerDaemon(SchedulerDaemonOptions options) : options_(std::move(options)) {}
+  absl::Status Tick();
+
+  SchedulerDaemonOptions options_;
+  int port_ = 0;
+  std::unique_ptr<SchedulerCore> core_;
+  std::unique_ptr<SchedulerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::thread ticker_;
+  absl::Notification stop_;
+  absl::Notification done_;
+  absl::Status status_;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_SERVER_SCHEDULER_SCHEDULER_DAEMON_H_

@@ -1,0 +1,93 @@
+// scheduler: the job coordinator daemon.
+//
+//   scheduler --num_servers=2 --num_workers=2 --port=9091
+//
+// Flags left unset are taken from the launch environment (DMLC_PS_ROOT_URI/PORT,
+// DMLC_NUM_SERVER, DMLC_NUM_WORKER or their KV_ names; see common/environment.h). --port=0 lets
+// the OS choose; --port_file then tells launchers which port was bound. Exits 0 when the job
+// is over, non-zero with a one-line reason otherwise.
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "common/environment.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "server/scheduler/scheduler_daemon.h"
+
+ABSL_FLAG(std::string, host, "127.0.0.1", "Interface to listen on.");
+ABSL_FLAG(int, port, -1,
+          "Port to listen on; 0 lets the OS choose; -1: DMLC_PS_ROOT_PORT, else 0.");
+ABSL_FLAG(std::string, port_file, "", "If set, the bound port is written to this file.");
+ABSL_FLAG(int, num_servers, 0, "Number of kvservers; 0: DMLC_NUM_SERVER, else 1.");
+ABSL_FLAG(int, num_workers, 0, "Number of workers; 0: DMLC_NUM_WORKER, else 1.");
+ABSL_FLAG(int64_t, big_value_bound, 1000000,
+          "Values with more elements are split over all servers.");
+ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(120),
+          "How long the job may take to assemble.");
+ABSL_FLAG(absl::Duration, barrier_timeout, absl::Seconds(600),
+          "How long a barrier waits for its last node.");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Heartbeat period of every node.");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off.");
+
+namespace kvstore {
+namespace {
+
+absl::Status WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << port << "\n";
+    if (!out.good()) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run() {
+  ASSIGN_OR_RETURN(const JobEnvironment env, ReadJobEnvironment());
+  SchedulerDaemonOptions options;
+  options.host = absl::GetFlag(FLAGS_host);
+  options.port = absl::GetFlag(FLAGS_port);
+  options.job.num_servers = absl::GetFlag(FLAGS_num_servers);
+  options.job.num_workers = absl::GetFlag(FLAGS_num_workers);
+  if (options.port == -1) options.port = env.scheduler_port.value_or(0);
+  if (options.job.num_servers == 0) options.job.num_servers = env.num_servers.value_or(1);
+  if (options.job.num_workers == 0) options.job.num_workers = env.num_workers.value_or(1);
+  options.job.big_value_bound = absl::GetFlag(FLAGS_big_value_bound);
+  options.job.register_timeout = absl::GetFlag(FLAGS_register_timeout);
+  options.job.barrier_timeout = absl::GetFlag(FLAGS_barrier_timeout);
+  options.job.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  if (options.job.heartbeat_interval < absl::Milliseconds(10)) {
+    return absl::InvalidArgumentError("--heartbeat_interval must be at least 10ms");
+  }
+  ASSIGN_OR_RETURN(auto daemon, SchedulerDaemon::Start(options));
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    RETURN_IF_ERROR(WritePortFile(absl::GetFlag(FLAGS_port_file), daemon->port()));
+  }
+  return daemon->Wait();
+}
+
+}  // namespace
+}  // namespace kvstore
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const absl::Status logging =
+      kvstore::InitLogging({"scheduler", absl::GetFlag(FLAGS_log_level)});
+  if (!logging.ok()) {
+    std::fprintf(stderr, "scheduler: %s\n", std::string(logging.message()).c_str());
+    return 2;
+  }
+  const absl::Status status = kvstore::Run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "scheduler: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
