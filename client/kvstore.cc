@@ -3,7 +3,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/dist_store.h"
 #include "client/local_store.h"
+#include "common/environment.h"
 
 namespace kvstore {
 namespace {
@@ -40,15 +42,46 @@ absl::Status CheckOutputs(absl::Span<const Key> keys, absl::Span<Tensor* const> 
 
 }  // namespace
 
+absl::StatusOr<DistOptions> DistOptions::FromEnvironment() {
+  absl::StatusOr<JobEnvironment> env = ReadJobEnvironment();
+  if (!env.ok()) return env.status();
+  if (!env->scheduler_port) {
+    return absl::InvalidArgumentError(
+        "a distributed store needs the scheduler's port: set DMLC_PS_ROOT_PORT (or "
+        "KV_SCHEDULER_PORT) and DMLC_PS_ROOT_URI, as a launcher such as deploy/launch.py does");
+  }
+  DistOptions options;
+  options.scheduler_host = env->scheduler_host.value_or("127.0.0.1");
+  options.scheduler_port = *env->scheduler_port;
+  options.requested_rank = env->rank.value_or(-1);
+  return options;
+}
+
 absl::StatusOr<std::unique_ptr<KVStore>> KVStore::Create(absl::string_view type) {
+  if (type == "dist_sync" || type == "dist_async") {
+    absl::StatusOr<DistOptions> options = DistOptions::FromEnvironment();
+    if (!options.ok()) return options.status();
+    return Create(type, *options);
+  }
+  return Create(type, DistOptions());
+}
+
+absl::StatusOr<std::unique_ptr<KVStore>> KVStore::Create(absl::string_view type,
+                                                         const DistOptions& options) {
   if (type == "local" || type == "local_update_cpu" || type == "local_allreduce_cpu" ||
       type == "device" || type == "local_allreduce_device") {
     return std::unique_ptr<KVStore>(new LocalStore(std::string(type)));
   }
+  if (type == "dist_sync" || type == "dist_async") {
+    absl::StatusOr<std::unique_ptr<DistStore>> store =
+        DistStore::Connect(std::string(type), options);
+    if (!store.ok()) return store.status();
+    return std::unique_ptr<KVStore>(std::move(store).value());
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown KVStore type \"", type,
-      "\"; supported: local, device (and MXNet's local_update_cpu, local_allreduce_cpu, "
-      "local_allreduce_device)"));
+      "\"; supported: local, device, dist_sync, dist_async (and MXNet's local_update_cpu, "
+      "local_allreduce_cpu, local_allreduce_device)"));
 }
 
 absl::Status KVStore::Init(absl::Span<const Key> keys, absl::Span<const Tensor> values) {

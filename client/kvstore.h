@@ -27,7 +27,11 @@
 // "local_update_cpu", "local_allreduce_cpu" and "local_allreduce_device" are accepted).
 // In-process stores finish each operation before the call returns, so Wait/WaitAll return at
 // once; programs written against the asynchronous contract (Wait before reading an output) stay
-// correct for every store type.
+// correct for every store type. "dist_sync" and "dist_async" talk to a scheduler and kvservers
+// over gRPC: Push, Pull and PushPull check their arguments, enqueue and return; errors found by
+// the servers are returned by Wait / WaitAll. In dist_sync a server applies one update per
+// round to the sum of every worker's push; in dist_async it applies each push as it arrives.
+// Every worker calls Init with the same keys; rank 0's values are stored.
 //
 // Threading: a store may be used from several threads; calls are serialised internally.
 // Tensors passed to Push are read and outputs given to Pull are written until the operation has
@@ -58,15 +62,48 @@ enum class NodeGroup : int {
   kAll = 7,
 };
 
+// DistOptions: how a distributed store ("dist_sync", "dist_async") joins its job.
+struct DistOptions {
+  // The scheduler's address.
+  std::string scheduler_host = "127.0.0.1";
+  int scheduler_port = 0;
+  // Requested worker rank, or -1 to be ranked by registration order.
+  int requested_rank = -1;
+  // How long to wait for the scheduler and for the whole job to register.
+  absl::Duration register_timeout = absl::Seconds(120);
+  // Deadline of each data RPC. A dist_sync push is answered when every worker has pushed the
+  // key, so this also bounds how long a worker waits for the slowest one.
+  absl::Duration rpc_timeout = absl::Seconds(120);
+  // Deadline of Barrier (and of Init, which ends with one).
+  absl::Duration barrier_timeout = absl::Seconds(660);
+  // An unreachable server is retried this many times, with exponential backoff starting at
+  // retry_backoff, before the operation fails naming the server.
+  int max_retries = 8;
+  absl::Duration retry_backoff = absl::Milliseconds(50);
+  // Operations started concurrently; more wait in a queue ordered by priority.
+  int max_inflight = 64;
+
+  // FromEnvironment reads the scheduler address, the job size and the rank from the launch
+  // environment (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_WORKER_ID or the KV_ names, see
+  // common/environment.h). InvalidArgument naming the variable when one is malformed or the
+  // scheduler's port is missing.
+  static absl::StatusOr<DistOptions> FromEnvironment();
+};
+
 class KVStore {
  public:
   // Updater: merges `received` (the summed push) into `*stored`. In-process stores call it on
   // the pushing thread, once per key per Push; it must not call back into the store.
   using Updater = std::function<void(const Key& key, const Tensor& received, Tensor* stored)>;
 
-  // Create returns a new store of `type` ("local", "device" or an MXNet alias of them);
+  // Create returns a new store of `type`: "local", "device" (or an MXNet alias of them), or
+  // "dist_sync" / "dist_async", which join the job described by the launch environment
+  // (DistOptions::FromEnvironment) and block until every node of the job has registered.
   // InvalidArgument naming the supported types for anything else.
   static absl::StatusOr<std::unique_ptr<KVStore>> Create(absl::string_view type = "local");
+  // Create with explicit options for the distributed types.
+  static absl::StatusOr<std::unique_ptr<KVStore>> Create(absl::string_view type,
+                                                         const DistOptions& options);
 
   virtual ~KVStore() = default;
   KVStore(const KVStore&) = delete;
@@ -117,6 +154,12 @@ class KVStore {
   // SetUpdater replaces the updater that merges pushes into stored values (in-process stores;
   // MXNet's `_set_updater`). Distributed stores run updaters registered by name on the servers.
   virtual absl::Status SetUpdater(Updater updater) = 0;
+
+  // SendCommandToServers runs controller command (head, body) on every server and returns after
+  // all ran it (see server/core/controller.h for the built-in heads; head 0 with body
+  // "sgd lr=0.1 momentum=0.9" selects the servers' updater). In-process stores have no servers:
+  // it returns OK and does nothing, like MXNet's.
+  virtual absl::Status SendCommandToServers(int head, const std::string& body) = 0;
 
   // NumDeadNodes returns how many nodes of `group` sent no heartbeat within `timeout`
   // (MXNet's get_num_dead_node); 0 for in-process stores.

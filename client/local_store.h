@@ -29,6 +29,9 @@ class LocalStore final : public KVStore {
   absl::Status WaitAll() override { return absl::OkStatus(); }
   absl::Status Barrier() override { return absl::OkStatus(); }
   absl::Status SetUpdater(Updater updater) override;
+  absl::Status SendCommandToServers(int /*head*/, const std::string& /*body*/) override {
+    return absl::OkStatus();
+  }
   absl::StatusOr<int> NumDeadNodes(NodeGroup group, absl::Duration timeout) override;
 
  protected:

@@ -208,7 +208,9 @@ TEST_CASE("Semantics: operations on one key keep their order", "[order]") {
   INFO(rng.Describe());
   auto kv = NewStore();
   REQUIRE(kv->Init(1, Tensor::Zeros(DType::kInt64, {3})).ok());
+  // Outputs must stay put until the pulls complete (asynchronous stores write them later).
   std::vector<Tensor> outs;
+  outs.reserve(20);
   std::vector<int64_t> expected;
   for (int i = 0; i < 20; ++i) {
     const int64_t v = rng.Int(-1000000, 1000000);

@@ -1,0 +1,689 @@
+#include "client/dist_store.h"
+
+#include <grpcpp/client_context.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "client/key_groups.h"
+#include "common/grpc_channel.h"
+#include "common/grpc_status.h"
+#include "common/proto_convert.h"
+#include "common/reduce.h"
+#include "common/status_macros.h"
+#include "common/wire_frame.h"
+#include "server/core/shard_store.h"
+
+namespace kvstore {
+namespace {
+
+constexpr char kInitMethod[] = "/kvstore.proto.KVServer/Init";
+constexpr char kPushMethod[] = "/kvstore.proto.KVServer/Push";
+constexpr char kPullMethod[] = "/kvstore.proto.KVServer/Pull";
+constexpr char kPushPullMethod[] = "/kvstore.proto.KVServer/PushPull";
+
+absl::Status CheckOnCpu(const Key& key, const Tensor& tensor) {
+  if (tensor.device().is_cpu()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "key ", key.Quoted(), ": tensor is on ", tensor.device().ToString(),
+      " but this store sends from CPU memory (no CUDA support in this build)"));
+}
+
+void FillHeader(const Key& key, DType dtype, const Shape& shape, const Slice& slice,
+                proto::TensorHeader* header) {
+  KeyToProto(key, header->mutable_key());
+  header->set_dtype(DTypeToProto(dtype));
+  for (int64_t d : shape) header->add_shape(d);
+  header->set_element_offset(slice.offset);
+  header->set_element_count(slice.count);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
+                                                              const DistOptions& options) {
+  if (options.scheduler_port <= 0 || options.scheduler_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scheduler port ", options.scheduler_port, " is not in 1..65535"));
+  }
+  if (options.max_inflight < 1 || options.max_retries < 0) {
+    return absl::InvalidArgumentError("max_inflight must be >= 1 and max_retries >= 0");
+  }
+  std::unique_ptr<DistStore> store(new DistStore(std::move(type), options));
+  RETURN_IF_ERROR(store->Join());
+  store->dispatcher_ = std::thread([s = store.get()] { s->Dispatch(); });
+  store->timer_ = std::thread([s = store.get()] { s->TimerLoop(); });
+  store->heartbeat_ = std::thread([s = store.get()] { s->HeartbeatLoop(); });
+  return store;
+}
+
+absl::Status DistStore::Join() {
+  scheduler_address_ = absl::StrCat(options_.scheduler_host, ":", options_.scheduler_port);
+  scheduler_ = proto::Scheduler::NewStub(MakeChannel(scheduler_address_));
+  proto::RegisterRequest request;
+  request.set_role(proto::WORKER);
+  request.set_requested_rank(options_.requested_rank);
+  request.set_hostname(LocalHostname());
+  request.set_mode(type());
+  proto::RegisterResponse reply;
+  grpc::ClientContext context;
+  context.set_deadline(GrpcDeadline(absl::Now() + options_.register_timeout));
+  context.set_wait_for_ready(true);  // The scheduler may still be starting.
+  const grpc::Status status = scheduler_->Register(&context, request, &reply);
+  if (!status.ok()) {
+    const absl::Status error = FromGrpcStatus(status);
+    return absl::Status(error.code(), absl::StrCat("joining the job through the scheduler at ",
+                                                   scheduler_address_, ": ", error.message()));
+  }
+  const proto::ClusterView& view = reply.view();
+  node_id_ = reply.node_id();
+  rank_ = reply.rank();
+  num_workers_ = view.num_workers();
+  heartbeat_interval_ = absl::Milliseconds(std::max(10, view.heartbeat_interval_ms()));
+  if (view.servers_size() == 0) return absl::InternalError("the cluster view lists no servers");
+  for (const proto::ServerInfo& info : view.servers()) {
+    Server server;
+    server.rank = info.rank();
+    server.address = info.address();
+    server.stub = std::make_unique<grpc::GenericStub>(MakeChannel(info.address()));
+    servers_.push_back(std::move(server));
+  }
+  ASSIGN_OR_RETURN(Partitioner partitioner,
+                   Partitioner::Create(view.servers_size(), view.big_value_bound()));
+  partitioner_ = partitioner;
+  spdlog::debug("worker rank {} (node {}) joined a {} job of {} workers and {} servers", rank_,
+                node_id_, view.mode(), num_workers_, servers_.size());
+  return absl::OkStatus();
+}
+
+DistStore::~DistStore() {
+  const absl::Status pending = WaitAll();
+  if (!pending.ok()) spdlog::warn("worker {}: {}", rank_, pending.ToString());
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    changed_.SignalAll();
+  }
+  if (dispatcher_.joinable()) dispatcher_.join();
+  bool over;
+  {
+    absl::MutexLock lock(&mu_);
+    over = job_over_;
+  }
+  if (scheduler_ != nullptr && node_id_ != 0 && !over) {
+    proto::FinishRequest request;
+    request.set_node_id(node_id_);
+    proto::FinishResponse reply;
+    grpc::ClientContext context;
+    context.set_deadline(GrpcDeadline(absl::Now() + absl::Seconds(10)));
+    const grpc::Status status = scheduler_->Finish(&context, request, &reply);
+    if (!status.ok()) {
+      spdlog::warn("worker {}: telling the scheduler at {} that it finished: {}", rank_,
+                   scheduler_address_, status.error_message());
+    }
+  }
+  if (!stop_heartbeat_.HasBeenNotified()) stop_heartbeat_.Notify();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  {
+    absl::MutexLock lock(&timer_mu_);
+    timer_stop_ = true;
+  }
+  if (timer_.joinable()) timer_.join();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation
+
+absl::Status DistStore::CheckKeyKind(const Key& key) const {
+  if (int_keys_.has_value() && *int_keys_ != key.is_int()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key ", key.Quoted(), " is a ", key.KindName(), " key but this store holds ",
+        *int_keys_ ? "int" : "string", " keys; int and string keys cannot be mixed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<DistStore::KeyInfo>> DistStore::Lookup(const Key& key) const {
+  RETURN_IF_ERROR(CheckKeyKind(key));
+  auto it = keys_.find(key);
+  if (it == keys_.end()) {
+    return absl::NotFoundError(absl::StrCat("key ", key.Quoted(), " was never initialised"));
+  }
+  return it->second;
+}
+
+absl::Status DistStore::JobOver() const {
+  if (!job_over_) return absl::OkStatus();
+  return absl::CancelledError(
+      absl::StrCat("the job run by the scheduler at ", scheduler_address_, " is over"));
+}
+
+absl::StatusOr<std::vector<DistStore::KeyWork>> DistStore::Plan(
+    absl::Span<const Key> keys, absl::Span<const Tensor> values,
+    absl::Span<Tensor* const> outs) const {
+  absl::ReaderMutexLock lock(&mu_);
+  RETURN_IF_ERROR(JobOver());
+  std::vector<KeyWork> work;
+  absl::flat_hash_map<Key, size_t> index;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const Key& key = keys[i];
+    ASSIGN_OR_RETURN(std::shared_ptr<KeyInfo> info, Lookup(key));
+    const TensorSpec spec{info->dtype, info->shape};
+    auto [it, inserted] = index.emplace(key, work.size());
+    if (inserted) work.push_back(KeyWork{key, info, {}, {}});
+    KeyWork& entry = work[it->second];
+    if (!values.empty()) {
+      RETURN_IF_ERROR(CheckOnCpu(key, values[i]));
+      RETURN_IF_ERROR(CheckValueMatches(key, "pushed", values[i], spec));
+      entry.values.push_back(values[i]);
+    }
+    if (!outs.empty()) {
+      RETURN_IF_ERROR(CheckOnCpu(key, *outs[i]));
+      RETURN_IF_ERROR(CheckValueMatches(key, "output", *outs[i], spec));
+      entry.outs.push_back(outs[i]);
+    }
+  }
+  return work;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The operations
+
+absl::Status DistStore::DoInit(absl::Span<const Key> keys, absl::Span<const Tensor> values) {
+  std::vector<KeyWork> work;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    RETURN_IF_ERROR(JobOver());
+    absl::flat_hash_set<Key> seen;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const Key& key = keys[i];
+      RETURN_IF_ERROR(CheckOnCpu(key, values[i]));
+      RETURN_IF_ERROR(CheckKeyKind(key));
+      if (key.is_int() != keys.front().is_int()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "key ", key.Quoted(), " is a ", key.KindName(), " key but the same call has ",
+            keys.front().KindName(), " keys; int and string keys cannot be mixed"));
+      }
+      if (keys_.contains(key) || !seen.insert(key).second) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("key ", key.Quoted(), " is already initialised"));
+      }
+      auto info = std::make_shared<KeyInfo>();
+      info->dtype = values[i].dtype();
+      info->shape = values[i].shape();
+      info->slices = partitioner_->Partition(key, values[i].num_elements());
+      work.push_back(KeyWork{key, std::move(info), {values[i]}, {}});
+    }
+  }
+  absl::Status status;
+  if (rank_ == 0) {
+    absl::Notification sent;
+    Transfer(Kind::kInit, work, [&](absl::Status s) {
+      status = s;
+      sent.Notify();
+    });
+    sent.WaitForNotification();
+  }
+  // Every worker waits until rank 0's values are stored, even when they were refused, so that
+  // no worker is left alone in the barrier.
+  const absl::Status barrier = Barrier();
+  if (status.ok()) status = barrier;
+  if (!status.ok()) return status;
+  absl::MutexLock lock(&mu_);
+  if (!keys.empty()) int_keys_ = keys.front().is_int();
+  for (KeyWork& entry : work) keys_[entry.key] = std::move(entry.info);
+  return absl::OkStatus();
+}
+
+absl::Status DistStore::DoPush(absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                               int priority) {
+  ASSIGN_OR_RETURN(std::vector<KeyWork> work, Plan(keys, values, {}));
+  Enqueue(priority, std::move(work), Kind::kPush);
+  return absl::OkStatus();
+}
+
+absl::Status DistStore::DoPull(absl::Span<const Key> keys, absl::Span<Tensor* const> outs,
+                               int priority) {
+  ASSIGN_OR_RETURN(std::vector<KeyWork> work, Plan(keys, {}, outs));
+  Enqueue(priority, std::move(work), Kind::kPull);
+  return absl::OkStatus();
+}
+
+absl::Status DistStore::DoPushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                                   absl::Span<Tensor* const> outs, int priority) {
+  if (values.size() != outs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("pushpull of ", values.size(),
+                                                   " values into ", outs.size(), " outputs"));
+  }
+  ASSIGN_OR_RETURN(std::vector<KeyWork> work, Plan(keys, values, outs));
+  Enqueue(priority, std::move(work), Kind::kPushPull);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The queue
+
+void DistStore::Enqueue(int priority, std::vector<KeyWork> work, Kind kind) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t seq = next_seq_++;
+  Op op;
+  op.priority = priority;
+  for (const KeyWork& entry : work) {
+    op.keys.push_back(entry.key);
+    unfinished_[entry.key].push_back(seq);
+  }
+  op.start = [this, kind, work = std::move(work)](OpDone done) mutable {
+    Transfer(kind, std::move(work), std::move(done));
+  };
+  queued_.emplace(seq, std::move(op));
+  changed_.SignalAll();
+}
+
+void DistStore::Dispatch() {
+  mu_.Lock();
+  while (true) {
+    if (stopping_ && queued_.empty()) break;
+    auto best = queued_.end();
+    if (inflight_ < options_.max_inflight) {
+      for (auto it = queued_.begin(); it != queued_.end(); ++it) {
+        bool ready = true;
+        for (const Key& key : it->second.keys) {
+          if (unfinished_.at(key).front() != it->first) {
+            ready = false;
+            break;
+          }
+        }
+        if (ready && (best == queued_.end() || it->second.priority > best->second.priority)) {
+          best = it;
+        }
+      }
+    }
+    if (best == queued_.end()) {
+      changed_.Wait(&mu_);
+      continue;
+    }
+    const uint64_t seq = best->first;
+    Op op = std::move(best->second);
+    queued_.erase(best);
+    ++inflight_;
+    mu_.Unlock();
+    std::vector<Key> keys = op.keys;
+    op.start([this, seq, keys = std::move(keys)](absl::Status status) {
+      Complete(seq, keys, status);
+    });
+    mu_.Lock();
+  }
+  mu_.Unlock();
+}
+
+void DistStore::Complete(uint64_t seq, const std::vector<Key>& keys, const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  --inflight_;
+  for (const Key& key : keys) {
+    auto it = unfinished_.find(key);
+    if (it != unfinished_.end()) {
+      auto& queue = it->second;
+      queue.erase(std::find(queue.begin(), queue.end(), seq));
+      if (queue.empty()) unfinished_.erase(it);
+    }
+    if (!status.ok()) key_errors_.emplace(key, status);
+  }
+  changed_.SignalAll();
+}
+
+absl::Status DistStore::Wait(absl::Span<const Key> keys) {
+  absl::MutexLock lock(&mu_);
+  auto busy = [&] {
+    for (const Key& key : keys) {
+      if (unfinished_.contains(key)) return true;
+    }
+    return false;
+  };
+  while (busy()) changed_.Wait(&mu_);
+  absl::Status first;
+  for (const Key& key : keys) {
+    auto it = key_errors_.find(key);
+    if (it == key_errors_.end()) continue;
+    if (first.ok()) first = it->second;
+    key_errors_.erase(it);
+  }
+  return first;
+}
+
+absl::Status DistStore::WaitAll() {
+  absl::MutexLock lock(&mu_);
+  while (!unfinished_.empty() || inflight_ > 0) changed_.Wait(&mu_);
+  absl::Status first;
+  for (const auto& [key, status] : key_errors_) {
+    if (first.ok()) first = status;
+  }
+  key_errors_.clear();
+  return first;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sending
+
+absl::Status DistStore::ServerError(int s, const absl::Status& status) const {
+  return absl::Status(status.code(), absl::StrCat("server ", servers_[s].rank, " at ",
+                                                  servers_[s].address, ": ", status.message()));
+}
+
+void DistStore::Transfer(Kind kind, std::vector<KeyWork> work, OpDone done) {
+  struct Target {
+    size_t work_index;
+    Slice slice;
+  };
+  struct PerServer {
+    proto::InitRequest init;
+    proto::PushRequest push;
+    proto::PullRequest pull;
+    proto::PushPullRequest pushpull;
+    std::vector<PayloadPart> parts;
+    uint64_t payload_bytes = 0;
+    std::vector<Target> targets;
+  };
+  struct State {
+    absl::Mutex mu;
+    int remaining = 0;
+    absl::Status error;
+    std::vector<KeyWork> work;
+    OpDone done;
+  };
+  auto state = std::make_shared<State>();
+  state->work = std::move(work);
+  state->done = std::move(done);
+  const bool sends = kind != Kind::kPull;
+  const bool receives = kind == Kind::kPull || kind == Kind::kPushPull;
+
+  // The value each key sends: the one pushed, or the sum of several (in the reused buffer).
+  std::vector<Tensor> sent(state->work.size());
+  if (sends) {
+    for (size_t i = 0; i < state->work.size(); ++i) {
+      KeyWork& entry = state->work[i];
+      if (entry.values.size() == 1) {
+        sent[i] = entry.values[0];
+        continue;
+      }
+      Tensor& buffer = entry.info->merge_buffer;
+      if (!buffer.defined()) buffer = Tensor::Zeros(entry.info->dtype, entry.info->shape);
+      const absl::Status status = SumInto(entry.values, &buffer);
+      if (!status.ok()) {
+        state->done(status);
+        return;
+      }
+      sent[i] = buffer;
+    }
+  }
+
+  std::vector<PerServer> per_server(servers_.size());
+  for (size_t i = 0; i < state->work.size(); ++i) {
+    const KeyWork& entry = state->work[i];
+    const size_t element = DTypeSize(entry.info->dtype);
+    for (const Slice& slice : entry.info->slices) {
+      PerServer& request = per_server[slice.server];
+      proto::TensorHeader* header;
+      switch (kind) {
+        case Kind::kInit: header = request.init.add_tensors(); break;
+        case Kind::kPush: header = request.push.add_tensors(); break;
+        case Kind::kPull: header = request.pull.add_tensors(); break;
+        case Kind::kPushPull: header = request.pushpull.add_tensors(); break;
+      }
+      FillHeader(entry.key, entry.info->dtype, entry.info->shape, slice, header);
+      if (sends) {
+        const size_t bytes = static_cast<size_t>(slice.count) * element;
+        header->set_payload_offset(request.payload_bytes);
+        header->set_payload_bytes(bytes);
+        request.parts.push_back(
+            PayloadPart{sent[i], static_cast<size_t>(slice.offset) * element, bytes});
+        request.payload_bytes += bytes;
+      }
+      request.targets.push_back(Target{i, slice});
+    }
+  }
+
+  std::vector<std::pair<int, std::shared_ptr<grpc::ByteBuffer>>> calls;
+  for (size_t s = 0; s < per_server.size(); ++s) {
+    PerServer& request = per_server[s];
+    if (request.targets.empty()) continue;
+    absl::StatusOr<grpc::ByteBuffer> frame;
+    switch (kind) {
+      case Kind::kInit:
+        request.init.set_node_id(node_id_);
+        frame = EncodeFrame(request.init, request.parts);
+        break;
+      case Kind::kPush:
+        request.push.set_node_id(node_id_);
+        request.push.set_request_id(next_request_id_++);
+        frame = EncodeFrame(request.push, request.parts);
+        break;
+      case Kind::kPull:
+        request.pull.set_node_id(node_id_);
+        frame = EncodeMessage(request.pull);
+        break;
+      case Kind::kPushPull:
+        request.pushpull.set_node_id(node_id_);
+        request.pushpull.set_request_id(next_request_id_++);
+        frame = EncodeFrame(request.pushpull, request.parts);
+        break;
+    }
+    if (!frame.ok()) {
+      state->done(frame.status());
+      return;
+    }
+    calls.emplace_back(static_cast<int>(s), std::make_shared<grpc::ByteBuffer>(*std::move(frame)));
+  }
+  state->remaining = static_cast<int>(calls.size());
+  if (calls.empty()) {
+    state->done(absl::OkStatus());
+    return;
+  }
+  static constexpr const char* kMethods[] = {kInitMethod, kPushMethod, kPullMethod,
+                                             kPushPullMethod};
+  const char* method = kMethods[static_cast<int>(kind)];
+  for (auto& [s, buffer] : calls) {
+    std::vector<Target> targets = std::move(per_server[s].targets);
+    Call(s, method, buffer,
+         [this, state, s = s, receives, targets = std::move(targets)](
+             absl::Status status, grpc::ByteBuffer* reply) {
+           if (status.ok() && receives) {
+             // Copy each returned slice from the received bytes into the first output.
+             proto::PullResponse header;
+             absl::StatusOr<Payload> payload = DecodeFrame(*reply, &header);
+             status = payload.status();
+             if (status.ok() && header.tensors_size() != static_cast<int>(targets.size())) {
+               status = absl::InternalError(absl::StrCat("asked for ", targets.size(),
+                                                         " values, got ", header.tensors_size()));
+             }
+             for (size_t t = 0; status.ok() && t < targets.size(); ++t) {
+               const proto::TensorHeader& got = header.tensors(static_cast<int>(t));
+               KeyWork& entry = state->work[targets[t].work_index];
+               Tensor* out = entry.outs.front();
+               const size_t element = DTypeSize(entry.info->dtype);
+               const size_t bytes = static_cast<size_t>(targets[t].slice.count) * element;
+               if (got.element_offset() != targets[t].slice.offset ||
+                   got.payload_bytes() != bytes) {
+                 status = absl::InternalError(absl::StrCat(
+                     "key ", entry.key.Quoted(), ": reply holds elements from ",
+                     got.element_offset(), " in ", got.payload_bytes(), " bytes, expected ",
+                     targets[t].slice.offset, " in ", bytes));
+                 break;
+               }
+               status = payload->CopyTo(
+                   got.payload_offset(), bytes,
+                   static_cast<uint8_t*>(out->data()) + targets[t].slice.offset * element);
+             }
+             if (!status.ok()) status = ServerError(s, status);
+           }
+           bool last;
+           {
+             absl::MutexLock lock(&state->mu);
+             if (!status.ok() && state->error.ok()) state->error = status;
+             last = --state->remaining == 0;
+           }
+           if (!last) return;
+           if (state->error.ok() && receives) {
+             // One key pulled into several outputs: copy the first into the others.
+             for (KeyWork& entry : state->work) {
+               for (size_t o = 1; o < entry.outs.size(); ++o) {
+                 if (entry.outs[o]->data() == entry.outs[0]->data()) continue;
+                 const absl::Status copied = CopyInto(*entry.outs[0], entry.outs[o]);
+                 if (!copied.ok() && state->error.ok()) state->error = copied;
+               }
+             }
+           }
+           state->done(state->error);
+         });
+  }
+}
+
+void DistStore::Call(int s, const char* method, std::shared_ptr<grpc::ByteBuffer> request,
+                     std::function<void(absl::Status, grpc::ByteBuffer*)> done, int attempt) {
+  struct Rpc {
+    grpc::ClientContext context;
+    grpc::ByteBuffer reply;
+  };
+  auto rpc = std::make_shared<Rpc>();
+  rpc->context.set_deadline(GrpcDeadline(absl::Now() + options_.rpc_timeout));
+  servers_[s].stub->UnaryCall(
+      &rpc->context, method, grpc::StubOptions(), request.get(), &rpc->reply,
+      [this, s, method, request, done = std::move(done), attempt, rpc](grpc::Status status) {
+        if (status.ok()) {
+          done(absl::OkStatus(), &rpc->reply);
+          return;
+        }
+        if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+            attempt < options_.max_retries) {
+          const absl::Duration backoff =
+              std::min(options_.retry_backoff * (1 << std::min(attempt, 16)), absl::Seconds(2));
+          After(backoff, [this, s, method, request, done, attempt] {
+            Call(s, method, request, done, attempt + 1);
+          });
+          return;
+        }
+        absl::Status error = FromGrpcStatus(status);
+        if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+          error = absl::UnavailableError(absl::StrCat("unreachable after ", attempt + 1,
+                                                      " attempts: ", error.message()));
+        } else if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+          error = absl::DeadlineExceededError(absl::StrCat(
+              "no answer within ", absl::FormatDuration(options_.rpc_timeout), " (", method,
+              "; in dist_sync a push waits for every worker's push of the key)"));
+        }
+        done(ServerError(s, error), nullptr);
+      });
+}
+
+void DistStore::After(absl::Duration delay, std::function<void()> fn) {
+  absl::MutexLock lock(&timer_mu_);
+  timers_.emplace(absl::Now() + delay, std::move(fn));
+}
+
+void DistStore::TimerLoop() {
+  while (true) {
+    std::function<void()> fn;
+    {
+      absl::MutexLock lock(&timer_mu_);
+      if (timer_stop_) return;
+      if (!timers_.empty() && timers_.begin()->first <= absl::Now()) {
+        fn = std::move(timers_.begin()->second);
+        timers_.erase(timers_.begin());
+      }
+    }
+    if (fn) {
+      fn();
+    } else {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+}
+
+void DistStore::HeartbeatLoop() {
+  bool warned = false;
+  while (!stop_heartbeat_.WaitForNotificationWithTimeout(heartbeat_interval_)) {
+    proto::HeartbeatRequest request;
+    request.set_node_id(node_id_);
+    proto::HeartbeatResponse reply;
+    grpc::ClientContext context;
+    context.set_deadline(GrpcDeadline(absl::Now() + std::max(heartbeat_interval_,
+                                                             absl::Seconds(2))));
+    const grpc::Status status = scheduler_->Heartbeat(&context, request, &reply);
+    if (!status.ok()) {
+      if (!warned) {
+        spdlog::warn("worker {}: heartbeat to the scheduler at {} failed: {}", rank_,
+                     scheduler_address_, status.error_message());
+      }
+      warned = true;
+      continue;
+    }
+    warned = false;
+    if (reply.shutdown()) {
+      absl::MutexLock lock(&mu_);
+      job_over_ = true;
+      return;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scheduler calls
+
+absl::Status DistStore::Barrier() {
+  proto::BarrierRequest request;
+  request.set_node_id(node_id_);
+  request.set_group(proto::GROUP_WORKERS);
+  proto::BarrierResponse reply;
+  grpc::ClientContext context;
+  context.set_deadline(GrpcDeadline(absl::Now() + options_.barrier_timeout));
+  const grpc::Status status = scheduler_->Barrier(&context, request, &reply);
+  if (status.ok()) return absl::OkStatus();
+  const absl::Status error = FromGrpcStatus(status);
+  return absl::Status(error.code(), absl::StrCat("barrier at the scheduler ", scheduler_address_,
+                                                 ": ", error.message()));
+}
+
+absl::Status DistStore::SetUpdater(Updater /*updater*/) {
+  return absl::FailedPreconditionError(
+      "a distributed store runs updaters on its servers: select one by name with "
+      "SendCommandToServers(0, \"sgd lr=0.1 momentum=0.9\") or kvserver --updater");
+}
+
+absl::Status DistStore::SendCommandToServers(int head, const std::string& body) {
+  proto::CommandRequest request;
+  request.set_node_id(node_id_);
+  request.set_head(head);
+  request.set_body(body);
+  proto::CommandResponse reply;
+  grpc::ClientContext context;
+  context.set_deadline(GrpcDeadline(absl::Now() + options_.rpc_timeout));
+  const grpc::Status status = scheduler_->Command(&context, request, &reply);
+  if (status.ok()) return absl::OkStatus();
+  const absl::Status error = FromGrpcStatus(status);
+  return absl::Status(error.code(), absl::StrCat("command ", head, " through the scheduler at ",
+                                                 scheduler_address_, ": ", error.message()));
+}
+
+absl::StatusOr<int> DistStore::NumDeadNodes(NodeGroup group, absl::Duration timeout) {
+  proto::ClusterStatusRequest request;
+  request.set_node_id(node_id_);
+  request.set_group(static_cast<proto::Group>(group));
+  request.set_timeout_s(
+      static_cast<int32_t>(std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(
+                                                    timeout, absl::Seconds(1))))));
+  proto::ClusterStatusResponse reply;
+  grpc::ClientContext context;
+  context.set_deadline(GrpcDeadline(absl::Now() + absl::Seconds(30)));
+  const grpc::Status status = scheduler_->ClusterStatus(&context, request, &reply);
+  if (!status.ok()) {
+    const absl::Status error = FromGrpcStatus(status);
+    return absl::Status(error.code(), absl::StrCat("asking the scheduler at ", scheduler_address_,
+                                                   " for dead nodes: ", error.message()));
+  }
+  return reply.num_dead();
+}
+
+}  // namespace kvstore

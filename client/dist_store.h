@@ -1,0 +1,176 @@
+// DistStore: the "dist_sync" / "dist_async" store - a worker of a distributed job.
+//
+// Connect registers with the scheduler and blocks until the job has assembled; the cluster view
+// gives the servers' addresses, the big-value bound and this worker's rank. Then:
+// - Init checks its arguments, records each key's dtype, shape and placement (every worker),
+//   sends rank 0's values to the servers that hold them, and ends with a barrier over the
+//   workers, so it returns once the keys are initialised everywhere.
+// - Push / Pull / PushPull check their arguments against the recorded keys (errors are returned
+//   at once, nothing is sent), then enqueue an operation and return. A dispatcher thread starts
+//   queued operations: an operation starts once every earlier operation on any of its keys has
+//   completed (per-key order), the highest priority first among those ready, at most
+//   max_inflight at a time. Starting one sums the values pushed to each key (a per-key buffer
+//   reused across pushes), cuts values above the big-value bound into one slice per server, and
+//   sends one request per server holding any of the keys - all in parallel, tensor bytes as
+//   slices over the caller's (or the sum's) memory. Replies are copied from the received slices
+//   straight into the outputs.
+// - A server answering UNAVAILABLE is retried with exponential backoff, under the same request
+//   id (the server applies a push once); after max_retries the operation fails naming the server
+//   and its address. Every RPC has a deadline.
+// - Wait / WaitAll block until the operations on the keys have completed and return the first
+//   error among them (errors are reported once).
+// - Heartbeats go to the scheduler every interval; when it says the job is over (kvctl
+//   shutdown) later operations fail with Cancelled.
+// - The destructor waits for the queued operations, tells the scheduler this worker finished,
+//   and stops its threads.
+//
+// Threading: thread-safe. Caller tensors must stay alive and unchanged until the operation that
+// reads or writes them has completed.
+#ifndef KVSTORE_CLIENT_DIST_STORE_H_
+#define KVSTORE_CLIENT_DIST_STORE_H_
+
+#include <grpcpp/generic/generic_stub.h>
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "client/kvstore.h"
+#include "common/partitioner.h"
+#include "proto/kvstore.grpc.pb.h"
+
+namespace kvstore {
+
+class DistStore final : public KVStore {
+ public:
+  // Connect joins the job. DeadlineExceeded / Unavailable naming the scheduler's address when it
+  // cannot be reached or the job does not assemble within options.register_timeout.
+  static absl::StatusOr<std::unique_ptr<DistStore>> Connect(std::string type,
+                                                            const DistOptions& options);
+  ~DistStore() override;
+
+  int rank() const override { return rank_; }
+  int num_workers() const override { return num_workers_; }
+  absl::Status Wait(absl::Span<const Key> keys) override;
+  absl::Status WaitAll() override;
+  absl::Status Barrier() override;
+  absl::Status SetUpdater(Updater updater) override;
+  absl::Status SendCommandToServers(int head, const std::string& body) override;
+  absl::StatusOr<int> NumDeadNodes(NodeGroup group, absl::Duration timeout) override;
+
+  // node_id returns the id the scheduler issued to this worker.
+  uint64_t node_id() const { return node_id_; }
+
+ protected:
+  absl::Status DoInit(absl::Span<const Key> keys, absl::Span<const Tensor> values) override;
+  absl::Status DoPush(absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                      int priority) override;
+  absl::Status DoPull(absl::Span<const Key> keys, absl::Span<Tensor* const> outs,
+                      int priority) override;
+  absl::Status DoPushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                          absl::Span<Tensor* const> outs, int priority) override;
+
+ private:
+  struct Server {
+    int rank = 0;
+    std::string address;
+    std::unique_ptr<grpc::GenericStub> stub;
+  };
+  // KeyInfo: what Init recorded about a key.
+  struct KeyInfo {
+    DType dtype = DType::kFloat32;
+    Shape shape;
+    std::vector<Slice> slices;
+    Tensor merge_buffer;  // Sum of several values pushed at once; reused.
+  };
+  using OpDone = std::function<void(absl::Status)>;
+  struct Op {
+    int priority = 0;
+    std::vector<Key> keys;  // Distinct.
+    std::function<void(OpDone)> start;
+  };
+  // One key's part of an operation: its values (push) and outputs (pull).
+  struct KeyWork {
+    Key key;
+    std::shared_ptr<KeyInfo> info;
+    std::vector<Tensor> values;
+    std::vector<Tensor*> outs;
+  };
+
+  DistStore(std::string type, DistOptions options) : KVStore(std::move(type)),
+                                                      options_(std::move(options)) {}
+  absl::Status Join();
+
+  // Validation against the recorded keys (caller thread).
+  absl::Status CheckKeyKind(const Key& key) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::shared_ptr<KeyInfo>> Lookup(const Key& key) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::vector<KeyWork>> Plan(absl::Span<const Key> keys,
+                                            absl::Span<const Tensor> values,
+                                            absl::Span<Tensor* const> outs) const;
+
+  enum class Kind { kInit, kPush, kPull, kPushPull };
+  // Operation queue.
+  void Enqueue(int priority, std::vector<KeyWork> work, Kind kind);
+  void Dispatch();
+  void Complete(uint64_t seq, const std::vector<Key>& keys, const absl::Status& status);
+  absl::Status JobOver() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // ServerError prefixes a server's error with its rank and address.
+  absl::Status ServerError(int s, const absl::Status& status) const;
+
+  // Sending. Transfer runs a push, pull or push-pull of `work` on every server involved and
+  // calls `done` once with the first error.
+  void Transfer(Kind kind, std::vector<KeyWork> work, OpDone done);
+  // Call sends one raw unary call to server `s`, retrying UNAVAILABLE with backoff.
+  void Call(int s, const char* method, std::shared_ptr<grpc::ByteBuffer> request,
+            std::function<void(absl::Status, grpc::ByteBuffer*)> done, int attempt = 0);
+  // After runs `fn` on the timer thread after `delay`.
+  void After(absl::Duration delay, std::function<void()> fn);
+  void TimerLoop();
+  void HeartbeatLoop();
+
+  const DistOptions options_;
+  std::string scheduler_address_;
+  std::unique_ptr<proto::Scheduler::Stub> scheduler_;
+  uint64_t node_id_ = 0;
+  int rank_ = 0;
+  int num_workers_ = 1;
+  std::vector<Server> servers_;
+  std::optional<Partitioner> partitioner_;
+  absl::Duration heartbeat_interval_ = absl::Seconds(1);
+  std::atomic<uint64_t> next_request_id_{1};
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<Key, std::shared_ptr<KeyInfo>> keys_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar changed_;  // Signalled when the queue or the in-flight set changes.
+  std::optional<bool> int_keys_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, Op> queued_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Key, std::deque<uint64_t>> unfinished_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Key, absl::Status> key_errors_ ABSL_GUARDED_BY(mu_);
+  int inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool job_over_ ABSL_GUARDED_BY(mu_) = false;
+
+  absl::Mutex timer_mu_;
+  std::multimap<absl::Time, std::function<void()>> timers_ ABSL_GUARDED_BY(timer_mu_);
+  bool timer_stop_ ABSL_GUARDED_BY(timer_mu_) = false;
+
+  absl::Notification stop_heartbeat_;
+  std::thread dispatcher_;
+  std::thread timer_;
+  std::thread heartbeat_;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_CLIENT_DIST_STORE_H_

@@ -1,0 +1,57 @@
+// Runs the conformance cases against "dist_sync" over gRPC: every store gets a fresh job - a
+// scheduler and two kvservers listening on 127.0.0.1 with OS-chosen ports, in this process -
+// and joins it as its only worker. The big-value bound is lowered to 8 elements so that most
+// random values are split over both servers.
+#include <memory>
+
+#include "server/grpc/kvserver_daemon.h"
+#include "server/scheduler/scheduler_daemon.h"
+#include "tests/conformance/store_under_test.h"
+
+namespace kvstore::testing {
+namespace {
+
+struct Cluster {
+  std::unique_ptr<SchedulerDaemon> scheduler;
+  std::vector<std::unique_ptr<KVServerDaemon>> servers;
+};
+
+absl::StatusOr<std::unique_ptr<KVStore>> NewJob() {
+  // The previous job ended when its store was destroyed (the worker finished); release it.
+  static std::unique_ptr<Cluster> cluster;
+  cluster.reset();
+  cluster = std::make_unique<Cluster>();
+  SchedulerDaemonOptions scheduler;
+  scheduler.job.num_servers = 2;
+  scheduler.job.num_workers = 1;
+  scheduler.job.big_value_bound = 8;
+  scheduler.job.register_timeout = absl::Seconds(30);
+  scheduler.job.heartbeat_interval = absl::Milliseconds(50);
+  auto started = SchedulerDaemon::Start(scheduler);
+  if (!started.ok()) return started.status();
+  cluster->scheduler = *std::move(started);
+  for (int i = 0; i < 2; ++i) {
+    KVServerOptions server;
+    server.scheduler_address = cluster->scheduler->address();
+    server.requested_rank = i;
+    auto daemon = KVServerDaemon::Start(std::move(server));
+    if (!daemon.ok()) return daemon.status();
+    cluster->servers.push_back(*std::move(daemon));
+  }
+  DistOptions options;
+  options.scheduler_port = cluster->scheduler->port();
+  options.register_timeout = absl::Seconds(30);
+  options.rpc_timeout = absl::Seconds(30);
+  options.barrier_timeout = absl::Seconds(30);
+  return KVStore::Create("dist_sync", options);
+}
+
+}  // namespace
+
+const StoreUnderTest& GetStoreUnderTest() {
+  static const StoreUnderTest* store =
+      new StoreUnderTest{"dist_sync", /*function_updater=*/false, NewJob};
+  return *store;
+}
+
+}  // namespace kvstore::testing
