@@ -16,11 +16,11 @@
 #include "absl/status/status.h"
 #include "client/kvstore.h"
 #include "common/status_macros.h"
+#include "examples/logistic_task.h"
 
 namespace kvstore::examples {
 namespace {
 
-constexpr int kFeatures = 16;
 constexpr int kTrain = 8192;
 constexpr int kTest = 2048;
 constexpr int kDevices = 2;
@@ -30,73 +30,9 @@ constexpr double kLearningRate = 0.05;
 constexpr double kMomentum = 0.9;
 constexpr int kPrintEvery = 50;
 
-struct Dataset {
-  std::vector<std::vector<float>> x;
-  std::vector<float> y;
-};
-
-// Labels come from a fixed "true" model; 5% of them are flipped so the task is not trivial.
-Dataset Generate(int n, const std::vector<double>& true_w, double true_b, std::mt19937_64* rng) {
-  std::normal_distribution<double> normal;
-  std::uniform_real_distribution<double> uniform;
-  Dataset data;
-  for (int i = 0; i < n; ++i) {
-    std::vector<float> x(kFeatures);
-    double z = true_b;
-    for (int j = 0; j < kFeatures; ++j) {
-      x[j] = static_cast<float>(normal(*rng));
-      z += true_w[j] * x[j];
-    }
-    bool label = z > 0;
-    if (uniform(*rng) < 0.05) label = !label;
-    data.x.push_back(std::move(x));
-    data.y.push_back(label ? 1.0f : 0.0f);
-  }
-  return data;
-}
-
-double Sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
-
-// Mean log-loss over examples [begin, end), and its gradient (weights, bias) written into the
-// device's gradient tensors.
-double Gradient(const Dataset& data, int begin, int end, const Tensor& w, const Tensor& b,
-                Tensor* grad_w, Tensor* grad_b) {
-  const float* wv = w.data_as<const float>();
-  float* gw = grad_w->data_as<float>();
-  std::fill(gw, gw + kFeatures, 0.0f);
-  double gb = 0, loss = 0;
-  for (int i = begin; i < end; ++i) {
-    double z = b.data_as<const float>()[0];
-    for (int j = 0; j < kFeatures; ++j) z += wv[j] * data.x[i][j];
-    const double p = Sigmoid(z);
-    const double y = data.y[i];
-    loss -= y * std::log(p + 1e-12) + (1 - y) * std::log(1 - p + 1e-12);
-    const double err = (p - y) / (end - begin);
-    for (int j = 0; j < kFeatures; ++j) gw[j] += static_cast<float>(err * data.x[i][j]);
-    gb += err;
-  }
-  grad_b->data_as<float>()[0] = static_cast<float>(gb);
-  return loss / (end - begin);
-}
-
-double Accuracy(const Dataset& data, const std::vector<double>& w, double b) {
-  int correct = 0;
-  for (size_t i = 0; i < data.y.size(); ++i) {
-    double z = b;
-    for (int j = 0; j < kFeatures; ++j) z += w[j] * data.x[i][j];
-    correct += (z > 0) == (data.y[i] > 0.5);
-  }
-  return static_cast<double>(correct) / data.y.size();
-}
-
 absl::Status Run() {
-  std::mt19937_64 rng(2026);
-  std::normal_distribution<double> normal;
-  std::vector<double> true_w(kFeatures);
-  for (double& v : true_w) v = normal(rng);
-  const double true_b = 0.5;
-  const Dataset train = Generate(kTrain, true_w, true_b, &rng);
-  const Dataset test = Generate(kTest, true_w, true_b, &rng);
+  const Task task = MakeTask(kTrain, kTest);
+  const Dataset& train = task.train;
 
   ASSIGN_OR_RETURN(std::unique_ptr<KVStore> kv, KVStore::Create("local"));
   std::printf("store type %s, %d devices, rank %d of %d workers\n", kv->type().c_str(), kDevices,
@@ -159,8 +95,8 @@ absl::Status Run() {
 
   std::vector<double> w(kFeatures);
   for (int j = 0; j < kFeatures; ++j) w[j] = weights[0].GetAsDouble(j);
-  const double accuracy = Accuracy(test, w, biases[0].GetAsDouble(0));
-  const double ceiling = Accuracy(test, true_w, true_b);
+  const double accuracy = Accuracy(task.test, w, biases[0].GetAsDouble(0));
+  const double ceiling = Accuracy(task.test, task.true_w, task.true_b);
   std::printf("test accuracy %.2f%% (the true model that made the labels: %.2f%%)\n",
               100 * accuracy, 100 * ceiling);
   if (accuracy < ceiling - 0.05) {

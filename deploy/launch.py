@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""Launches a local KVStore job on 127.0.0.1: one scheduler, S kvservers and W workers.
+
+Usage:
+  python3 deploy/launch.py -n W [-s S] [--scheduler BIN] [--kvserver BIN]
+      [--scheduler-arg=ARG ...] [--server-arg=ARG ...]
+      [--timeout SECONDS] [--shutdown-timeout SECONDS]
+      -- worker_command [args ...]
+
+The scheduler is started with --port=0 and reports the port it bound through a
+file; the kvservers are then pointed at it, and W copies of the worker command
+are run with the usual DMLC_* variables set (DMLC_ROLE=worker, DMLC_PS_ROOT_URI,
+DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER, DMLC_NUM_WORKER, DMLC_WORKER_ID).
+
+Every line a process prints is relayed to stdout, prefixed with its role and
+rank ("[scheduler] ", "[server 0] ", "[worker 1] ").
+
+Exit status:
+  0    all workers exited 0, then the scheduler and servers exited 0 by themselves
+  N    a worker exited with status N (the rest of the job is killed)
+  1    a daemon failed, did not shut down in time, or the job could not start
+  124  the job ran longer than --timeout
+  130/143/129  the launcher got SIGINT/SIGTERM/SIGHUP
+Whatever happens, every process group started here is killed before exiting.
+
+Pass daemon flags with the "=" form, e.g. --scheduler-arg=--register_timeout=30s.
+"""
+import argparse
+import atexit
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+PROG = "launch.py"
+HOST = "127.0.0.1"
+POLL_S = 0.1          # how often process states are checked
+KILL_GRACE_S = 3.0    # SIGTERM -> SIGKILL delay
+PORT_WAIT_S = 30.0    # how long the scheduler may take to report its port
+
+
+class JobEnd(Exception):
+    """Ends the job early with an exit status and a one-line reason."""
+
+    def __init__(self, status, reason):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def describe(rc):
+    return f"exited with status {rc}" if rc >= 0 else f"was killed by signal {-rc}"
+
+
+class Job:
+    """The processes of one job, their output relays and their cleanup."""
+
+    def __init__(self, timeout):
+        self.procs = []            # (name, Popen), in start order
+        self.readers = []          # relay threads, one per pipe
+        self.lock = threading.Lock()
+        self.deadline = time.monotonic() + timeout
+        self.timeout = timeout
+        self.got_signal = None     # set by the signal handler, acted on in check()
+        self.cleaned = False
+
+    def log(self, msg):
+        with self.lock:
+            sys.stdout.flush()
+            print(f"{PROG}: {msg}", file=sys.stderr, flush=True)
+
+    def on_signal(self, signum, _frame):
+        # Only record it: raising here could leave a half-started child untracked.
+        if self.got_signal is None:
+            self.got_signal = signum
+
+    def check(self):
+        """Raises JobEnd if the launcher was signalled or the job ran out of time."""
+        if self.got_signal is not None:
+            name = signal.Signals(self.got_signal).name
+            raise JobEnd(128 + self.got_signal, f"got {name}; stopping the job")
+        if time.monotonic() > self.deadline:
+            raise JobEnd(124, f"job timed out after {self.timeout:g} s; killing it")
+
+    def _relay(self, name, pipe):
+        prefix = f"[{name}] "
+        with pipe:
+            for raw in iter(pipe.readline, b""):
+                line = raw.decode(errors="replace")
+                if not line.endswith("\n"):
+                    line += "\n"
+                with self.lock:   # whole lines only, never interleaved
+                    sys.stdout.write(prefix + line)
+                    sys.stdout.flush()
+
+    def start(self, name, cmd, env):
+        try:
+            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True)  # own group, killable as one
+        except OSError as e:
+            raise JobEnd(127 if name.startswith("worker") else 1,
+                         f"cannot start {name} ({cmd[0]}): {e.strerror}")
+        self.procs.append((name, proc))
+        for pipe in (proc.stdout, proc.stderr):
+            t = threading.Thread(target=self._relay, args=(name, pipe), daemon=True)
+            t.start()
+            self.readers.append(t)
+        return proc
+
+    @staticmethod
+    def _killpg(proc, sig):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def kill_all(self):
+        """SIGTERM every process group, SIGKILL after KILL_GRACE_S. Idempotent."""
+        if self.cleaned:
+            return
+        self.cleaned = True
+        live = [p for _, p in self.procs if p.poll() is None]
+        # Groups whose leader already exited may still hold its children: signal all.
+        for _, p in self.procs:
+            self._killpg(p, signal.SIGTERM)
+        end = time.monotonic() + KILL_GRACE_S
+        while any(p.poll() is None for p in live) and time.monotonic() < end:
+            time.sleep(0.05)
+        for _, p in self.procs:
+            self._killpg(p, signal.SIGKILL)
+            p.wait()
+        for t in self.readers:
+            t.join(timeout=1.0)
+
+
+def wait_for_port(job, sched, port_file):
+    """Polls for the port the scheduler writes (decimal + newline) into port_file."""
+    end = time.monotonic() + PORT_WAIT_S
+    while True:
+        try:
+            with open(port_file) as f:
+                text = f.read()
+        except FileNotFoundError:
+            text = ""
+        if text.endswith("\n"):
+            try:
+                return int(text)
+            except ValueError:
+                raise JobEnd(1, f"scheduler wrote a bad port file: {text.strip()!r}")
+        if sched.poll() is not None:
+            raise JobEnd(1, f"scheduler {describe(sched.returncode)} before reporting its port")
+        job.check()
+        if time.monotonic() > end:
+            raise JobEnd(1, f"scheduler did not report its port within {PORT_WAIT_S:g} s")
+        time.sleep(POLL_S)
+
+
+def run(args, worker_cmd, job, tmpdir):
+    """Runs the job; returns normally only if everything succeeded."""
+    ns, nw = args.num_servers, args.num_workers
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("DMLC_ROLE", "DMLC_WORKER_ID", "DMLC_SERVER_ID", "DMLC_PS_ROOT_PORT")}
+    common = {"DMLC_PS_ROOT_URI": HOST, "DMLC_NUM_SERVER": str(ns), "DMLC_NUM_WORKER": str(nw)}
+
+    port_file = os.path.join(tmpdir, "scheduler.port")
+    sched = job.start("scheduler",
+                      [args.scheduler, f"--host={HOST}", "--port=0", f"--port_file={port_file}",
+                       f"--num_servers={ns}", f"--num_workers={nw}", *args.scheduler_arg],
+                      {**base, **common, "DMLC_ROLE": "scheduler"})
+    port = wait_for_port(job, sched, port_file)
+    common["DMLC_PS_ROOT_PORT"] = str(port)
+    with job.lock:
+        print(f"{PROG}: scheduler at {HOST}:{port}, {ns} servers, {nw} workers", flush=True)
+
+    daemons = [("scheduler", sched)]
+    for i in range(ns):
+        daemons.append((f"server {i}", job.start(
+            f"server {i}",
+            [args.kvserver, f"--host={HOST}", "--port=0", f"--scheduler={HOST}:{port}",
+             f"--rank={i}", *args.server_arg],
+            {**base, **common, "DMLC_ROLE": "server", "DMLC_SERVER_ID": str(i)})))
+    workers = [job.start(f"worker {j}", worker_cmd,
+                         {**base, **common, "DMLC_ROLE": "worker", "DMLC_WORKER_ID": str(j)})
+               for j in range(nw)]
+
+    # Watch until every worker is done; the first failure ends the job.
+    while True:
+        job.check()
+        for j, w in enumerate(workers):
+            rc = w.poll()
+            if rc is not None and rc != 0:
+                raise JobEnd(rc if rc > 0 else 1, f"worker {j} {describe(rc)}")
+        for name, d in daemons:
+            rc = d.poll()
+            # A daemon may exit 0 just before the last worker process does; that is fine.
+            if rc is not None and rc != 0:
+                raise JobEnd(1, f"{name} {describe(rc)} while workers were running")
+        if all(w.poll() == 0 for w in workers):
+            break
+        time.sleep(POLL_S)
+
+    # All workers succeeded: the scheduler should now shut itself and the servers down.
+    end = time.monotonic() + args.shutdown_timeout
+    while any(d.poll() is None for _, d in daemons) and time.monotonic() < end:
+        job.check()
+        time.sleep(POLL_S)
+    stuck = [name for name, d in daemons if d.poll() is None]
+    if stuck:
+        job.log(f"warning: {', '.join(stuck)} still running {args.shutdown_timeout:g} s "
+                "after the workers finished; killing")
+        job.kill_all()
+    failed = [f"{name} did not exit by itself" if name in stuck
+              else f"{name} {describe(d.returncode)}"
+              for name, d in daemons if name in stuck or d.returncode != 0]
+    if failed:
+        raise JobEnd(1, "; ".join(failed))
+
+
+def parse_args(argv):
+    own, cmd = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    p = argparse.ArgumentParser(prog=PROG, usage="%(prog)s -n W [-s S] [options] -- worker_command ...",
+                                description="Launch a local KVStore job on 127.0.0.1.")
+    p.add_argument("-n", "--num-workers", type=int, required=True, help="number of workers")
+    p.add_argument("-s", "--num-servers", type=int, help="number of kvservers (default: -n)")
+    p.add_argument("--scheduler", default="bazel-bin/server/scheduler/scheduler",
+                   help="scheduler binary (default: %(default)s)")
+    p.add_argument("--kvserver", default="bazel-bin/server/kvserver",
+                   help="kvserver binary (default: %(default)s)")
+    p.add_argument("--scheduler-arg", action="append", default=[], metavar="ARG",
+                   help="extra scheduler flag (repeatable; use --scheduler-arg=--flag=value)")
+    p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                   help="extra kvserver flag (repeatable; use --server-arg=--flag=value)")
+    p.add_argument("--timeout", type=float, default=600, help="kill the job after this many seconds "
+                   "and exit 124 (default: %(default)s)")
+    p.add_argument("--shutdown-timeout", type=float, default=20, help="how long the daemons may take "
+                   "to exit after the workers finish (default: %(default)s)")
+    args = p.parse_args(own)
+    if args.num_servers is None:
+        args.num_servers = args.num_workers
+    if not cmd:
+        p.error("missing worker command after --")
+    if args.num_workers < 1 or args.num_servers < 1:
+        p.error("-n and -s must be at least 1")
+    if args.timeout <= 0 or args.shutdown_timeout <= 0:
+        p.error("timeouts must be positive")
+    for what in ("scheduler", "kvserver"):
+        path = getattr(args, what)
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            p.error(f"{what} binary not found or not executable: {path} (build it, or pass --{what})")
+    return args, cmd
+
+
+def main(argv):
+    args, worker_cmd = parse_args(argv)
+    job = Job(args.timeout)
+    atexit.register(job.kill_all)   # last resort if something unexpected escapes
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, job.on_signal)
+    tmpdir = tempfile.mkdtemp(prefix="kvstore-launch-")
+    status = 0
+    try:
+        run(args, worker_cmd, job, tmpdir)
+    except JobEnd as e:
+        job.log(e.reason)
+        status = e.status
+    finally:
+        job.kill_all()
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
