@@ -1,0 +1,278 @@
+// Multi-process tests: a real scheduler, real kvservers and real workers (test_worker), each its
+// own process, talking over 127.0.0.1 with ports chosen by the OS.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+
+namespace kvstore::testing {
+namespace {
+
+std::string Runfile(const std::string& path) {
+  const char* root = std::getenv("TEST_SRCDIR");
+  return root != nullptr ? absl::StrCat(root, "/kvstore/", path) : path;
+}
+
+std::string TempDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir != nullptr ? dir : "/tmp";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Process: a child in its own process group, its output in a log file.
+class Process {
+ public:
+  Process(std::string name, std::vector<std::string> argv,
+          std::vector<std::pair<std::string, std::string>> env)
+      : name_(std::move(name)) {
+    static int counter = 0;
+    log_ = absl::StrCat(TempDir(), "/", name_, "-", getpid(), "-", counter++, ".log");
+    for (char& c : log_) c = c == ' ' ? '_' : c;
+    pid_ = fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      setpgid(0, 0);
+      const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      std::vector<char*> args;
+      for (std::string& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+  }
+  ~Process() { Kill(); }
+
+  // Wait returns the exit code, or nullopt (after killing it) when it runs past `timeout`.
+  std::optional<int> Wait(absl::Duration timeout) {
+    if (exit_code_) return exit_code_;
+    const absl::Time give_up = absl::Now() + timeout;
+    while (absl::Now() < give_up) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return exit_code_;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    Kill();
+    return std::nullopt;
+  }
+
+  void Kill() {
+    if (exit_code_ || pid_ <= 0) return;
+    kill(-pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    exit_code_ = 128 + SIGKILL;
+  }
+
+  // WaitForOutput polls the log for `text` (bounded); false when it never appears.
+  bool WaitForOutput(absl::string_view text, absl::Duration timeout) {
+    const absl::Time give_up = absl::Now() + timeout;
+    while (absl::Now() < give_up) {
+      if (output().find(std::string(text)) != std::string::npos) return true;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return false;
+  }
+
+  std::string output() const { return ReadFile(log_); }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  std::string log_;
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+};
+
+// Cluster: a scheduler and its kvservers; workers are added by the test.
+class Cluster {
+ public:
+  Cluster(int servers, int workers, std::vector<std::string> scheduler_args = {},
+          std::vector<std::string> server_args = {})
+      : workers_(workers) {
+    const std::string port_file = absl::StrCat(TempDir(), "/port-", getpid(), "-", ++jobs_);
+    std::vector<std::string> argv = {Runfile("server/scheduler/scheduler"),
+                                     "--port=0",
+                                     "--port_file=" + port_file,
+                                     absl::StrCat("--num_servers=", servers),
+                                     absl::StrCat("--num_workers=", workers),
+                                     "--heartbeat_interval=100ms",
+                                     "--register_timeout=30s"};
+    argv.insert(argv.end(), scheduler_args.begin(), scheduler_args.end());
+    scheduler_ = std::make_unique<Process>("scheduler", argv,
+                                           std::vector<std::pair<std::string, std::string>>{
+                                               {"DMLC_ROLE", "scheduler"}});
+    const absl::Time give_up = absl::Now() + absl::Seconds(20);
+    while (port_ == 0 && absl::Now() < give_up) {
+      std::string text = ReadFile(port_file);
+      int port;
+      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &port)) port_ = port;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    INFO(scheduler_->output());
+    REQUIRE(port_ > 0);
+    for (int i = 0; i < servers; ++i) {
+      std::vector<std::string> server = {Runfile("server/kvserver"),
+                                         absl::StrCat("--scheduler=127.0.0.1:", port_),
+                                         absl::StrCat("--rank=", i)};
+      server.insert(server.end(), server_args.begin(), server_args.end());
+      servers_.push_back(
+          std::make_unique<Process>(absl::StrCat("server ", i), server, Env("server", i)));
+    }
+  }
+
+  std::vector<std::pair<std::string, std::string>> Env(const std::string& role, int rank) const {
+    return {{"DMLC_ROLE", role},
+            {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+            {"DMLC_PS_ROOT_PORT", absl::StrCat(port_)},
+            {"DMLC_NUM_WORKER", absl::StrCat(workers_)},
+            {role == "server" ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID", absl::StrCat(rank)}};
+  }
+
+  Process& AddWorker(int rank, std::vector<std::string> args) {
+    args.insert(args.begin(), Runfile("tests/integration/test_worker"));
+    workers_list_.push_back(
+        std::make_unique<Process>(absl::StrCat("worker ", rank), args, Env("worker", rank)));
+    return *workers_list_.back();
+  }
+
+  std::string Kvctl(const std::vector<std::string>& args, int* exit_code) {
+    std::vector<std::string> argv = {Runfile("client/kvctl/kvctl"),
+                                     absl::StrCat("--scheduler=127.0.0.1:", port_)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Process kvctl("kvctl", argv, {});
+    const auto code = kvctl.Wait(absl::Seconds(20));
+    *exit_code = code.value_or(-1);
+    return kvctl.output();
+  }
+
+  // ExpectCleanExit requires every worker, server and the scheduler to exit 0 in time.
+  void ExpectCleanExit() {
+    for (auto& worker : workers_list_) ExpectExit(*worker, 0);
+    for (auto& server : servers_) ExpectExit(*server, 0);
+    ExpectExit(*scheduler_, 0);
+  }
+
+  static void ExpectExit(Process& process, int code) {
+    const auto exit_code = process.Wait(absl::Seconds(60));
+    INFO(process.name() << " output:\n" << process.output());
+    REQUIRE(exit_code.has_value());
+    REQUIRE(*exit_code == code);
+  }
+
+  Process& scheduler() { return *scheduler_; }
+  Process& server(int i) { return *servers_[i]; }
+
+ private:
+  static inline int jobs_ = 0;
+  int workers_;
+  int port_ = 0;
+  std::unique_ptr<Process> scheduler_;
+  std::vector<std::unique_ptr<Process>> servers_;
+  std::vector<std::unique_ptr<Process>> workers_list_;
+};
+
+TEST_CASE("Cluster: 3 workers push (r+1)*base for 4 rounds in dist_sync; sums exact, clean exit",
+          "[cluster][sync]") {
+  Cluster cluster(2, 3, {"--big_value_bound=100"});
+  for (int r = 0; r < 3; ++r) cluster.AddWorker(r, {"rounds", "dist_sync", "4"});
+  cluster.ExpectCleanExit();
+}
+
+TEST_CASE("Cluster: dist_async applies every push; after a barrier the value is exact",
+          "[cluster][async]") {
+  Cluster cluster(3, 3, {"--big_value_bound=100"}, {"--updater=sum"});
+  for (int r = 0; r < 3; ++r) cluster.AddWorker(r, {"rounds", "dist_async", "5"});
+  cluster.ExpectCleanExit();
+}
+
+TEST_CASE("Cluster: string keys, one split over 3 servers", "[cluster][strings]") {
+  Cluster cluster(3, 2, {"--big_value_bound=100"});
+  for (int r = 0; r < 2; ++r) cluster.AddWorker(r, {"string_keys"});
+  cluster.ExpectCleanExit();
+}
+
+TEST_CASE("Cluster: kvctl status, command fan-out and shutdown", "[cluster][kvctl]") {
+  Cluster cluster(2, 1);
+  Process& worker = cluster.AddWorker(0, {"dead_server"});
+  REQUIRE(worker.WaitForOutput("READY", absl::Seconds(30)));
+  int code = 0;
+  const std::string status = cluster.Kvctl({"status"}, &code);
+  INFO(status);
+  REQUIRE(code == 0);
+  REQUIRE(status.find("server     0") != std::string::npos);
+  REQUIRE(status.find("server     1") != std::string::npos);
+  REQUIRE(status.find("worker     0") != std::string::npos);
+  const std::string json = cluster.Kvctl({"--json", "status"}, &code);
+  INFO(json);
+  REQUIRE(code == 0);
+  REQUIRE(json.find("\"num_dead\": 0") != std::string::npos);
+  const std::string replies = cluster.Kvctl({"command", "2", "hello"}, &code);
+  INFO(replies);
+  REQUIRE(code == 0);
+  REQUIRE(replies.find("server 0: server 0: hello") != std::string::npos);
+  REQUIRE(replies.find("server 1: server 1: hello") != std::string::npos);
+  const std::string bad = cluster.Kvctl({"command", "9", "x"}, &code);
+  REQUIRE(code == 1);
+  REQUIRE(bad.find("no controller for command head 9") != std::string::npos);
+  cluster.Kvctl({"shutdown"}, &code);
+  REQUIRE(code == 0);
+  Cluster::ExpectExit(cluster.server(0), 0);
+  Cluster::ExpectExit(cluster.server(1), 0);
+  Cluster::ExpectExit(cluster.scheduler(), 0);
+  worker.Kill();
+}
+
+TEST_CASE("Cluster: a killed server is counted dead and named in errors", "[cluster][faults]") {
+  Cluster cluster(2, 1, {"--big_value_bound=100"});
+  Process& worker = cluster.AddWorker(0, {"dead_server"});
+  REQUIRE(worker.WaitForOutput("READY", absl::Seconds(30)));
+  cluster.server(1).Kill();
+  Cluster::ExpectExit(worker, 0);
+}
+
+TEST_CASE("Cluster: malformed, mismatched and foreign requests are refused; state unchanged",
+          "[cluster][errors]") {
+  Cluster cluster(1, 1);
+  cluster.AddWorker(0, {"bad_input"});
+  cluster.ExpectCleanExit();
+}
+
+TEST_CASE("Cluster: a worker that never comes makes the others fail, naming what is missing",
+          "[cluster][faults]") {
+  Cluster cluster(1, 2, {"--register_timeout=2s"});
+  Process& worker = cluster.AddWorker(0, {"rounds", "dist_sync", "1"});
+  Cluster::ExpectExit(worker, 1);
+  REQUIRE(worker.output().find("missing 0 servers and 1 worker") != std::string::npos);
+  Cluster::ExpectExit(cluster.server(0), 1);
+  Cluster::ExpectExit(cluster.scheduler(), 1);
+  REQUIRE(cluster.scheduler().output().find("missing") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvstore::testing

@@ -1,0 +1,271 @@
+// test_worker: the worker program of the multi-process tests. It joins the job described by the
+// launch environment and runs one scenario (argv[1]), checking every value it pulls against an
+// exact expectation; it exits 0 on success and 1 with a one-line reason otherwise.
+//
+// Scenarios:
+//   rounds MODE R   MODE is dist_sync or dist_async. Over R rounds every worker pushes
+//                   (rank+1) * base to an int key, a string key and a big key split over all
+//                   servers. dist_sync (ASSIGN): after round r each worker pulls sum_w (w+1) *
+//                   base. dist_async (servers started with --updater=sum): after the last round
+//                   and a barrier, the value is init + R * sum_w (w+1) * base.
+//   dead_server     Initialises keys, prints READY, and waits (at most 20 s) until the scheduler
+//                   counts one dead server; then a pull from the dead server must fail with
+//                   UNAVAILABLE naming the server's address.
+//   string_keys     String keys, one of them split over the servers, summed over one round.
+//   bad_input       Sends malformed, oversized and mismatched raw requests to server 0 and
+//                   checks each is refused with the right code and that the stored value is
+//                   unchanged and the server still answers.
+#include <grpcpp/client_context.h>
+#include <grpcpp/generic/generic_stub.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "client/dist_store.h"
+#include "client/kvstore.h"
+#include "common/grpc_channel.h"
+#include "common/grpc_status.h"
+#include "common/proto_convert.h"
+#include "common/status_macros.h"
+#include "common/wire_frame.h"
+#include "proto/kvstore.grpc.pb.h"
+
+namespace kvstore::testing {
+namespace {
+
+absl::Status Expect(bool condition, absl::string_view what) {
+  return condition ? absl::OkStatus() : absl::InternalError(std::string(what));
+}
+
+// Base pattern of a key: small integers (exact in float32), never all equal.
+Tensor Base(int64_t n, int salt) {
+  Tensor t = Tensor::Zeros(DType::kFloat32, {n});
+  for (int64_t i = 0; i < n; ++i) t.SetFromDouble(i, static_cast<double>((i * 7 + salt) % 11) - 5);
+  return t;
+}
+
+Tensor Scaled(const Tensor& base, double factor) {
+  Tensor t = base.Clone();
+  for (int64_t i = 0; i < t.num_elements(); ++i) t.SetFromDouble(i, base.GetAsDouble(i) * factor);
+  return t;
+}
+
+absl::Status ExpectEqual(const Tensor& got, const Tensor& want, absl::string_view what) {
+  for (int64_t i = 0; i < want.num_elements(); ++i) {
+    if (got.GetAsDouble(i) != want.GetAsDouble(i)) {
+      return absl::InternalError(absl::StrCat(what, ": element ", i, " is ", got.GetAsDouble(i),
+                                              ", expected ", want.GetAsDouble(i)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Rounds(KVStore& kv, const std::string& mode, int rounds) {
+  const int rank = kv.rank(), workers = kv.num_workers();
+  RETURN_IF_ERROR(Expect(kv.type() == mode, "store type"));
+  // Int keys in one store; the string-key store is exercised by its own job (see the test).
+  const std::vector<Key> keys = {3, 7, 11};
+  const std::vector<int64_t> sizes = {6, 1, 1000};  // Key 11 exceeds the job's big-value bound.
+  std::vector<Tensor> bases, inits;
+  for (size_t k = 0; k < keys.size(); ++k) {
+    bases.push_back(Base(sizes[k], static_cast<int>(k)));
+    inits.push_back(Scaled(Base(sizes[k], static_cast<int>(k) + 3), 0.5));
+  }
+  RETURN_IF_ERROR(kv.Init(keys, inits));
+  const double total = workers * (workers + 1) / 2.0;  // sum over w of (w + 1)
+  std::vector<Tensor> outs;
+  for (int64_t n : sizes) outs.push_back(Tensor::Zeros(DType::kFloat32, {n}));
+  std::vector<Tensor*> out_ptrs;
+  for (Tensor& t : outs) out_ptrs.push_back(&t);
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<Tensor> pushed;
+    for (const Tensor& base : bases) pushed.push_back(Scaled(base, rank + 1));
+    RETURN_IF_ERROR(kv.Push(keys, pushed));
+    if (mode == "dist_sync") {
+      RETURN_IF_ERROR(kv.Pull(keys, out_ptrs));
+      RETURN_IF_ERROR(kv.WaitAll());
+      for (size_t k = 0; k < keys.size(); ++k) {
+        RETURN_IF_ERROR(ExpectEqual(outs[k], Scaled(bases[k], total),
+                                    absl::StrCat("round ", r, " key ", keys[k].Quoted())));
+      }
+    }
+  }
+  RETURN_IF_ERROR(kv.WaitAll());
+  RETURN_IF_ERROR(kv.Barrier());
+  if (mode == "dist_async") {
+    RETURN_IF_ERROR(kv.Pull(keys, out_ptrs));
+    RETURN_IF_ERROR(kv.WaitAll());
+    for (size_t k = 0; k < keys.size(); ++k) {
+      Tensor want = inits[k].Clone();
+      for (int64_t i = 0; i < want.num_elements(); ++i) {
+        want.SetFromDouble(i, inits[k].GetAsDouble(i) + rounds * total * bases[k].GetAsDouble(i));
+      }
+      RETURN_IF_ERROR(ExpectEqual(outs[k], want, absl::StrCat("key ", keys[k].Quoted())));
+    }
+  }
+  std::printf("worker %d: %d rounds of %s checked\n", rank, rounds, mode.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status StringKeys(KVStore& kv) {
+  const std::vector<Key> keys = {"embedding", "fc1.weight"};
+  const Tensor a = Base(300, 1), b = Base(4, 2);
+  RETURN_IF_ERROR(kv.Init(keys, {a, b}));
+  RETURN_IF_ERROR(kv.Push(keys, {Scaled(a, kv.rank() + 1), Scaled(b, kv.rank() + 1)}));
+  Tensor out_a = Tensor::Zeros(DType::kFloat32, {300}), out_b = Tensor::Zeros(DType::kFloat32, {4});
+  RETURN_IF_ERROR(kv.Pull(keys, {&out_a, &out_b}));
+  RETURN_IF_ERROR(kv.WaitAll());
+  const double total = kv.num_workers() * (kv.num_workers() + 1) / 2.0;
+  RETURN_IF_ERROR(ExpectEqual(out_a, Scaled(a, total), "\"embedding\""));
+  return ExpectEqual(out_b, Scaled(b, total), "\"fc1.weight\"");
+}
+
+absl::Status DeadServer(KVStore& kv) {
+  // Key 11 is split over every server, so pulling it needs the dead one.
+  RETURN_IF_ERROR(kv.Init(11, Base(1000, 0)));
+  std::printf("READY\n");
+  std::fflush(stdout);
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  int dead = 0;
+  while (absl::Now() < give_up) {
+    ASSIGN_OR_RETURN(dead, kv.NumDeadNodes(NodeGroup::kServers, absl::Seconds(1)));
+    if (dead == 1) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  RETURN_IF_ERROR(Expect(dead == 1, absl::StrCat("scheduler counts ", dead, " dead servers")));
+  ASSIGN_OR_RETURN(const int dead_workers, kv.NumDeadNodes(NodeGroup::kWorkers, absl::Seconds(1)));
+  RETURN_IF_ERROR(Expect(dead_workers == 0, "a live worker is counted dead"));
+  Tensor out = Tensor::Zeros(DType::kFloat32, {1000});
+  RETURN_IF_ERROR(kv.Pull(11, &out));
+  const absl::Status pulled = kv.WaitAll();
+  RETURN_IF_ERROR(Expect(absl::IsUnavailable(pulled),
+                         absl::StrCat("pull from a dead server returned ", pulled.ToString())));
+  RETURN_IF_ERROR(Expect(pulled.message().find("server 1 at 127.0.0.1:") != absl::string_view::npos,
+                         absl::StrCat("the error does not name the server: ", pulled.ToString())));
+  std::printf("dead server detected and named: %s\n", std::string(pulled.message()).c_str());
+  return absl::OkStatus();
+}
+
+// Raw requests to server 0, bypassing the SDK's own checks.
+absl::Status BadInput(KVStore& kv, uint64_t node_id, const std::string& server) {
+  const Tensor init = Base(6, 4);
+  RETURN_IF_ERROR(kv.Init(5, init));  // Small key: lives on one server; with one server, here.
+  grpc::GenericStub stub(MakeChannel(server));
+  auto call = [&](const char* method, const grpc::ByteBuffer& request) {
+    grpc::ClientContext context;
+    context.set_deadline(GrpcDeadline(absl::Now() + absl::Seconds(10)));
+    grpc::ByteBuffer reply;
+    absl::Notification done;
+    grpc::Status status;
+    stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &reply,
+                   [&](grpc::Status s) {
+                     status = s;
+                     done.Notify();
+                   });
+    done.WaitForNotification();
+    return FromGrpcStatus(status);
+  };
+  auto push = [&](uint64_t node, std::vector<int64_t> shape, DType dtype, int64_t count,
+                  uint64_t payload_bytes, const Tensor& data) {
+    proto::PushRequest header;
+    header.set_node_id(node);
+    header.set_request_id(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())));
+    proto::TensorHeader* t = header.add_tensors();
+    KeyToProto(5, t->mutable_key());
+    t->set_dtype(DTypeToProto(dtype));
+    for (int64_t d : shape) t->add_shape(d);
+    t->set_element_count(count);
+    t->set_payload_bytes(payload_bytes);
+    return call("/kvstore.proto.KVServer/Push",
+                EncodeFrame(header, {PayloadPart{data, 0, data.byte_size()}}).value());
+  };
+  const Tensor other = Base(6, 9);
+  struct Case {
+    const char* name;
+    absl::Status status;
+    absl::StatusCode code;
+  };
+  grpc::Slice garbage_slice(std::string("\xff\xff\xff\x7f garbage"));
+  const std::vector<Case> cases = {
+      {"garbage bytes", call("/kvstore.proto.KVServer/Push", grpc::ByteBuffer(&garbage_slice, 1)),
+       absl::StatusCode::kInvalidArgument},
+      {"payload shorter than its header says", push(node_id, {6}, DType::kFloat32, 6, 1 << 20, other),
+       absl::StatusCode::kInvalidArgument},
+      {"wrong shape", push(node_id, {2, 3}, DType::kFloat32, 6, 24, other),
+       absl::StatusCode::kInvalidArgument},
+      {"wrong dtype", push(node_id, {6}, DType::kInt32, 6, 24, other),
+       absl::StatusCode::kInvalidArgument},
+      {"a node id never issued", push(987654, {6}, DType::kFloat32, 6, 24, other),
+       absl::StatusCode::kPermissionDenied},
+  };
+  for (const Case& c : cases) {
+    RETURN_IF_ERROR(Expect(c.status.code() == c.code,
+                           absl::StrCat(c.name, ": got ", c.status.ToString())));
+    std::printf("refused %s: %s\n", c.name, c.status.ToString().c_str());
+  }
+  Tensor out = Tensor::Zeros(DType::kFloat32, {6});
+  RETURN_IF_ERROR(kv.Pull(5, &out));
+  RETURN_IF_ERROR(kv.WaitAll());
+  return ExpectEqual(out, init, "key 5 after the refused requests");
+}
+
+absl::Status Run(int argc, char** argv) {
+  if (argc < 2) return absl::InvalidArgumentError("usage: test_worker SCENARIO [ARGS]");
+  const std::string scenario = argv[1];
+  const std::string mode =
+      scenario == "rounds" && argc > 2 ? argv[2] : std::string("dist_sync");
+  ASSIGN_OR_RETURN(DistOptions options, DistOptions::FromEnvironment());
+  options.rpc_timeout = absl::Seconds(30);
+  options.barrier_timeout = absl::Seconds(60);
+  options.register_timeout = absl::Seconds(30);
+  options.max_retries = 3;
+  ASSIGN_OR_RETURN(std::unique_ptr<KVStore> kv, KVStore::Create(mode, options));
+  if (scenario == "rounds") {
+    int rounds = 3;
+    if (argc > 3 && !absl::SimpleAtoi(argv[3], &rounds)) {
+      return absl::InvalidArgumentError("rounds must be an integer");
+    }
+    return Rounds(*kv, mode, rounds);
+  }
+  if (scenario == "string_keys") return StringKeys(*kv);
+  if (scenario == "dead_server") return DeadServer(*kv);
+  if (scenario == "bad_input") {
+    auto* dist = dynamic_cast<DistStore*>(kv.get());
+    RETURN_IF_ERROR(Expect(dist != nullptr, "not a distributed store"));
+    // Server 0's address, from the scheduler.
+    auto scheduler = proto::Scheduler::NewStub(
+        MakeChannel(absl::StrCat(options.scheduler_host, ":", options.scheduler_port)));
+    proto::ClusterStatusRequest request;
+    request.set_node_id(dist->node_id());
+    proto::ClusterStatusResponse reply;
+    grpc::ClientContext context;
+    context.set_deadline(GrpcDeadline(absl::Now() + absl::Seconds(10)));
+    RETURN_IF_ERROR(FromGrpcStatus(scheduler->ClusterStatus(&context, request, &reply)));
+    std::string server;
+    for (const proto::NodeStatus& node : reply.nodes()) {
+      if (node.role() == proto::SERVER && node.rank() == 0) server = node.address();
+    }
+    RETURN_IF_ERROR(Expect(!server.empty(), "the scheduler lists no server 0"));
+    return BadInput(*kv, dist->node_id(), server);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown scenario ", scenario));
+}
+
+}  // namespace
+}  // namespace kvstore::testing
+
+int main(int argc, char** argv) {
+  const absl::Status status = kvstore::testing::Run(argc, argv);
+  if (!status.ok()) {
+    std::fprintf(stderr, "test_worker: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
