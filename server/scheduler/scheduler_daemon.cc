@@ -60,9 +60,21 @@ absl::Status SchedulerDaemon::Tick() {
   absl::Time over_since = absl::InfiniteFuture();
   absl::Time failed_since = absl::InfiniteFuture();
   const absl::Duration linger = options_.job.heartbeat_interval * 2 + absl::Milliseconds(200);
+  const absl::Time started = absl::Now();
+  bool assembled = false;
   while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(50))) {
     const absl::Time now = absl::Now();
     core_->ExpireDeadlines(now);
+    if (!assembled) {
+      // A job nobody joins must end too: the registration window also runs from the start.
+      const absl::Status view = core_->view().status();
+      assembled = view.ok();
+      if (!assembled && now - started > options_.job.register_timeout + absl::Seconds(1)) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("waited ", absl::FormatDuration(options_.job.register_timeout),
+                         " for the job's nodes to register: ", view.message()));
+      }
+    }
     const absl::Status registration = core_->registration_status();
     if (!registration.ok()) {
       // Give the refused nodes a moment to receive their answer, then stop.

@@ -5,7 +5,8 @@
 // expires overdue registrations and barriers. Wait returns when the job is over: OK once every
 // worker has finished (or a controller asked for shutdown) and every server has been told to
 // exit (or `shutdown_grace` has passed), DeadlineExceeded naming the missing nodes when the job
-// never assembled.
+// has not assembled within register_timeout (counted from the first registration, and at the
+// latest from the start, so that a job nobody joins ends too).
 #ifndef KVSTORE_SERVER_SCHEDULER_SCHEDULER_DAEMON_H_
 #define KVSTORE_SERVER_SCHEDULER_SCHEDULER_DAEMON_H_
 
