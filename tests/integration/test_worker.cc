@@ -173,12 +173,12 @@ absl::Status BadInput(KVStore& kv, uint64_t node_id, const std::string& server) 
     return FromGrpcStatus(status);
   };
   auto push = [&](uint64_t node, std::vector<int64_t> shape, DType dtype, int64_t count,
-                  uint64_t payload_bytes, const Tensor& data) {
+                  uint64_t payload_bytes, const Tensor& data, int64_t key = 5) {
     proto::PushRequest header;
     header.set_node_id(node);
     header.set_request_id(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())));
     proto::TensorHeader* t = header.add_tensors();
-    KeyToProto(5, t->mutable_key());
+    KeyToProto(key, t->mutable_key());
     t->set_dtype(DTypeToProto(dtype));
     for (int64_t d : shape) t->add_shape(d);
     t->set_element_count(count);
@@ -204,6 +204,8 @@ absl::Status BadInput(KVStore& kv, uint64_t node_id, const std::string& server) 
        absl::StatusCode::kInvalidArgument},
       {"a node id never issued", push(987654, {6}, DType::kFloat32, 6, 24, other),
        absl::StatusCode::kPermissionDenied},
+      {"a key never initialised", push(node_id, {6}, DType::kFloat32, 6, 24, other, 77),
+       absl::StatusCode::kNotFound},
   };
   for (const Case& c : cases) {
     RETURN_IF_ERROR(Expect(c.status.code() == c.code,
