@@ -41,6 +41,7 @@ HOST = "127.0.0.1"
 POLL_S = 0.1          # how often process states are checked
 KILL_GRACE_S = 3.0    # SIGTERM -> SIGKILL delay
 PORT_WAIT_S = 30.0    # how long the scheduler may take to report its port
+DAEMON_SETTLE_S = 1.5 # after a daemon fails, how long to wait for the scheduler's verdict
 
 
 class JobEnd(Exception):
@@ -194,11 +195,16 @@ def run(args, worker_cmd, job, tmpdir):
             rc = w.poll()
             if rc is not None and rc != 0:
                 raise JobEnd(rc if rc > 0 else 1, f"worker {j} {describe(rc)}")
-        for name, d in daemons:
-            rc = d.poll()
-            # A daemon may exit 0 just before the last worker process does; that is fine.
-            if rc is not None and rc != 0:
-                raise JobEnd(1, f"{name} {describe(rc)} while workers were running")
+        # A daemon may exit 0 just before the last worker process does; that is fine.
+        if any(d.poll() not in (None, 0) for _, d in daemons):
+            # Servers refused by the scheduler exit at once and the scheduler a moment
+            # later: give it that moment, so the report names the root cause first.
+            end = time.monotonic() + DAEMON_SETTLE_S
+            while sched.poll() is None and time.monotonic() < end:
+                time.sleep(POLL_S)
+            failed = [f"{name} {describe(d.returncode)}" for name, d in daemons
+                      if d.poll() not in (None, 0)]
+            raise JobEnd(1, "; ".join(failed) + " while workers were running")
         if all(w.poll() == 0 for w in workers):
             break
         time.sleep(POLL_S)
