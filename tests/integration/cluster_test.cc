@@ -274,5 +274,36 @@ TEST_CASE("Cluster: a worker that never comes makes the others fail, naming what
   REQUIRE(cluster.scheduler().output().find("missing") != std::string::npos);
 }
 
+TEST_CASE("Launcher: runs a job with prefixed output, exits with the workers' status",
+          "[cluster][launcher]") {
+  const std::vector<std::string> launch = {
+      "/usr/bin/env", "python3", Runfile("deploy/launch.py"), "-n", "2", "-s", "2",
+      "--scheduler", Runfile("server/scheduler/scheduler"), "--kvserver",
+      Runfile("server/kvserver"), "--timeout", "120", "--scheduler-arg=--big_value_bound=100",
+      "--"};
+  SECTION("a clean job exits 0") {
+    std::vector<std::string> argv = launch;
+    argv.insert(argv.end(), {Runfile("tests/integration/test_worker"), "rounds", "dist_sync", "2"});
+    Process launcher("launch", argv, {});
+    Cluster::ExpectExit(launcher, 0);
+    const std::string output = launcher.output();
+    INFO(output);
+    REQUIRE(output.find("[worker 0] worker 0: 2 rounds of dist_sync checked") != std::string::npos);
+    REQUIRE(output.find("[worker 1] worker 1: 2 rounds of dist_sync checked") != std::string::npos);
+    REQUIRE(output.find("[scheduler] ") != std::string::npos);
+    REQUIRE(output.find("[server 1] ") != std::string::npos);
+  }
+  SECTION("a failing worker fails the job with its status") {
+    std::vector<std::string> argv = launch;
+    argv.insert(argv.end(), {Runfile("tests/integration/test_worker"), "no_such_scenario"});
+    Process launcher("launch", argv, {});
+    Cluster::ExpectExit(launcher, 1);
+    const std::string output = launcher.output();
+    INFO(output);
+    REQUIRE(output.find("unknown scenario no_such_scenario") != std::string::npos);
+    REQUIRE(output.find("exited with status 1") != std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace kvstore::testing
