@@ -74,27 +74,10 @@ absl::Status Run() {
   }
   RETURN_IF_ERROR(kv->WaitAll());
   RETURN_IF_ERROR(kv->Barrier());
-
-  std::vector<double> w(kFeatures);
-  for (int j = 0; j < kFeatures; ++j) w[j] = weight.GetAsDouble(j);
-  const double accuracy = Accuracy(task.test, w, bias.GetAsDouble(0));
-  const double ceiling = Accuracy(task.test, task.true_w, task.true_b);
-  std::printf("worker %d  test accuracy %.2f%% (the true model that made the labels: %.2f%%)\n",
-              rank, 100 * accuracy, 100 * ceiling);
-  if (accuracy < ceiling - 0.05) {
-    return absl::InternalError("training did not converge: accuracy too far below the true model");
-  }
-  return absl::OkStatus();
+  return Evaluate(task, weight, bias, absl::StrFormat("worker %d  ", rank));
 }
 
 }  // namespace
 }  // namespace kvstore::examples
 
-int main() {
-  const absl::Status status = kvstore::examples::Run();
-  if (!status.ok()) {
-    std::fprintf(stderr, "dist_training: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  return 0;
-}
+int main() { return kvstore::examples::Main("dist_training", kvstore::examples::Run); }

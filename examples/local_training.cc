@@ -93,26 +93,10 @@ absl::Status Run() {
     }
   }
 
-  std::vector<double> w(kFeatures);
-  for (int j = 0; j < kFeatures; ++j) w[j] = weights[0].GetAsDouble(j);
-  const double accuracy = Accuracy(task.test, w, biases[0].GetAsDouble(0));
-  const double ceiling = Accuracy(task.test, task.true_w, task.true_b);
-  std::printf("test accuracy %.2f%% (the true model that made the labels: %.2f%%)\n",
-              100 * accuracy, 100 * ceiling);
-  if (accuracy < ceiling - 0.05) {
-    return absl::InternalError("training did not converge: accuracy too far below the true model");
-  }
-  return absl::OkStatus();
+  return Evaluate(task, weights[0], biases[0], "");
 }
 
 }  // namespace
 }  // namespace kvstore::examples
 
-int main() {
-  const absl::Status status = kvstore::examples::Run();
-  if (!status.ok()) {
-    std::fprintf(stderr, "local_training: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  return 0;
-}
+int main() { return kvstore::examples::Main("local_training", kvstore::examples::Run); }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace kvstore::examples {
 
@@ -72,6 +73,29 @@ Task MakeTask(int num_train, int num_test, uint64_t seed) {
   task.train = Generate(num_train, task.true_w, task.true_b, &rng);
   task.test = Generate(num_test, task.true_w, task.true_b, &rng);
   return task;
+}
+
+absl::Status Evaluate(const Task& task, const Tensor& weight, const Tensor& bias,
+                      const std::string& prefix) {
+  std::vector<double> w(kFeatures);
+  for (int j = 0; j < kFeatures; ++j) w[j] = weight.GetAsDouble(j);
+  const double accuracy = Accuracy(task.test, w, bias.GetAsDouble(0));
+  const double ceiling = Accuracy(task.test, task.true_w, task.true_b);
+  std::printf("%stest accuracy %.2f%% (the true model that made the labels: %.2f%%)\n",
+              prefix.c_str(), 100 * accuracy, 100 * ceiling);
+  if (accuracy < ceiling - 0.05) {
+    return absl::InternalError("training did not converge: accuracy too far below the true model");
+  }
+  return absl::OkStatus();
+}
+
+int Main(const char* program, absl::Status (*run)()) {
+  const absl::Status status = run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s: %s\n", program, status.ToString().c_str());
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace kvstore::examples

@@ -6,8 +6,10 @@
 #define KVSTORE_EXAMPLES_LOGISTIC_TASK_H_
 
 #include <random>
+#include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "client/kvstore.h"
 
 namespace kvstore::examples {
@@ -36,6 +38,14 @@ double Gradient(const Dataset& data, int begin, int end, const Tensor& w, const 
 
 // Accuracy returns the fraction of `data` the model (w, b) classifies correctly.
 double Accuracy(const Dataset& data, const std::vector<double>& w, double b);
+
+// Evaluate prints "<prefix>test accuracy A% (the true model ...: B%)" for the trained weights
+// (kFeatures float32) and bias, and returns Internal when A is more than 5 points below B.
+absl::Status Evaluate(const Task& task, const Tensor& weight, const Tensor& bias,
+                      const std::string& prefix);
+
+// Main runs `run` and maps its status to an exit code with a one-line reason named `program`.
+int Main(const char* program, absl::Status (*run)());
 
 }  // namespace kvstore::examples
 
