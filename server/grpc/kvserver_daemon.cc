@@ -79,16 +79,17 @@ absl::Status KVServerDaemon::RegisterAndServe() {
   request.set_hostname(LocalHostname());
   proto::RegisterResponse registration;
   const absl::Time give_up = absl::Now() + options_.register_timeout;
-  while (true) {
+  {
     grpc::ClientContext context;
     context.set_deadline(GrpcDeadline(give_up));
     context.set_wait_for_ready(true);  // Wait for a scheduler that is still starting.
     const grpc::Status status = stub->Register(&context, request, &registration);
-    if (status.ok()) break;
-    if (stop_.HasBeenNotified()) return absl::CancelledError("kvserver stopped");
-    return absl::Status(FromGrpcStatus(status).code(),
-                        absl::StrCat("registering with the scheduler at ",
-                                     options_.scheduler_address, ": ", status.error_message()));
+    if (!status.ok()) {
+      if (stop_.HasBeenNotified()) return absl::CancelledError("kvserver stopped");
+      return absl::Status(FromGrpcStatus(status).code(),
+                          absl::StrCat("registering with the scheduler at ",
+                                       options_.scheduler_address, ": ", status.error_message()));
+    }
   }
   const proto::ClusterView& view = registration.view();
   ServerEngineOptions engine_options;

@@ -46,6 +46,21 @@ absl::StatusOr<std::vector<IncomingValue>> IncomingValues(
   return values;
 }
 
+// Decoded: a framed request's values, pointing into `payload` (which keeps their bytes alive).
+struct Decoded {
+  Payload payload;
+  std::vector<IncomingValue> values;
+};
+
+// DecodeValues parses a framed request (Init, Push, PushPull) into its header and values.
+template <typename Request>
+absl::StatusOr<Decoded> DecodeValues(const grpc::ByteBuffer& request, Request* header) {
+  Decoded decoded;
+  ASSIGN_OR_RETURN(decoded.payload, DecodeFrame(request, header));
+  ASSIGN_OR_RETURN(decoded.values, IncomingValues(header->tensors(), decoded.payload));
+  return decoded;
+}
+
 // EncodePulled frames the pulled tensors after their headers.
 absl::StatusOr<grpc::ByteBuffer> EncodePulled(absl::Span<const ValueSlice> slices,
                                               const std::vector<Tensor>& tensors) {
@@ -107,11 +122,10 @@ grpc::ServerUnaryReactor* KVServerService::Init(grpc::CallbackServerContext* con
   auto backend = this->backend();
   if (!backend) return Reply(context, NotReady());
   proto::InitRequest header;
-  auto payload = DecodeFrame(*request, &header);
-  if (!payload.ok()) return Reply(context, payload.status());
-  auto values = IncomingValues(header.tensors(), *payload);
-  if (!values.ok()) return Reply(context, values.status());
-  const absl::Status status = backend->engine->Init(header.node_id(), *values);
+  auto decoded = DecodeValues(*request, &header);
+  if (!decoded.ok()) return Reply(context, decoded.status());
+  const std::vector<IncomingValue>& values = decoded->values;
+  const absl::Status status = backend->engine->Init(header.node_id(), values);
   if (status.ok()) *response = EncodeMessage(proto::InitResponse());
   return Reply(context, status);
 }
@@ -122,14 +136,13 @@ grpc::ServerUnaryReactor* KVServerService::Push(grpc::CallbackServerContext* con
   auto backend = this->backend();
   if (!backend) return Reply(context, NotReady());
   proto::PushRequest header;
-  auto payload = DecodeFrame(*request, &header);
-  if (!payload.ok()) return Reply(context, payload.status());
-  auto values = IncomingValues(header.tensors(), *payload);
-  if (!values.ok()) return Reply(context, values.status());
+  auto decoded = DecodeValues(*request, &header);
+  if (!decoded.ok()) return Reply(context, decoded.status());
+  const std::vector<IncomingValue>& values = decoded->values;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // The engine reads the payload during the call; `done` may run later, on the thread whose
   // push completes the round. The reactor and `response` stay valid until Finish.
-  backend->engine->Push(header.node_id(), header.request_id(), *values,
+  backend->engine->Push(header.node_id(), header.request_id(), values,
                         [reactor, response](absl::Status status) {
                           if (status.ok()) *response = EncodeMessage(proto::PushResponse());
                           reactor->Finish(ToGrpcStatus(status));
@@ -160,16 +173,15 @@ grpc::ServerUnaryReactor* KVServerService::PushPull(grpc::CallbackServerContext*
   auto backend = this->backend();
   if (!backend) return Reply(context, NotReady());
   proto::PushPullRequest header;
-  auto payload = DecodeFrame(*request, &header);
-  if (!payload.ok()) return Reply(context, payload.status());
-  auto values = IncomingValues(header.tensors(), *payload);
-  if (!values.ok()) return Reply(context, values.status());
+  auto decoded = DecodeValues(*request, &header);
+  if (!decoded.ok()) return Reply(context, decoded.status());
+  const std::vector<IncomingValue>& values = decoded->values;
   std::vector<ValueSlice> slices;
-  for (const IncomingValue& value : *values) slices.push_back(value.slice);
+  for (const IncomingValue& value : values) slices.push_back(value.slice);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const uint64_t node_id = header.node_id();
   backend->engine->Push(
-      node_id, header.request_id(), *values,
+      node_id, header.request_id(), values,
       [reactor, response, backend, node_id, slices = std::move(slices)](absl::Status status) {
         if (status.ok()) {
           auto pulled = backend->engine->Pull(node_id, slices);
