@@ -1,0 +1,563 @@
+// kvbench: push / pull throughput and latency of a real job over 127.0.0.1, next to the
+// machine's own ceilings measured in the same run.
+//
+// For one worker and one server, then two workers and two servers, it starts a scheduler and
+// the kvservers as real processes (the binaries from the runfiles, the `sum` updater, dist_sync),
+// joins the job with one DistStore per worker (each its own TCP connections) and times:
+//   {push,pull,pushpull}_{4KB,1MB,16MB,100MB}_{1w1s,2w2s}  one float32 key, every worker at once
+//   {push,pull}_100kx16B_1w1s                              100,000 keys of 16 B in one call
+//   small_4KB_inflight64_1w1s                              64 pushes of 4 KB keys in flight
+// Ceilings, same run: memcpy bandwidth (100 MiB, warm buffers, one thread) and, per case, a
+// raw-socket request/response moving the same bytes over loopback (W connections at once for W
+// workers). `bytes` is the payload every worker together moves in one repetition (a push+pull
+// counts it once); gbps = bytes / median; ratio = gbps / ceiling_gbps.
+//
+//   bazel run -c opt //tests/bench:kvbench -- [--quick] [--format=json] [--only=SUBSTRING]
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "client/kvstore.h"
+
+ABSL_FLAG(bool, quick, false, "Fewer repetitions: the whole run takes under a minute.");
+ABSL_FLAG(std::string, format, "text", "text or json.");
+ABSL_FLAG(std::string, only, "", "Run only the cases whose name contains this.");
+ABSL_FLAG(std::string, kvserver, "", "kvserver binary (default: from the runfiles).");
+ABSL_FLAG(std::string, scheduler, "", "scheduler binary (default: from the runfiles).");
+ABSL_FLAG(int, seed, 0, "Random seed of the pushed values (0: from the clock).");
+
+namespace kvstore::bench {
+namespace {
+
+constexpr size_t kKB = 1000;
+constexpr size_t kMB = 1000 * 1000;
+
+void Die(const std::string& message) {
+  std::fprintf(stderr, "kvbench: %s\n", message.c_str());
+  std::exit(1);
+}
+
+std::string Runfile(const char* argv0, const std::string& path) {
+  for (const char* var : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
+    if (const char* dir = std::getenv(var)) return absl::StrCat(dir, "/kvstore/", path);
+  }
+  const std::string beside = absl::StrCat(argv0, ".runfiles/kvstore/", path);
+  if (access(beside.c_str(), X_OK) == 0) return beside;
+  return path;  // `bazel run` starts in the runfiles tree.
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timing
+
+struct Timing {
+  std::vector<double> seconds;
+  double median() const {
+    std::vector<double> s = seconds;
+    std::sort(s.begin(), s.end());
+    const size_t n = s.size();
+    return n % 2 == 1 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+  }
+  double min() const { return *std::min_element(seconds.begin(), seconds.end()); }
+  double max() const { return *std::max_element(seconds.begin(), seconds.end()); }
+};
+
+double Since(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
+
+// Crew runs one function on W threads at once, repeatedly, and times each run from the common
+// start until the last thread is done.
+class Crew {
+ public:
+  explicit Crew(int n) : n_(n) {
+    for (int i = 0; i < n; ++i) threads_.emplace_back([this, i] { Loop(i); });
+  }
+  ~Crew() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    for (auto& t : threads_) t.join();
+  }
+  // Run calls fn(worker) on every thread and returns the elapsed seconds.
+  double Run(std::function<void(int)> fn) {
+    absl::MutexLock lock(&mu_);
+    fn_ = std::move(fn);
+    pending_ = n_;
+    const absl::Time start = absl::Now();
+    ++generation_;
+    mu_.Await(absl::Condition(+[](int* p) { return *p == 0; }, &pending_));
+    return Since(start);
+  }
+
+ private:
+  void Loop(int i) {
+    uint64_t seen = 0;
+    while (true) {
+      std::function<void(int)> fn;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [&] { return stop_ || generation_ != seen; };
+        mu_.Await(absl::Condition(&ready));
+        if (stop_) return;
+        seen = generation_;
+        fn = fn_;
+      }
+      fn(i);
+      absl::MutexLock lock(&mu_);
+      --pending_;
+    }
+  }
+
+  const int n_;
+  absl::Mutex mu_;
+  std::function<void(int)> fn_;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Ceilings
+
+double MemcpyGbps(int reps) {
+  const size_t bytes = 100 << 20;
+  std::vector<uint8_t> a(bytes, 1), b(bytes, 2);
+  Timing t;
+  for (int i = 0; i < reps; ++i) {
+    const absl::Time start = absl::Now();
+    std::memcpy(i % 2 ? a.data() : b.data(), i % 2 ? b.data() : a.data(), bytes);
+    t.seconds.push_back(Since(start));
+  }
+  return bytes / t.median() / 1e9;
+}
+
+bool WriteAll(int fd, const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool ReadAll(int fd, void* data, size_t n) {
+  auto* p = static_cast<uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t r = recv(fd, p, n, 0);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// RawLink: a loopback TCP connection to an echo thread that reads a request of the announced
+// size into a reused buffer and answers with the announced number of bytes.
+class RawLink {
+ public:
+  RawLink() {
+    const int listener = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof(addr);
+    if (bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(listener, 1) != 0 ||
+        getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      Die("raw socket ceiling: cannot listen on 127.0.0.1");
+    }
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+      Die("raw socket ceiling: cannot connect to 127.0.0.1");
+    }
+    const int peer = accept(listener, nullptr, nullptr);
+    close(listener);
+    const int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(peer, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    echo_ = std::thread([peer] {
+      std::vector<uint8_t> buffer;
+      uint64_t sizes[2];
+      while (ReadAll(peer, sizes, sizeof(sizes))) {
+        buffer.resize(std::max<size_t>({buffer.size(), sizes[0], sizes[1]}));
+        if (!ReadAll(peer, buffer.data(), sizes[0])) break;
+        if (!WriteAll(peer, buffer.data(), sizes[1])) break;
+      }
+      close(peer);
+    });
+  }
+  ~RawLink() {
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+    echo_.join();
+  }
+  // Exchange sends `request` bytes and reads `response` bytes back.
+  void Exchange(size_t request, size_t response) {
+    buffer_.resize(std::max({buffer_.size(), request, response}));
+    const uint64_t sizes[2] = {request, response};
+    if (!WriteAll(fd_, sizes, sizeof(sizes)) || !WriteAll(fd_, buffer_.data(), request) ||
+        !ReadAll(fd_, buffer_.data(), response)) {
+      Die("raw socket ceiling: the loopback exchange failed");
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  std::thread echo_;
+  std::vector<uint8_t> buffer_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The job
+
+class Child {
+ public:
+  Child(std::vector<std::string> argv, const std::string& log) {
+    pid_ = fork();
+    if (pid_ < 0) Die("fork failed");
+    if (pid_ == 0) {
+      setpgid(0, 0);
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::vector<char*> args;
+      for (std::string& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+  }
+  ~Child() {
+    // The job ends when every worker has finished; give the daemons a moment, then make sure.
+    for (int i = 0; i < 100; ++i) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) return;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    kill(-pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+struct Job {
+  std::vector<std::unique_ptr<Child>> daemons;
+  std::vector<std::unique_ptr<KVStore>> workers;
+};
+
+std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers) {
+  auto job = std::make_unique<Job>();
+  const std::string tmp = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
+  const std::string tag = absl::StrCat(getpid(), "-", servers, "s", workers, "w");
+  const std::string port_file = absl::StrCat(tmp, "/kvbench-port-", tag);
+  unlink(port_file.c_str());
+  std::string scheduler = absl::GetFlag(FLAGS_scheduler);
+  if (scheduler.empty()) scheduler = Runfile(argv0, "server/scheduler/scheduler");
+  std::string kvserver = absl::GetFlag(FLAGS_kvserver);
+  if (kvserver.empty()) kvserver = Runfile(argv0, "server/kvserver");
+  job->daemons.push_back(std::make_unique<Child>(
+      std::vector<std::string>{scheduler, "--port=0", "--port_file=" + port_file,
+                               absl::StrCat("--num_servers=", servers),
+                               absl::StrCat("--num_workers=", workers),
+                               "--register_timeout=60s", "--log_level=warn"},
+      absl::StrCat(tmp, "/kvbench-scheduler-", tag, ".log")));
+  int port = 0;
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (port == 0 && absl::Now() < give_up) {
+    std::ifstream in(port_file);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text.str()), &port)) port = 0;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (port == 0) Die(absl::StrCat("the scheduler (", scheduler, ") did not report its port"));
+  for (int s = 0; s < servers; ++s) {
+    job->daemons.push_back(std::make_unique<Child>(
+        std::vector<std::string>{kvserver, absl::StrCat("--scheduler=127.0.0.1:", port),
+                                 absl::StrCat("--rank=", s), "--updater=sum",
+                                 "--log_level=warn"},
+        absl::StrCat(tmp, "/kvbench-server", s, "-", tag, ".log")));
+  }
+  job->workers.resize(workers);
+  std::vector<std::thread> joining;
+  for (int w = 0; w < workers; ++w) {
+    joining.emplace_back([&job, w, port] {
+      DistOptions options;
+      options.scheduler_port = port;
+      options.requested_rank = w;
+      options.register_timeout = absl::Seconds(60);
+      auto store = KVStore::Create("dist_sync", options);
+      if (!store.ok()) Die(absl::StrCat("worker ", w, ": ", store.status().ToString()));
+      job->workers[w] = *std::move(store);
+    });
+  }
+  for (auto& t : joining) t.join();
+  return job;
+}
+
+void Check(const absl::Status& status, const std::string& what) {
+  if (!status.ok()) Die(absl::StrCat(what, ": ", status.ToString()));
+}
+
+Tensor RandomTensor(std::mt19937_64& rng, size_t elements) {
+  Tensor t = Tensor::Zeros(DType::kFloat32, {static_cast<int64_t>(elements)});
+  std::uniform_real_distribution<float> dist(-1, 1);
+  float* p = t.data_as<float>();
+  for (size_t i = 0; i < elements; ++i) p[i] = dist(rng);
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cases
+
+struct Result {
+  std::string name;
+  double bytes = 0;
+  Timing timing;
+  double ceiling_s = 0;  // Median seconds of the raw-socket exchange of the same bytes.
+  double ops = 1;        // Operations per repetition.
+};
+
+class Bench {
+ public:
+  Bench(const char* argv0, uint64_t seed) : argv0_(argv0), rng_(seed) {}
+
+  bool Wanted(const std::string& name) const {
+    return absl::GetFlag(FLAGS_only).empty() ||
+           name.find(absl::GetFlag(FLAGS_only)) != std::string::npos;
+  }
+
+  // RawCeiling times W concurrent loopback exchanges of (request, response) bytes.
+  double RawCeiling(int w, size_t request, size_t response, int reps) {
+    std::vector<std::unique_ptr<RawLink>> links;
+    for (int i = 0; i < w; ++i) links.push_back(std::make_unique<RawLink>());
+    Crew crew(w);
+    crew.Run([&](int i) { links[i]->Exchange(request, response); });  // Warm up.
+    Timing t;
+    for (int r = 0; r < reps; ++r) {
+      t.seconds.push_back(crew.Run([&](int i) { links[i]->Exchange(request, response); }));
+    }
+    return t.median();
+  }
+
+  void RunConfig(int servers, int workers) {
+    const std::string suffix = absl::StrCat("_", workers, "w", servers, "s");
+    const bool quick = absl::GetFlag(FLAGS_quick);
+    struct Size {
+      const char* label;
+      size_t bytes;
+      int reps;
+    };
+    const std::vector<Size> sizes = {{"4KB", 4 * kKB, quick ? 200 : 1000},
+                                     {"1MB", kMB, quick ? 30 : 100},
+                                     {"16MB", 16 * kMB, quick ? 8 : 20},
+                                     {"100MB", 100 * kMB, quick ? 3 : 9}};
+    std::vector<std::string> names;
+    for (const Size& size : sizes) {
+      for (const char* op : {"push_", "pull_", "pushpull_"}) {
+        names.push_back(absl::StrCat(op, size.label, suffix));
+      }
+    }
+    const bool small_cases = workers == 1 && servers == 1;
+    if (small_cases) {
+      names.push_back("push_100kx16B_1w1s");
+      names.push_back("pull_100kx16B_1w1s");
+      names.push_back("small_4KB_inflight64_1w1s");
+    }
+    if (std::none_of(names.begin(), names.end(), [&](auto& n) { return Wanted(n); })) return;
+
+    std::unique_ptr<Job> job = StartJob(argv0_, servers, workers);
+    Crew crew(workers);
+    auto& kv = job->workers;
+
+    // One key per size, pushed by every worker; pulled into one output per worker.
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      const size_t elements = sizes[k].bytes / 4;
+      const std::string op_names[3] = {absl::StrCat("push_", sizes[k].label, suffix),
+                                       absl::StrCat("pull_", sizes[k].label, suffix),
+                                       absl::StrCat("pushpull_", sizes[k].label, suffix)};
+      if (!Wanted(op_names[0]) && !Wanted(op_names[1]) && !Wanted(op_names[2])) continue;
+      const Key key = static_cast<int64_t>(k);
+      Tensor init = RandomTensor(rng_, elements);
+      crew.Run([&](int w) { Check(kv[w]->Init(key, init), "init"); });
+      std::vector<Tensor> values, outs;
+      for (int w = 0; w < workers; ++w) {
+        values.push_back(RandomTensor(rng_, elements));
+        outs.push_back(Tensor::Zeros(DType::kFloat32, {static_cast<int64_t>(elements)}));
+      }
+      const double bytes = static_cast<double>(sizes[k].bytes) * workers;
+      const int reps = sizes[k].reps;
+      for (int op = 0; op < 3; ++op) {
+        if (!Wanted(op_names[op])) continue;
+        auto once = [&](int w) {
+          switch (op) {
+            case 0: Check(kv[w]->Push(key, values[w]), op_names[op]); break;
+            case 1: Check(kv[w]->Pull(key, &outs[w]), op_names[op]); break;
+            case 2: Check(kv[w]->PushPull(key, values[w], &outs[w]), op_names[op]); break;
+          }
+          Check(kv[w]->WaitAll(), op_names[op]);
+        };
+        Result result{op_names[op], bytes};
+        crew.Run(once);  // Warm up: connections, buffers.
+        for (int r = 0; r < reps; ++r) result.timing.seconds.push_back(crew.Run(once));
+        const size_t b = sizes[k].bytes;
+        const size_t request = op == 1 ? 16 : b;
+        const size_t response = op == 0 ? 8 : b;
+        result.ceiling_s = RawCeiling(workers, request, response, std::min(reps, 50));
+        results_.push_back(std::move(result));
+      }
+    }
+    if (small_cases) RunSmallCases(*kv[0], quick);
+    job->workers.clear();  // Finish: the daemons exit.
+  }
+
+  void RunSmallCases(KVStore& kv, bool quick) {
+    const int reps = quick ? 5 : 15;
+    if (Wanted("100kx16B")) {
+      const int n = 100000;
+      std::vector<Key> keys;
+      std::vector<Tensor> values, outs;
+      std::vector<Tensor*> out_ptrs;
+      for (int i = 0; i < n; ++i) {
+        keys.push_back(Key(int64_t{1000 + i}));
+        values.push_back(RandomTensor(rng_, 4));
+        outs.push_back(Tensor::Zeros(DType::kFloat32, {4}));
+      }
+      for (Tensor& t : outs) out_ptrs.push_back(&t);
+      Check(kv.Init(keys, values), "init 100k keys");
+      const double bytes = 16.0 * n;
+      for (int op = 0; op < 2; ++op) {
+        const std::string name = op == 0 ? "push_100kx16B_1w1s" : "pull_100kx16B_1w1s";
+        if (!Wanted(name)) continue;
+        auto once = [&] {
+          Check(op == 0 ? kv.Push(keys, values) : kv.Pull(keys, out_ptrs), name);
+          Check(kv.WaitAll(), name);
+        };
+        once();
+        Result result{name, bytes};
+        for (int r = 0; r < reps; ++r) {
+          const absl::Time start = absl::Now();
+          once();
+          result.timing.seconds.push_back(Since(start));
+        }
+        result.ceiling_s = RawCeiling(1, op == 0 ? n * 16 : 16, op == 0 ? 8 : n * 16, 20);
+        results_.push_back(std::move(result));
+      }
+    }
+    if (Wanted("small_4KB_inflight64")) {
+      const int inflight = 64;
+      std::vector<Key> keys;
+      std::vector<Tensor> values;
+      for (int i = 0; i < inflight; ++i) {
+        keys.push_back(Key(int64_t{500 + i}));
+        values.push_back(RandomTensor(rng_, 1024));
+      }
+      Check(kv.Init(keys, values), "init 64 keys");
+      auto once = [&] {
+        for (int i = 0; i < inflight; ++i) Check(kv.Push(keys[i], values[i]), "push 4KB");
+        Check(kv.WaitAll(), "push 4KB");
+      };
+      once();
+      Result result{"small_4KB_inflight64_1w1s", 4.0 * kKB * inflight};
+      result.ops = inflight;
+      for (int r = 0; r < (quick ? 50 : 200); ++r) {
+        const absl::Time start = absl::Now();
+        once();
+        result.timing.seconds.push_back(Since(start));
+      }
+      // Ceiling: the same bytes as 64 sequential raw 4 KB request/response exchanges.
+      result.ceiling_s = RawCeiling(1, 4 * kKB, 8, 200) * inflight;
+      results_.push_back(std::move(result));
+    }
+  }
+
+  void Print(double memcpy_gbps, uint64_t seed) const {
+    if (absl::GetFlag(FLAGS_format) == "json") {
+      std::string out = absl::StrFormat(
+          "{\"seed\": %d, \"memcpy_gbps\": %.4f, \"cases\": [", seed, memcpy_gbps);
+      for (size_t i = 0; i < results_.size(); ++i) {
+        const Result& r = results_[i];
+        const double median = r.timing.median();
+        const double gbps = r.bytes / median / 1e9;
+        const double ceiling = r.bytes / r.ceiling_s / 1e9;
+        absl::StrAppendFormat(
+            &out,
+            "%s\n  {\"name\": \"%s\", \"bytes\": %.0f, \"reps\": %d, \"median_s\": %.9f, "
+            "\"min_s\": %.9f, \"max_s\": %.9f, \"gbps\": %.4f, \"ceiling_gbps\": %.4f, "
+            "\"ratio\": %.4f, \"ops_per_s\": %.1f, \"latency_us\": %.2f, "
+            "\"ceiling_latency_us\": %.2f}",
+            i ? "," : "", r.name, r.bytes, static_cast<int>(r.timing.seconds.size()), median,
+            r.timing.min(), r.timing.max(), gbps, ceiling, gbps / ceiling, r.ops / median,
+            median * 1e6 / r.ops, r.ceiling_s * 1e6 / r.ops);
+      }
+      out += "\n]}\n";
+      std::fputs(out.c_str(), stdout);
+      return;
+    }
+    std::printf("memcpy (100 MiB, 1 thread): %.2f GB/s; seed %llu\n", memcpy_gbps,
+                static_cast<unsigned long long>(seed));
+    std::printf("%-28s %10s %10s %10s %8s %9s %8s %12s %10s\n", "case", "median_ms", "min_ms",
+                "max_ms", "GB/s", "ceil GB/s", "ratio", "ops/s", "lat_us");
+    for (const Result& r : results_) {
+      const double median = r.timing.median();
+      const double gbps = r.bytes / median / 1e9;
+      const double ceiling = r.bytes / r.ceiling_s / 1e9;
+      std::printf("%-28s %10.3f %10.3f %10.3f %8.3f %9.3f %8.3f %12.0f %10.1f\n", r.name.c_str(),
+                  median * 1e3, r.timing.min() * 1e3, r.timing.max() * 1e3, gbps, ceiling,
+                  gbps / ceiling, r.ops / median, median * 1e6 / r.ops);
+    }
+  }
+
+ private:
+  const char* argv0_;
+  std::mt19937_64 rng_;
+  std::vector<Result> results_;
+};
+
+}  // namespace
+}  // namespace kvstore::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (format != "text" && format != "json") {
+    std::fprintf(stderr, "kvbench: --format must be text or json, not \"%s\"\n", format.c_str());
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  uint64_t seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+  if (seed == 0) seed = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  const double memcpy_gbps = kvstore::bench::MemcpyGbps(absl::GetFlag(FLAGS_quick) ? 5 : 11);
+  kvstore::bench::Bench bench(argv[0], seed);
+  bench.RunConfig(/*servers=*/1, /*workers=*/1);
+  bench.RunConfig(/*servers=*/2, /*workers=*/2);
+  bench.Print(memcpy_gbps, seed);
+  return 0;
+}
