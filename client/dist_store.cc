@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -50,8 +51,11 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
     return absl::InvalidArgumentError(absl::StrCat(
         "scheduler port ", options.scheduler_port, " is not in 1..65535"));
   }
-  if (options.max_inflight < 1 || options.max_retries < 0) {
-    return absl::InvalidArgumentError("max_inflight must be >= 1 and max_retries >= 0");
+  if (options.max_inflight < 1 || options.max_retries < 0 ||
+      options.connections_per_server < 1 || options.fusion_bytes < 0) {
+    return absl::InvalidArgumentError(
+        "max_inflight and connections_per_server must be >= 1, max_retries and fusion_bytes "
+        ">= 0");
   }
   std::unique_ptr<DistStore> store(new DistStore(std::move(type), options));
   RETURN_IF_ERROR(store->Join());
@@ -89,12 +93,17 @@ absl::Status DistStore::Join() {
     Server server;
     server.rank = info.rank();
     server.address = info.address();
-    server.stub = std::make_unique<grpc::GenericStub>(MakeChannel(info.address()));
+    for (int c = 0; c < options_.connections_per_server; ++c) {
+      // MakeChannel gives every channel its own connection.
+      server.stubs.push_back(std::make_unique<grpc::GenericStub>(MakeChannel(info.address())));
+    }
+    server.next_stub = std::make_unique<std::atomic<uint64_t>>(0);
     servers_.push_back(std::move(server));
   }
   ASSIGN_OR_RETURN(Partitioner partitioner,
                    Partitioner::Create(view.servers_size(), view.big_value_bound()));
   partitioner_ = partitioner;
+  if (view.chunk_bytes() > 0) chunk_bytes_ = view.chunk_bytes();
   spdlog::debug("worker rank {} (node {}) joined a {} job of {} workers and {} servers", rank_,
                 node_id_, view.mode(), num_workers_, servers_.size());
   return absl::OkStatus();
@@ -216,6 +225,15 @@ absl::Status DistStore::DoInit(absl::Span<const Key> keys, absl::Span<const Tens
       info->dtype = values[i].dtype();
       info->shape = values[i].shape();
       info->slices = partitioner_->Partition(key, values[i].num_elements());
+      const size_t element = DTypeSize(info->dtype);
+      info->bytes = static_cast<int64_t>(values[i].byte_size());
+      for (const Slice& slice : info->slices) {
+        const std::vector<Slice> chunks = ChunkSlice(slice, element, chunk_bytes_);
+        for (const Slice& chunk : chunks) {
+          info->chunks.push_back(chunk);
+          info->alone.push_back(chunks.size() > 1);
+        }
+      }
       work.push_back(KeyWork{key, std::move(info), {values[i]}, {}});
     }
   }
@@ -272,15 +290,22 @@ void DistStore::Enqueue(int priority, std::vector<KeyWork> work, Kind kind) {
   const uint64_t seq = next_seq_++;
   Op op;
   op.priority = priority;
+  op.kind = kind;
   for (const KeyWork& entry : work) {
     op.keys.push_back(entry.key);
+    op.bytes += entry.info->bytes;
     unfinished_[entry.key].push_back(seq);
   }
-  op.start = [this, kind, work = std::move(work)](OpDone done) mutable {
-    Transfer(kind, std::move(work), std::move(done));
-  };
+  op.work = std::move(work);
   queued_.emplace(seq, std::move(op));
   changed_.SignalAll();
+}
+
+bool DistStore::Ready(uint64_t seq, const Op& op) const {
+  for (const Key& key : op.keys) {
+    if (unfinished_.at(key).front() != seq) return false;
+  }
+  return true;
 }
 
 void DistStore::Dispatch() {
@@ -290,14 +315,8 @@ void DistStore::Dispatch() {
     auto best = queued_.end();
     if (inflight_ < options_.max_inflight) {
       for (auto it = queued_.begin(); it != queued_.end(); ++it) {
-        bool ready = true;
-        for (const Key& key : it->second.keys) {
-          if (unfinished_.at(key).front() != it->first) {
-            ready = false;
-            break;
-          }
-        }
-        if (ready && (best == queued_.end() || it->second.priority > best->second.priority)) {
+        if ((best == queued_.end() || it->second.priority > best->second.priority) &&
+            Ready(it->first, it->second)) {
           best = it;
         }
       }
@@ -306,14 +325,33 @@ void DistStore::Dispatch() {
       changed_.Wait(&mu_);
       continue;
     }
-    const uint64_t seq = best->first;
-    Op op = std::move(best->second);
+    // Fusion: other ready operations of the same kind and priority travel with this one, one
+    // request per server, while the payload stays small. Ready operations never share a key.
+    std::vector<std::pair<uint64_t, std::vector<Key>>> fused;
+    const Kind kind = best->second.kind;
+    const int priority = best->second.priority;
+    int64_t bytes = best->second.bytes;
+    std::vector<KeyWork> work = std::move(best->second.work);
+    fused.emplace_back(best->first, std::move(best->second.keys));
     queued_.erase(best);
-    ++inflight_;
+    if (kind != Kind::kInit && bytes < options_.fusion_bytes) {
+      for (auto it = queued_.begin(); it != queued_.end();) {
+        Op& other = it->second;
+        if (other.kind != kind || other.priority != priority ||
+            bytes + other.bytes > options_.fusion_bytes || !Ready(it->first, other)) {
+          ++it;
+          continue;
+        }
+        bytes += other.bytes;
+        for (KeyWork& entry : other.work) work.push_back(std::move(entry));
+        fused.emplace_back(it->first, std::move(other.keys));
+        it = queued_.erase(it);
+      }
+    }
+    inflight_ += static_cast<int>(fused.size());
     mu_.Unlock();
-    std::vector<Key> keys = op.keys;
-    op.start([this, seq, keys = std::move(keys)](absl::Status status) {
-      Complete(seq, keys, status);
+    Transfer(kind, std::move(work), [this, fused = std::move(fused)](absl::Status status) {
+      for (const auto& [seq, keys] : fused) Complete(seq, keys, status);
     });
     mu_.Lock();
   }
@@ -376,13 +414,12 @@ absl::Status DistStore::ServerError(int s, const absl::Status& status) const {
 void DistStore::Transfer(Kind kind, std::vector<KeyWork> work, OpDone done) {
   struct Target {
     size_t work_index;
-    Slice slice;
+    Slice chunk;
   };
-  struct PerServer {
-    proto::InitRequest init;
-    proto::PushRequest push;
-    proto::PullRequest pull;
-    proto::PushPullRequest pushpull;
+  // One request: the small values bound for a server together, or one chunk of a cut value.
+  struct Request {
+    int server = 0;
+    std::vector<proto::TensorHeader> headers;
     std::vector<PayloadPart> parts;
     uint64_t payload_bytes = 0;
     std::vector<Target> targets;
@@ -420,78 +457,87 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work, OpDone done) {
     }
   }
 
-  std::vector<PerServer> per_server(servers_.size());
+  std::vector<Request> requests;
+  std::vector<int> shared_request(servers_.size(), -1);  // Per server: its shared request.
   for (size_t i = 0; i < state->work.size(); ++i) {
     const KeyWork& entry = state->work[i];
-    const size_t element = DTypeSize(entry.info->dtype);
-    for (const Slice& slice : entry.info->slices) {
-      PerServer& request = per_server[slice.server];
-      proto::TensorHeader* header;
-      switch (kind) {
-        case Kind::kInit: header = request.init.add_tensors(); break;
-        case Kind::kPush: header = request.push.add_tensors(); break;
-        case Kind::kPull: header = request.pull.add_tensors(); break;
-        case Kind::kPushPull: header = request.pushpull.add_tensors(); break;
+    const KeyInfo& info = *entry.info;
+    const size_t element = DTypeSize(info.dtype);
+    // Init sends each server its whole part, which the server cuts into chunks itself.
+    const bool init = kind == Kind::kInit;
+    const std::vector<Slice>& chunks = init ? info.slices : info.chunks;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      const Slice& chunk = chunks[c];
+      Request* request;
+      if (!init && info.alone[c]) {
+        requests.emplace_back();
+        request = &requests.back();
+        request->server = chunk.server;
+      } else {
+        int& index = shared_request[chunk.server];
+        if (index < 0) {
+          index = static_cast<int>(requests.size());
+          requests.emplace_back();
+          requests.back().server = chunk.server;
+        }
+        request = &requests[index];
       }
-      FillHeader(entry.key, entry.info->dtype, entry.info->shape, slice, header);
+      proto::TensorHeader& header = request->headers.emplace_back();
+      FillHeader(entry.key, info.dtype, info.shape, chunk, &header);
       if (sends) {
-        const size_t bytes = static_cast<size_t>(slice.count) * element;
-        header->set_payload_offset(request.payload_bytes);
-        header->set_payload_bytes(bytes);
-        request.parts.push_back(
-            PayloadPart{sent[i], static_cast<size_t>(slice.offset) * element, bytes});
-        request.payload_bytes += bytes;
+        const size_t bytes = static_cast<size_t>(chunk.count) * element;
+        header.set_payload_offset(request->payload_bytes);
+        header.set_payload_bytes(bytes);
+        request->parts.push_back(
+            PayloadPart{sent[i], static_cast<size_t>(chunk.offset) * element, bytes});
+        request->payload_bytes += bytes;
       }
-      request.targets.push_back(Target{i, slice});
+      request->targets.push_back(Target{i, chunk});
     }
   }
 
-  std::vector<std::pair<int, std::shared_ptr<grpc::ByteBuffer>>> calls;
-  for (size_t s = 0; s < per_server.size(); ++s) {
-    PerServer& request = per_server[s];
-    if (request.targets.empty()) continue;
+  std::vector<std::shared_ptr<grpc::ByteBuffer>> frames;
+  for (Request& request : requests) {
     absl::StatusOr<grpc::ByteBuffer> frame;
+    auto encode = [&](auto message, bool with_request_id) {
+      message.set_node_id(node_id_);
+      if constexpr (!std::is_same_v<decltype(message), proto::PullRequest> &&
+                    !std::is_same_v<decltype(message), proto::InitRequest>) {
+        if (with_request_id) message.set_request_id(next_request_id_++);
+      }
+      message.mutable_tensors()->Reserve(static_cast<int>(request.headers.size()));
+      for (proto::TensorHeader& header : request.headers) {
+        *message.add_tensors() = std::move(header);
+      }
+      return sends ? EncodeFrame(message, request.parts) : EncodeMessage(message);
+    };
     switch (kind) {
-      case Kind::kInit:
-        request.init.set_node_id(node_id_);
-        frame = EncodeFrame(request.init, request.parts);
-        break;
-      case Kind::kPush:
-        request.push.set_node_id(node_id_);
-        request.push.set_request_id(next_request_id_++);
-        frame = EncodeFrame(request.push, request.parts);
-        break;
-      case Kind::kPull:
-        request.pull.set_node_id(node_id_);
-        frame = EncodeMessage(request.pull);
-        break;
-      case Kind::kPushPull:
-        request.pushpull.set_node_id(node_id_);
-        request.pushpull.set_request_id(next_request_id_++);
-        frame = EncodeFrame(request.pushpull, request.parts);
-        break;
+      case Kind::kInit: frame = encode(proto::InitRequest(), false); break;
+      case Kind::kPush: frame = encode(proto::PushRequest(), true); break;
+      case Kind::kPull: frame = encode(proto::PullRequest(), false); break;
+      case Kind::kPushPull: frame = encode(proto::PushPullRequest(), true); break;
     }
     if (!frame.ok()) {
       state->done(frame.status());
       return;
     }
-    calls.emplace_back(static_cast<int>(s), std::make_shared<grpc::ByteBuffer>(*std::move(frame)));
+    frames.push_back(std::make_shared<grpc::ByteBuffer>(*std::move(frame)));
   }
-  state->remaining = static_cast<int>(calls.size());
-  if (calls.empty()) {
+  state->remaining = static_cast<int>(requests.size());
+  if (requests.empty()) {
     state->done(absl::OkStatus());
     return;
   }
   static constexpr const char* kMethods[] = {kInitMethod, kPushMethod, kPullMethod,
                                              kPushPullMethod};
   const char* method = kMethods[static_cast<int>(kind)];
-  for (auto& [s, buffer] : calls) {
-    std::vector<Target> targets = std::move(per_server[s].targets);
-    Call(s, method, buffer,
-         [this, state, s = s, receives, targets = std::move(targets)](
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const int s = requests[r].server;
+    Call(s, method, frames[r],
+         [this, state, s, receives, targets = std::move(requests[r].targets)](
              absl::Status status, grpc::ByteBuffer* reply) {
            if (status.ok() && receives) {
-             // Copy each returned slice from the received bytes into the first output.
+             // Copy each returned chunk from the received bytes into the first output.
              proto::PullResponse header;
              absl::StatusOr<Payload> payload = DecodeFrame(*reply, &header);
              status = payload.status();
@@ -504,18 +550,18 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work, OpDone done) {
                KeyWork& entry = state->work[targets[t].work_index];
                Tensor* out = entry.outs.front();
                const size_t element = DTypeSize(entry.info->dtype);
-               const size_t bytes = static_cast<size_t>(targets[t].slice.count) * element;
-               if (got.element_offset() != targets[t].slice.offset ||
-                   got.payload_bytes() != bytes) {
+               const Slice& chunk = targets[t].chunk;
+               const size_t bytes = static_cast<size_t>(chunk.count) * element;
+               if (got.element_offset() != chunk.offset || got.payload_bytes() != bytes) {
                  status = absl::InternalError(absl::StrCat(
                      "key ", entry.key.Quoted(), ": reply holds elements from ",
                      got.element_offset(), " in ", got.payload_bytes(), " bytes, expected ",
-                     targets[t].slice.offset, " in ", bytes));
+                     chunk.offset, " in ", bytes));
                  break;
                }
                status = payload->CopyTo(
                    got.payload_offset(), bytes,
-                   static_cast<uint8_t*>(out->data()) + targets[t].slice.offset * element);
+                   static_cast<uint8_t*>(out->data()) + chunk.offset * element);
              }
              if (!status.ok()) status = ServerError(s, status);
            }
@@ -549,7 +595,9 @@ void DistStore::Call(int s, const char* method, std::shared_ptr<grpc::ByteBuffer
   };
   auto rpc = std::make_shared<Rpc>();
   rpc->context.set_deadline(GrpcDeadline(absl::Now() + options_.rpc_timeout));
-  servers_[s].stub->UnaryCall(
+  Server& server = servers_[s];
+  grpc::GenericStub* stub = server.stubs[(*server.next_stub)++ % server.stubs.size()].get();
+  stub->UnaryCall(
       &rpc->context, method, grpc::StubOptions(), request.get(), &rpc->reply,
       [this, s, method, request, done = std::move(done), attempt, rpc](grpc::Status status) {
         if (status.ok()) {

@@ -83,27 +83,36 @@ class DistStore final : public KVStore {
   struct Server {
     int rank = 0;
     std::string address;
-    std::unique_ptr<grpc::GenericStub> stub;
+    std::vector<std::unique_ptr<grpc::GenericStub>> stubs;  // One per connection.
+    std::unique_ptr<std::atomic<uint64_t>> next_stub;
   };
   // KeyInfo: what Init recorded about a key.
   struct KeyInfo {
     DType dtype = DType::kFloat32;
     Shape shape;
     std::vector<Slice> slices;
+    // The slices cut into chunks (ChunkSlice); `alone[i]` when chunk i is part of a cut slice
+    // and travels in a request of its own, else it shares one request per server.
+    std::vector<Slice> chunks;
+    std::vector<bool> alone;
+    int64_t bytes = 0;
     Tensor merge_buffer;  // Sum of several values pushed at once; reused.
   };
   using OpDone = std::function<void(absl::Status)>;
-  struct Op {
-    int priority = 0;
-    std::vector<Key> keys;  // Distinct.
-    std::function<void(OpDone)> start;
-  };
+  enum class Kind { kInit, kPush, kPull, kPushPull };
   // One key's part of an operation: its values (push) and outputs (pull).
   struct KeyWork {
     Key key;
     std::shared_ptr<KeyInfo> info;
     std::vector<Tensor> values;
     std::vector<Tensor*> outs;
+  };
+  struct Op {
+    int priority = 0;
+    Kind kind = Kind::kPush;
+    int64_t bytes = 0;
+    std::vector<Key> keys;  // Distinct.
+    std::vector<KeyWork> work;
   };
 
   DistStore(std::string type, DistOptions options) : KVStore(std::move(type)),
@@ -118,10 +127,11 @@ class DistStore final : public KVStore {
                                             absl::Span<const Tensor> values,
                                             absl::Span<Tensor* const> outs) const;
 
-  enum class Kind { kInit, kPush, kPull, kPushPull };
   // Operation queue.
   void Enqueue(int priority, std::vector<KeyWork> work, Kind kind);
   void Dispatch();
+  // Ready returns whether every earlier operation on the op's keys has completed.
+  bool Ready(uint64_t seq, const Op& op) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Complete(uint64_t seq, const std::vector<Key>& keys, const absl::Status& status);
   absl::Status JobOver() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // ServerError prefixes a server's error with its rank and address.
@@ -146,6 +156,7 @@ class DistStore final : public KVStore {
   int num_workers_ = 1;
   std::vector<Server> servers_;
   std::optional<Partitioner> partitioner_;
+  int64_t chunk_bytes_ = kDefaultChunkBytes;
   absl::Duration heartbeat_interval_ = absl::Seconds(1);
   std::atomic<uint64_t> next_request_id_{1};
 

@@ -82,6 +82,12 @@ struct DistOptions {
   absl::Duration retry_backoff = absl::Milliseconds(50);
   // Operations started concurrently; more wait in a queue ordered by priority.
   int max_inflight = 64;
+  // TCP connections to each server; requests take them in turn. Several connections let big
+  // values move in parallel chunks.
+  int connections_per_server = 4;
+  // Operations of one kind that are ready together are sent as one request per server
+  // (tensor fusion) while their payload stays under this many bytes; 0 turns fusion off.
+  int64_t fusion_bytes = 1 << 20;
 
   // FromEnvironment reads the scheduler address, the job size and the rank from the launch
   // environment (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_WORKER_ID or the KV_ names, see

@@ -1,5 +1,7 @@
 #include "common/partitioner.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace kvstore {
@@ -38,6 +40,22 @@ std::vector<Slice> Partitioner::Partition(const Key& key, int64_t num_elements) 
     if (end > begin) slices.push_back(Slice{i, begin, end - begin});
   }
   return slices;
+}
+
+int64_t ChunkElements(size_t element_size, int64_t chunk_bytes) {
+  return std::max<int64_t>(1, chunk_bytes / static_cast<int64_t>(std::max<size_t>(1, element_size)));
+}
+
+std::vector<Slice> ChunkSlice(const Slice& slice, size_t element_size, int64_t chunk_bytes) {
+  const int64_t per_chunk = ChunkElements(element_size, chunk_bytes);
+  if (slice.count <= per_chunk) return {slice};
+  std::vector<Slice> chunks;
+  chunks.reserve(static_cast<size_t>((slice.count + per_chunk - 1) / per_chunk));
+  for (int64_t done = 0; done < slice.count; done += per_chunk) {
+    chunks.push_back(
+        Slice{slice.server, slice.offset + done, std::min(per_chunk, slice.count - done)});
+  }
+  return chunks;
 }
 
 }  // namespace kvstore

@@ -28,6 +28,18 @@ struct Slice {
   }
 };
 
+// kDefaultChunkBytes: a server's part of a value bigger than this travels and is updated in
+// chunks of this many bytes, so that transfer, summing and updating overlap.
+inline constexpr int64_t kDefaultChunkBytes = 1 << 20;
+
+// ChunkSlice cuts `slice` into consecutive chunks of at most max(1, chunk_bytes / element_size)
+// elements, on the same server. A slice that fits (or is empty) is returned whole. Clients and
+// servers cut alike from the chunk size in the cluster view.
+std::vector<Slice> ChunkSlice(const Slice& slice, size_t element_size, int64_t chunk_bytes);
+
+// ChunkElements returns the number of elements per chunk for `element_size`-byte elements.
+int64_t ChunkElements(size_t element_size, int64_t chunk_bytes);
+
 class Partitioner {
  public:
   // Create validates the parameters: at least one server, a positive bound.

@@ -115,6 +115,9 @@ class Tensor {
   size_t byte_size() const { return static_cast<size_t>(num_elements()) * DTypeSize(dtype_); }
   // owns_data is false for Borrow()ed tensors.
   bool owns_data() const { return owns_; }
+  // shared is true when another handle refers to this owned buffer (e.g. a reply still being
+  // sent from it).
+  bool shared() const { return holder_ != nullptr && holder_.use_count() > 1; }
 
   // GetAsDouble / SetFromDouble read and write flattened element `i` of a CPU tensor, converting
   // through double. Meant for tests, examples and printing, not for hot paths.

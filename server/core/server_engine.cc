@@ -9,6 +9,36 @@
 #include "common/status_macros.h"
 
 namespace kvstore {
+namespace {
+
+// CopyBytes copies bytes [offset, offset + n) of `bytes` into `dst`.
+void CopyBytes(const ByteChunks& bytes, size_t offset, size_t n, void* dst) {
+  auto* out = static_cast<uint8_t*>(dst);
+  for (const absl::Span<const uint8_t>& chunk : bytes) {
+    if (n == 0) return;
+    if (offset >= chunk.size()) {
+      offset -= chunk.size();
+      continue;
+    }
+    const size_t take = std::min(chunk.size() - offset, n);
+    std::memcpy(out, chunk.data() + offset, take);
+    out += take;
+    n -= take;
+    offset = 0;
+  }
+}
+
+Tensor View(const void* data, DType dtype, int64_t elements) {
+  return Tensor::Borrow(const_cast<void*>(data), dtype, Shape{elements});
+}
+
+int64_t NumElementsOf(const Shape& shape) {
+  int64_t total = 1;
+  for (int64_t d : shape) total *= d;
+  return total;
+}
+
+}  // namespace
 
 void GatherBytes(const ByteChunks& bytes, void* dst) {
   auto* out = static_cast<uint8_t*>(dst);
@@ -19,19 +49,73 @@ void GatherBytes(const ByteChunks& bytes, void* dst) {
   }
 }
 
+void ForEachPiece(const ByteChunks& bytes, size_t element_size,
+                  const std::function<void(int64_t, const void*, int64_t)>& fn) {
+  int64_t element = 0;
+  uint8_t carry[16];
+  size_t carried = 0;
+  for (const absl::Span<const uint8_t>& chunk : bytes) {
+    const uint8_t* p = chunk.data();
+    size_t n = chunk.size();
+    if (carried > 0) {
+      const size_t take = std::min(element_size - carried, n);
+      std::memcpy(carry + carried, p, take);
+      carried += take;
+      p += take;
+      n -= take;
+      if (carried == element_size) {
+        fn(element++, carry, 1);
+        carried = 0;
+      }
+    }
+    const size_t whole = n / element_size;
+    if (whole > 0) {
+      fn(element, p, static_cast<int64_t>(whole));
+      element += static_cast<int64_t>(whole);
+      p += whole * element_size;
+      n -= whole * element_size;
+    }
+    if (n > 0) {
+      std::memcpy(carry, p, n);
+      carried = n;
+    }
+  }
+}
+
 absl::StatusOr<std::unique_ptr<ServerEngine>> ServerEngine::Create(
     ServerEngineOptions options, std::unique_ptr<Updater> updater) {
   if (options.worker_node_ids.empty()) {
     return absl::InvalidArgumentError("a server engine needs the job's worker node ids");
+  }
+  if (options.chunk_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk size must be positive, got ", options.chunk_bytes));
   }
   if (updater == nullptr) updater = MakeAssignUpdater();
   return std::unique_ptr<ServerEngine>(new ServerEngine(std::move(options), std::move(updater)));
 }
 
 ServerEngine::ServerEngine(ServerEngineOptions options, std::unique_ptr<Updater> updater)
-    : options_(std::move(options)), store_(std::move(updater)) {
+    : options_(std::move(options)), updater_(std::move(updater)) {
   senders_.insert(options_.worker_node_ids.begin(), options_.worker_node_ids.end());
   senders_.insert(kSchedulerNodeId);
+}
+
+void ServerEngine::SetUpdater(std::unique_ptr<Updater> updater) {
+  absl::MutexLock lock(&updater_mu_);
+  updater_ = std::move(updater);
+}
+
+std::shared_ptr<Updater> ServerEngine::updater() const {
+  absl::MutexLock lock(&updater_mu_);
+  return updater_;
+}
+
+std::string ServerEngine::updater_name() const { return std::string(updater()->name()); }
+
+ShardStore::Stats ServerEngine::stats() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return ShardStore::Stats{static_cast<int64_t>(parts_.size()), num_bytes_};
 }
 
 absl::Status ServerEngine::CheckSender(uint64_t node_id) const {
@@ -40,24 +124,16 @@ absl::Status ServerEngine::CheckSender(uint64_t node_id) const {
       "node id ", node_id, " is not a worker of this job (the scheduler never issued it)"));
 }
 
-Shape ServerEngine::StoredShape(const ValueSlice& slice) {
-  int64_t total = 1;
-  for (int64_t d : slice.shape) total *= d;
-  if (slice.offset == 0 && slice.count == total) return slice.shape;
-  return Shape{slice.count};
-}
-
 absl::Status ServerEngine::CheckBytes(const IncomingValue& value) {
   const ValueSlice& s = value.slice;
-  int64_t total = 1;
   for (int64_t d : s.shape) {
     if (d < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("key ", s.key.Quoted(), ": negative dimension in shape ",
                        ShapeToString(s.shape)));
     }
-    total *= d;
   }
+  const int64_t total = NumElementsOf(s.shape);
   if (s.offset < 0 || s.count < 0 || s.offset > total || s.count > total - s.offset) {
     return absl::InvalidArgumentError(absl::StrCat(
         "key ", s.key.Quoted(), ": slice [", s.offset, ", ", s.offset + s.count,
@@ -74,54 +150,80 @@ absl::Status ServerEngine::CheckBytes(const IncomingValue& value) {
   return absl::OkStatus();
 }
 
-absl::Status ServerEngine::CheckSlice(const ValueSlice& slice, absl::string_view verb) const {
-  auto it = layout_.find(slice.key);
-  if (it == layout_.end()) {
+absl::StatusOr<ServerEngine::Chunk*> ServerEngine::FindChunk(const ValueSlice& slice,
+                                                             absl::string_view verb) const {
+  auto it = parts_.find(slice.key);
+  if (it == parts_.end()) {
     return absl::NotFoundError(
         absl::StrCat("key ", slice.key.Quoted(), " was never initialised on this server"));
   }
-  const ValueSlice& stored = it->second;
+  const Part& part = *it->second;
+  const ValueSlice& stored = part.layout;
   if (slice.dtype != stored.dtype || slice.shape != stored.shape) {
     return absl::InvalidArgumentError(absl::StrCat(
         "key ", slice.key.Quoted(), ": ", verb, " ", DTypeName(slice.dtype),
         ShapeToString(slice.shape), " but the stored value is ", DTypeName(stored.dtype),
         ShapeToString(stored.shape)));
   }
-  if (slice.offset != stored.offset || slice.count != stored.count) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key ", slice.key.Quoted(), ": ", verb, " elements [", slice.offset, ", ",
-        slice.offset + slice.count, ") but this server holds [", stored.offset, ", ",
-        stored.offset + stored.count, ")"));
+  const int64_t relative = slice.offset - stored.offset;
+  if (relative >= 0 && relative % part.chunk_elements == 0) {
+    const size_t index = static_cast<size_t>(relative / part.chunk_elements);
+    if (index < part.chunks.size() && part.chunks[index]->count == slice.count) {
+      return part.chunks[index].get();
+    }
   }
-  return absl::OkStatus();
+  std::string chunks;
+  if (part.chunks.size() > 1) {
+    chunks = absl::StrCat(" in chunks of ", part.chunk_elements, " elements");
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "key ", slice.key.Quoted(), ": ", verb, " elements [", slice.offset, ", ",
+      slice.offset + slice.count, ") but this server holds [", stored.offset, ", ",
+      stored.offset + stored.count, ")", chunks));
 }
 
 absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue> values) {
   RETURN_IF_ERROR(CheckSender(node_id));
   absl::MutexLock lock(&mu_);
-  std::vector<KeyValue> staged;
-  staged.reserve(values.size());
+  absl::flat_hash_set<Key> seen;
   for (const IncomingValue& value : values) {
+    const Key& key = value.slice.key;
     RETURN_IF_ERROR(CheckBytes(value));
-    if (layout_.contains(value.slice.key)) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("key ", value.slice.key.Quoted(), " is already initialised"));
+    const bool int_key = key.is_int();
+    const bool expected = int_keys_.value_or(values.front().slice.key.is_int());
+    if (int_key != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key ", key.Quoted(), " is a ", key.KindName(), " key but this server holds ",
+          expected ? "int" : "string", " keys; int and string keys cannot be mixed"));
     }
-    Tensor tensor = Tensor::Zeros(value.slice.dtype, StoredShape(value.slice));
-    GatherBytes(value.bytes, tensor.data());
-    staged.push_back(KeyValue{value.slice.key, std::move(tensor)});
+    if (parts_.contains(key) || !seen.insert(key).second) {
+      return absl::AlreadyExistsError(absl::StrCat("key ", key.Quoted(), " is already initialised"));
+    }
   }
-  // The store checks repeated keys and key kinds, and stores all or nothing.
-  RETURN_IF_ERROR(store_.Init(staged));
-  for (const IncomingValue& value : values) layout_.insert_or_assign(value.slice.key, value.slice);
+  for (const IncomingValue& value : values) {
+    const ValueSlice& slice = value.slice;
+    auto part = std::make_unique<Part>();
+    part->layout = slice;
+    const size_t element = DTypeSize(slice.dtype);
+    part->chunk_elements = ChunkElements(element, options_.chunk_bytes);
+    const bool whole = slice.offset == 0 && slice.count == NumElementsOf(slice.shape);
+    for (const Slice& c : ChunkSlice(Slice{0, slice.offset, slice.count}, element,
+                                     options_.chunk_bytes)) {
+      auto chunk = std::make_unique<Chunk>();
+      chunk->offset = c.offset;
+      chunk->count = c.count;
+      absl::MutexLock chunk_lock(&chunk->mu);
+      chunk->stored = Tensor::Zeros(
+          slice.dtype, whole && c.count == slice.count ? slice.shape : Shape{c.count});
+      CopyBytes(value.bytes, static_cast<size_t>(c.offset - slice.offset) * element,
+                chunk->stored.byte_size(), chunk->stored.data());
+      part->chunks.push_back(std::move(chunk));
+    }
+    num_bytes_ += static_cast<int64_t>(static_cast<size_t>(slice.count) * element);
+    parts_.emplace(slice.key, std::move(part));
+  }
+  if (!values.empty()) int_keys_ = values.front().slice.key.is_int();
   return absl::OkStatus();
-}
-
-Tensor& ServerEngine::Staging(const Key& key) {
-  const ValueSlice& slice = layout_.at(key);
-  Tensor& buffer = staging_[key];
-  if (!buffer.defined()) buffer = Tensor::Zeros(slice.dtype, StoredShape(slice));
-  return buffer;
 }
 
 void ServerEngine::RecordApplied(uint64_t node_id, uint64_t request_id) {
@@ -136,115 +238,190 @@ void ServerEngine::RecordApplied(uint64_t node_id, uint64_t request_id) {
   }
 }
 
+Tensor& ServerEngine::Writable(Chunk* chunk) {
+  if (!chunk->stored.shared()) return chunk->stored;
+  // A pull reply is still being sent from the stored buffer: update a copy instead.
+  Tensor next = chunk->spare;
+  if (!next.defined() || next.shared()) {
+    next = Tensor::Zeros(chunk->stored.dtype(), chunk->stored.shape());
+  }
+  std::memcpy(next.data(), chunk->stored.data(), chunk->stored.byte_size());
+  chunk->spare = std::move(chunk->stored);
+  chunk->stored = std::move(next);
+  return chunk->stored;
+}
+
+absl::Status ServerEngine::Apply(const Key& key, Chunk* chunk, const Tensor& received,
+                                 Updater* updater) {
+  Tensor& stored = Writable(chunk);
+  return updater->UpdateAt(key, chunk->offset, received, &stored);
+}
+
+absl::Status ServerEngine::ApplyPieces(const Key& key, Chunk* chunk, const IncomingValue& value,
+                                       Updater* updater) {
+  Tensor& stored = Writable(chunk);
+  const DType dtype = stored.dtype();
+  const size_t element = DTypeSize(dtype);
+  auto* base = static_cast<uint8_t*>(stored.data());
+  absl::Status status;
+  ForEachPiece(value.bytes, element, [&](int64_t e, const void* piece, int64_t n) {
+    if (!status.ok()) return;
+    Tensor dst = View(base + static_cast<size_t>(e) * element, dtype, n);
+    status = updater->UpdateAt(key, chunk->offset + e, View(piece, dtype, n), &dst);
+  });
+  return status;
+}
+
+absl::StatusOr<bool> ServerEngine::Merge(const Key& key, Chunk* chunk, const IncomingValue& value,
+                                         const std::shared_ptr<Updater>& updater) {
+  absl::MutexLock lock(&chunk->mu);
+  const size_t workers = options_.worker_node_ids.size();
+  const DType dtype = chunk->stored.dtype();
+  auto buffer = [&](Tensor* t) -> Tensor& {
+    if (!t->defined()) *t = Tensor::Zeros(dtype, chunk->stored.shape());
+    return *t;
+  };
+  if (!options_.sync || workers == 1) {
+    // The push is the round's whole value: apply it at once.
+    if (updater->piecewise()) {
+      RETURN_IF_ERROR(ApplyPieces(key, chunk, value, updater.get()));
+    } else {
+      Tensor& gathered = buffer(&chunk->gather);
+      GatherBytes(value.bytes, gathered.data());
+      RETURN_IF_ERROR(Apply(key, chunk, gathered, updater.get()));
+    }
+    return true;
+  }
+  Tensor& sum = buffer(&chunk->sum);
+  if (chunk->arrived == 0) {
+    GatherBytes(value.bytes, sum.data());
+  } else {
+    const size_t element = DTypeSize(dtype);
+    auto* base = static_cast<uint8_t*>(sum.data());
+    absl::Status status;
+    ForEachPiece(value.bytes, element, [&](int64_t e, const void* piece, int64_t n) {
+      Tensor dst = View(base + static_cast<size_t>(e) * element, dtype, n);
+      const absl::Status added = AddInto(View(piece, dtype, n), &dst);
+      if (status.ok()) status = added;
+    });
+    RETURN_IF_ERROR(status);
+  }
+  if (++chunk->arrived < workers) return false;
+  chunk->arrived = 0;
+  RETURN_IF_ERROR(Apply(key, chunk, sum, updater.get()));
+  return true;
+}
+
 void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
                         absl::Span<const IncomingValue> values, Done done) {
-  std::vector<Done> completed;
   absl::Status error = CheckSender(node_id);
+  std::vector<Chunk*> chunks;
+  std::shared_ptr<PushCall> call;
   {
     absl::MutexLock lock(&mu_);
     NodeRequests& requests = requests_[node_id];
     if (error.ok() && requests.applied.contains(request_id)) {
-      completed.push_back(std::move(done));  // A retry of an applied push.
+      // A retry of an applied push.
     } else if (auto it = requests.pending.find(request_id);
                error.ok() && it != requests.pending.end()) {
       it->second->done.push_back(std::move(done));  // A retry of a push waiting for its round.
       return;
     } else {
       // Validate everything before changing anything.
-      absl::flat_hash_set<Key> seen;
+      absl::flat_hash_set<Chunk*> seen;
       for (const IncomingValue& value : values) {
         if (!error.ok()) break;
         error = CheckBytes(value);
-        if (error.ok()) error = CheckSlice(value.slice, "pushed");
-        if (error.ok() && !seen.insert(value.slice.key).second) {
+        if (!error.ok()) break;
+        absl::StatusOr<Chunk*> chunk = FindChunk(value.slice, "pushed");
+        error = chunk.status();
+        if (!error.ok()) break;
+        if (!seen.insert(*chunk).second) {
           error = absl::InvalidArgumentError(absl::StrCat(
-              "key ", value.slice.key.Quoted(), " appears twice in one push request"));
+              "key ", value.slice.key.Quoted(), ": elements [", value.slice.offset, ", ",
+              value.slice.offset + value.slice.count, ") appear twice in one push request"));
+        } else if (options_.sync && std::find((*chunk)->contributors.begin(),
+                                              (*chunk)->contributors.end(),
+                                              node_id) != (*chunk)->contributors.end()) {
+          error = absl::FailedPreconditionError(absl::StrCat(
+              "key ", value.slice.key.Quoted(), ": node ", node_id,
+              " pushed twice in one dist_sync round (the round still waits for other "
+              "workers)"));
         }
-        if (error.ok() && options_.sync) {
-          auto round = rounds_.find(value.slice.key);
-          if (round != rounds_.end() &&
-              std::find(round->second.contributors.begin(), round->second.contributors.end(),
-                        node_id) != round->second.contributors.end()) {
-            error = absl::FailedPreconditionError(absl::StrCat(
-                "key ", value.slice.key.Quoted(), ": node ", node_id,
-                " pushed twice in one dist_sync round (the round still waits for other "
-                "workers)"));
-          }
-        }
+        chunks.push_back(*chunk);
       }
-      if (error.ok() && !options_.sync) {
-        std::vector<KeyValue> received;
-        received.reserve(values.size());
-        for (const IncomingValue& value : values) {
-          Tensor& staging = Staging(value.slice.key);
-          GatherBytes(value.bytes, staging.data());
-          received.push_back(KeyValue{value.slice.key, staging});
-        }
-        error = store_.Push(received);
-        if (error.ok()) RecordApplied(node_id, request_id);
-        completed.push_back(std::move(done));
-      } else if (error.ok()) {
-        auto call = std::make_shared<PushCall>();
+      if (error.ok()) {
+        call = std::make_shared<PushCall>();
         call->node_id = node_id;
         call->request_id = request_id;
         call->remaining = static_cast<int>(values.size());
         call->done.push_back(std::move(done));
         requests.pending[request_id] = call;
-        std::vector<std::shared_ptr<PushCall>> finished_calls;
-        if (values.empty()) finished_calls.push_back(call);
-        for (const IncomingValue& value : values) {
-          Round& round = rounds_[value.slice.key];
-          if (round.contributors.empty()) {
-            if (!round.sum.defined()) {
-              round.sum = Tensor::Zeros(value.slice.dtype, StoredShape(value.slice));
-            }
-            GatherBytes(value.bytes, round.sum.data());
-          } else {
-            Tensor& staging = Staging(value.slice.key);
-            GatherBytes(value.bytes, staging.data());
-            const absl::Status sum = AddInto(staging, &round.sum);
-            if (!sum.ok()) error = sum;  // Same layout by construction; kept for safety.
-          }
-          round.contributors.push_back(node_id);
-          round.calls.push_back(call);
-          if (round.contributors.size() == options_.worker_node_ids.size()) {
-            const absl::Status applied = store_.Push({KeyValue{value.slice.key, round.sum}});
-            if (!applied.ok()) error = applied;
-            for (auto& waiting : round.calls) {
-              if (--waiting->remaining == 0) finished_calls.push_back(waiting);
-            }
-            round.contributors.clear();
-            round.calls.clear();
+        if (options_.sync) {
+          for (Chunk* chunk : chunks) {
+            chunk->contributors.push_back(node_id);
+            chunk->calls.push_back(call);
           }
         }
-        for (auto& finished : finished_calls) {
-          RecordApplied(finished->node_id, finished->request_id);
-          for (Done& d : finished->done) completed.push_back(std::move(d));
-        }
-      } else {
-        completed.push_back(std::move(done));
       }
     }
   }
-  for (Done& d : completed) d(error);
+  if (call == nullptr) {
+    done(error);
+    return;
+  }
+
+  // Move the data, chunk by chunk, under each chunk's own lock.
+  const std::shared_ptr<Updater> current = updater();
+  std::vector<Chunk*> completed;
+  for (size_t i = 0; i < values.size(); ++i) {
+    absl::StatusOr<bool> merged = Merge(values[i].slice.key, chunks[i], values[i], current);
+    if (!merged.ok() && error.ok()) error = merged.status();
+    if (!merged.ok() || *merged) completed.push_back(chunks[i]);
+  }
+
+  std::vector<Done> finished_done;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::shared_ptr<PushCall>> finished;
+    if (!options_.sync) {
+      finished.push_back(call);
+    } else {
+      if (values.empty()) finished.push_back(call);
+      for (Chunk* chunk : completed) {
+        for (auto& waiting : chunk->calls) {
+          if (--waiting->remaining == 0) finished.push_back(waiting);
+        }
+        chunk->contributors.clear();
+        chunk->calls.clear();
+      }
+    }
+    for (auto& f : finished) {
+      RecordApplied(f->node_id, f->request_id);
+      for (Done& d : f->done) finished_done.push_back(std::move(d));
+    }
+  }
+  for (Done& d : finished_done) d(error);
 }
 
 absl::StatusOr<std::vector<Tensor>> ServerEngine::Pull(
     uint64_t node_id, absl::Span<const ValueSlice> slices) const {
   RETURN_IF_ERROR(CheckSender(node_id));
-  std::vector<Key> keys;
-  std::vector<Tensor> outs;
+  std::vector<Chunk*> chunks;
+  chunks.reserve(slices.size());
   {
     absl::ReaderMutexLock lock(&mu_);
     for (const ValueSlice& slice : slices) {
-      RETURN_IF_ERROR(CheckSlice(slice, "pulled"));
-      keys.push_back(slice.key);
-      outs.push_back(Tensor::Zeros(slice.dtype, StoredShape(slice)));
+      ASSIGN_OR_RETURN(Chunk * chunk, FindChunk(slice, "pulled"));
+      chunks.push_back(chunk);
     }
   }
-  std::vector<Tensor*> out_ptrs;
-  for (Tensor& out : outs) out_ptrs.push_back(&out);
-  RETURN_IF_ERROR(store_.Pull(keys, out_ptrs));
+  std::vector<Tensor> outs;
+  outs.reserve(chunks.size());
+  for (Chunk* chunk : chunks) {
+    absl::MutexLock lock(&chunk->mu);
+    outs.push_back(chunk->stored);
+  }
   return outs;
 }
 

@@ -12,12 +12,19 @@
 //   a push still waiting for its round waits with it, a retry of an applied push is acknowledged;
 // - senders: only the job's workers (and the scheduler, node 1) may send data.
 //
-// Received bytes come as the chunks the transport delivered (ByteChunks) and are copied once,
-// straight into the round buffer or a reused per-key staging buffer.
+// - chunks: a part bigger than the chunk size is held and updated chunk by chunk, each chunk
+//   with its own round, lock and buffers, so that chunks arriving on several connections are
+//   summed and updated in parallel while the rest is still on the wire.
 //
-// Threading: thread-safe. Calls never block waiting for other nodes: a sync push registers a
-// completion callback that runs on the thread whose push completes the round, after the
-// engine's lock is released.
+// Received bytes come as the slices the transport delivered (ByteChunks). A piecewise updater
+// (assign, sum) with one push per round is applied straight from them; otherwise the first push
+// of a round is copied into the chunk's reused sum buffer and later ones are added from the
+// slices. Pulls return handles on the stored buffers, without copying (copy on write).
+//
+// Threading: thread-safe. The engine's lock guards bookkeeping only; data moves under each
+// chunk's lock. Calls never block waiting for other nodes: a sync push registers a completion
+// callback that runs on the thread whose push completes the round, after the locks are
+// released.
 #ifndef KVSTORE_SERVER_CORE_SERVER_ENGINE_H_
 #define KVSTORE_SERVER_CORE_SERVER_ENGINE_H_
 
@@ -25,6 +32,8 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -35,6 +44,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/key.h"
+#include "common/partitioner.h"
 #include "common/tensor.h"
 #include "server/core/shard_store.h"
 #include "server/core/updater.h"
@@ -69,40 +79,44 @@ struct ServerEngineOptions {
   std::vector<uint64_t> worker_node_ids;
   // How many applied request ids are remembered per node for deduplication.
   size_t dedup_window = 4096;
+  // A key's part bigger than this is held, pushed, pulled and updated in chunks of this many
+  // bytes (ChunkSlice); every request names exactly one chunk of it.
+  int64_t chunk_bytes = kDefaultChunkBytes;
 };
 
 class ServerEngine {
  public:
   using Done = std::function<void(absl::Status)>;
 
-  // Create validates the options (at least one worker id).
+  // Create validates the options (at least one worker id, a positive chunk size).
   static absl::StatusOr<std::unique_ptr<ServerEngine>> Create(ServerEngineOptions options,
                                                               std::unique_ptr<Updater> updater);
 
-  // Init stores the values. AlreadyExists for a key already stored or repeated in the call;
-  // InvalidArgument for an inconsistent slice or byte count; PermissionDenied for a sender that
-  // is not a worker of this job. All-or-nothing.
+  // Init stores the values (each a server's whole part of a key). AlreadyExists for a key
+  // already stored or repeated in the call; InvalidArgument for an inconsistent slice or byte
+  // count or mixed key kinds; PermissionDenied for a sender that is not a worker of this job.
+  // All-or-nothing.
   absl::Status Init(uint64_t node_id, absl::Span<const IncomingValue> values);
 
-  // Push merges the values: at once (async) or when each key's round is complete (sync). `done`
-  // runs exactly once: at once with the error when the request is refused (nothing applied:
-  // NotFound for a key never initialised, InvalidArgument for a dtype, shape, slice or byte
-  // count that does not match, FailedPrecondition for a second push of a key by one worker in
-  // one round, PermissionDenied for an unknown sender), else when every value is applied.
-  // `values`' bytes are read only during the call.
+  // Push merges the values - each one chunk of a key - at once (async) or when the chunk's
+  // round is complete (sync). `done` runs exactly once: at once with the error when the request
+  // is refused (nothing applied: NotFound for a key never initialised, InvalidArgument for a
+  // dtype, shape, slice or byte count that does not match, FailedPrecondition for a second push
+  // of a chunk by one worker in one round, PermissionDenied for an unknown sender), else when
+  // every value is applied. `values`' bytes are read only during the call.
   void Push(uint64_t node_id, uint64_t request_id, absl::Span<const IncomingValue> values,
             Done done);
 
-  // Pull returns a copy of each requested slice's stored elements (shape: the whole value's
-  // shape when the slice is the whole value, else {count}). NotFound / InvalidArgument as for
-  // Push.
+  // Pull returns each requested chunk's stored elements as a read-only handle on the stored
+  // buffer (no copy): the engine never writes a buffer while a handle on it is alive - an update
+  // then moves the chunk to a second buffer. NotFound / InvalidArgument as for Push.
   absl::StatusOr<std::vector<Tensor>> Pull(uint64_t node_id,
                                            absl::Span<const ValueSlice> slices) const;
 
   // SetUpdater replaces the updater for every later update.
-  void SetUpdater(std::unique_ptr<Updater> updater) { store_.SetUpdater(std::move(updater)); }
-  std::string updater_name() const { return store_.updater_name(); }
-  ShardStore::Stats stats() const { return store_.stats(); }
+  void SetUpdater(std::unique_ptr<Updater> updater);
+  std::string updater_name() const;
+  ShardStore::Stats stats() const;
   bool sync() const { return options_.sync; }
 
   // CheckSender returns PermissionDenied naming `node_id` unless it is a worker of this job or
@@ -113,13 +127,27 @@ class ServerEngine {
   struct PushCall {
     uint64_t node_id = 0;
     uint64_t request_id = 0;
-    int remaining = 0;  // Keys whose round has not completed yet.
+    int remaining = 0;  // Chunks whose round has not completed yet.
     std::vector<Done> done;
   };
-  struct Round {
-    Tensor sum;  // Reused across rounds.
+  // Chunk: one chunk of a key's part, with its round.
+  struct Chunk {
+    int64_t offset = 0;  // First flattened element of the whole value.
+    int64_t count = 0;
+    mutable absl::Mutex mu;
+    Tensor stored ABSL_GUARDED_BY(mu);  // Replaced (copy on write) while a pull holds it.
+    Tensor spare ABSL_GUARDED_BY(mu);   // The previous buffer, reused by the next replacement.
+    Tensor sum ABSL_GUARDED_BY(mu);     // The round's merged pushes; reused across rounds.
+    Tensor gather ABSL_GUARDED_BY(mu);  // A contiguous copy of one push, when one is needed.
+    size_t arrived ABSL_GUARDED_BY(mu) = 0;
+    // Guarded by the engine's mu_:
     std::vector<uint64_t> contributors;
     std::vector<std::shared_ptr<PushCall>> calls;
+  };
+  struct Part {
+    ValueSlice layout;  // What Init stored: the server's whole part of the key.
+    int64_t chunk_elements = 0;
+    std::vector<std::unique_ptr<Chunk>> chunks;
   };
   struct NodeRequests {
     std::deque<uint64_t> applied_order;
@@ -129,25 +157,39 @@ class ServerEngine {
 
   ServerEngine(ServerEngineOptions options, std::unique_ptr<Updater> updater);
 
-  // CheckSlice verifies `slice` against what Init stored for its key.
-  absl::Status CheckSlice(const ValueSlice& slice, absl::string_view verb) const
+  // FindChunk checks `slice` against what Init stored and returns the chunk it names.
+  absl::StatusOr<Chunk*> FindChunk(const ValueSlice& slice, absl::string_view verb) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   static absl::Status CheckBytes(const IncomingValue& value);
-  // Staging returns the reused per-key buffer shaped like the stored slice.
-  Tensor& Staging(const Key& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // StoredShape is the shape under which the ShardStore holds a slice.
-  static Shape StoredShape(const ValueSlice& slice);
+  // Merge applies one received chunk: into the round's sum, or through the updater into the
+  // stored value. Returns true when the chunk's round completed (or it was applied directly).
+  absl::StatusOr<bool> Merge(const Key& key, Chunk* chunk, const IncomingValue& value,
+                             const std::shared_ptr<Updater>& updater);
+  // Apply runs the updater on the chunk's stored value (moving it first when a pull holds it).
+  static absl::Status Apply(const Key& key, Chunk* chunk, const Tensor& received,
+                            Updater* updater) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk->mu);
+  static absl::Status ApplyPieces(const Key& key, Chunk* chunk, const IncomingValue& value,
+                                  Updater* updater) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk->mu);
+  static Tensor& Writable(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk->mu);
   void RecordApplied(uint64_t node_id, uint64_t request_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<Updater> updater() const;
 
   const ServerEngineOptions options_;
   absl::flat_hash_set<uint64_t> senders_;
-  ShardStore store_;
+  mutable absl::Mutex updater_mu_;
+  std::shared_ptr<Updater> updater_ ABSL_GUARDED_BY(updater_mu_);
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<Key, ValueSlice> layout_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<Key, Round> rounds_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<Key, Tensor> staging_ ABSL_GUARDED_BY(mu_);
+  std::optional<bool> int_keys_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Key, std::unique_ptr<Part>> parts_ ABSL_GUARDED_BY(mu_);
+  int64_t num_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, NodeRequests> requests_ ABSL_GUARDED_BY(mu_);
 };
+
+// ForEachPiece calls fn(element_offset, piece) for the pieces of `bytes` that hold whole
+// elements of `element_size` bytes, in order; an element split between two chunks is copied
+// into a small buffer and passed as a piece of its own.
+void ForEachPiece(const ByteChunks& bytes, size_t element_size,
+                  const std::function<void(int64_t, const void*, int64_t)>& fn);
 
 // GatherBytes copies `bytes` (chunk after chunk) into `dst`, which must hold exactly as many.
 void GatherBytes(const ByteChunks& bytes, void* dst);

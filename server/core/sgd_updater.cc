@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -16,6 +17,11 @@ class SgdUpdater final : public Updater {
   explicit SgdUpdater(const SgdConfig& config) : config_(config) {}
 
   absl::Status Update(const Key& key, const Tensor& received, Tensor* stored) override {
+    return UpdateAt(key, 0, received, stored);
+  }
+
+  absl::Status UpdateAt(const Key& key, int64_t offset, const Tensor& received,
+                        Tensor* stored) override {
     if (!IsFloatingPoint(stored->dtype())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "sgd updates float values only; key ", key.Quoted(), " holds ",
@@ -24,10 +30,10 @@ class SgdUpdater final : public Updater {
     const int64_t n = stored->num_elements();
     switch (stored->dtype()) {
       case DType::kFloat32:
-        Apply(key, received.data_as<float>(), stored->data_as<float>(), n);
+        Apply({key, offset}, received.data_as<float>(), stored->data_as<float>(), n);
         break;
       case DType::kFloat64:
-        Apply(key, received.data_as<double>(), stored->data_as<double>(), n);
+        Apply({key, offset}, received.data_as<double>(), stored->data_as<double>(), n);
         break;
       default: {
         // Half types: through float32, element by element.
@@ -36,7 +42,7 @@ class SgdUpdater final : public Updater {
           grad[i] = static_cast<float>(received.GetAsDouble(i));
           weight[i] = static_cast<float>(stored->GetAsDouble(i));
         }
-        Apply(key, grad.data(), weight.data(), n);
+        Apply({key, offset}, grad.data(), weight.data(), n);
         for (int64_t i = 0; i < n; ++i) stored->SetFromDouble(i, weight[i]);
       }
     }
@@ -46,8 +52,20 @@ class SgdUpdater final : public Updater {
   absl::string_view name() const override { return "sgd"; }
 
  private:
+  // Momentum is kept per (key, first element): a kvserver updates big values chunk by chunk.
+  using Part = std::pair<Key, int64_t>;
+
+  // State returns the momentum of `part`, zeroed when new or resized. Calls for different parts
+  // may run concurrently; the vectors of a node_hash_map stay where they are.
+  std::vector<double>& State(const Part& part, int64_t n) {
+    absl::MutexLock lock(&mu_);
+    std::vector<double>& state = momentum_[part];
+    if (state.size() != static_cast<size_t>(n)) state.assign(n, 0.0);
+    return state;
+  }
+
   template <typename T>
-  void Apply(const Key& key, const T* grad, T* weight, int64_t n) {
+  void Apply(const Part& part, const T* grad, T* weight, int64_t n) {
     const T lr = static_cast<T>(config_.lr), wd = static_cast<T>(config_.wd);
     const T rescale = static_cast<T>(config_.rescale_grad);
     const T clip = static_cast<T>(config_.clip_gradient);
@@ -60,8 +78,7 @@ class SgdUpdater final : public Updater {
       for (int64_t i = 0; i < n; ++i) weight[i] -= lr * gradient(i);
       return;
     }
-    std::vector<double>& state = momentum_[key];
-    if (state.size() != static_cast<size_t>(n)) state.assign(n, 0.0);
+    std::vector<double>& state = State(part, n);
     const double momentum = config_.momentum;
     for (int64_t i = 0; i < n; ++i) {
       state[i] = momentum * state[i] - static_cast<double>(lr * gradient(i));
@@ -70,7 +87,8 @@ class SgdUpdater final : public Updater {
   }
 
   const SgdConfig config_;
-  absl::flat_hash_map<Key, std::vector<double>> momentum_;
+  absl::Mutex mu_;
+  absl::node_hash_map<Part, std::vector<double>> momentum_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

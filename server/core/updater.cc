@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "common/reduce.h"
 
 namespace kvstore {
@@ -15,12 +16,14 @@ class FunctionUpdater final : public Updater {
       : name_(std::move(name)), function_(std::move(function)) {}
 
   absl::Status Update(const Key& key, const Tensor& received, Tensor* stored) override {
+    absl::MutexLock lock(&mu_);  // User functions need not be thread-safe.
     function_(key, received, stored);
     return absl::OkStatus();
   }
   absl::string_view name() const override { return name_; }
 
  private:
+  absl::Mutex mu_;
   std::string name_;
   UpdateFunction function_;
 };
@@ -30,6 +33,7 @@ class AssignUpdater final : public Updater {
   absl::Status Update(const Key&, const Tensor& received, Tensor* stored) override {
     return CopyInto(received, stored);
   }
+  bool piecewise() const override { return true; }
   absl::string_view name() const override { return "assign"; }
 };
 
@@ -38,6 +42,7 @@ class SumUpdater final : public Updater {
   absl::Status Update(const Key&, const Tensor& received, Tensor* stored) override {
     return AddInto(received, stored);
   }
+  bool piecewise() const override { return true; }
   absl::string_view name() const override { return "sum"; }
 };
 

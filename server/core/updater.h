@@ -22,7 +22,9 @@
 
 namespace kvstore {
 
-// Threading: a ShardStore calls Update under its own lock, one call at a time.
+// Threading: a ShardStore calls Update under its own lock, one call at a time. A kvserver holds
+// big values in chunks (see docs/performance.md) and may call UpdateAt concurrently for
+// different (key, offset) pairs, never twice at once for one pair.
 class Updater {
  public:
   virtual ~Updater() = default;
@@ -30,6 +32,22 @@ class Updater {
   // Update merges `received` into `*stored`. The store has already checked that both are CPU
   // tensors with the same dtype and shape. An error leaves `*stored` as it was.
   virtual absl::Status Update(const Key& key, const Tensor& received, Tensor* stored) = 0;
+
+  // UpdateAt is Update for the part of a value that starts at flattened element `offset` (a
+  // kvserver updates big values chunk by chunk, as MXNet's servers update the slices of big
+  // arrays). Updaters that keep state per key must key it on (key, offset); the default calls
+  // Update, which suits stateless updaters.
+  virtual absl::Status UpdateAt(const Key& key, int64_t offset, const Tensor& received,
+                                Tensor* stored) {
+    (void)offset;
+    return Update(key, received, stored);
+  }
+
+  // piecewise is true when applying the update to the pieces of any split of a value gives
+  // exactly the same bits as applying it once (stateless element-wise updaters such as assign
+  // and sum). A server may then apply it straight from the received bytes, piece by piece,
+  // without first gathering them into one buffer.
+  virtual bool piecewise() const { return false; }
 
   // name returns the registry name, e.g. "assign".
   virtual absl::string_view name() const = 0;

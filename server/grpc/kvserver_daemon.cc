@@ -94,6 +94,7 @@ absl::Status KVServerDaemon::RegisterAndServe() {
   const proto::ClusterView& view = registration.view();
   ServerEngineOptions engine_options;
   engine_options.sync = view.mode() != "dist_async";
+  if (view.chunk_bytes() > 0) engine_options.chunk_bytes = view.chunk_bytes();
   engine_options.worker_node_ids.assign(view.worker_node_ids().begin(),
                                         view.worker_node_ids().end());
   ASSIGN_OR_RETURN(std::unique_ptr<Updater> updater,

@@ -42,6 +42,10 @@ absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("big value bound must be positive, got ", options.big_value_bound));
   }
+  if (options.chunk_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk size must be positive, got ", options.chunk_bytes, " bytes"));
+  }
   return std::unique_ptr<SchedulerCore>(new SchedulerCore(options));
 }
 
@@ -151,6 +155,7 @@ absl::StatusOr<ClusterView> SchedulerCore::view() const {
   cluster.num_servers = options_.num_servers;
   cluster.num_workers = options_.num_workers;
   cluster.big_value_bound = options_.big_value_bound;
+  cluster.chunk_bytes = options_.chunk_bytes;
   cluster.mode = mode_.empty() ? "dist_sync" : mode_;
   cluster.heartbeat_interval = options_.heartbeat_interval;
   std::vector<std::pair<int, uint64_t>> workers;

@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/partitioner.h"
 
 namespace kvstore {
 
@@ -43,6 +44,8 @@ struct SchedulerOptions {
   int num_workers = 1;
   // Values with more elements than this are split over all servers.
   int64_t big_value_bound = 1000000;
+  // A server's part of a value above this many bytes moves and is updated in chunks.
+  int64_t chunk_bytes = kDefaultChunkBytes;
   // How long the first registration waits for the rest of the job.
   absl::Duration register_timeout = absl::Seconds(60);
   // How long a barrier waits for the last member of its group.
@@ -64,6 +67,7 @@ struct ClusterView {
   std::vector<ServerEntry> servers;  // In rank order.
   std::vector<uint64_t> worker_node_ids;  // In rank order.
   int64_t big_value_bound = 0;
+  int64_t chunk_bytes = 0;
   // "dist_sync" or "dist_async": the first registering worker's mode.
   std::string mode;
   absl::Duration heartbeat_interval;

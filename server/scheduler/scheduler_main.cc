@@ -26,6 +26,9 @@ ABSL_FLAG(int, num_servers, 0, "Number of kvservers; 0: DMLC_NUM_SERVER, else 1.
 ABSL_FLAG(int, num_workers, 0, "Number of workers; 0: DMLC_NUM_WORKER, else 1.");
 ABSL_FLAG(int64_t, big_value_bound, 1000000,
           "Values with more elements are split over all servers.");
+ABSL_FLAG(int64_t, chunk_bytes, kvstore::kDefaultChunkBytes,
+          "A server's part of a value bigger than this many bytes moves and is updated in chunks "
+          "of this size.");
 ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(120),
           "How long the job may take to assemble.");
 ABSL_FLAG(absl::Duration, barrier_timeout, absl::Seconds(600),
@@ -60,6 +63,7 @@ absl::Status Run() {
   if (options.job.num_servers == 0) options.job.num_servers = env.num_servers.value_or(1);
   if (options.job.num_workers == 0) options.job.num_workers = env.num_workers.value_or(1);
   options.job.big_value_bound = absl::GetFlag(FLAGS_big_value_bound);
+  options.job.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   options.job.register_timeout = absl::GetFlag(FLAGS_register_timeout);
   options.job.barrier_timeout = absl::GetFlag(FLAGS_barrier_timeout);
   options.job.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);

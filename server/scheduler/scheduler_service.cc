@@ -22,6 +22,7 @@ void ViewToProto(const ClusterView& view, proto::ClusterView* out) {
   out->set_num_servers(view.num_servers);
   out->set_num_workers(view.num_workers);
   out->set_big_value_bound(view.big_value_bound);
+  out->set_chunk_bytes(view.chunk_bytes);
   out->set_mode(view.mode);
   out->set_heartbeat_interval_ms(
       static_cast<int32_t>(absl::ToInt64Milliseconds(view.heartbeat_interval)));

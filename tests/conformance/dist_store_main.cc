@@ -25,6 +25,7 @@ absl::StatusOr<std::unique_ptr<KVStore>> NewJob() {
   scheduler.job.num_servers = 2;
   scheduler.job.num_workers = 1;
   scheduler.job.big_value_bound = 8;
+  scheduler.job.chunk_bytes = 12;  // Parts above 12 bytes move in chunks: 3 float32, 1 float64.
   scheduler.job.register_timeout = absl::Seconds(30);
   scheduler.job.heartbeat_interval = absl::Milliseconds(50);
   auto started = SchedulerDaemon::Start(scheduler);
