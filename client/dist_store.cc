@@ -430,6 +430,8 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work, OpDone done) {
     absl::Status error;
     std::vector<KeyWork> work;
     OpDone done;
+    std::vector<std::function<void()>> launches;  // One per request, started in order.
+    size_t next_launch = 0;
   };
   auto state = std::make_shared<State>();
   state->work = std::move(work);
@@ -531,10 +533,17 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work, OpDone done) {
   static constexpr const char* kMethods[] = {kInitMethod, kPushMethod, kPullMethod,
                                              kPushPullMethod};
   const char* method = kMethods[static_cast<int>(kind)];
+  // Requests start in order, at most `window` at a time: chunks then arrive one after another
+  // (rather than all interleaved and complete only at the end), so the server sums and updates
+  // each while the next is on the wire.
+  const size_t window = static_cast<size_t>(options_.connections_per_server) * servers_.size();
+  state->launches.resize(requests.size());
   for (size_t r = 0; r < requests.size(); ++r) {
     const int s = requests[r].server;
-    Call(s, method, frames[r],
-         [this, state, s, receives, targets = std::move(requests[r].targets)](
+    state->launches[r] = [this, state, s, method, frame = frames[r], receives,
+                          targets = std::move(requests[r].targets)]() mutable {
+    Call(s, method, std::move(frame),
+         [this, state, s, receives, targets = std::move(targets)](
              absl::Status status, grpc::ByteBuffer* reply) {
            if (status.ok() && receives) {
              // Copy each returned chunk from the received bytes into the first output.
@@ -566,11 +575,16 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work, OpDone done) {
              if (!status.ok()) status = ServerError(s, status);
            }
            bool last;
+           std::function<void()> next;
            {
              absl::MutexLock lock(&state->mu);
              if (!status.ok() && state->error.ok()) state->error = status;
              last = --state->remaining == 0;
+             if (state->next_launch < state->launches.size()) {
+               next = std::move(state->launches[state->next_launch++]);
+             }
            }
+           if (next) next();
            if (!last) return;
            if (state->error.ok() && receives) {
              // One key pulled into several outputs: copy the first into the others.
@@ -584,7 +598,16 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work, OpDone done) {
            }
            state->done(state->error);
          });
+    };
   }
+  std::vector<std::function<void()>> first;
+  {
+    absl::MutexLock lock(&state->mu);
+    while (state->next_launch < std::min(window, state->launches.size())) {
+      first.push_back(std::move(state->launches[state->next_launch++]));
+    }
+  }
+  for (auto& launch : first) launch();
 }
 
 void DistStore::Call(int s, const char* method, std::shared_ptr<grpc::ByteBuffer> request,

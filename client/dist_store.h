@@ -42,6 +42,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/kvstore.h"
@@ -166,7 +167,7 @@ class DistStore final : public KVStore {
   std::optional<bool> int_keys_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, Op> queued_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<Key, std::deque<uint64_t>> unfinished_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Key, absl::InlinedVector<uint64_t, 2>> unfinished_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Key, absl::Status> key_errors_ ABSL_GUARDED_BY(mu_);
   int inflight_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -10,6 +10,8 @@ namespace kvstore {
 namespace {
 
 constexpr size_t kPrefixBytes = 4;
+// Payload parts smaller than this are copied into the frame rather than referenced.
+constexpr size_t kCopyBelowBytes = 8192;
 
 void ReleaseTensor(void* handle) { delete static_cast<Tensor*>(handle); }
 
@@ -35,24 +37,33 @@ absl::StatusOr<grpc::ByteBuffer> EncodeFrame(const google::protobuf::MessageLite
           " bytes"));
     }
   }
+  // The prefix, the header and runs of small parts are copied into one slice each (a slice per
+  // 16-byte value would cost more than the copy); bigger parts are never copied: their slices
+  // reference the tensors' memory.
   std::vector<grpc::Slice> slices;
-  slices.reserve(parts.size() + 1);
-  // The small prefix and header are one copied slice; the payload is never copied.
-  std::string head(kPrefixBytes + header_bytes, '\0');
+  std::string copied(kPrefixBytes + header_bytes, '\0');
   const uint32_t length = static_cast<uint32_t>(header_bytes);
   const unsigned char prefix[kPrefixBytes] = {
       static_cast<unsigned char>(length), static_cast<unsigned char>(length >> 8),
       static_cast<unsigned char>(length >> 16), static_cast<unsigned char>(length >> 24)};
-  std::memcpy(head.data(), prefix, kPrefixBytes);
-  if (!header.SerializeToArray(head.data() + kPrefixBytes, static_cast<int>(header_bytes))) {
+  std::memcpy(copied.data(), prefix, kPrefixBytes);
+  if (!header.SerializeToArray(copied.data() + kPrefixBytes, static_cast<int>(header_bytes))) {
     return absl::InternalError("frame header failed to serialise");
   }
-  slices.emplace_back(head);
   for (const PayloadPart& part : parts) {
     if (part.bytes == 0) continue;
     char* begin = static_cast<char*>(part.tensor.data()) + part.byte_offset;
+    if (part.bytes < kCopyBelowBytes) {
+      copied.append(begin, part.bytes);
+      continue;
+    }
+    if (!copied.empty()) {
+      slices.emplace_back(copied);
+      copied.clear();
+    }
     slices.emplace_back(begin, part.bytes, ReleaseTensor, new Tensor(part.tensor));
   }
+  if (!copied.empty()) slices.emplace_back(copied);
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 

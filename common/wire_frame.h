@@ -1,7 +1,8 @@
 // Framing of tensor-carrying gRPC messages: [fixed32 N][N bytes: protobuf header][raw payload].
 //
 // EncodeFrame builds a grpc::ByteBuffer whose payload slices reference the tensors' memory (no
-// copy); each slice holds a handle on its tensor, so owning tensors stay alive until gRPC has
+// copy; parts under 8 KiB are copied into the frame instead); each slice holds a handle on its
+// tensor, so owning tensors stay alive until gRPC has
 // sent the bytes. A borrowed tensor's memory must stay alive and unchanged until the call
 // completes. DecodeFrame parses the header and keeps the received slices as they are; a Payload
 // copies bytes out once, straight into the destination (an output tensor or an aggregation

@@ -203,3 +203,141 @@ TEST_CASE("Controller: built-in heads and the sgd updater with momentum", "[serv
 
 }  // namespace
 }  // namespace kvstore
+
+namespace kvstore {
+namespace {
+
+// IncomingChunk: elements [offset, offset + count) of `t` as one pushed chunk, in 7-byte pieces.
+IncomingValue IncomingChunk(const Key& key, const Tensor& t, const Slice& chunk) {
+  IncomingValue value;
+  value.slice = ValueSlice{key, t.dtype(), t.shape(), chunk.offset, chunk.count};
+  const size_t element = DTypeSize(t.dtype());
+  const auto* bytes = static_cast<const uint8_t*>(t.data()) + chunk.offset * element;
+  const size_t total = static_cast<size_t>(chunk.count) * element;
+  for (size_t at = 0; at < total; at += 7) {
+    value.bytes.emplace_back(bytes + at, std::min<size_t>(7, total - at));
+  }
+  return value;
+}
+
+std::unique_ptr<ServerEngine> NewSumEngine(bool sync, std::vector<uint64_t> workers,
+                                           int64_t chunk_bytes) {
+  ServerEngineOptions options;
+  options.sync = sync;
+  options.worker_node_ids = std::move(workers);
+  options.chunk_bytes = chunk_bytes;
+  auto engine = ServerEngine::Create(std::move(options), MakeSumUpdater());
+  REQUIRE(engine.ok());
+  return std::move(engine).value();
+}
+
+std::vector<uint8_t> Bytes(const Tensor& t) {
+  const auto* p = static_cast<const uint8_t*>(t.data());
+  return std::vector<uint8_t>(p, p + t.byte_size());
+}
+
+TEST_CASE("ServerEngine: chunked rounds give the same bits as whole values", "[server][chunks]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  const std::vector<uint64_t> workers = {2, 3};
+  const DType dtype = rng.AnyFloatDType();
+  const Shape shape = {rng.Int(5, 40)};
+  const int64_t chunk_bytes = rng.Int(1, 24);
+  INFO(DTypeName(dtype) << ShapeToString(shape) << " chunks of " << chunk_bytes << " bytes");
+  const int64_t n = shape[0];
+  const std::vector<Slice> chunks = ChunkSlice(Slice{0, 0, n}, DTypeSize(dtype), chunk_bytes);
+  auto chunked = NewSumEngine(true, workers, chunk_bytes);
+  auto whole = NewSumEngine(true, workers, 1 << 20);
+  const Tensor init = rng.RandomTensor(dtype, shape);
+  REQUIRE(chunked->Init(2, {Incoming(9, init)}).ok());
+  REQUIRE(whole->Init(2, {Incoming(9, init)}).ok());
+  std::vector<double> reference = ToDoubles(init);
+  for (int round = 0; round < 3; ++round) {
+    const Tensor a = rng.RandomTensor(dtype, shape), b = rng.RandomTensor(dtype, shape);
+    int acknowledged = 0;
+    auto count = [&](absl::Status status) {
+      REQUIRE(status.ok());
+      ++acknowledged;
+    };
+    // Worker 2 pushes its chunks first-to-last, worker 3 last-to-first.
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      chunked->Push(2, 100 * round + c, {IncomingChunk(9, a, chunks[c])}, count);
+    }
+    CHECK(acknowledged == 0);  // Every chunk's round waits for worker 3.
+    for (size_t c = chunks.size(); c-- > 0;) {
+      chunked->Push(3, 100 * round + c, {IncomingChunk(9, b, chunks[c])}, count);
+    }
+    CHECK(acknowledged == static_cast<int>(2 * chunks.size()));
+    whole->Push(2, round, {Incoming(9, a)}, count);
+    whole->Push(3, round, {Incoming(9, b)}, count);
+    std::vector<Tensor> parts;
+    for (const Slice& c : chunks) {
+      auto pulled = chunked->Pull(2, {ValueSlice{9, dtype, shape, c.offset, c.count}});
+      REQUIRE(pulled.ok());
+      parts.push_back((*pulled)[0]);
+    }
+    auto pulled_whole = whole->Pull(2, {ValueSlice{9, dtype, shape, 0, n}});
+    REQUIRE(pulled_whole.ok());
+    std::vector<uint8_t> joined;
+    for (const Tensor& part : parts) {
+      const std::vector<uint8_t> bytes = Bytes(part);
+      joined.insert(joined.end(), bytes.begin(), bytes.end());
+    }
+    CHECK(joined == Bytes((*pulled_whole)[0]));
+    const std::vector<double> av = ToDoubles(a), bv = ToDoubles(b);
+    for (int64_t i = 0; i < n; ++i) reference[i] += av[i] + bv[i];
+    CHECK(MaxAbsDiff(ToDoubles((*pulled_whole)[0]), reference) <=
+          (dtype == DType::kFloat64 ? 1e-12 : dtype == DType::kFloat32 ? 1e-4 : 0.2));
+  }
+}
+
+TEST_CASE("ServerEngine: a pulled chunk is never overwritten while it is held",
+          "[server][chunks]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto engine = NewSumEngine(false, {2}, 16);
+  const Shape shape = {rng.Int(9, 30)};
+  const Tensor init = rng.RandomTensor(DType::kFloat32, shape);
+  REQUIRE(engine->Init(2, {Incoming(4, init)}).ok());
+  const Slice first = ChunkSlice(Slice{0, 0, shape[0]}, 4, 16).front();
+  const ValueSlice slice{4, DType::kFloat32, shape, first.offset, first.count};
+  for (int step = 0; step < 3; ++step) {
+    auto held = engine->Pull(2, {slice});
+    REQUIRE(held.ok());
+    const std::vector<uint8_t> before = Bytes((*held)[0]);
+    const Tensor push = rng.RandomTensor(DType::kFloat32, shape);
+    absl::Status pushed = absl::UnknownError("not called");
+    engine->Push(2, step, {IncomingChunk(4, push, first)}, [&](absl::Status s) { pushed = s; });
+    REQUIRE(pushed.ok());
+    CHECK(Bytes((*held)[0]) == before);  // The reply being sent still reads the old value.
+    auto after = engine->Pull(2, {slice});
+    REQUIRE(after.ok());
+    const std::vector<double> old_values = ToDoubles((*held)[0]);
+    const std::vector<double> new_values = ToDoubles((*after)[0]);
+    const std::vector<double> pushed_values = ToDoubles(push);
+    for (int64_t i = 0; i < first.count; ++i) {
+      CHECK(new_values[i] == static_cast<double>(static_cast<float>(
+                                 static_cast<float>(old_values[i]) +
+                                 static_cast<float>(pushed_values[i]))));
+    }
+  }
+}
+
+TEST_CASE("ServerEngine: a request that is not one chunk is refused", "[server][chunks]") {
+  auto engine = NewSumEngine(true, {2}, 16);
+  const Tensor init = Tensor::Full(DType::kFloat32, {10}, 1.5);
+  REQUIRE(engine->Init(2, {Incoming(6, init)}).ok());
+  absl::Status status;
+  engine->Push(2, 1, {IncomingChunk(6, init, Slice{0, 0, 10})},
+               [&](absl::Status s) { status = s; });
+  CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(status.message()), Catch::Contains("in chunks of 4 elements"));
+  auto pulled = engine->Pull(2, {ValueSlice{6, DType::kFloat32, {10}, 2, 4}});
+  CHECK(pulled.status().code() == absl::StatusCode::kInvalidArgument);
+  auto ok = engine->Pull(2, {ValueSlice{6, DType::kFloat32, {10}, 8, 2}});
+  REQUIRE(ok.ok());
+  CHECK(ToDoubles((*ok)[0]) == std::vector<double>{1.5, 1.5});
+}
+
+}  // namespace
+}  // namespace kvstore

@@ -48,6 +48,8 @@ ABSL_FLAG(std::string, format, "text", "text or json.");
 ABSL_FLAG(std::string, only, "", "Run only the cases whose name contains this.");
 ABSL_FLAG(std::string, kvserver, "", "kvserver binary (default: from the runfiles).");
 ABSL_FLAG(std::string, scheduler, "", "scheduler binary (default: from the runfiles).");
+ABSL_FLAG(int64_t, chunk_bytes, 0, "Chunk size of the job (0: the scheduler's default).");
+ABSL_FLAG(int, connections, 0, "TCP connections per server (0: the SDK's default).");
 ABSL_FLAG(int, seed, 0, "Random seed of the pushed values (0: from the clock).");
 
 namespace kvstore::bench {
@@ -56,8 +58,15 @@ namespace {
 constexpr size_t kKB = 1000;
 constexpr size_t kMB = 1000 * 1000;
 
+// The daemons' process groups, killed if the benchmark dies.
+std::vector<pid_t>& Children() {
+  static auto* children = new std::vector<pid_t>;
+  return *children;
+}
+
 void Die(const std::string& message) {
   std::fprintf(stderr, "kvbench: %s\n", message.c_str());
+  for (pid_t child : Children()) kill(-child, SIGKILL);
   std::exit(1);
 }
 
@@ -241,6 +250,10 @@ class Child {
   Child(std::vector<std::string> argv, const std::string& log) {
     pid_ = fork();
     if (pid_ < 0) Die("fork failed");
+    if (pid_ > 0) {
+      setpgid(pid_, pid_);  // Also here, so that a kill never races the child's own call.
+      Children().push_back(pid_);
+    }
     if (pid_ == 0) {
       setpgid(0, 0);
       const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -272,6 +285,11 @@ struct Job {
   std::vector<std::unique_ptr<KVStore>> workers;
 };
 
+std::string ChunkFlag() {
+  const int64_t chunk = absl::GetFlag(FLAGS_chunk_bytes);
+  return chunk > 0 ? absl::StrCat("--chunk_bytes=", chunk) : "--log_level=warn";
+}
+
 std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers) {
   auto job = std::make_unique<Job>();
   const std::string tmp = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
@@ -286,7 +304,7 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers) {
       std::vector<std::string>{scheduler, "--port=0", "--port_file=" + port_file,
                                absl::StrCat("--num_servers=", servers),
                                absl::StrCat("--num_workers=", workers),
-                               "--register_timeout=60s", "--log_level=warn"},
+                               "--register_timeout=60s", "--log_level=warn", ChunkFlag()},
       absl::StrCat(tmp, "/kvbench-scheduler-", tag, ".log")));
   int port = 0;
   const absl::Time give_up = absl::Now() + absl::Seconds(30);
@@ -313,6 +331,9 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers) {
       options.scheduler_port = port;
       options.requested_rank = w;
       options.register_timeout = absl::Seconds(60);
+      if (absl::GetFlag(FLAGS_connections) > 0) {
+        options.connections_per_server = absl::GetFlag(FLAGS_connections);
+      }
       auto store = KVStore::Create("dist_sync", options);
       if (!store.ok()) Die(absl::StrCat("worker ", w, ": ", store.status().ToString()));
       job->workers[w] = *std::move(store);
@@ -440,7 +461,7 @@ class Bench {
 
   void RunSmallCases(KVStore& kv, bool quick) {
     const int reps = quick ? 5 : 15;
-    if (Wanted("100kx16B")) {
+    if (Wanted("push_100kx16B_1w1s") || Wanted("pull_100kx16B_1w1s")) {
       const int n = 100000;
       std::vector<Key> keys;
       std::vector<Tensor> values, outs;
@@ -471,7 +492,7 @@ class Bench {
         results_.push_back(std::move(result));
       }
     }
-    if (Wanted("small_4KB_inflight64")) {
+    if (Wanted("small_4KB_inflight64_1w1s")) {
       const int inflight = 64;
       std::vector<Key> keys;
       std::vector<Tensor> values;
