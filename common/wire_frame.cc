@@ -10,8 +10,6 @@ namespace kvstore {
 namespace {
 
 constexpr size_t kPrefixBytes = 4;
-// Payload parts smaller than this are copied into the frame rather than referenced.
-constexpr size_t kCopyBelowBytes = 8192;
 
 void ReleaseTensor(void* handle) { delete static_cast<Tensor*>(handle); }
 
@@ -53,7 +51,7 @@ absl::StatusOr<grpc::ByteBuffer> EncodeFrame(const google::protobuf::MessageLite
   for (const PayloadPart& part : parts) {
     if (part.bytes == 0) continue;
     char* begin = static_cast<char*>(part.tensor.data()) + part.byte_offset;
-    if (part.bytes < kCopyBelowBytes) {
+    if (part.bytes < kFrameCopyBelowBytes) {
       copied.append(begin, part.bytes);
       continue;
     }

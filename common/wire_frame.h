@@ -24,6 +24,9 @@
 
 namespace kvstore {
 
+// Payload parts smaller than this are copied into the frame rather than referenced.
+inline constexpr size_t kFrameCopyBelowBytes = 8192;
+
 // A region of a tensor to send: `bytes` bytes starting `byte_offset` bytes into its buffer.
 struct PayloadPart {
   Tensor tensor;
