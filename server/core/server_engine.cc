@@ -32,6 +32,23 @@ Tensor View(const void* data, DType dtype, int64_t elements) {
   return Tensor::Borrow(const_cast<void*>(data), dtype, Shape{elements});
 }
 
+// ForEachPieceInto calls fn(first_element, received_piece, matching_piece_of_dst) for the
+// pieces of `bytes` (see ForEachPiece), stopping at the first error.
+absl::Status ForEachPieceInto(
+    const ByteChunks& bytes, const Tensor& dst,
+    const std::function<absl::Status(int64_t, const Tensor&, Tensor*)>& fn) {
+  const DType dtype = dst.dtype();
+  const size_t element = DTypeSize(dtype);
+  auto* base = static_cast<uint8_t*>(dst.data());
+  absl::Status status;
+  ForEachPiece(bytes, element, [&](int64_t e, const void* piece, int64_t n) {
+    if (!status.ok()) return;
+    Tensor target = View(base + static_cast<size_t>(e) * element, dtype, n);
+    status = fn(e, View(piece, dtype, n), &target);
+  });
+  return status;
+}
+
 int64_t NumElementsOf(const Shape& shape) {
   int64_t total = 1;
   for (int64_t d : shape) total *= d;
@@ -259,17 +276,10 @@ absl::Status ServerEngine::Apply(const Key& key, Chunk* chunk, const Tensor& rec
 
 absl::Status ServerEngine::ApplyPieces(const Key& key, Chunk* chunk, const IncomingValue& value,
                                        Updater* updater) {
-  Tensor& stored = Writable(chunk);
-  const DType dtype = stored.dtype();
-  const size_t element = DTypeSize(dtype);
-  auto* base = static_cast<uint8_t*>(stored.data());
-  absl::Status status;
-  ForEachPiece(value.bytes, element, [&](int64_t e, const void* piece, int64_t n) {
-    if (!status.ok()) return;
-    Tensor dst = View(base + static_cast<size_t>(e) * element, dtype, n);
-    status = updater->UpdateAt(key, chunk->offset + e, View(piece, dtype, n), &dst);
-  });
-  return status;
+  return ForEachPieceInto(value.bytes, Writable(chunk),
+                          [&](int64_t e, const Tensor& received, Tensor* stored) {
+                            return updater->UpdateAt(key, chunk->offset + e, received, stored);
+                          });
 }
 
 absl::StatusOr<bool> ServerEngine::Merge(const Key& key, Chunk* chunk, const IncomingValue& value,
@@ -296,15 +306,9 @@ absl::StatusOr<bool> ServerEngine::Merge(const Key& key, Chunk* chunk, const Inc
   if (chunk->arrived == 0) {
     GatherBytes(value.bytes, sum.data());
   } else {
-    const size_t element = DTypeSize(dtype);
-    auto* base = static_cast<uint8_t*>(sum.data());
-    absl::Status status;
-    ForEachPiece(value.bytes, element, [&](int64_t e, const void* piece, int64_t n) {
-      Tensor dst = View(base + static_cast<size_t>(e) * element, dtype, n);
-      const absl::Status added = AddInto(View(piece, dtype, n), &dst);
-      if (status.ok()) status = added;
-    });
-    RETURN_IF_ERROR(status);
+    RETURN_IF_ERROR(ForEachPieceInto(
+        value.bytes, sum,
+        [](int64_t, const Tensor& received, Tensor* summed) { return AddInto(received, summed); }));
   }
   if (++chunk->arrived < workers) return false;
   chunk->arrived = 0;

@@ -1,7 +1,7 @@
 // ServerEngine: what a kvserver does with the requests it receives, independent of gRPC.
 //
-// It keeps the server's shard in a ShardStore (the engine the in-process store runs too) and
-// adds what a distributed job needs on top:
+// It holds the server's shard (applying the same Updaters as the in-process store's ShardStore)
+// and adds what a distributed job needs:
 // - slices: a big value is split over all servers, so a server may hold only elements
 //   [offset, offset + count) of a key; requests name the whole value's shape and the slice, and
 //   both are checked against what Init stored;
