@@ -240,7 +240,7 @@ absl::Status DistStore::DoInit(absl::Span<const Key> keys, absl::Span<const Tens
   absl::Status status;
   if (rank_ == 0) {
     absl::Notification sent;
-    Transfer(Kind::kInit, work, [&](absl::Status s) {
+    Transfer(Kind::kInit, work, CompressionParams(), [&](absl::Status s) {
       status = s;
       sent.Notify();
     });
@@ -291,6 +291,7 @@ void DistStore::Enqueue(int priority, std::vector<KeyWork> work, Kind kind) {
   Op op;
   op.priority = priority;
   op.kind = kind;
+  if (kind == Kind::kPush || kind == Kind::kPushPull) op.compression = compression_;
   for (const KeyWork& entry : work) {
     op.keys.push_back(entry.key);
     op.bytes += entry.info->bytes;
@@ -330,6 +331,7 @@ void DistStore::Dispatch() {
     std::vector<std::pair<uint64_t, std::vector<Key>>> fused;
     const Kind kind = best->second.kind;
     const int priority = best->second.priority;
+    const CompressionParams compression = best->second.compression;
     int64_t bytes = best->second.bytes;
     std::vector<KeyWork> work = std::move(best->second.work);
     fused.emplace_back(best->first, std::move(best->second.keys));
@@ -338,6 +340,7 @@ void DistStore::Dispatch() {
       for (auto it = queued_.begin(); it != queued_.end();) {
         Op& other = it->second;
         if (other.kind != kind || other.priority != priority ||
+            other.compression != compression ||
             bytes + other.bytes > options_.fusion_bytes || !Ready(it->first, other)) {
           ++it;
           continue;
@@ -350,7 +353,8 @@ void DistStore::Dispatch() {
     }
     inflight_ += static_cast<int>(fused.size());
     mu_.Unlock();
-    Transfer(kind, std::move(work), [this, fused = std::move(fused)](absl::Status status) {
+    Transfer(kind, std::move(work), compression,
+             [this, fused = std::move(fused)](absl::Status status) {
       for (const auto& [seq, keys] : fused) Complete(seq, keys, status);
     });
     mu_.Lock();
@@ -411,7 +415,8 @@ absl::Status DistStore::ServerError(int s, const absl::Status& status) const {
                                                   servers_[s].address, ": ", status.message()));
 }
 
-void DistStore::Transfer(Kind kind, std::vector<KeyWork> work, OpDone done) {
+void DistStore::Transfer(Kind kind, std::vector<KeyWork> work,
+                         const CompressionParams& compression, OpDone done) {
   struct Target {
     size_t work_index;
     Slice chunk;
@@ -458,6 +463,36 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work, OpDone done) {
       sent[i] = buffer;
     }
   }
+  // Compressed pushes: each chunk's codes, quantised with the key's residual, in the key's
+  // reused code buffer. code_offset[i][c] is where chunk c's codes start.
+  std::vector<std::vector<size_t>> code_offset(state->work.size());
+  if (sends && kind != Kind::kInit && compression.enabled()) {
+    for (size_t i = 0; i < state->work.size(); ++i) {
+      KeyInfo& info = *state->work[i].info;
+      if (info.dtype != DType::kFloat32) continue;
+      if (!info.residual.defined() || info.residual_params != compression) {
+        info.residual = Tensor::Zeros(DType::kFloat32, {static_cast<int64_t>(info.bytes / 4)});
+        info.residual_params = compression;
+      }
+      size_t total = 0;
+      for (const Slice& chunk : info.chunks) {
+        code_offset[i].push_back(total);
+        total += CompressedBytes(compression.type, chunk.count);
+      }
+      const int64_t words = static_cast<int64_t>(total / 4);
+      if (!info.codes.defined() || info.codes.num_elements() != words) {
+        info.codes = Tensor::Zeros(DType::kInt32, {words});
+      }
+      const auto* grad = sent[i].data_as<const float>();
+      auto* residual = info.residual.data_as<float>();
+      auto* codes = info.codes.data_as<uint8_t>();
+      for (size_t c = 0; c < info.chunks.size(); ++c) {
+        const Slice& chunk = info.chunks[c];
+        Quantize(compression, grad + chunk.offset, residual + chunk.offset, chunk.count,
+                 codes + code_offset[i][c]);
+      }
+    }
+  }
 
   std::vector<Request> requests;
   std::vector<int> shared_request(servers_.size(), -1);  // Per server: its shared request.
@@ -486,7 +521,15 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work, OpDone done) {
       }
       proto::TensorHeader& header = request->headers.emplace_back();
       FillHeader(entry.key, info.dtype, info.shape, chunk, &header);
-      if (sends) {
+      if (sends && !code_offset[i].empty()) {
+        const size_t bytes = CompressedBytes(compression.type, chunk.count);
+        header.set_compression(static_cast<proto::Compression>(compression.type));
+        header.set_compression_threshold(compression.threshold);
+        header.set_payload_offset(request->payload_bytes);
+        header.set_payload_bytes(bytes);
+        request->parts.push_back(PayloadPart{info.codes, code_offset[i][c], bytes});
+        request->payload_bytes += bytes;
+      } else if (sends) {
         const size_t bytes = static_cast<size_t>(chunk.count) * element;
         header.set_payload_offset(request->payload_bytes);
         header.set_payload_bytes(bytes);
@@ -524,6 +567,9 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work, OpDone done) {
       return;
     }
     frames.push_back(std::make_shared<grpc::ByteBuffer>(*std::move(frame)));
+    if (kind == Kind::kPush || kind == Kind::kPushPull) {
+      push_payload_bytes_ += static_cast<int64_t>(request.payload_bytes);
+    }
   }
   state->remaining = static_cast<int>(requests.size());
   if (requests.empty()) {
@@ -721,6 +767,14 @@ absl::Status DistStore::SetUpdater(Updater /*updater*/) {
   return absl::FailedPreconditionError(
       "a distributed store runs updaters on its servers: select one by name with "
       "SendCommandToServers(0, \"sgd lr=0.1 momentum=0.9\") or kvserver --updater");
+}
+
+absl::Status DistStore::DoSetGradientCompression(const CompressionParams& params) {
+  // Pushes issued from now on use `params`; a key's residual restarts from zero when its next
+  // compressed push finds different parameters.
+  absl::MutexLock lock(&mu_);
+  compression_ = params;
+  return absl::OkStatus();
 }
 
 absl::Status DistStore::SendCommandToServers(int head, const std::string& body) {

@@ -12,7 +12,8 @@
 //   max_inflight at a time. Starting one sums the values pushed to each key (a per-key buffer
 //   reused across pushes), cuts values above the big-value bound into one slice per server, and
 //   sends one request per server holding any of the keys - all in parallel, tensor bytes as
-//   slices over the caller's (or the sum's) memory. Replies are copied from the received slices
+//   slices over the caller's (or the sum's) memory. With gradient compression on, a float32
+//   push sends the codes of each chunk instead (quantised with the key's residual). Replies are copied from the received slices
 //   straight into the outputs.
 // - A server answering UNAVAILABLE is retried with exponential backoff, under the same request
 //   id (the server applies a push once); after max_retries the operation fails naming the server
@@ -46,6 +47,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/kvstore.h"
+#include "common/compression.h"
 #include "common/partitioner.h"
 #include "proto/kvstore.grpc.pb.h"
 
@@ -70,6 +72,9 @@ class DistStore final : public KVStore {
 
   // node_id returns the id the scheduler issued to this worker.
   uint64_t node_id() const { return node_id_; }
+  // push_payload_bytes returns the tensor bytes sent by pushes so far (the codes, when
+  // compressed), not counting headers.
+  int64_t push_payload_bytes() const { return push_payload_bytes_.load(); }
 
  protected:
   absl::Status DoInit(absl::Span<const Key> keys, absl::Span<const Tensor> values) override;
@@ -79,6 +84,7 @@ class DistStore final : public KVStore {
                       int priority) override;
   absl::Status DoPushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                           absl::Span<Tensor* const> outs, int priority) override;
+  absl::Status DoSetGradientCompression(const CompressionParams& params) override;
 
  private:
   struct Server {
@@ -98,6 +104,11 @@ class DistStore final : public KVStore {
     std::vector<bool> alone;
     int64_t bytes = 0;
     Tensor merge_buffer;  // Sum of several values pushed at once; reused.
+    // Gradient compression: the residual (error feedback) and the codes of the last push, both
+    // reused; touched only by the operation that is sending the key.
+    Tensor residual;
+    CompressionParams residual_params;
+    Tensor codes;
   };
   using OpDone = std::function<void(absl::Status)>;
   enum class Kind { kInit, kPush, kPull, kPushPull };
@@ -112,6 +123,7 @@ class DistStore final : public KVStore {
     int priority = 0;
     Kind kind = Kind::kPush;
     int64_t bytes = 0;
+    CompressionParams compression;  // For pushes: as set when the operation was issued.
     std::vector<Key> keys;  // Distinct.
     std::vector<KeyWork> work;
   };
@@ -140,7 +152,8 @@ class DistStore final : public KVStore {
 
   // Sending. Transfer runs a push, pull or push-pull of `work` on every server involved and
   // calls `done` once with the first error.
-  void Transfer(Kind kind, std::vector<KeyWork> work, OpDone done);
+  void Transfer(Kind kind, std::vector<KeyWork> work, const CompressionParams& compression,
+                OpDone done);
   // Call sends one raw unary call to server `s`, retrying UNAVAILABLE with backoff.
   void Call(int s, const char* method, std::shared_ptr<grpc::ByteBuffer> request,
             std::function<void(absl::Status, grpc::ByteBuffer*)> done, int attempt = 0);
@@ -160,11 +173,13 @@ class DistStore final : public KVStore {
   int64_t chunk_bytes_ = kDefaultChunkBytes;
   absl::Duration heartbeat_interval_ = absl::Seconds(1);
   std::atomic<uint64_t> next_request_id_{1};
+  std::atomic<int64_t> push_payload_bytes_{0};
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Key, std::shared_ptr<KeyInfo>> keys_ ABSL_GUARDED_BY(mu_);
   absl::CondVar changed_;  // Signalled when the queue or the in-flight set changes.
   std::optional<bool> int_keys_ ABSL_GUARDED_BY(mu_);
+  CompressionParams compression_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, Op> queued_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Key, absl::InlinedVector<uint64_t, 2>> unfinished_ ABSL_GUARDED_BY(mu_);

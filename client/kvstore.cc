@@ -135,4 +135,10 @@ absl::Status KVStore::PushPull(const Key& key, const Tensor& value, Tensor* out,
                   absl::MakeConstSpan(&out, 1), priority);
 }
 
+absl::Status KVStore::SetGradientCompression(const GradientCompression& params) {
+  absl::StatusOr<CompressionParams> parsed = MakeCompressionParams(params.type, params.threshold);
+  if (!parsed.ok()) return parsed.status();
+  return DoSetGradientCompression(*parsed);
+}
+
 }  // namespace kvstore

@@ -41,6 +41,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -48,6 +49,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/compression.h"
 #include "common/key.h"
 #include "common/tensor.h"
 
@@ -60,6 +62,14 @@ enum class NodeGroup : int {
   kWorkers = 4,
   kServersAndWorkers = 6,
   kAll = 7,
+};
+
+// GradientCompression: MXNet's compression_params, e.g. {"2bit", 0.5}.
+struct GradientCompression {
+  // "2bit", "1bit" or "none" (off).
+  std::string type = "2bit";
+  // Unset: 0.5. Must be finite, and positive for 2bit.
+  std::optional<double> threshold;
 };
 
 // DistOptions: how a distributed store ("dist_sync", "dist_async") joins its job.
@@ -161,6 +171,18 @@ class KVStore {
   // MXNet's `_set_updater`). Distributed stores run updaters registered by name on the servers.
   virtual absl::Status SetUpdater(Updater updater) = 0;
 
+  // SetGradientCompression turns on 2-bit or 1-bit gradient compression (MXNet's
+  // set_gradient_compression; see common/compression.h for the rules and the wire layout) for
+  // the pushes issued after it, or turns it off with type "none". Every float32 value pushed is
+  // quantised with a residual kept per key - and per device, i.e. per position of the value
+  // among the values pushed to the key in one call - which carries what was not sent into the
+  // next push (error feedback); values of other dtypes are pushed as they are. In-process
+  // stores quantise and decode each device's value before summing; distributed stores sum the
+  // devices' values, quantise the sum and send only the codes, which the servers decode before
+  // summing the workers' pushes. Init and Pull are never compressed. Changing the parameters
+  // clears the residuals. InvalidArgument for an unknown type or a bad threshold.
+  absl::Status SetGradientCompression(const GradientCompression& params);
+
   // SendCommandToServers runs controller command (head, body) on every server and returns after
   // all ran it (see server/core/controller.h for the built-in heads; head 0 with body
   // "sgd lr=0.1 momentum=0.9" selects the servers' updater). In-process stores have no servers:
@@ -184,6 +206,8 @@ class KVStore {
                               int priority) = 0;
   virtual absl::Status DoPushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                                   absl::Span<Tensor* const> outs, int priority) = 0;
+  // Called with validated parameters.
+  virtual absl::Status DoSetGradientCompression(const CompressionParams& params) = 0;
 
  private:
   std::string type_;

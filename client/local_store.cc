@@ -36,7 +36,24 @@ absl::StatusOr<std::vector<KeyValue>> LocalStore::Merge(absl::Span<const Key> ke
   ASSIGN_OR_RETURN(std::vector<KeyGroup> groups, GroupByKey(keys, values));
   std::vector<KeyValue> merged;
   merged.reserve(groups.size());
+  if (compression_.enabled()) {
+    // Quantising changes the residuals: check every key before the first one is touched.
+    for (const KeyGroup& group : groups) {
+      ASSIGN_OR_RETURN(TensorSpec spec, store_.Spec(group.key));
+      const Tensor& first = group.values.front();
+      if (spec.dtype != first.dtype() || spec.shape != first.shape()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "key ", group.key.Quoted(), ": pushed ", DTypeName(first.dtype()),
+            ShapeToString(first.shape()), " but the stored value is ", DTypeName(spec.dtype),
+            ShapeToString(spec.shape)));
+      }
+    }
+  }
   for (KeyGroup& group : groups) {
+    if (compression_.enabled() && group.values.front().dtype() == DType::kFloat32) {
+      merged.push_back(KeyValue{group.key, QuantizeAndSum(group)});
+      continue;
+    }
     if (group.values.size() == 1) {
       merged.push_back(KeyValue{group.key, group.values.front()});
       continue;
@@ -50,6 +67,37 @@ absl::StatusOr<std::vector<KeyValue>> LocalStore::Merge(absl::Span<const Key> ke
     merged.push_back(KeyValue{group.key, buffer});
   }
   return merged;
+}
+
+Tensor LocalStore::QuantizeAndSum(const KeyGroup& group) {
+  const Tensor& first = group.values.front();
+  const int64_t n = first.num_elements();
+  Tensor& buffer = merge_buffers_[group.key];
+  if (!buffer.defined() || buffer.dtype() != first.dtype() || buffer.shape() != first.shape()) {
+    buffer = Tensor::Zeros(first.dtype(), first.shape());
+  }
+  std::vector<Tensor>& residuals = residuals_[group.key];
+  while (residuals.size() < group.values.size()) {
+    residuals.push_back(Tensor::Zeros(DType::kFloat32, first.shape()));
+  }
+  codes_.resize(CompressedBytes(compression_.type, n));
+  for (size_t i = 0; i < group.values.size(); ++i) {
+    Quantize(compression_, group.values[i].data_as<const float>(), residuals[i].data_as<float>(),
+             n, codes_.data());
+    if (i == 0) {
+      Dequantize(compression_, codes_.data(), n, buffer.data_as<float>());
+    } else {
+      DequantizeAdd(compression_, codes_.data(), n, buffer.data_as<float>());
+    }
+  }
+  return buffer;
+}
+
+absl::Status LocalStore::DoSetGradientCompression(const CompressionParams& params) {
+  absl::MutexLock lock(&mu_);
+  if (params != compression_) residuals_.clear();
+  compression_ = params;
+  return absl::OkStatus();
 }
 
 absl::Status LocalStore::DoInit(absl::Span<const Key> keys, absl::Span<const Tensor> values) {

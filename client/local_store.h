@@ -1,7 +1,9 @@
 // LocalStore: the in-process store behind the "local" and "device" types.
 //
 // It sums the values pushed to a key on the calling thread (reusing one merge buffer per key)
-// and hands the sums to a ShardStore - the same engine a kvserver runs - which applies the
+// - with gradient compression on, each device's float32 value is quantised with its own
+// residual and decoded before the sum, as MXNet's device store does - and hands the sums to a
+// ShardStore - the same engine a kvserver runs - which applies the
 // updater. Every operation completes before the call returns.
 //
 // Threading: thread-safe; one lock serialises operations, so per-key order is call order.
@@ -14,7 +16,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "client/key_groups.h"
 #include "client/kvstore.h"
+#include "common/compression.h"
 #include "server/core/shard_store.h"
 
 namespace kvstore {
@@ -42,17 +46,27 @@ class LocalStore final : public KVStore {
                       int priority) override;
   absl::Status DoPushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                           absl::Span<Tensor* const> outs, int priority) override;
+  absl::Status DoSetGradientCompression(const CompressionParams& params) override;
 
  private:
   // Merge sums the values of each key into one (a merge buffer when there are several).
+  // With compression on, float32 values are quantised and decoded into the merge buffer.
   absl::StatusOr<std::vector<KeyValue>> Merge(absl::Span<const Key> keys,
                                               absl::Span<const Tensor> values)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // QuantizeAndSum quantises each float32 value of `group` with its device's residual and
+  // returns the sum of the decoded values (in the key's merge buffer).
+  Tensor QuantizeAndSum(const KeyGroup& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   ShardStore store_;
   // Per-key buffers for sums of several values, reused across pushes.
   absl::flat_hash_map<Key, Tensor> merge_buffers_ ABSL_GUARDED_BY(mu_);
+  CompressionParams compression_ ABSL_GUARDED_BY(mu_);
+  // Per key, one residual per device (position among the key's values in a push).
+  absl::flat_hash_map<Key, std::vector<Tensor>> residuals_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint8_t> codes_ ABSL_GUARDED_BY(mu_);  // Scratch for one value's codes.
 };
 
 }  // namespace kvstore

@@ -158,11 +158,21 @@ absl::Status ServerEngine::CheckBytes(const IncomingValue& value) {
   }
   size_t received = 0;
   for (const auto& chunk : value.bytes) received += chunk.size();
-  const size_t expected = static_cast<size_t>(s.count) * DTypeSize(s.dtype);
+  size_t expected = static_cast<size_t>(s.count) * DTypeSize(s.dtype);
+  std::string encoding;
+  if (value.compression.enabled()) {
+    if (s.dtype != DType::kFloat32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key ", s.key.Quoted(), ": ", CompressionName(value.compression.type),
+          " compression applies to float32 values, not ", DTypeName(s.dtype)));
+    }
+    expected = CompressedBytes(value.compression.type, s.count);
+    encoding = absl::StrCat(" compressed with ", CompressionName(value.compression.type));
+  }
   if (received != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
         "key ", s.key.Quoted(), ": ", received, " bytes received for ", s.count, " ",
-        DTypeName(s.dtype), " elements (", expected, " bytes)"));
+        DTypeName(s.dtype), " elements", encoding, " (", expected, " bytes)"));
   }
   return absl::OkStatus();
 }
@@ -205,6 +215,10 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
   absl::flat_hash_set<Key> seen;
   for (const IncomingValue& value : values) {
     const Key& key = value.slice.key;
+    if (value.compression.enabled()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("key ", key.Quoted(), ": Init values are never compressed"));
+    }
     RETURN_IF_ERROR(CheckBytes(value));
     const bool int_key = key.is_int();
     const bool expected = int_keys_.value_or(values.front().slice.key.is_int());
@@ -291,6 +305,7 @@ absl::StatusOr<bool> ServerEngine::Merge(const Key& key, Chunk* chunk, const Inc
     if (!t->defined()) *t = Tensor::Zeros(dtype, chunk->stored.shape());
     return *t;
   };
+  if (value.compression.enabled()) return MergeCompressed(key, chunk, value, updater.get());
   if (!options_.sync || workers == 1) {
     // The push is the round's whole value: apply it at once.
     if (updater->piecewise()) {
@@ -313,6 +328,38 @@ absl::StatusOr<bool> ServerEngine::Merge(const Key& key, Chunk* chunk, const Inc
   if (++chunk->arrived < workers) return false;
   chunk->arrived = 0;
   RETURN_IF_ERROR(Apply(key, chunk, sum, updater.get()));
+  return true;
+}
+
+absl::StatusOr<bool> ServerEngine::MergeCompressed(const Key& key, Chunk* chunk,
+                                                   const IncomingValue& value, Updater* updater) {
+  // The codes are 1/16 or 1/32 of the value: gathering them when they arrived split is cheap.
+  const uint8_t* codes = value.bytes.empty() ? nullptr : value.bytes.front().data();
+  std::vector<uint8_t> gathered;
+  if (value.bytes.size() > 1) {
+    gathered.resize(CompressedBytes(value.compression.type, chunk->count));
+    GatherBytes(value.bytes, gathered.data());
+    codes = gathered.data();
+  }
+  auto buffer = [&](Tensor* t) -> Tensor& {
+    if (!t->defined()) *t = Tensor::Zeros(DType::kFloat32, chunk->stored.shape());
+    return *t;
+  };
+  if (!options_.sync || options_.worker_node_ids.size() == 1) {
+    Tensor& decoded = buffer(&chunk->gather);
+    Dequantize(value.compression, codes, chunk->count, decoded.data_as<float>());
+    RETURN_IF_ERROR(Apply(key, chunk, decoded, updater));
+    return true;
+  }
+  Tensor& sum = buffer(&chunk->sum);
+  if (chunk->arrived == 0) {
+    Dequantize(value.compression, codes, chunk->count, sum.data_as<float>());
+  } else {
+    DequantizeAdd(value.compression, codes, chunk->count, sum.data_as<float>());
+  }
+  if (++chunk->arrived < options_.worker_node_ids.size()) return false;
+  chunk->arrived = 0;
+  RETURN_IF_ERROR(Apply(key, chunk, sum, updater));
   return true;
 }
 

@@ -16,6 +16,9 @@
 //   with its own round, lock and buffers, so that chunks arriving on several connections are
 //   summed and updated in parallel while the rest is still on the wire.
 //
+// Compressed pushes (2bit, 1bit) are decoded into the chunk's buffers - the round's sum, or a
+// scratch value applied at once - and then merged like any push.
+//
 // Received bytes come as the slices the transport delivered (ByteChunks). A piecewise updater
 // (assign, sum) with one push per round is applied straight from them; otherwise the first push
 // of a round is copied into the chunk's reused sum buffer and later ones are added from the
@@ -43,6 +46,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "common/compression.h"
 #include "common/key.h"
 #include "common/partitioner.h"
 #include "common/tensor.h"
@@ -66,10 +70,12 @@ struct ValueSlice {
   int64_t count = 0;   // Number of elements held by this server.
 };
 
-// IncomingValue: a slice with its bytes (count * dtype size of them).
+// IncomingValue: a slice with its bytes: count * dtype size of them, or, for a compressed push
+// (float32 only), CompressedBytes(compression.type, count) bytes of codes.
 struct IncomingValue {
   ValueSlice slice;
   ByteChunks bytes;
+  CompressionParams compression;
 };
 
 struct ServerEngineOptions {
@@ -165,6 +171,9 @@ class ServerEngine {
   // stored value. Returns true when the chunk's round completed (or it was applied directly).
   absl::StatusOr<bool> Merge(const Key& key, Chunk* chunk, const IncomingValue& value,
                              const std::shared_ptr<Updater>& updater);
+  // MergeCompressed is Merge for a 2bit or 1bit push: decode, then sum or apply.
+  absl::StatusOr<bool> MergeCompressed(const Key& key, Chunk* chunk, const IncomingValue& value,
+                                       Updater* updater) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk->mu);
   // Apply runs the updater on the chunk's stored value (moving it first when a pull holds it).
   static absl::Status Apply(const Key& key, Chunk* chunk, const Tensor& received,
                             Updater* updater) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk->mu);

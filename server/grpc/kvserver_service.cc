@@ -19,11 +19,25 @@ absl::StatusOr<ValueSlice> SliceFromHeader(const proto::TensorHeader& header) {
   slice.shape.assign(header.shape().begin(), header.shape().end());
   slice.offset = header.element_offset();
   slice.count = header.element_count();
-  if (header.num_rows() != 0 || header.compression() != proto::COMPRESSION_NONE) {
-    return absl::UnimplementedError(absl::StrCat(
-        "key ", slice.key.Quoted(), ": row-sparse and compressed values are not served here"));
+  if (header.num_rows() != 0) {
+    return absl::UnimplementedError(
+        absl::StrCat("key ", slice.key.Quoted(), ": row-sparse values are not served here"));
   }
   return slice;
+}
+
+// CompressionFromHeader validates a header's compression fields.
+absl::StatusOr<CompressionParams> CompressionFromHeader(const proto::TensorHeader& header,
+                                                        const Key& key) {
+  absl::StatusOr<CompressionType> type = CompressionFromInt(header.compression());
+  absl::StatusOr<CompressionParams> params =
+      type.ok() ? MakeCompressionParams(CompressionName(*type), header.compression_threshold())
+                : type.status();
+  if (!params.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key ", key.Quoted(), ": ", params.status().message()));
+  }
+  return params;
 }
 
 // IncomingValues reads the headers and points each value at its bytes in the payload.
@@ -35,6 +49,7 @@ absl::StatusOr<std::vector<IncomingValue>> IncomingValues(
   for (const proto::TensorHeader& header : headers) {
     IncomingValue value;
     ASSIGN_OR_RETURN(value.slice, SliceFromHeader(header));
+    ASSIGN_OR_RETURN(value.compression, CompressionFromHeader(header, value.slice.key));
     auto chunks = payload.Chunks(header.payload_offset(), header.payload_bytes());
     if (!chunks.ok()) {
       return absl::InvalidArgumentError(
@@ -87,6 +102,10 @@ absl::StatusOr<std::vector<ValueSlice>> SlicesFromHeaders(
   std::vector<ValueSlice> slices;
   for (const proto::TensorHeader& header : headers) {
     ASSIGN_OR_RETURN(ValueSlice slice, SliceFromHeader(header));
+    if (header.compression() != proto::COMPRESSION_NONE) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("key ", slice.key.Quoted(), ": pulls are never compressed"));
+    }
     slices.push_back(std::move(slice));
   }
   return slices;
