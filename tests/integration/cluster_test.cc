@@ -217,6 +217,19 @@ TEST_CASE("Cluster: string keys, one split over 3 servers", "[cluster][strings]"
   cluster.ExpectCleanExit();
 }
 
+TEST_CASE("Cluster: 2bit and 1bit compressed pushes from 2 workers; 1/16 and 1/32 on the wire",
+          "[cluster][compression]") {
+  const uint64_t seed = absl::ToUnixNanos(absl::Now()) % 1000000007;
+  for (const char* type : {"2bit", "1bit"}) {
+    INFO(type << " seed=" << seed);
+    Cluster cluster(2, 2);
+    for (int r = 0; r < 2; ++r) {
+      cluster.AddWorker(r, {"compressed", type, absl::StrCat(seed)});
+    }
+    cluster.ExpectCleanExit();
+  }
+}
+
 TEST_CASE("Cluster: kvctl status, command fan-out and shutdown", "[cluster][kvctl]") {
   Cluster cluster(2, 1);
   Process& worker = cluster.AddWorker(0, {"dead_server"});

@@ -12,6 +12,14 @@
 //                   counts one dead server; then a pull from the dead server must fail with
 //                   UNAVAILABLE naming the server's address.
 //   string_keys     String keys, one of them split over the servers, summed over one round.
+//   compressed TYPE SEED
+//                   SetGradientCompression(TYPE, threshold 0.5 for 2bit, 0 for 1bit). Over 3
+//                   dist_sync rounds every worker pushes random float32 gradients (drawn from
+//                   SEED, the round and the rank, so every worker knows every gradient) to a
+//                   small key and to a key split over the servers, and pulls the sum of every
+//                   worker's decoded push, checked exactly against each worker's quantisation
+//                   with its own residual. Each round's push must put exactly 1/16 (2bit) or
+//                   1/32 (1bit) of the float32 bytes on the wire.
 //   bad_input       Sends malformed, oversized and mismatched raw requests to server 0 and
 //                   checks each is refused with the right code and that the stored value is
 //                   unchanged and the server still answers.
@@ -20,6 +28,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -218,6 +227,101 @@ absl::Status BadInput(KVStore& kv, uint64_t node_id, const std::string& server) 
   return ExpectEqual(out, init, "key 5 after the refused requests");
 }
 
+// Gradient of `worker` in `round` for a key of `n` elements: uniform in [-1, 1).
+std::vector<float> Gradient(uint64_t seed, int key, int round, int worker, int64_t n) {
+  std::mt19937_64 engine(seed * 1000003 + key * 1009 + round * 101 + worker);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> g(n);
+  for (float& v : g) v = uniform(engine);
+  return g;
+}
+
+// One worker's compressor, written from the rules in common/compression.h element by element.
+double SendOne(CompressionType type, float t, float g, float* r) {
+  *r += g;
+  if (type == CompressionType::k2Bit) {
+    if (*r >= t) {
+      *r -= t;
+      return t;
+    }
+    if (*r <= -t) {
+      *r += t;
+      return -t;
+    }
+    return 0;
+  }
+  if (*r > t) {
+    *r -= 1;
+    return 1;
+  }
+  *r += 1;
+  return -1;
+}
+
+absl::Status Compressed(KVStore& kv, const std::string& type, uint64_t seed) {
+  auto* dist = dynamic_cast<DistStore*>(&kv);
+  RETURN_IF_ERROR(Expect(dist != nullptr, "not a distributed store"));
+  const int rank = kv.rank(), workers = kv.num_workers();
+  const double threshold = type == "2bit" ? 0.5 : 0.0;
+  ASSIGN_OR_RETURN(CompressionParams params, MakeCompressionParams(type, threshold));
+  // Key 22 is split over the servers (above the default big-value bound) and travels in
+  // 1 MiB chunks; both sizes are multiples of 32 per chunk, so the codes have no padding.
+  const std::vector<int> keys = {21, 22};
+  const std::vector<int64_t> sizes = {1600, 1200000};
+  std::vector<Tensor> inits;
+  for (int64_t n : sizes) inits.push_back(Tensor::Zeros(DType::kFloat32, {n}));
+  RETURN_IF_ERROR(kv.Init({keys[0], keys[1]}, inits));
+  RETURN_IF_ERROR(kv.SetGradientCompression({type, threshold}));
+  // residuals[k][w]: worker w's residual for key k, as the reference keeps it.
+  std::vector<std::vector<std::vector<float>>> residuals(keys.size());
+  for (size_t k = 0; k < keys.size(); ++k) {
+    residuals[k].assign(workers, std::vector<float>(sizes[k], 0.0f));
+  }
+  int64_t float_bytes = 0;
+  for (int64_t n : sizes) float_bytes += n * 4;
+  const int64_t factor = ValuesPerWord(params.type);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<Tensor> pushed, outs;
+    std::vector<std::vector<double>> expected(keys.size());
+    for (size_t k = 0; k < keys.size(); ++k) {
+      expected[k].assign(sizes[k], 0.0);
+      for (int w = 0; w < workers; ++w) {
+        const std::vector<float> g = Gradient(seed, keys[k], round, w, sizes[k]);
+        for (int64_t i = 0; i < sizes[k]; ++i) {
+          expected[k][i] += SendOne(params.type, params.threshold, g[i], &residuals[k][w][i]);
+        }
+        if (w == rank) {
+          Tensor t = Tensor::Zeros(DType::kFloat32, {sizes[k]});
+          std::copy(g.begin(), g.end(), t.data_as<float>());
+          pushed.push_back(t);
+        }
+      }
+      outs.push_back(Tensor::Full(DType::kFloat32, {sizes[k]}, -99));
+    }
+    const int64_t before = dist->push_payload_bytes();
+    RETURN_IF_ERROR(kv.Push({keys[0], keys[1]}, pushed));
+    RETURN_IF_ERROR(kv.Pull({keys[0], keys[1]}, {&outs[0], &outs[1]}));
+    RETURN_IF_ERROR(kv.WaitAll());
+    const int64_t wire = dist->push_payload_bytes() - before;
+    RETURN_IF_ERROR(Expect(wire * factor == float_bytes,
+                           absl::StrCat("round ", round, ": ", wire, " payload bytes pushed for ",
+                                        float_bytes, " float32 bytes, expected 1/", factor)));
+    for (size_t k = 0; k < keys.size(); ++k) {
+      for (int64_t i = 0; i < sizes[k]; ++i) {
+        if (outs[k].GetAsDouble(i) != expected[k][i]) {
+          return absl::InternalError(absl::StrCat(
+              "round ", round, " key ", keys[k], " element ", i, ": pulled ",
+              outs[k].GetAsDouble(i), ", expected ", expected[k][i]));
+        }
+      }
+    }
+    std::printf("worker %d: round %d of %s checked, %lld payload bytes for %lld float32 bytes\n",
+                rank, round, type.c_str(), static_cast<long long>(wire),
+                static_cast<long long>(float_bytes));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run(int argc, char** argv) {
   if (argc < 2) return absl::InvalidArgumentError("usage: test_worker SCENARIO [ARGS]");
   const std::string scenario = argv[1];
@@ -237,6 +341,13 @@ absl::Status Run(int argc, char** argv) {
     return Rounds(*kv, mode, rounds);
   }
   if (scenario == "string_keys") return StringKeys(*kv);
+  if (scenario == "compressed") {
+    uint64_t seed = 0;
+    if (argc < 4 || !absl::SimpleAtoi(argv[3], &seed)) {
+      return absl::InvalidArgumentError("usage: test_worker compressed TYPE SEED");
+    }
+    return Compressed(*kv, argv[2], seed);
+  }
   if (scenario == "dead_server") return DeadServer(*kv);
   if (scenario == "bad_input") {
     auto* dist = dynamic_cast<DistStore*>(kv.get());
