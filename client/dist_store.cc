@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -15,6 +16,7 @@
 #include "common/grpc_status.h"
 #include "common/proto_convert.h"
 #include "common/reduce.h"
+#include "common/row_sparse.h"
 #include "common/status_macros.h"
 #include "common/wire_frame.h"
 #include "server/core/shard_store.h"
@@ -26,6 +28,7 @@ constexpr char kInitMethod[] = "/kvstore.proto.KVServer/Init";
 constexpr char kPushMethod[] = "/kvstore.proto.KVServer/Push";
 constexpr char kPullMethod[] = "/kvstore.proto.KVServer/Pull";
 constexpr char kPushPullMethod[] = "/kvstore.proto.KVServer/PushPull";
+constexpr char kRowSparsePullMethod[] = "/kvstore.proto.KVServer/RowSparsePull";
 
 absl::Status CheckOnCpu(const Key& key, const Tensor& tensor) {
   if (tensor.device().is_cpu()) return absl::OkStatus();
@@ -224,7 +227,8 @@ absl::Status DistStore::DoInit(absl::Span<const Key> keys, absl::Span<const Tens
       auto info = std::make_shared<KeyInfo>();
       info->dtype = values[i].dtype();
       info->shape = values[i].shape();
-      info->slices = partitioner_->Partition(key, values[i].num_elements());
+      info->slices = partitioner_->Partition(key, values[i].num_elements(),
+                                             RowElements(values[i].shape()));
       const size_t element = DTypeSize(info->dtype);
       info->bytes = static_cast<int64_t>(values[i].byte_size());
       for (const Slice& slice : info->slices) {
@@ -282,6 +286,68 @@ absl::Status DistStore::DoPushPull(absl::Span<const Key> keys, absl::Span<const 
   return absl::OkStatus();
 }
 
+absl::Status DistStore::DoPushRowSparse(absl::Span<const Key> keys,
+                                        absl::Span<const RowSparse> values, int priority) {
+  std::vector<KeyWork> work;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    RETURN_IF_ERROR(JobOver());
+    absl::flat_hash_map<Key, size_t> index;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const Key& key = keys[i];
+      ASSIGN_OR_RETURN(std::shared_ptr<KeyInfo> info, Lookup(key));
+      const RowSparse& value = values[i];
+      if (value.dtype() != info->dtype || value.shape() != info->shape) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "key ", key.Quoted(), ": pushed row-sparse ", DTypeName(value.dtype()),
+            ShapeToString(value.shape()), " but the stored value is ", DTypeName(info->dtype),
+            ShapeToString(info->shape)));
+      }
+      RETURN_IF_ERROR(
+          CheckRowIds(value.row_ids(), value.shape()[0], absl::StrCat("key ", key.Quoted())));
+      auto [it, inserted] = index.emplace(key, work.size());
+      if (inserted) work.push_back(KeyWork{key, info, {}, {}, {}, {}, {}});
+      work[it->second].sparse_values.push_back(value);
+    }
+  }
+  Enqueue(priority, std::move(work), Kind::kRowSparsePush);
+  return absl::OkStatus();
+}
+
+absl::Status DistStore::DoRowSparsePull(absl::Span<const Key> keys,
+                                        absl::Span<RowSparse* const> outs,
+                                        absl::Span<const std::vector<int64_t>> row_ids,
+                                        int priority) {
+  std::vector<KeyWork> work;
+  std::vector<std::vector<int64_t>> unique(keys.size());
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    RETURN_IF_ERROR(JobOver());
+    absl::flat_hash_map<Key, size_t> index;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const Key& key = keys[i];
+      ASSIGN_OR_RETURN(std::shared_ptr<KeyInfo> info, Lookup(key));
+      ASSIGN_OR_RETURN(unique[i],
+                       CheckRowSparseOutput(key, info->dtype, info->shape, *outs[i], row_ids[i]));
+      auto [it, inserted] = index.emplace(key, work.size());
+      if (inserted) work.push_back(KeyWork{key, info, {}, {}, {}, {}, {}});
+    }
+    for (size_t i = 0; i < keys.size(); ++i) {
+      KeyWork& entry = work[index[keys[i]]];
+      entry.sparse_outs.push_back(outs[i]);
+      entry.sparse_rows.push_back(unique[i]);
+    }
+  }
+  // The outputs get their ids and row buffers now; the rows arrive when the operation runs.
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(unique[i].size());
+    outs[i]->Reset(std::move(unique[i]), Tensor::Zeros(outs[i]->dtype(),
+                                                       RowShape(outs[i]->shape(), n)));
+  }
+  Enqueue(priority, std::move(work), Kind::kRowSparsePull);
+  return absl::OkStatus();
+}
+
 // ---------------------------------------------------------------------------------------------
 // The queue
 
@@ -336,7 +402,8 @@ void DistStore::Dispatch() {
     std::vector<KeyWork> work = std::move(best->second.work);
     fused.emplace_back(best->first, std::move(best->second.keys));
     queued_.erase(best);
-    if (kind != Kind::kInit && bytes < options_.fusion_bytes) {
+    const bool dense = kind == Kind::kPush || kind == Kind::kPull || kind == Kind::kPushPull;
+    if (dense && bytes < options_.fusion_bytes) {
       for (auto it = queued_.begin(); it != queued_.end();) {
         Op& other = it->second;
         if (other.kind != kind || other.priority != priority ||
@@ -353,10 +420,14 @@ void DistStore::Dispatch() {
     }
     inflight_ += static_cast<int>(fused.size());
     mu_.Unlock();
-    Transfer(kind, std::move(work), compression,
-             [this, fused = std::move(fused)](absl::Status status) {
+    auto complete = [this, fused = std::move(fused)](absl::Status status) {
       for (const auto& [seq, keys] : fused) Complete(seq, keys, status);
-    });
+    };
+    if (kind == Kind::kRowSparsePush || kind == Kind::kRowSparsePull) {
+      TransferRowSparse(kind, std::move(work), std::move(complete));
+    } else {
+      Transfer(kind, std::move(work), compression, std::move(complete));
+    }
     mu_.Lock();
   }
   mu_.Unlock();
@@ -654,6 +725,163 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work,
     }
   }
   for (auto& launch : first) launch();
+}
+
+void DistStore::TransferRowSparse(Kind kind, std::vector<KeyWork> work, OpDone done) {
+  const bool push = kind == Kind::kRowSparsePush;
+  // Where a pulled part's rows go: output `out` of work entry `entry`, from row `first`.
+  struct Target {
+    size_t entry;
+    size_t out;
+    size_t first;
+    size_t rows;
+  };
+  struct Request {
+    std::vector<proto::TensorHeader> headers;
+    std::vector<proto::RowIds> row_ids;
+    std::vector<PayloadPart> parts;
+    uint64_t payload_bytes = 0;
+    std::vector<Target> targets;
+  };
+  std::vector<Request> requests(servers_.size());
+  for (size_t w = 0; w < work.size(); ++w) {
+    const KeyWork& entry = work[w];
+    const KeyInfo& info = *entry.info;
+    const int64_t row = RowElements(info.shape);
+    const size_t row_bytes = static_cast<size_t>(row) * DTypeSize(info.dtype);
+    for (const Slice& part : info.slices) {
+      const int64_t first_row = part.offset / std::max<int64_t>(1, row);
+      const int64_t end_row = (part.offset + part.count) / std::max<int64_t>(1, row);
+      Request& request = requests[part.server];
+      if (push) {
+        // The rows of every pushed value that fall in this part, ids first.
+        std::vector<int64_t> ids;
+        std::vector<std::pair<const RowSparse*, int64_t>> rows;
+        for (const RowSparse& value : entry.sparse_values) {
+          for (int64_t i = 0; i < value.num_rows(); ++i) {
+            const int64_t id = value.row_ids()[i];
+            if (id < first_row || id >= end_row) continue;
+            ids.push_back(id);
+            rows.emplace_back(&value, i);
+          }
+        }
+        Tensor ids_tensor = Tensor::Zeros(DType::kInt64, {static_cast<int64_t>(ids.size())});
+        std::copy(ids.begin(), ids.end(), ids_tensor.data_as<int64_t>());
+        Tensor data = Tensor::Zeros(info.dtype, RowShape(info.shape, ids.size()));
+        for (size_t r = 0; r < rows.size(); ++r) {
+          std::memcpy(static_cast<uint8_t*>(data.data()) + r * row_bytes,
+                      static_cast<const uint8_t*>(rows[r].first->data().data()) +
+                          static_cast<size_t>(rows[r].second) * row_bytes,
+                      row_bytes);
+        }
+        proto::TensorHeader& header = request.headers.emplace_back();
+        FillHeader(entry.key, info.dtype, info.shape, part, &header);
+        header.set_row_sparse(true);
+        header.set_num_rows(static_cast<int64_t>(ids.size()));
+        header.set_payload_offset(request.payload_bytes);
+        header.set_payload_bytes(ids_tensor.byte_size() + data.byte_size());
+        request.payload_bytes += ids_tensor.byte_size() + data.byte_size();
+        request.parts.push_back(PayloadPart{ids_tensor, 0, ids_tensor.byte_size()});
+        request.parts.push_back(PayloadPart{data, 0, data.byte_size()});
+        continue;
+      }
+      for (size_t o = 0; o < entry.sparse_outs.size(); ++o) {
+        // The sorted ids of this part are a contiguous run of the output's ids.
+        const std::vector<int64_t>& ids = entry.sparse_rows[o];
+        const auto lo = std::lower_bound(ids.begin(), ids.end(), first_row);
+        const auto hi = std::lower_bound(ids.begin(), ids.end(), end_row);
+        if (lo == hi) continue;
+        proto::TensorHeader& header = request.headers.emplace_back();
+        FillHeader(entry.key, info.dtype, info.shape, part, &header);
+        request.row_ids.emplace_back().mutable_ids()->Add(lo, hi);
+        request.targets.push_back(Target{w, o, static_cast<size_t>(lo - ids.begin()),
+                                         static_cast<size_t>(hi - lo)});
+      }
+    }
+  }
+  struct State {
+    absl::Mutex mu;
+    int remaining = 0;
+    absl::Status error;
+    std::vector<KeyWork> work;
+    OpDone done;
+  };
+  auto state = std::make_shared<State>();
+  state->work = std::move(work);
+  state->done = std::move(done);
+  std::vector<std::pair<int, std::shared_ptr<grpc::ByteBuffer>>> frames;
+  std::vector<std::vector<Target>> targets;
+  for (size_t s = 0; s < requests.size(); ++s) {
+    Request& request = requests[s];
+    if (request.headers.empty()) continue;
+    absl::StatusOr<grpc::ByteBuffer> frame;
+    if (push) {
+      proto::PushRequest message;
+      message.set_node_id(node_id_);
+      message.set_request_id(next_request_id_++);
+      for (proto::TensorHeader& header : request.headers) *message.add_tensors() = std::move(header);
+      frame = EncodeFrame(message, request.parts);
+      push_payload_bytes_ += static_cast<int64_t>(request.payload_bytes);
+    } else {
+      proto::PullRequest message;
+      message.set_node_id(node_id_);
+      for (proto::TensorHeader& header : request.headers) *message.add_tensors() = std::move(header);
+      for (proto::RowIds& ids : request.row_ids) *message.add_row_ids() = std::move(ids);
+      frame = EncodeMessage(message);
+    }
+    if (!frame.ok()) {
+      state->done(frame.status());
+      return;
+    }
+    frames.emplace_back(static_cast<int>(s), std::make_shared<grpc::ByteBuffer>(*std::move(frame)));
+    targets.push_back(std::move(request.targets));
+  }
+  if (frames.empty()) {
+    state->done(absl::OkStatus());
+    return;
+  }
+  state->remaining = static_cast<int>(frames.size());
+  for (size_t f = 0; f < frames.size(); ++f) {
+    const int s = frames[f].first;
+    Call(s, push ? kPushMethod : kRowSparsePullMethod, frames[f].second,
+         [this, state, s, push, targets = std::move(targets[f])](absl::Status status,
+                                                                 grpc::ByteBuffer* reply) {
+           if (status.ok() && !push) {
+             proto::PullResponse header;
+             absl::StatusOr<Payload> payload = DecodeFrame(*reply, &header);
+             status = payload.status();
+             if (status.ok() && header.tensors_size() != static_cast<int>(targets.size())) {
+               status = absl::InternalError(absl::StrCat(
+                   "asked for rows of ", targets.size(), " values, got ", header.tensors_size()));
+             }
+             for (size_t t = 0; status.ok() && t < targets.size(); ++t) {
+               const Target& target = targets[t];
+               KeyWork& entry = state->work[target.entry];
+               RowSparse* out = entry.sparse_outs[target.out];
+               const size_t row_bytes = static_cast<size_t>(RowElements(entry.info->shape)) *
+                                        DTypeSize(entry.info->dtype);
+               const proto::TensorHeader& got = header.tensors(static_cast<int>(t));
+               if (got.payload_bytes() != target.rows * row_bytes) {
+                 status = absl::InternalError(absl::StrCat(
+                     "key ", entry.key.Quoted(), ": reply holds ", got.payload_bytes(),
+                     " bytes for ", target.rows, " rows of ", row_bytes, " bytes"));
+                 break;
+               }
+               status = payload->CopyTo(got.payload_offset(), target.rows * row_bytes,
+                                        static_cast<uint8_t*>(out->data().data()) +
+                                            target.first * row_bytes);
+             }
+             if (!status.ok()) status = ServerError(s, status);
+           }
+           bool last;
+           {
+             absl::MutexLock lock(&state->mu);
+             if (!status.ok() && state->error.ok()) state->error = status;
+             last = --state->remaining == 0;
+           }
+           if (last) state->done(state->error);
+         });
+  }
 }
 
 void DistStore::Call(int s, const char* method, std::shared_ptr<grpc::ByteBuffer> request,

@@ -85,6 +85,11 @@ class DistStore final : public KVStore {
   absl::Status DoPushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                           absl::Span<Tensor* const> outs, int priority) override;
   absl::Status DoSetGradientCompression(const CompressionParams& params) override;
+  absl::Status DoPushRowSparse(absl::Span<const Key> keys, absl::Span<const RowSparse> values,
+                               int priority) override;
+  absl::Status DoRowSparsePull(absl::Span<const Key> keys, absl::Span<RowSparse* const> outs,
+                               absl::Span<const std::vector<int64_t>> row_ids,
+                               int priority) override;
 
  private:
   struct Server {
@@ -111,13 +116,17 @@ class DistStore final : public KVStore {
     Tensor codes;
   };
   using OpDone = std::function<void(absl::Status)>;
-  enum class Kind { kInit, kPush, kPull, kPushPull };
-  // One key's part of an operation: its values (push) and outputs (pull).
+  enum class Kind { kInit, kPush, kPull, kPushPull, kRowSparsePush, kRowSparsePull };
+  // One key's part of an operation: its values (push) and outputs (pull); for row-sparse
+  // operations the pushed values, or the outputs with their sorted distinct row ids.
   struct KeyWork {
     Key key;
     std::shared_ptr<KeyInfo> info;
     std::vector<Tensor> values;
     std::vector<Tensor*> outs;
+    std::vector<RowSparse> sparse_values;
+    std::vector<RowSparse*> sparse_outs;
+    std::vector<std::vector<int64_t>> sparse_rows;
   };
   struct Op {
     int priority = 0;
@@ -154,6 +163,9 @@ class DistStore final : public KVStore {
   // calls `done` once with the first error.
   void Transfer(Kind kind, std::vector<KeyWork> work, const CompressionParams& compression,
                 OpDone done);
+  // TransferRowSparse runs a row-sparse push (each server gets the rows of its row range,
+  // every part a header even without rows, so dist_sync rounds complete) or pull.
+  void TransferRowSparse(Kind kind, std::vector<KeyWork> work, OpDone done);
   // Call sends one raw unary call to server `s`, retrying UNAVAILABLE with backoff.
   void Call(int s, const char* method, std::shared_ptr<grpc::ByteBuffer> request,
             std::function<void(absl::Status, grpc::ByteBuffer*)> done, int attempt = 0);

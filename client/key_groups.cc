@@ -1,5 +1,7 @@
 #include "client/key_groups.h"
 
+#include <algorithm>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
@@ -30,6 +32,29 @@ absl::StatusOr<std::vector<KeyGroup>> GroupByKey(absl::Span<const Key> keys,
     group.values.push_back(values[i]);
   }
   return groups;
+}
+
+absl::StatusOr<std::vector<int64_t>> CheckRowSparseOutput(const Key& key, DType dtype,
+                                                          const Shape& shape,
+                                                          const RowSparse& out,
+                                                          absl::Span<const int64_t> row_ids) {
+  if (shape.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "row_sparse_pull: key ", key.Quoted(), " holds a scalar, which has no rows"));
+  }
+  if (out.dtype() != dtype || out.shape() != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "row_sparse_pull: key ", key.Quoted(), ": output is ", DTypeName(out.dtype()),
+        ShapeToString(out.shape()), " but the stored value is ", DTypeName(dtype),
+        ShapeToString(shape), " (use RowSparse::Empty(dtype, shape))"));
+  }
+  const absl::Status ids =
+      CheckRowIds(row_ids, shape[0], absl::StrCat("row_sparse_pull: key ", key.Quoted()));
+  if (!ids.ok()) return ids;
+  std::vector<int64_t> unique(row_ids.begin(), row_ids.end());
+  std::sort(unique.begin(), unique.end());
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  return unique;
 }
 
 }  // namespace kvstore

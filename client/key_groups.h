@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/key.h"
+#include "common/row_sparse.h"
 #include "common/tensor.h"
 
 namespace kvstore {
@@ -22,6 +23,14 @@ struct KeyGroup {
 // differ in dtype or shape (naming the key and both).
 absl::StatusOr<std::vector<KeyGroup>> GroupByKey(absl::Span<const Key> keys,
                                                  absl::Span<const Tensor> values);
+
+// CheckRowSparseOutput checks a RowSparsePull output and its ids against the stored value's
+// dtype and shape (same dtype and shape, ids in [0, shape[0])) and returns the ids sorted
+// without duplicates. InvalidArgument naming the key otherwise.
+absl::StatusOr<std::vector<int64_t>> CheckRowSparseOutput(const Key& key, DType dtype,
+                                                          const Shape& shape,
+                                                          const RowSparse& out,
+                                                          absl::Span<const int64_t> row_ids);
 
 }  // namespace kvstore
 

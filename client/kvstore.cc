@@ -141,4 +141,82 @@ absl::Status KVStore::SetGradientCompression(const GradientCompression& params) 
   return DoSetGradientCompression(*parsed);
 }
 
+namespace {
+
+absl::Status CheckRowSparse(const Key& key, const RowSparse& value, absl::string_view op) {
+  const Tensor& data = value.data();
+  if (!data.defined() || !data.device().is_cpu() ||
+      data.shape() != RowShape(value.shape(), value.num_rows())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": key ", key.Quoted(), ": the rows of a row-sparse value must be a CPU tensor of "
+        "shape ", ShapeToString(RowShape(value.shape(), value.num_rows()))));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status KVStore::Init(const Key& key, const RowSparse& value) {
+  if (absl::Status s = CheckRowSparse(key, value, "init"); !s.ok()) return s;
+  if (absl::Status s = CheckRowIds(value.row_ids(), value.shape()[0],
+                                   absl::StrCat("init: key ", key.Quoted()));
+      !s.ok()) {
+    return s;
+  }
+  return Init(key, value.ToDense());
+}
+
+absl::Status KVStore::Push(absl::Span<const Key> keys, absl::Span<const RowSparse> values,
+                           int priority) {
+  if (keys.size() != values.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push of ", keys.size(), " keys with ", values.size(), " values"));
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (absl::Status s = CheckRowSparse(keys[i], values[i], "push"); !s.ok()) return s;
+  }
+  return DoPushRowSparse(keys, values, priority);
+}
+
+absl::Status KVStore::Push(const Key& key, const RowSparse& value, int priority) {
+  return Push(absl::MakeConstSpan(&key, 1), absl::MakeConstSpan(&value, 1), priority);
+}
+
+absl::Status KVStore::RowSparsePull(absl::Span<const Key> keys, absl::Span<RowSparse* const> outs,
+                                    absl::Span<const std::vector<int64_t>> row_ids,
+                                    int priority) {
+  if (keys.size() != outs.size() || keys.size() != row_ids.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("row_sparse_pull of ", keys.size(),
+                                                   " keys into ", outs.size(), " outputs with ",
+                                                   row_ids.size(), " row id lists"));
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (outs[i] == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("row_sparse_pull: key ", keys[i].Quoted(), ": output is null"));
+    }
+  }
+  return DoRowSparsePull(keys, outs, row_ids, priority);
+}
+
+absl::Status KVStore::RowSparsePull(const Key& key, RowSparse* out,
+                                    const std::vector<int64_t>& row_ids, int priority) {
+  return RowSparsePull(absl::MakeConstSpan(&key, 1), absl::MakeConstSpan(&out, 1),
+                       absl::MakeConstSpan(&row_ids, 1), priority);
+}
+
+absl::Status KVStore::RowSparsePull(const Key& key, absl::Span<RowSparse* const> outs,
+                                    absl::Span<const std::vector<int64_t>> row_ids,
+                                    int priority) {
+  if (row_ids.size() != 1 && row_ids.size() != outs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "row_sparse_pull of key ", key.Quoted(), " into ", outs.size(), " outputs with ",
+        row_ids.size(), " row id lists (give one list, or one per output)"));
+  }
+  const std::vector<Key> keys(outs.size(), key);
+  std::vector<std::vector<int64_t>> ids(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) ids[i] = row_ids[row_ids.size() == 1 ? 0 : i];
+  return RowSparsePull(keys, outs, ids, priority);
+}
+
 }  // namespace kvstore

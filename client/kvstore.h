@@ -43,6 +43,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -51,6 +52,7 @@
 #include "absl/types/span.h"
 #include "common/compression.h"
 #include "common/key.h"
+#include "common/row_sparse.h"
 #include "common/tensor.h"
 
 namespace kvstore {
@@ -158,6 +160,40 @@ class KVStore {
                         absl::Span<Tensor* const> outs, int priority = 0);
   absl::Status PushPull(const Key& key, const Tensor& value, Tensor* out, int priority = 0);
 
+  // Row-sparse values (MXNet's RowSparseNDArray, see common/row_sparse.h).
+  //
+  // Init(key, RowSparse) stores the value (servers hold its dense form). Push of RowSparse
+  // values sums the values of a key (several devices) row by row - rows listed several times
+  // are added - and merges the sum through the updater as a value whose unlisted rows are zero:
+  // with ASSIGN the stored value becomes exactly the pushed rows, as MXNet's `local = merged`;
+  // with "sum" only the listed rows change. Distributed stores send each server only the rows
+  // in its row range (big values are split over the servers by rows). Row-sparse pushes are
+  // never compressed. Errors: those of a dense Push, and InvalidArgument for a row id outside
+  // the value.
+  absl::Status Init(const Key& key, const RowSparse& value);
+  absl::Status Push(absl::Span<const Key> keys, absl::Span<const RowSparse> values,
+                    int priority = 0);
+  absl::Status Push(const Key& key, const RowSparse& value, int priority = 0);
+
+  // RowSparsePull fills *outs[i] with the rows row_ids[i] of the newest value of keys[i]
+  // (MXNet's row_sparse_pull): the ids may be unsorted and repeated, or empty; the output
+  // receives them sorted without duplicates, and its rows. Each output must have the stored
+  // dtype and shape (RowSparse::Empty(dtype, shape)); a key may appear several times (one
+  // output per device). InvalidArgument for an id outside [0, shape[0]), a mismatched output or
+  // mismatched span lengths; NotFound for a key never initialised.
+  //
+  // Storage types are told apart by the C++ types, so MXNet's two mixed cases cannot be
+  // written: MXNet ignores a plain `pull` into a row-sparse output (with a warning) and refuses
+  // a `row_sparse_pull` into a dense output. Pull into a dense output always returns the whole
+  // value, also for a key initialised or pushed row-sparse (MXNet's storage cast).
+  absl::Status RowSparsePull(absl::Span<const Key> keys, absl::Span<RowSparse* const> outs,
+                             absl::Span<const std::vector<int64_t>> row_ids, int priority = 0);
+  absl::Status RowSparsePull(const Key& key, RowSparse* out, const std::vector<int64_t>& row_ids,
+                             int priority = 0);
+  // Pulls `key` into each of `outs`: with one id list for all of them, or one per output.
+  absl::Status RowSparsePull(const Key& key, absl::Span<RowSparse* const> outs,
+                             absl::Span<const std::vector<int64_t>> row_ids, int priority = 0);
+
   // Wait blocks until every issued operation on `keys` has completed and returns the first
   // error among them. WaitAll does the same for every key.
   virtual absl::Status Wait(absl::Span<const Key> keys) = 0;
@@ -208,6 +244,14 @@ class KVStore {
                                   absl::Span<Tensor* const> outs, int priority) = 0;
   // Called with validated parameters.
   virtual absl::Status DoSetGradientCompression(const CompressionParams& params) = 0;
+  // Called after the spans were checked for matching lengths, non-null outputs and values
+  // whose rows are defined CPU tensors.
+  virtual absl::Status DoPushRowSparse(absl::Span<const Key> keys,
+                                       absl::Span<const RowSparse> values, int priority) = 0;
+  virtual absl::Status DoRowSparsePull(absl::Span<const Key> keys,
+                                       absl::Span<RowSparse* const> outs,
+                                       absl::Span<const std::vector<int64_t>> row_ids,
+                                       int priority) = 0;
 
  private:
   std::string type_;

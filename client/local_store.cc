@@ -1,5 +1,8 @@
 #include "client/local_store.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "client/key_groups.h"
 #include "common/reduce.h"
@@ -91,6 +94,78 @@ Tensor LocalStore::QuantizeAndSum(const KeyGroup& group) {
     }
   }
   return buffer;
+}
+
+absl::Status LocalStore::DoPushRowSparse(absl::Span<const Key> keys,
+                                         absl::Span<const RowSparse> values,
+                                         int /*priority*/) {
+  absl::MutexLock lock(&mu_);
+  // Group by key in order of first appearance, checking everything before summing.
+  std::vector<Key> order;
+  absl::flat_hash_map<Key, std::vector<const RowSparse*>> groups;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const Key& key = keys[i];
+    const RowSparse& value = values[i];
+    ASSIGN_OR_RETURN(TensorSpec spec, store_.Spec(key));
+    if (spec.dtype != value.dtype() || spec.shape != value.shape()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key ", key.Quoted(), ": pushed row-sparse ", DTypeName(value.dtype()),
+          ShapeToString(value.shape()), " but the stored value is ", DTypeName(spec.dtype),
+          ShapeToString(spec.shape)));
+    }
+    RETURN_IF_ERROR(CheckRowIds(value.row_ids(), value.shape()[0],
+                                absl::StrCat("key ", key.Quoted())));
+    auto [it, added] = groups.try_emplace(key);
+    if (added) order.push_back(key);
+    it->second.push_back(&value);
+  }
+  // The sum of a key's rows, as the dense value the updater merges.
+  std::vector<KeyValue> merged;
+  for (const Key& key : order) {
+    const std::vector<const RowSparse*>& group = groups[key];
+    const RowSparse& first = *group.front();
+    Tensor& buffer = merge_buffers_[key];
+    if (!buffer.defined() || buffer.dtype() != first.dtype() || buffer.shape() != first.shape()) {
+      buffer = Tensor::Zeros(first.dtype(), first.shape());
+    } else {
+      std::memset(buffer.data(), 0, buffer.byte_size());
+    }
+    const int64_t row = first.row_elements();
+    const size_t row_bytes = static_cast<size_t>(row) * DTypeSize(first.dtype());
+    for (const RowSparse* value : group) {
+      for (int64_t i = 0; i < value->num_rows(); ++i) {
+        const Tensor src = Tensor::Borrow(static_cast<uint8_t*>(value->data().data()) +
+                                              static_cast<size_t>(i) * row_bytes,
+                                          first.dtype(), {row});
+        Tensor dst = Tensor::Borrow(static_cast<uint8_t*>(buffer.data()) +
+                                        static_cast<size_t>(value->row_ids()[i]) * row_bytes,
+                                    first.dtype(), {row});
+        RETURN_IF_ERROR(AddInto(src, &dst));
+      }
+    }
+    merged.push_back(KeyValue{key, buffer});
+  }
+  return store_.Push(merged);
+}
+
+absl::Status LocalStore::DoRowSparsePull(absl::Span<const Key> keys,
+                                         absl::Span<RowSparse* const> outs,
+                                         absl::Span<const std::vector<int64_t>> row_ids,
+                                         int /*priority*/) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::vector<int64_t>> unique(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSIGN_OR_RETURN(TensorSpec spec, store_.Spec(keys[i]));
+    ASSIGN_OR_RETURN(unique[i], CheckRowSparseOutput(keys[i], spec.dtype, spec.shape, *outs[i],
+                                                        row_ids[i]));
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Tensor rows = Tensor::Zeros(outs[i]->dtype(),
+                                RowShape(outs[i]->shape(), static_cast<int64_t>(unique[i].size())));
+    RETURN_IF_ERROR(store_.PullRows(keys[i], unique[i], &rows));
+    outs[i]->Reset(std::move(unique[i]), std::move(rows));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status LocalStore::DoSetGradientCompression(const CompressionParams& params) {

@@ -47,6 +47,11 @@ class LocalStore final : public KVStore {
   absl::Status DoPushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                           absl::Span<Tensor* const> outs, int priority) override;
   absl::Status DoSetGradientCompression(const CompressionParams& params) override;
+  absl::Status DoPushRowSparse(absl::Span<const Key> keys, absl::Span<const RowSparse> values,
+                               int priority) override;
+  absl::Status DoRowSparsePull(absl::Span<const Key> keys, absl::Span<RowSparse* const> outs,
+                               absl::Span<const std::vector<int64_t>> row_ids,
+                               int priority) override;
 
  private:
   // Merge sums the values of each key into one (a merge buffer when there are several).

@@ -53,6 +53,30 @@ TEST_CASE("Partitioner: split boundaries follow round(N/S*i)", "[partitioner]") 
   REQUIRE(p2.Partition("w", 7) == std::vector<Slice>{{0, 0, 4}, {1, 4, 3}});
 }
 
+TEST_CASE("Partitioner: big values split by whole rows", "[partitioner]") {
+  // 10 rows of 6 elements over 3 servers: rows 3, 4, 3.
+  auto p3 = Partitioner::Create(3, 5).value();
+  REQUIRE(p3.Partition(1, 60, 6) == std::vector<Slice>{{0, 0, 18}, {1, 18, 24}, {2, 42, 18}});
+  // Fewer rows than servers: the servers without a row hold nothing.
+  auto p4 = Partitioner::Create(4, 5).value();
+  REQUIRE(p4.Partition(1, 20, 10) == std::vector<Slice>{{0, 0, 10}, {2, 10, 10}});
+  // A row size that does not divide the count falls back to elements.
+  REQUIRE(p3.Partition(1, 10, 4) == p3.Partition(1, 10));
+  // Every split covers the value exactly, in row multiples.
+  for (int64_t rows = 1; rows < 40; ++rows) {
+    for (int64_t row : {1, 3, 7}) {
+      int64_t next = 0;
+      for (const Slice& s : p4.Partition(2, rows * row, row)) {
+        REQUIRE(s.offset == next);
+        REQUIRE(s.count % row == 0);
+        REQUIRE(s.count > 0);
+        next += s.count;
+      }
+      REQUIRE(next == rows * row);
+    }
+  }
+}
+
 TEST_CASE("Partitioner: small values live whole on one server, spread by hash",
           "[partitioner]") {
   auto p = Partitioner::Create(4).value();

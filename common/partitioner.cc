@@ -28,15 +28,18 @@ int Partitioner::ServerOf(const Key& key) const {
   return static_cast<int>(key.StableHash() % static_cast<uint64_t>(num_servers_));
 }
 
-std::vector<Slice> Partitioner::Partition(const Key& key, int64_t num_elements) const {
+std::vector<Slice> Partitioner::Partition(const Key& key, int64_t num_elements,
+                                          int64_t row_elements) const {
   if (num_elements <= big_value_bound_ || num_servers_ == 1) {
     return {Slice{ServerOf(key), 0, num_elements}};
   }
+  if (row_elements < 1 || num_elements % row_elements != 0) row_elements = 1;
+  const int64_t rows = num_elements / row_elements;
   std::vector<Slice> slices;
   slices.reserve(num_servers_);
   for (int i = 0; i < num_servers_; ++i) {
-    const int64_t begin = SplitBoundary(num_elements, i, num_servers_);
-    const int64_t end = SplitBoundary(num_elements, i + 1, num_servers_);
+    const int64_t begin = SplitBoundary(rows, i, num_servers_) * row_elements;
+    const int64_t end = SplitBoundary(rows, i + 1, num_servers_) * row_elements;
     if (end > begin) slices.push_back(Slice{i, begin, end - begin});
   }
   return slices;

@@ -1,9 +1,12 @@
 // Partitioner: decides which server holds which part of a value.
 //
 // A value with at most `big_value_bound` elements lives whole on one server chosen by a stable
-// hash of its key. A bigger value of N elements is split evenly over all S servers: server i
-// holds the flattened elements [round(N*i/S), round(N*(i+1)/S)). Clients and servers compute the
-// same placement from (key, N, S, bound), so no table is needed per key.
+// hash of its key. A bigger value of R rows of E elements (N = R*E; a row is one index of the
+// first dimension, see common/row_sparse.h) is split evenly by rows over all S servers: server
+// i holds the rows [round(R*i/S), round(R*(i+1)/S)), i.e. those flattened elements times E; a
+// server whose range is empty holds nothing. Row ranges let a row-sparse push send each server
+// whole rows. Clients compute the placement from (key, N, E, S, bound), so no table is needed
+// per key; servers are told their part at Init.
 #ifndef KVSTORE_COMMON_PARTITIONER_H_
 #define KVSTORE_COMMON_PARTITIONER_H_
 
@@ -46,9 +49,12 @@ class Partitioner {
   static absl::StatusOr<Partitioner> Create(int num_servers,
                                             int64_t big_value_bound = kDefaultBigValueBound);
 
-  // Partition returns the slices of a value of `num_elements` elements stored under `key`, in
-  // server order; slices are never empty except for a value of zero elements (one empty slice).
-  std::vector<Slice> Partition(const Key& key, int64_t num_elements) const;
+  // Partition returns the slices of a value of `num_elements` elements, in rows of
+  // `row_elements`, stored under `key`, in server order; slices are never empty except for a
+  // value of zero elements (one empty slice). A row size that does not divide the element
+  // count is taken as 1.
+  std::vector<Slice> Partition(const Key& key, int64_t num_elements,
+                               int64_t row_elements = 1) const;
 
   // ServerOf returns the server that holds a small (unsplit) value of `key`.
   int ServerOf(const Key& key) const;

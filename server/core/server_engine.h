@@ -71,11 +71,15 @@ struct ValueSlice {
 };
 
 // IncomingValue: a slice with its bytes: count * dtype size of them, or, for a compressed push
-// (float32 only), CompressedBytes(compression.type, count) bytes of codes.
+// (float32 only), CompressedBytes(compression.type, count) bytes of codes, or, for a row-sparse
+// push (`row_sparse`), `num_rows` int64 row ids followed by those rows: the slice is then the
+// server's whole part of the key and every id must be a row of it.
 struct IncomingValue {
   ValueSlice slice;
   ByteChunks bytes;
   CompressionParams compression;
+  bool row_sparse = false;
+  int64_t num_rows = 0;
 };
 
 struct ServerEngineOptions {
@@ -118,6 +122,13 @@ class ServerEngine {
   // then moves the chunk to a second buffer. NotFound / InvalidArgument as for Push.
   absl::StatusOr<std::vector<Tensor>> Pull(uint64_t node_id,
                                            absl::Span<const ValueSlice> slices) const;
+
+  // PullRows returns rows `row_ids` (indices of the first dimension, in order; repeats allowed)
+  // of the part `part` names - the server's whole part of the key, as Init stored it - as one
+  // tensor of shape {row_ids.size(), shape[1:]...}. InvalidArgument naming the key for an id
+  // outside the part or a part that does not match; NotFound for an unknown key.
+  absl::StatusOr<Tensor> PullRows(uint64_t node_id, const ValueSlice& part,
+                                  absl::Span<const int64_t> row_ids) const;
 
   // SetUpdater replaces the updater for every later update.
   void SetUpdater(std::unique_ptr<Updater> updater);
@@ -163,6 +174,17 @@ class ServerEngine {
 
   ServerEngine(ServerEngineOptions options, std::unique_ptr<Updater> updater);
 
+  // FindPart checks that `slice` is exactly the part Init stored for its key, of rank >= 1 and
+  // cut in whole rows, for row-sparse requests.
+  absl::StatusOr<const Part*> FindRowPart(const ValueSlice& slice, absl::string_view verb) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // ExpandRowSparse replaces each row-sparse value by one dense value per chunk of its part
+  // (zero outside the pushed rows, repeated rows added), whose bytes live in `storage`; other
+  // values are passed through. A dist_sync round counts a row-sparse push as a push of every
+  // chunk of the part.
+  absl::Status ExpandRowSparse(absl::Span<const IncomingValue> values,
+                               std::vector<IncomingValue>* expanded,
+                               std::vector<std::vector<uint8_t>>* storage) const;
   // FindChunk checks `slice` against what Init stored and returns the chunk it names.
   absl::StatusOr<Chunk*> FindChunk(const ValueSlice& slice, absl::string_view verb) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);

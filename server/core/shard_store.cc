@@ -1,5 +1,7 @@
 #include "server/core/shard_store.h"
 
+#include <cstring>
+
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -155,6 +157,33 @@ absl::Status ShardStore::PushPull(absl::Span<const KeyValue> values,
   RETURN_IF_ERROR(ValidatePull(pull_keys, outs));
   RETURN_IF_ERROR(ApplyPush(values));
   ApplyPull(pull_keys, outs);
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::PullRows(const Key& key, absl::Span<const int64_t> row_ids,
+                                  Tensor* rows) const {
+  absl::ReaderMutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(const Tensor* stored, Lookup(key));
+  const Shape& shape = stored->shape();
+  const int64_t num_rows = shape.empty() ? 1 : shape[0];
+  for (int64_t id : row_ids) {
+    if (id < 0 || id >= num_rows) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key ", key.Quoted(), ": row id ", id, " is outside [0, ", num_rows, ")"));
+    }
+  }
+  const size_t row_bytes = num_rows == 0 ? 0 : stored->byte_size() / static_cast<size_t>(num_rows);
+  if (rows->dtype() != stored->dtype() || rows->byte_size() != row_bytes * row_ids.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key ", key.Quoted(), ": ", row_ids.size(), " rows of the stored ",
+        stored->Description(), " do not fit the output ", rows->Description()));
+  }
+  for (size_t i = 0; i < row_ids.size(); ++i) {
+    std::memcpy(static_cast<uint8_t*>(rows->data()) + i * row_bytes,
+                static_cast<const uint8_t*>(stored->data()) +
+                    static_cast<size_t>(row_ids[i]) * row_bytes,
+                row_bytes);
+  }
   return absl::OkStatus();
 }
 

@@ -72,6 +72,12 @@ class ShardStore {
   absl::Status PushPull(absl::Span<const KeyValue> values, absl::Span<const Key> pull_keys,
                         absl::Span<Tensor* const> outs);
 
+  // PullRows copies rows row_ids[i] (indices of the first dimension) of the value stored under
+  // `key` into consecutive rows of `*rows`, which must hold exactly that many rows of its
+  // dtype. NotFound for an unknown key; InvalidArgument for an id outside the value or an
+  // output that does not fit.
+  absl::Status PullRows(const Key& key, absl::Span<const int64_t> row_ids, Tensor* rows) const;
+
   // Spec returns the dtype and shape stored under `key`; NotFound when absent.
   absl::StatusOr<TensorSpec> Spec(const Key& key) const;
 

@@ -1,5 +1,6 @@
 #include "server/grpc/kvserver_service.h"
 
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -19,9 +20,9 @@ absl::StatusOr<ValueSlice> SliceFromHeader(const proto::TensorHeader& header) {
   slice.shape.assign(header.shape().begin(), header.shape().end());
   slice.offset = header.element_offset();
   slice.count = header.element_count();
-  if (header.num_rows() != 0) {
-    return absl::UnimplementedError(
-        absl::StrCat("key ", slice.key.Quoted(), ": row-sparse values are not served here"));
+  if (header.num_rows() != 0 || header.row_sparse()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key ", slice.key.Quoted(), ": row-sparse values are accepted by Push only"));
   }
   return slice;
 }
@@ -43,12 +44,21 @@ absl::StatusOr<CompressionParams> CompressionFromHeader(const proto::TensorHeade
 // IncomingValues reads the headers and points each value at its bytes in the payload.
 absl::StatusOr<std::vector<IncomingValue>> IncomingValues(
     const google::protobuf::RepeatedPtrField<proto::TensorHeader>& headers,
-    const Payload& payload) {
+    const Payload& payload, bool row_sparse_allowed) {
   std::vector<IncomingValue> values;
   values.reserve(headers.size());
   for (const proto::TensorHeader& header : headers) {
     IncomingValue value;
-    ASSIGN_OR_RETURN(value.slice, SliceFromHeader(header));
+    if (header.row_sparse() && row_sparse_allowed) {
+      proto::TensorHeader dense = header;
+      dense.set_row_sparse(false);
+      dense.set_num_rows(0);
+      ASSIGN_OR_RETURN(value.slice, SliceFromHeader(dense));
+      value.row_sparse = true;
+      value.num_rows = header.num_rows();
+    } else {
+      ASSIGN_OR_RETURN(value.slice, SliceFromHeader(header));
+    }
     ASSIGN_OR_RETURN(value.compression, CompressionFromHeader(header, value.slice.key));
     auto chunks = payload.Chunks(header.payload_offset(), header.payload_bytes());
     if (!chunks.ok()) {
@@ -68,11 +78,14 @@ struct Decoded {
 };
 
 // DecodeValues parses a framed request (Init, Push, PushPull) into its header and values.
+// Only Push takes row-sparse values.
 template <typename Request>
 absl::StatusOr<Decoded> DecodeValues(const grpc::ByteBuffer& request, Request* header) {
   Decoded decoded;
   ASSIGN_OR_RETURN(decoded.payload, DecodeFrame(request, header));
-  ASSIGN_OR_RETURN(decoded.values, IncomingValues(header->tensors(), decoded.payload));
+  ASSIGN_OR_RETURN(decoded.values,
+                   IncomingValues(header->tensors(), decoded.payload,
+                                  std::is_same_v<Request, proto::PushRequest>));
   return decoded;
 }
 
@@ -217,10 +230,41 @@ grpc::ServerUnaryReactor* KVServerService::PushPull(grpc::CallbackServerContext*
 }
 
 grpc::ServerUnaryReactor* KVServerService::RowSparsePull(grpc::CallbackServerContext* context,
-                                                         const grpc::ByteBuffer* /*request*/,
-                                                         grpc::ByteBuffer* /*response*/) {
-  return Reply(context,
-               absl::UnimplementedError("RowSparsePull is not supported by this kvserver"));
+                                                         const grpc::ByteBuffer* request,
+                                                         grpc::ByteBuffer* response) {
+  auto backend = this->backend();
+  if (!backend) return Reply(context, NotReady());
+  proto::PullRequest header;
+  absl::Status status = DecodeMessage(*request, &header);
+  if (!status.ok()) return Reply(context, status);
+  if (header.row_ids_size() != header.tensors_size()) {
+    return Reply(context, absl::InvalidArgumentError(absl::StrCat(
+                              "RowSparsePull of ", header.tensors_size(), " values with ",
+                              header.row_ids_size(), " row id lists")));
+  }
+  auto slices = SlicesFromHeaders(header.tensors());
+  if (!slices.ok()) return Reply(context, slices.status());
+  proto::PullResponse reply;
+  std::vector<PayloadPart> parts;
+  uint64_t offset = 0;
+  for (int i = 0; i < header.tensors_size(); ++i) {
+    const ValueSlice& slice = (*slices)[i];
+    const auto& ids = header.row_ids(i).ids();
+    auto rows = backend->engine->PullRows(header.node_id(), slice,
+                                          absl::MakeConstSpan(ids.data(), ids.size()));
+    if (!rows.ok()) return Reply(context, rows.status());
+    proto::TensorHeader* out = reply.add_tensors();
+    *out = header.tensors(i);
+    out->set_row_sparse(true);
+    out->set_num_rows(ids.size());
+    out->set_payload_offset(offset);
+    out->set_payload_bytes(rows->byte_size());
+    parts.push_back(PayloadPart{*rows, 0, rows->byte_size()});
+    offset += rows->byte_size();
+  }
+  auto frame = EncodeFrame(reply, parts);
+  if (frame.ok()) *response = *std::move(frame);
+  return Reply(context, frame.status());
 }
 
 grpc::ServerUnaryReactor* KVServerService::Command(grpc::CallbackServerContext* context,

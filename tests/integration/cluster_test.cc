@@ -230,6 +230,15 @@ TEST_CASE("Cluster: 2bit and 1bit compressed pushes from 2 workers; 1/16 and 1/3
   }
 }
 
+TEST_CASE("Cluster: row-sparse pushes from 2 workers summed by rows over 2 servers",
+          "[cluster][row_sparse]") {
+  const uint64_t seed = absl::ToUnixNanos(absl::Now()) % 1000000007;
+  INFO("seed=" << seed);
+  Cluster cluster(2, 2, {"--big_value_bound=100", "--chunk_bytes=1000"});
+  for (int r = 0; r < 2; ++r) cluster.AddWorker(r, {"row_sparse", absl::StrCat(seed)});
+  cluster.ExpectCleanExit();
+}
+
 TEST_CASE("Cluster: kvctl status, command fan-out and shutdown", "[cluster][kvctl]") {
   Cluster cluster(2, 1);
   Process& worker = cluster.AddWorker(0, {"dead_server"});
