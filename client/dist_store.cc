@@ -297,14 +297,7 @@ absl::Status DistStore::DoPushRowSparse(absl::Span<const Key> keys,
       const Key& key = keys[i];
       ASSIGN_OR_RETURN(std::shared_ptr<KeyInfo> info, Lookup(key));
       const RowSparse& value = values[i];
-      if (value.dtype() != info->dtype || value.shape() != info->shape) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "key ", key.Quoted(), ": pushed row-sparse ", DTypeName(value.dtype()),
-            ShapeToString(value.shape()), " but the stored value is ", DTypeName(info->dtype),
-            ShapeToString(info->shape)));
-      }
-      RETURN_IF_ERROR(
-          CheckRowIds(value.row_ids(), value.shape()[0], absl::StrCat("key ", key.Quoted())));
+      RETURN_IF_ERROR(CheckRowSparseValue(key, info->dtype, info->shape, value));
       auto [it, inserted] = index.emplace(key, work.size());
       if (inserted) work.push_back(KeyWork{key, info, {}, {}, {}, {}, {}});
       work[it->second].sparse_values.push_back(value);

@@ -34,6 +34,17 @@ absl::StatusOr<std::vector<KeyGroup>> GroupByKey(absl::Span<const Key> keys,
   return groups;
 }
 
+absl::Status CheckRowSparseValue(const Key& key, DType dtype, const Shape& shape,
+                                 const RowSparse& value) {
+  if (value.dtype() != dtype || value.shape() != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key ", key.Quoted(), ": pushed row-sparse ", DTypeName(value.dtype()),
+        ShapeToString(value.shape()), " but the stored value is ", DTypeName(dtype),
+        ShapeToString(shape)));
+  }
+  return CheckRowIds(value.row_ids(), value.shape()[0], absl::StrCat("key ", key.Quoted()));
+}
+
 absl::StatusOr<std::vector<int64_t>> CheckRowSparseOutput(const Key& key, DType dtype,
                                                           const Shape& shape,
                                                           const RowSparse& out,

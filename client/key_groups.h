@@ -24,6 +24,11 @@ struct KeyGroup {
 absl::StatusOr<std::vector<KeyGroup>> GroupByKey(absl::Span<const Key> keys,
                                                  absl::Span<const Tensor> values);
 
+// CheckRowSparseValue checks a pushed RowSparse value against the stored value's dtype and
+// shape, and its ids against the rows. InvalidArgument naming the key otherwise.
+absl::Status CheckRowSparseValue(const Key& key, DType dtype, const Shape& shape,
+                                 const RowSparse& value);
+
 // CheckRowSparseOutput checks a RowSparsePull output and its ids against the stored value's
 // dtype and shape (same dtype and shape, ids in [0, shape[0])) and returns the ids sorted
 // without duplicates. InvalidArgument naming the key otherwise.

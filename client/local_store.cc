@@ -107,14 +107,7 @@ absl::Status LocalStore::DoPushRowSparse(absl::Span<const Key> keys,
     const Key& key = keys[i];
     const RowSparse& value = values[i];
     ASSIGN_OR_RETURN(TensorSpec spec, store_.Spec(key));
-    if (spec.dtype != value.dtype() || spec.shape != value.shape()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "key ", key.Quoted(), ": pushed row-sparse ", DTypeName(value.dtype()),
-          ShapeToString(value.shape()), " but the stored value is ", DTypeName(spec.dtype),
-          ShapeToString(spec.shape)));
-    }
-    RETURN_IF_ERROR(CheckRowIds(value.row_ids(), value.shape()[0],
-                                absl::StrCat("key ", key.Quoted())));
+    RETURN_IF_ERROR(CheckRowSparseValue(key, spec.dtype, spec.shape, value));
     auto [it, added] = groups.try_emplace(key);
     if (added) order.push_back(key);
     it->second.push_back(&value);

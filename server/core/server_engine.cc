@@ -178,21 +178,28 @@ absl::Status ServerEngine::CheckBytes(const IncomingValue& value) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ServerEngine::Chunk*> ServerEngine::FindChunk(const ValueSlice& slice,
-                                                             absl::string_view verb) const {
+absl::StatusOr<const ServerEngine::Part*> ServerEngine::FindPart(const ValueSlice& slice,
+                                                                 absl::string_view verb) const {
   auto it = parts_.find(slice.key);
   if (it == parts_.end()) {
     return absl::NotFoundError(
         absl::StrCat("key ", slice.key.Quoted(), " was never initialised on this server"));
   }
-  const Part& part = *it->second;
-  const ValueSlice& stored = part.layout;
+  const ValueSlice& stored = it->second->layout;
   if (slice.dtype != stored.dtype || slice.shape != stored.shape) {
     return absl::InvalidArgumentError(absl::StrCat(
         "key ", slice.key.Quoted(), ": ", verb, " ", DTypeName(slice.dtype),
         ShapeToString(slice.shape), " but the stored value is ", DTypeName(stored.dtype),
         ShapeToString(stored.shape)));
   }
+  return it->second.get();
+}
+
+absl::StatusOr<ServerEngine::Chunk*> ServerEngine::FindChunk(const ValueSlice& slice,
+                                                             absl::string_view verb) const {
+  ASSIGN_OR_RETURN(const Part* found, FindPart(slice, verb));
+  const Part& part = *found;
+  const ValueSlice& stored = part.layout;
   const int64_t relative = slice.offset - stored.offset;
   if (relative >= 0 && relative % part.chunk_elements == 0) {
     const size_t index = static_cast<size_t>(relative / part.chunk_elements);
@@ -366,19 +373,8 @@ absl::StatusOr<bool> ServerEngine::MergeCompressed(const Key& key, Chunk* chunk,
 
 absl::StatusOr<const ServerEngine::Part*> ServerEngine::FindRowPart(
     const ValueSlice& slice, absl::string_view verb) const {
-  auto it = parts_.find(slice.key);
-  if (it == parts_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("key ", slice.key.Quoted(), " was never initialised on this server"));
-  }
-  const Part& part = *it->second;
-  const ValueSlice& stored = part.layout;
-  if (slice.dtype != stored.dtype || slice.shape != stored.shape) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key ", slice.key.Quoted(), ": ", verb, " ", DTypeName(slice.dtype),
-        ShapeToString(slice.shape), " but the stored value is ", DTypeName(stored.dtype),
-        ShapeToString(stored.shape)));
-  }
+  ASSIGN_OR_RETURN(const Part* part, FindPart(slice, verb));
+  const ValueSlice& stored = part->layout;
   if (stored.shape.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("key ", slice.key.Quoted(), " holds a scalar, which has no rows"));
@@ -391,7 +387,7 @@ absl::StatusOr<const ServerEngine::Part*> ServerEngine::FindRowPart(
         slice.offset + slice.count, ") but this server holds [", stored.offset, ", ",
         stored.offset + stored.count, ") in rows of ", row, " elements"));
   }
-  return &part;
+  return part;
 }
 
 namespace {

@@ -174,8 +174,11 @@ class ServerEngine {
 
   ServerEngine(ServerEngineOptions options, std::unique_ptr<Updater> updater);
 
-  // FindPart checks that `slice` is exactly the part Init stored for its key, of rank >= 1 and
-  // cut in whole rows, for row-sparse requests.
+  // FindPart returns the part of `slice`'s key after checking the dtype and shape.
+  absl::StatusOr<const Part*> FindPart(const ValueSlice& slice, absl::string_view verb) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // FindRowPart checks that `slice` is exactly the part Init stored for its key, of rank >= 1
+  // and cut in whole rows, for row-sparse requests.
   absl::StatusOr<const Part*> FindRowPart(const ValueSlice& slice, absl::string_view verb) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // ExpandRowSparse replaces each row-sparse value by one dense value per chunk of its part
