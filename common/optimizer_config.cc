@@ -1,0 +1,149 @@
+#include "common/optimizer_config.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace kvstore {
+namespace {
+
+// The hyper-parameters each optimizer takes (besides learning_rate, wd, rescale_grad,
+// clip_gradient, multi_precision and lr_scheduler, which all take).
+const std::map<std::string, std::set<std::string>>& Accepted() {
+  static const auto* accepted = new std::map<std::string, std::set<std::string>>{
+      {"sgd", {"momentum"}},
+      {"nag", {"momentum"}},
+      {"adam", {"beta1", "beta2", "epsilon"}},
+      {"adamw", {"beta1", "beta2", "epsilon", "bias_correction"}},
+      {"adagrad", {"epsilon"}},
+      {"rmsprop", {"rho", "momentum", "epsilon", "centered", "clip_weights"}},
+      {"adadelta", {"rho", "epsilon"}},
+      {"adamax", {"beta1", "beta2"}},
+      {"nadam", {"beta1", "beta2", "epsilon", "schedule_decay"}},
+      {"ftrl", {"lamda1", "beta"}},
+      {"signum", {"momentum", "wd_lh"}},
+      {"lamb", {"beta1", "beta2", "epsilon", "lower_bound", "upper_bound", "bias_correction"}},
+      {"lars", {"momentum", "eta", "epsilon"}},
+      {"test", {}},
+  };
+  return *accepted;
+}
+
+bool Finite(double v) { return std::isfinite(v); }
+
+}  // namespace
+
+const std::vector<std::string>& OptimizerNames() {
+  static const auto* names = [] {
+    auto* list = new std::vector<std::string>;
+    for (const auto& [name, fields] : Accepted()) list->push_back(name);
+    return list;
+  }();
+  return *names;
+}
+
+absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
+  auto it = Accepted().find(c.name);
+  if (it == Accepted().end()) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown optimizer \"", c.name,
+                                                   "\"; known: ", absl::StrJoin(OptimizerNames(), ", ")));
+  }
+  const std::set<std::string>& accepted = it->second;
+  // Which hyper-parameters are set, with their values (bools as 0/1).
+  const std::vector<std::pair<const char*, std::optional<double>>> set = {
+      {"momentum", c.momentum},
+      {"beta1", c.beta1},
+      {"beta2", c.beta2},
+      {"epsilon", c.epsilon},
+      {"rho", c.rho},
+      {"centered", c.centered ? std::optional<double>(*c.centered) : std::nullopt},
+      {"clip_weights", c.clip_weights},
+      {"schedule_decay", c.schedule_decay},
+      {"lamda1", c.lamda1},
+      {"beta", c.beta},
+      {"wd_lh", c.wd_lh},
+      {"eta", c.eta},
+      {"lower_bound", c.lower_bound},
+      {"upper_bound", c.upper_bound},
+      {"bias_correction",
+       c.bias_correction ? std::optional<double>(*c.bias_correction) : std::nullopt},
+  };
+  for (const auto& [field, value] : set) {
+    if (!value.has_value()) continue;
+    if (!accepted.count(field)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer ", c.name, " has no parameter ", field, " (it takes: ",
+                       accepted.empty() ? "none" : absl::StrJoin(accepted, ", "), ")"));
+    }
+    if (!Finite(*value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer ", c.name, ": ", field, " must be finite, got ", *value));
+    }
+  }
+  auto in_unit = [&](const char* field, const std::optional<double>& v) -> absl::Status {
+    if (v && (*v < 0 || *v >= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer ", c.name, ": ", field, " must be in [0, 1), got ", *v));
+    }
+    return absl::OkStatus();
+  };
+  for (const auto& [field, value] : std::vector<std::pair<const char*, std::optional<double>>>{
+           {"momentum", c.momentum}, {"beta1", c.beta1}, {"beta2", c.beta2}, {"rho", c.rho}}) {
+    if (absl::Status s = in_unit(field, value); !s.ok()) return s;
+  }
+  for (const auto& [field, value] : std::vector<std::pair<const char*, std::optional<double>>>{
+           {"epsilon", c.epsilon}, {"lamda1", c.lamda1}, {"beta", c.beta}, {"eta", c.eta},
+           {"schedule_decay", c.schedule_decay}, {"wd_lh", c.wd_lh}}) {
+    if (value && *value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer ", c.name, ": ", field, " must be >= 0, got ", *value));
+    }
+  }
+  if (c.learning_rate && (!Finite(*c.learning_rate) || *c.learning_rate < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer ", c.name, ": learning_rate must be finite and >= 0, got ", *c.learning_rate));
+  }
+  if (!Finite(c.wd) || !Finite(c.rescale_grad) || !Finite(c.clip_gradient)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer ", c.name, ": wd, rescale_grad and clip_gradient must be finite"));
+  }
+  const LrScheduleConfig& s = c.lr_scheduler;
+  if (s.type.empty()) return absl::OkStatus();
+  if (s.warmup_steps < 0 || (s.warmup_mode != "linear" && s.warmup_mode != "constant")) {
+    return absl::InvalidArgumentError(
+        "lr_scheduler: warmup_steps must be >= 0 and warmup_mode \"linear\" or \"constant\"");
+  }
+  if (s.type == "factor") {
+    if (s.step < 1 || s.factor > 1 || s.factor <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "lr_scheduler factor: step must be >= 1 and factor in (0, 1], got step ", s.step,
+          " factor ", s.factor));
+    }
+  } else if (s.type == "multifactor") {
+    if (s.steps.empty() || s.factor > 1 || s.factor <= 0) {
+      return absl::InvalidArgumentError(
+          "lr_scheduler multifactor: needs steps and a factor in (0, 1]");
+    }
+    for (size_t i = 0; i < s.steps.size(); ++i) {
+      if (s.steps[i] < 1 || (i > 0 && s.steps[i] <= s.steps[i - 1])) {
+        return absl::InvalidArgumentError(
+            "lr_scheduler multifactor: steps must be increasing and >= 1");
+      }
+    }
+  } else if (s.type == "poly" || s.type == "cosine") {
+    if (s.max_update <= s.warmup_steps) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "lr_scheduler ", s.type, ": max_update (", s.max_update,
+          ") must exceed warmup_steps (", s.warmup_steps, ")"));
+    }
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown lr_scheduler \"", s.type, "\"; known: factor, multifactor, poly, cosine"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvstore
