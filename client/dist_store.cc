@@ -29,6 +29,8 @@ constexpr char kPushMethod[] = "/kvstore.proto.KVServer/Push";
 constexpr char kPullMethod[] = "/kvstore.proto.KVServer/Pull";
 constexpr char kPushPullMethod[] = "/kvstore.proto.KVServer/PushPull";
 constexpr char kRowSparsePullMethod[] = "/kvstore.proto.KVServer/RowSparsePull";
+// The servers' controller command that installs an optimizer (server/core/controller.h).
+constexpr int kSetOptimizerCommand = 3;
 
 absl::Status CheckOnCpu(const Key& key, const Tensor& tensor) {
   if (tensor.device().is_cpu()) return absl::OkStatus();
@@ -988,6 +990,12 @@ absl::Status DistStore::SetUpdater(Updater /*updater*/) {
   return absl::FailedPreconditionError(
       "a distributed store runs updaters on its servers: select one by name with "
       "SendCommandToServers(0, \"sgd lr=0.1 momentum=0.9\") or kvserver --updater");
+}
+
+absl::Status DistStore::DoSetOptimizer(const OptimizerConfig& config) {
+  proto::OptimizerConfig message;
+  OptimizerConfigToProto(config, &message);
+  return SendCommandToServers(kSetOptimizerCommand, message.SerializeAsString());
 }
 
 absl::Status DistStore::DoSetGradientCompression(const CompressionParams& params) {

@@ -219,4 +219,9 @@ absl::Status KVStore::RowSparsePull(const Key& key, absl::Span<RowSparse* const>
   return RowSparsePull(keys, outs, ids, priority);
 }
 
+absl::Status KVStore::SetOptimizer(const OptimizerConfig& config) {
+  if (absl::Status s = ValidateOptimizerConfig(config); !s.ok()) return s;
+  return DoSetOptimizer(config);
+}
+
 }  // namespace kvstore

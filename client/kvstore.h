@@ -52,6 +52,7 @@
 #include "absl/types/span.h"
 #include "common/compression.h"
 #include "common/key.h"
+#include "common/optimizer_config.h"
 #include "common/row_sparse.h"
 #include "common/tensor.h"
 
@@ -219,6 +220,16 @@ class KVStore {
   // clears the residuals. InvalidArgument for an unknown type or a bad threshold.
   absl::Status SetGradientCompression(const GradientCompression& params);
 
+  // SetOptimizer makes the store's updater run an optimizer (MXNet's set_optimizer; the
+  // optimizers, hyper-parameters and schedules are in common/optimizer_config.h, the formulas
+  // in docs/optimizers.md). In-process stores replace their updater; distributed stores send
+  // the typed configuration to every server (controller command 3) and return once all of
+  // them have it; a server switches between dist_sync rounds, never within one. Every call
+  // starts from fresh optimizer state (momentum, moments, update counts). InvalidArgument for
+  // an unknown optimizer, a parameter it does not take or a value out of range, before
+  // anything is sent.
+  absl::Status SetOptimizer(const OptimizerConfig& config);
+
   // SendCommandToServers runs controller command (head, body) on every server and returns after
   // all ran it (see server/core/controller.h for the built-in heads; head 0 with body
   // "sgd lr=0.1 momentum=0.9" selects the servers' updater). In-process stores have no servers:
@@ -244,6 +255,7 @@ class KVStore {
                                   absl::Span<Tensor* const> outs, int priority) = 0;
   // Called with validated parameters.
   virtual absl::Status DoSetGradientCompression(const CompressionParams& params) = 0;
+  virtual absl::Status DoSetOptimizer(const OptimizerConfig& config) = 0;
   // Called after the spans were checked for matching lengths, non-null outputs and values
   // whose rows are defined CPU tensors.
   virtual absl::Status DoPushRowSparse(absl::Span<const Key> keys,

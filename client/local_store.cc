@@ -7,6 +7,7 @@
 #include "client/key_groups.h"
 #include "common/reduce.h"
 #include "common/status_macros.h"
+#include "server/core/optimizer.h"
 
 namespace kvstore {
 namespace {
@@ -158,6 +159,13 @@ absl::Status LocalStore::DoRowSparsePull(absl::Span<const Key> keys,
     RETURN_IF_ERROR(store_.PullRows(keys[i], unique[i], &rows));
     outs[i]->Reset(std::move(unique[i]), std::move(rows));
   }
+  return absl::OkStatus();
+}
+
+absl::Status LocalStore::DoSetOptimizer(const OptimizerConfig& config) {
+  ASSIGN_OR_RETURN(std::unique_ptr<kvstore::Updater> optimizer, MakeOptimizer(config));
+  absl::MutexLock lock(&mu_);
+  store_.SetUpdater(std::move(optimizer));
   return absl::OkStatus();
 }
 

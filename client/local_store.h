@@ -47,6 +47,7 @@ class LocalStore final : public KVStore {
   absl::Status DoPushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                           absl::Span<Tensor* const> outs, int priority) override;
   absl::Status DoSetGradientCompression(const CompressionParams& params) override;
+  absl::Status DoSetOptimizer(const OptimizerConfig& config) override;
   absl::Status DoPushRowSparse(absl::Span<const Key> keys, absl::Span<const RowSparse> values,
                                int priority) override;
   absl::Status DoRowSparsePull(absl::Span<const Key> keys, absl::Span<RowSparse* const> outs,

@@ -4,6 +4,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/key.h"
+#include "common/optimizer_config.h"
 #include "common/tensor.h"
 #include "proto/kvstore.pb.h"
 
@@ -16,6 +17,9 @@ absl::StatusOr<Key> KeyFromProto(const proto::Key& key);
 proto::DType DTypeToProto(DType dtype);
 // DTypeFromProto: InvalidArgument naming the number for an unknown dtype.
 absl::StatusOr<DType> DTypeFromProto(int dtype);
+
+void OptimizerConfigToProto(const OptimizerConfig& config, proto::OptimizerConfig* out);
+OptimizerConfig OptimizerConfigFromProto(const proto::OptimizerConfig& config);
 
 }  // namespace kvstore
 

@@ -2,7 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/proto_convert.h"
 #include "common/status_macros.h"
+#include "server/core/optimizer.h"
 
 namespace kvstore {
 
@@ -25,10 +27,23 @@ absl::StatusOr<std::string> Controller::Run(int head, absl::string_view body) {
     }
     case kCommandPing:
       return absl::StrCat("server ", rank_, ": ", body);
+    case kCommandSetOptimizer: {
+      proto::OptimizerConfig config;
+      if (!config.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+        return absl::InvalidArgumentError(
+            "SetOptimizer: the body is not a serialized OptimizerConfig");
+      }
+      ASSIGN_OR_RETURN(std::unique_ptr<Updater> optimizer,
+                       MakeOptimizer(OptimizerConfigFromProto(config)));
+      const std::string name(optimizer->name());
+      engine_->SetUpdater(std::move(optimizer));
+      return name;
+    }
     default:
       if (head >= kFirstCustomCommand && custom_) return custom_(head, body);
       return absl::InvalidArgumentError(absl::StrCat(
-          "no controller for command head ", head, " (built in: 0 set updater, 1 stats, 2 ping; ",
+          "no controller for command head ", head,
+          " (built in: 0 set updater, 1 stats, 2 ping, 3 set optimizer; ",
           kFirstCustomCommand, " and up need a custom controller)"));
   }
 }

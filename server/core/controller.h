@@ -6,6 +6,9 @@
 //                          (e.g. "sgd lr=0.1 momentum=0.9"); replies with the updater's name.
 //   1  kCommandStats       replies "keys=N bytes=M updater=NAME".
 //   2  kCommandPing        replies "server R: BODY" (R: this server's rank).
+//   3  kCommandSetOptimizer body: a serialized proto::OptimizerConfig (the SDK's SetOptimizer);
+//                          replaces the updater with that optimizer (between dist_sync
+//                          rounds); replies with the optimizer's name.
 // Heads from kFirstCustomCommand up go to the custom controller given to the kvserver
 // (KVServerOptions::custom_controller, MXNet's `kvstore_server._controller`): a function
 // (head, body) -> StatusOr<reply>. Other heads, or custom heads without a custom controller, are
@@ -29,6 +32,7 @@ namespace kvstore {
 inline constexpr int kCommandSetUpdater = 0;
 inline constexpr int kCommandStats = 1;
 inline constexpr int kCommandPing = 2;
+inline constexpr int kCommandSetOptimizer = 3;
 inline constexpr int kFirstCustomCommand = 16;
 
 using CustomController = std::function<absl::StatusOr<std::string>(int head, absl::string_view body)>;

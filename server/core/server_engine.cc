@@ -120,8 +120,15 @@ ServerEngine::ServerEngine(ServerEngineOptions options, std::unique_ptr<Updater>
 }
 
 void ServerEngine::SetUpdater(std::unique_ptr<Updater> updater) {
+  absl::MutexLock lock(&mu_);
+  pending_updater_ = std::move(updater);
+  SwapUpdaterIfIdle();
+}
+
+void ServerEngine::SwapUpdaterIfIdle() {
+  if (pending_updater_ == nullptr || open_rounds_ > 0) return;
   absl::MutexLock lock(&updater_mu_);
-  updater_ = std::move(updater);
+  updater_ = std::move(pending_updater_);
 }
 
 std::shared_ptr<Updater> ServerEngine::updater() const {
@@ -568,6 +575,7 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
         requests.pending[request_id] = call;
         if (options_.sync) {
           for (Chunk* chunk : chunks) {
+            if (chunk->contributors.empty()) ++open_rounds_;
             chunk->contributors.push_back(node_id);
             chunk->calls.push_back(call);
           }
@@ -601,9 +609,11 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
         for (auto& waiting : chunk->calls) {
           if (--waiting->remaining == 0) finished.push_back(waiting);
         }
+        if (!chunk->contributors.empty()) --open_rounds_;
         chunk->contributors.clear();
         chunk->calls.clear();
       }
+      SwapUpdaterIfIdle();
     }
     for (auto& f : finished) {
       RecordApplied(f->node_id, f->request_id);

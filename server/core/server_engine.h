@@ -130,7 +130,9 @@ class ServerEngine {
   absl::StatusOr<Tensor> PullRows(uint64_t node_id, const ValueSlice& part,
                                   absl::Span<const int64_t> row_ids) const;
 
-  // SetUpdater replaces the updater for every later update.
+  // SetUpdater replaces the updater (and with it any optimizer state). In dist_sync it takes
+  // effect between rounds: at once when no round is open, else when the open rounds have
+  // completed - a round never mixes two updaters.
   void SetUpdater(std::unique_ptr<Updater> updater);
   std::string updater_name() const;
   ShardStore::Stats stats() const;
@@ -207,6 +209,8 @@ class ServerEngine {
   static Tensor& Writable(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk->mu);
   void RecordApplied(uint64_t node_id, uint64_t request_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<Updater> updater() const;
+  // SwapUpdaterIfIdle installs the pending updater when no dist_sync round is open.
+  void SwapUpdaterIfIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ServerEngineOptions options_;
   absl::flat_hash_set<uint64_t> senders_;
@@ -217,6 +221,10 @@ class ServerEngine {
   absl::flat_hash_map<Key, std::unique_ptr<Part>> parts_ ABSL_GUARDED_BY(mu_);
   int64_t num_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, NodeRequests> requests_ ABSL_GUARDED_BY(mu_);
+  // Chunks whose dist_sync round has started and not completed, and an updater waiting for
+  // their number to reach zero.
+  int64_t open_rounds_ ABSL_GUARDED_BY(mu_) = 0;
+  std::unique_ptr<Updater> pending_updater_ ABSL_GUARDED_BY(mu_);
 };
 
 // ForEachPiece calls fn(element_offset, piece) for the pieces of `bytes` that hold whole

@@ -341,3 +341,46 @@ TEST_CASE("ServerEngine: a request that is not one chunk is refused", "[server][
 
 }  // namespace
 }  // namespace kvstore
+
+namespace kvstore {
+namespace {
+
+TEST_CASE("ServerEngine: a new updater takes effect between dist_sync rounds",
+          "[server][sync][updater]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  const std::vector<uint64_t> workers = {2, 3};
+  auto engine = NewEngine(true, workers);
+  const Tensor init = rng.RandomTensor(DType::kFloat64, {5});
+  REQUIRE(engine->Init(2, {Incoming(1, init)}).ok());
+  const Tensor a = rng.RandomTensor(DType::kFloat64, {5});
+  const Tensor b = rng.RandomTensor(DType::kFloat64, {5});
+  int acknowledged = 0;
+  auto ack = [&](absl::Status s) {
+    REQUIRE(s.ok());
+    ++acknowledged;
+  };
+  // Round 1 is open (worker 2 pushed) when the updater changes to "sum": the round still
+  // completes with ASSIGN.
+  engine->Push(2, 1, {Incoming(1, a)}, ack);
+  engine->SetUpdater(MakeSumUpdater());
+  CHECK(engine->updater_name() == "assign");
+  engine->Push(3, 1, {Incoming(1, b)}, ack);
+  REQUIRE(acknowledged == 2);
+  CHECK(engine->updater_name() == "sum");
+  std::vector<double> expected(5);
+  const auto va = ToDoubles(a), vb = ToDoubles(b);
+  for (int i = 0; i < 5; ++i) expected[i] = va[i] + vb[i];
+  REQUIRE(PullAll(*engine, 1, init) == expected);
+  // Round 2 uses "sum": stored += a + b.
+  engine->Push(2, 2, {Incoming(1, a)}, ack);
+  engine->Push(3, 2, {Incoming(1, b)}, ack);
+  for (int i = 0; i < 5; ++i) expected[i] += va[i] + vb[i];
+  REQUIRE(MaxAbsDiff(PullAll(*engine, 1, init), expected) <= 1e-12);
+  // With no round open, the change is immediate.
+  engine->SetUpdater(MakeAssignUpdater());
+  CHECK(engine->updater_name() == "assign");
+}
+
+}  // namespace
+}  // namespace kvstore

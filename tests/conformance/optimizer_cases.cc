@@ -1,0 +1,99 @@
+// SetOptimizer through the SDK: every optimizer runs where the store keeps its values (in
+// process, or on the servers) and gives the same bits as the optimizer library applied to the
+// same gradients here; the library itself is checked against float64 references in
+// server/core/optimizer_test.
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "server/core/optimizer.h"
+#include "tests/conformance/store_under_test.h"
+#include "tests/test_util.h"
+
+namespace kvstore::testing {
+namespace {
+
+TEST_CASE("Optimizers: SetOptimizer runs each optimizer in the store", "[optimizer]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  for (const std::string& name : OptimizerNames()) {
+    auto kv = NewStore();
+    OptimizerConfig config;
+    config.name = name;
+    config.learning_rate = rng.Uniform(0.01, 0.1);
+    config.wd = 0.001;
+    config.rescale_grad = 0.5;
+    if (name == "sgd" || name == "lars") config.momentum = 0.9;
+    config.lr_scheduler.type = "factor";
+    config.lr_scheduler.step = 2;
+    config.lr_scheduler.factor = 0.5;
+    INFO(name);
+    // LAMB and LARS use norms over what one update call sees: keep their value to one chunk
+    // of the dist test job (3 float32) so that the comparison is with the whole value.
+    const Shape shape = name == "lamb" || name == "lars" ? Shape{3} : rng.AnyShape(2, 12);
+    const Tensor init = rng.RandomTensor(DType::kFloat32, shape);
+    REQUIRE(kv->Init("w", init).ok());
+    const absl::Status set = kv->SetOptimizer(config);
+    INFO(set.ToString());
+    REQUIRE(set.ok());
+    auto local = MakeOptimizer(config);
+    REQUIRE(local.ok());
+    Tensor expected = init.Clone();
+    for (int step = 0; step < 4; ++step) {
+      const Tensor grad = rng.RandomTensor(DType::kFloat32, shape);
+      REQUIRE(kv->Push("w", grad).ok());
+      REQUIRE((*local)->Update(Key("w"), grad, &expected).ok());
+      Tensor out = Tensor::Full(DType::kFloat32, shape, -99);
+      REQUIRE(kv->Pull("w", &out).ok());
+      REQUIRE(kv->WaitAll().ok());
+      INFO("step " << step);
+      REQUIRE(ToDoubles(out) == ToDoubles(expected));
+    }
+  }
+}
+
+TEST_CASE("Optimizers: MXNet's test optimizer adds rescale_grad times the pushes",
+          "[optimizer]") {
+  // MXNet's distributed tests: with the `test` optimizer and rescale_grad = rate, pushing
+  // ones on 2 devices adds 2 * rate per push.
+  auto kv = NewStore();
+  OptimizerConfig config;
+  config.name = "test";
+  config.rescale_grad = 2;
+  REQUIRE(kv->Init(3, Tensor::Full(DType::kFloat32, {2, 3}, 1)).ok());
+  REQUIRE(kv->SetOptimizer(config).ok());
+  for (int step = 1; step <= 3; ++step) {
+    REQUIRE(kv->Push(3, {Tensor::Full(DType::kFloat32, {2, 3}, 1),
+                         Tensor::Full(DType::kFloat32, {2, 3}, 1)})
+                .ok());
+    Tensor out = Tensor::Zeros(DType::kFloat32, {2, 3});
+    REQUIRE(kv->Pull(3, &out).ok());
+    REQUIRE(kv->WaitAll().ok());
+    REQUIRE(out.ToString() == Tensor::Full(DType::kFloat32, {2, 3}, 1 + 4 * step).ToString());
+  }
+}
+
+TEST_CASE("Optimizers: a bad configuration is refused before anything changes",
+          "[optimizer][errors]") {
+  auto kv = NewStore();
+  REQUIRE(kv->Init(4, Tensor::Full(DType::kFloat32, {3}, 1)).ok());
+  OptimizerConfig config;
+  config.name = "adam";
+  config.lamda1 = 0.1;  // FTRL's, not Adam's.
+  absl::Status status = kv->SetOptimizer(config);
+  REQUIRE(absl::IsInvalidArgument(status));
+  REQUIRE(status.message().find("lamda1") != absl::string_view::npos);
+  config = OptimizerConfig();
+  config.name = "rmsprop2";
+  REQUIRE(absl::IsInvalidArgument(kv->SetOptimizer(config)));
+  // The updater is still ASSIGN.
+  REQUIRE(kv->Push(4, Tensor::Full(DType::kFloat32, {3}, 5)).ok());
+  Tensor out = Tensor::Zeros(DType::kFloat32, {3});
+  REQUIRE(kv->Pull(4, &out).ok());
+  REQUIRE(kv->WaitAll().ok());
+  REQUIRE(out.GetAsDouble(0) == 5);
+}
+
+}  // namespace
+}  // namespace kvstore::testing
