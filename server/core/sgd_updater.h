@@ -4,8 +4,9 @@
 // when clip_gradient > 0):
 //   momentum == 0:  stored -= lr * (g + wd * stored)
 //   momentum  > 0:  mom = momentum * mom - lr * (g + wd * stored);  stored += mom
-// which is MXNet's `sgd_update` / `sgd_mom_update`. The momentum buffer lives on the server,
-// one per key (per slice for a split value), created at the key's first update.
+// which is MXNet's `sgd_update` / `sgd_mom_update`, run by the "sgd" optimizer of
+// server/core/optimizer.h (state per key and chunk, created at the key's first update). This
+// is the text form of the controller's set-updater command; SetOptimizer is the typed one.
 // Configuration: "lr=0.1 momentum=0.9 wd=0.0001 rescale_grad=0.25 clip_gradient=0" (spaces or
 // commas between the fields; every field optional; lr defaults to 0.01).
 // Float types only: float32 and float64 are updated in their own precision, float16 and
@@ -32,7 +33,8 @@ struct SgdConfig {
 // ParseSgdConfig parses the configuration string; InvalidArgument naming the field on error.
 absl::StatusOr<SgdConfig> ParseSgdConfig(absl::string_view config);
 
-std::unique_ptr<Updater> MakeSgdUpdater(const SgdConfig& config);
+// MakeSgdUpdater returns the "sgd" optimizer of server/core/optimizer.h with these settings.
+absl::StatusOr<std::unique_ptr<Updater>> MakeSgdUpdater(const SgdConfig& config);
 
 // RegisterSgdUpdater adds "sgd" to `registry`.
 absl::Status RegisterSgdUpdater(UpdaterRegistry* registry);
