@@ -20,6 +20,7 @@
 #include "common/status_macros.h"
 #include "common/wire_frame.h"
 #include "server/core/shard_store.h"
+#include "server/core/updater_state.h"
 
 namespace kvstore {
 namespace {
@@ -31,6 +32,9 @@ constexpr char kPushPullMethod[] = "/kvstore.proto.KVServer/PushPull";
 constexpr char kRowSparsePullMethod[] = "/kvstore.proto.KVServer/RowSparsePull";
 // The servers' controller command that installs an optimizer (server/core/controller.h).
 constexpr int kSetOptimizerCommand = 3;
+constexpr int kCheckpointCommand = 4;
+constexpr int kSaveStatesCommand = 5;
+constexpr int kLoadStatesCommand = 6;
 
 absl::Status CheckOnCpu(const Key& key, const Tensor& tensor) {
   if (tensor.device().is_cpu()) return absl::OkStatus();
@@ -1007,6 +1011,44 @@ absl::Status DistStore::DoSetGradientCompression(const CompressionParams& params
 }
 
 absl::Status DistStore::SendCommandToServers(int head, const std::string& body) {
+  return Command(head, body).status();
+}
+
+absl::Status DistStore::SaveOptimizerStates(const std::string& path) {
+  ASSIGN_OR_RETURN(std::vector<std::string> replies, Command(kSaveStatesCommand, ""));
+  UpdaterStateData merged;
+  for (size_t s = 0; s < replies.size(); ++s) {
+    proto::UpdaterState message;
+    if (!message.ParseFromString(replies[s])) {
+      return absl::InternalError(absl::StrCat("server ", s, " sent optimizer state that does not parse"));
+    }
+    ASSIGN_OR_RETURN(UpdaterStateData state, UpdaterStateFromProto(message));
+    if (s > 0 && state.optimizer != merged.optimizer) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "servers run different updaters (\"", merged.optimizer, "\" and \"", state.optimizer,
+          "\"); set one optimizer on all of them first"));
+    }
+    merged.optimizer = state.optimizer;
+    merged.num_update = std::max(merged.num_update, state.num_update);
+    for (PartStateData& part : state.parts) merged.parts.push_back(std::move(part));
+  }
+  return SaveOptimizerStateFile(path, merged);
+}
+
+absl::Status DistStore::LoadOptimizerStates(const std::string& path) {
+  ASSIGN_OR_RETURN(UpdaterStateData state, LoadOptimizerStateFile(path));
+  proto::UpdaterState message;
+  UpdaterStateToProto(state, &message);
+  const absl::Status status = Command(kLoadStatesCommand, message.SerializeAsString()).status();
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
+}
+
+absl::Status DistStore::Checkpoint(const std::string& dir) {
+  return Command(kCheckpointCommand, dir).status();
+}
+
+absl::StatusOr<std::vector<std::string>> DistStore::Command(int head, const std::string& body) {
   proto::CommandRequest request;
   request.set_node_id(node_id_);
   request.set_head(head);
@@ -1015,7 +1057,7 @@ absl::Status DistStore::SendCommandToServers(int head, const std::string& body) 
   grpc::ClientContext context;
   context.set_deadline(GrpcDeadline(absl::Now() + options_.rpc_timeout));
   const grpc::Status status = scheduler_->Command(&context, request, &reply);
-  if (status.ok()) return absl::OkStatus();
+  if (status.ok()) return std::vector<std::string>(reply.replies().begin(), reply.replies().end());
   const absl::Status error = FromGrpcStatus(status);
   return absl::Status(error.code(), absl::StrCat("command ", head, " through the scheduler at ",
                                                  scheduler_address_, ": ", error.message()));

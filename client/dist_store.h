@@ -69,6 +69,9 @@ class DistStore final : public KVStore {
   absl::Status SetUpdater(Updater updater) override;
   absl::Status SendCommandToServers(int head, const std::string& body) override;
   absl::StatusOr<int> NumDeadNodes(NodeGroup group, absl::Duration timeout) override;
+  absl::Status SaveOptimizerStates(const std::string& path) override;
+  absl::Status LoadOptimizerStates(const std::string& path) override;
+  absl::Status Checkpoint(const std::string& dir) override;
 
   // node_id returns the id the scheduler issued to this worker.
   uint64_t node_id() const { return node_id_; }
@@ -157,6 +160,8 @@ class DistStore final : public KVStore {
   bool Ready(uint64_t seq, const Op& op) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Complete(uint64_t seq, const std::vector<Key>& keys, const absl::Status& status);
   absl::Status JobOver() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Command runs a controller command on every server and returns their replies.
+  absl::StatusOr<std::vector<std::string>> Command(int head, const std::string& body);
   // ServerError prefixes a server's error with its rank and address.
   absl::Status ServerError(int s, const absl::Status& status) const;
 

@@ -230,6 +230,25 @@ class KVStore {
   // anything is sent.
   absl::Status SetOptimizer(const OptimizerConfig& config);
 
+  // SaveOptimizerStates writes the updater's state - optimizer moments, update counts, the
+  // schedule position, master weights - to the file `path` on this machine (a versioned,
+  // checksummed state file written atomically; common/state_file.h). A distributed store
+  // gathers it from every server, between dist_sync rounds (FailedPrecondition while a round is
+  // open). MXNet refuses this in dist mode (mxnet#15923); here it works in every mode.
+  // LoadOptimizerStates reads such a file into the current optimizer (set SetOptimizer first,
+  // with the same optimizer): every server keeps the parts of the keys it holds. Errors name
+  // the file and what is wrong (missing, truncated, corrupted, another optimizer's state, a
+  // layout that does not match); nothing changes then.
+  virtual absl::Status SaveOptimizerStates(const std::string& path) = 0;
+  virtual absl::Status LoadOptimizerStates(const std::string& path) = 0;
+
+  // Checkpoint makes every server write its shard - values, updater, updater state - to
+  // DIR/server-R.ckpt on its own machine (atomically, versioned and checksummed); `kvserver
+  // --restore DIR` resumes from it and training continues with identical numbers. Call it
+  // between rounds (after WaitAll and Barrier on every worker). In-process stores have no
+  // servers: FailedPrecondition (use Pull and SaveOptimizerStates).
+  virtual absl::Status Checkpoint(const std::string& dir) = 0;
+
   // SendCommandToServers runs controller command (head, body) on every server and returns after
   // all ran it (see server/core/controller.h for the built-in heads; head 0 with body
   // "sgd lr=0.1 momentum=0.9" selects the servers' updater). In-process stores have no servers:

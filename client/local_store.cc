@@ -8,6 +8,7 @@
 #include "common/reduce.h"
 #include "common/status_macros.h"
 #include "server/core/optimizer.h"
+#include "server/core/updater_state.h"
 
 namespace kvstore {
 namespace {
@@ -160,6 +161,26 @@ absl::Status LocalStore::DoRowSparsePull(absl::Span<const Key> keys,
     outs[i]->Reset(std::move(unique[i]), std::move(rows));
   }
   return absl::OkStatus();
+}
+
+absl::Status LocalStore::SaveOptimizerStates(const std::string& path) {
+  absl::MutexLock lock(&mu_);
+  return SaveOptimizerStateFile(path, store_.SaveUpdaterState());
+}
+
+absl::Status LocalStore::LoadOptimizerStates(const std::string& path) {
+  ASSIGN_OR_RETURN(UpdaterStateData state, LoadOptimizerStateFile(path));
+  absl::MutexLock lock(&mu_);
+  const absl::Status status = store_.LoadUpdaterState(state);
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
+}
+
+absl::Status LocalStore::Checkpoint(const std::string& /*dir*/) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "Checkpoint makes kvservers write their shards; a \"", type(),
+      "\" store has none (save its values with Pull and its optimizer with "
+      "SaveOptimizerStates)"));
 }
 
 absl::Status LocalStore::DoSetOptimizer(const OptimizerConfig& config) {

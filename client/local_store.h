@@ -37,6 +37,9 @@ class LocalStore final : public KVStore {
     return absl::OkStatus();
   }
   absl::StatusOr<int> NumDeadNodes(NodeGroup group, absl::Duration timeout) override;
+  absl::Status SaveOptimizerStates(const std::string& path) override;
+  absl::Status LoadOptimizerStates(const std::string& path) override;
+  absl::Status Checkpoint(const std::string& dir) override;
 
  protected:
   absl::Status DoInit(absl::Span<const Key> keys, absl::Span<const Tensor> values) override;

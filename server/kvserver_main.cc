@@ -29,6 +29,9 @@ ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(120),
           "How long to wait for the scheduler and the rest of the job.");
 ABSL_FLAG(absl::Duration, scheduler_lost_timeout, absl::Seconds(30),
           "How long the scheduler may be unreachable before the server exits.");
+ABSL_FLAG(std::string, restore, "",
+          "Resume from the checkpoint in this directory (written by `kvctl checkpoint DIR` or "
+          "the SDK's Checkpoint): DIR/server-RANK.ckpt.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off.");
 
 namespace kvstore {
@@ -53,6 +56,7 @@ absl::Status Run() {
   if (options.requested_rank == -1 && env.rank) options.requested_rank = *env.rank;
   options.updater = absl::GetFlag(FLAGS_updater);
   options.updater_config = absl::GetFlag(FLAGS_updater_config);
+  options.restore_dir = absl::GetFlag(FLAGS_restore);
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
   options.scheduler_lost_timeout = absl::GetFlag(FLAGS_scheduler_lost_timeout);
   ASSIGN_OR_RETURN(auto daemon, KVServerDaemon::Start(std::move(options)));

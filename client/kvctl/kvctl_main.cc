@@ -2,6 +2,7 @@
 //
 //   kvctl [--scheduler=HOST:PORT] [--json] [--timeout=10s] status
 //   kvctl [--scheduler=HOST:PORT] command HEAD BODY
+//   kvctl [--scheduler=HOST:PORT] checkpoint DIR
 //   kvctl [--scheduler=HOST:PORT] shutdown [REASON]
 //
 // Without --scheduler the address comes from DMLC_PS_ROOT_URI / DMLC_PS_ROOT_PORT (or the KV_
@@ -39,6 +40,8 @@ constexpr char kUsage[] =
     "                       keys and bytes held by each server\n"
     "  command HEAD BODY    run controller command HEAD (0 set updater, 1 stats, 2 ping, 16+\n"
     "                       custom) with BODY on every server; prints each server's reply\n"
+    "  checkpoint DIR       every server writes its shard to DIR/server-RANK.ckpt on its own\n"
+    "                       machine (between rounds); restart with kvserver --restore DIR\n"
     "  shutdown [REASON]    end the job: servers, scheduler and workers exit";
 
 std::string JsonString(absl::string_view s) {
@@ -138,16 +141,22 @@ absl::Status Status(proto::Scheduler::Stub& stub, const std::string& address) {
 
 absl::Status Command(proto::Scheduler::Stub& stub, const std::string& address,
                      const std::vector<char*>& args) {
-  if (args.size() != 4) {
-    return absl::InvalidArgumentError("usage: kvctl command HEAD BODY");
-  }
   int head;
-  if (!absl::SimpleAtoi(args[2], &head)) {
-    return absl::InvalidArgumentError(absl::StrCat("HEAD \"", args[2], "\" is not an integer"));
+  std::string body;
+  if (std::string(args[1]) == "checkpoint") {
+    if (args.size() != 3) return absl::InvalidArgumentError("usage: kvctl checkpoint DIR");
+    head = 4;  // kCommandCheckpoint (server/core/controller.h).
+    body = args[2];
+  } else {
+    if (args.size() != 4) return absl::InvalidArgumentError("usage: kvctl command HEAD BODY");
+    if (!absl::SimpleAtoi(args[2], &head)) {
+      return absl::InvalidArgumentError(absl::StrCat("HEAD \"", args[2], "\" is not an integer"));
+    }
+    body = args[3];
   }
   proto::CommandRequest request;
   request.set_head(head);
-  request.set_body(args[3]);
+  request.set_body(body);
   proto::CommandResponse reply;
   grpc::ClientContext context;
   context.set_deadline(GrpcDeadline(absl::Now() + absl::GetFlag(FLAGS_timeout)));
@@ -188,7 +197,7 @@ int Run(const std::vector<char*>& args) {
     return 2;
   }
   const std::string verb = args[1];
-  if (verb != "status" && verb != "command" && verb != "shutdown") {
+  if (verb != "status" && verb != "command" && verb != "checkpoint" && verb != "shutdown") {
     std::fprintf(stderr, "kvctl: unknown command \"%s\"\nusage: %s\n", verb.c_str(), kUsage);
     return 2;
   }
@@ -198,7 +207,7 @@ int Run(const std::vector<char*>& args) {
     auto stub = proto::Scheduler::NewStub(MakeChannel(*address));
     if (verb == "status") {
       status = Status(*stub, *address);
-    } else if (verb == "command") {
+    } else if (verb == "command" || verb == "checkpoint") {
       status = Command(*stub, *address, args);
     } else {
       status = Shutdown(*stub, *address, args);

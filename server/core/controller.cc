@@ -2,9 +2,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include <cstring>
+
 #include "common/proto_convert.h"
+#include "common/state_file.h"
 #include "common/status_macros.h"
 #include "server/core/optimizer.h"
+#include "server/core/updater_state.h"
 
 namespace kvstore {
 
@@ -18,6 +22,10 @@ absl::StatusOr<std::string> Controller::Run(int head, absl::string_view body) {
           space == absl::string_view::npos ? absl::string_view() : body.substr(space + 1);
       ASSIGN_OR_RETURN(std::unique_ptr<Updater> updater, registry_->Create(name, config));
       engine_->SetUpdater(std::move(updater));
+      proto::UpdaterSpec spec;
+      spec.set_registry_name(std::string(name));
+      spec.set_registry_config(std::string(config));
+      SetUpdaterSpec(std::move(spec));
       return std::string(name);
     }
     case kCommandStats: {
@@ -37,15 +45,140 @@ absl::StatusOr<std::string> Controller::Run(int head, absl::string_view body) {
                        MakeOptimizer(OptimizerConfigFromProto(config)));
       const std::string name(optimizer->name());
       engine_->SetUpdater(std::move(optimizer));
+      proto::UpdaterSpec spec;
+      *spec.mutable_optimizer() = config;
+      SetUpdaterSpec(std::move(spec));
       return name;
+    }
+    case kCommandCheckpoint:
+      return Checkpoint(std::string(absl::StripAsciiWhitespace(body)));
+    case kCommandSaveOptimizerStates: {
+      ASSIGN_OR_RETURN(UpdaterStateData state, engine_->SaveUpdaterState());
+      proto::UpdaterState message;
+      UpdaterStateToProto(state, &message);
+      return message.SerializeAsString();
+    }
+    case kCommandLoadOptimizerStates: {
+      proto::UpdaterState message;
+      if (!message.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+        return absl::InvalidArgumentError(
+            "LoadOptimizerStates: the body is not a serialized UpdaterState");
+      }
+      ASSIGN_OR_RETURN(UpdaterStateData state, UpdaterStateFromProto(message));
+      RETURN_IF_ERROR(engine_->LoadUpdaterState(state));
+      return absl::StrCat("loaded the state of ", state.optimizer);
     }
     default:
       if (head >= kFirstCustomCommand && custom_) return custom_(head, body);
       return absl::InvalidArgumentError(absl::StrCat(
           "no controller for command head ", head,
-          " (built in: 0 set updater, 1 stats, 2 ping, 3 set optimizer; ",
+          " (built in: 0 set updater, 1 stats, 2 ping, 3 set optimizer, 4 checkpoint, 5 save "
+          "and 6 load optimizer states; ",
           kFirstCustomCommand, " and up need a custom controller)"));
   }
+}
+
+std::string CheckpointPath(const std::string& dir, int rank) {
+  return absl::StrCat(dir, dir.empty() || dir.back() == '/' ? "" : "/", "server-", rank, ".ckpt");
+}
+
+void Controller::SetUpdaterSpec(proto::UpdaterSpec spec) {
+  absl::MutexLock lock(&spec_mu_);
+  spec_ = std::move(spec);
+}
+
+absl::StatusOr<std::unique_ptr<Updater>> Controller::MakeUpdater(
+    const proto::UpdaterSpec& spec) const {
+  if (spec.has_optimizer()) return MakeOptimizer(OptimizerConfigFromProto(spec.optimizer()));
+  return registry_->Create(spec.registry_name(), spec.registry_config());
+}
+
+absl::StatusOr<std::string> Controller::Checkpoint(const std::string& dir) {
+  if (dir.empty()) return absl::InvalidArgumentError("checkpoint: the directory is empty");
+  RETURN_IF_ERROR(MakeDirectories(dir));
+  ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->Snapshot());
+  proto::ShardCheckpoint checkpoint;
+  checkpoint.set_server_rank(rank_);
+  checkpoint.set_num_servers(job_.num_servers);
+  checkpoint.set_mode(job_.mode);
+  checkpoint.set_chunk_bytes(job_.chunk_bytes);
+  for (const StoredPart& part : snapshot.parts) {
+    proto::CheckpointValue* value = checkpoint.add_values();
+    proto::TensorHeader* header = value->mutable_header();
+    KeyToProto(part.layout.key, header->mutable_key());
+    header->set_dtype(DTypeToProto(part.layout.dtype));
+    for (int64_t d : part.layout.shape) header->add_shape(d);
+    header->set_element_offset(part.layout.offset);
+    header->set_element_count(part.layout.count);
+    value->set_data(static_cast<const char*>(part.data.data()), part.data.byte_size());
+  }
+  {
+    absl::MutexLock lock(&spec_mu_);
+    *checkpoint.mutable_updater() = spec_;
+  }
+  UpdaterStateToProto(snapshot.updater_state, checkpoint.mutable_updater_state());
+  const std::string path = CheckpointPath(dir, rank_);
+  RETURN_IF_ERROR(WriteStateFile(path, StateKind::kShardCheckpoint,
+                                 checkpoint.SerializeAsString()));
+  return path;
+}
+
+absl::Status Controller::Restore(const std::string& dir) {
+  const std::string path = CheckpointPath(dir, rank_);
+  ASSIGN_OR_RETURN(std::string payload, ReadStateFile(path, StateKind::kShardCheckpoint));
+  proto::ShardCheckpoint checkpoint;
+  if (!checkpoint.ParseFromString(payload)) {
+    return absl::DataLossError(absl::StrCat(path, ": the checkpoint does not parse"));
+  }
+  auto mismatch = [&](absl::string_view what, auto saved, auto now) {
+    return absl::FailedPreconditionError(absl::StrCat(path, ": written by a job with ", what, " ",
+                                                      saved, ", this job has ", now));
+  };
+  if (checkpoint.server_rank() != rank_) {
+    return mismatch("this file for server rank", checkpoint.server_rank(), rank_);
+  }
+  if (checkpoint.num_servers() != job_.num_servers) {
+    return mismatch("servers:", checkpoint.num_servers(), job_.num_servers);
+  }
+  if (checkpoint.mode() != job_.mode) return mismatch("mode", checkpoint.mode(), job_.mode);
+  if (checkpoint.chunk_bytes() != job_.chunk_bytes) {
+    return mismatch("chunk bytes", checkpoint.chunk_bytes(), job_.chunk_bytes);
+  }
+  std::vector<StoredPart> parts;
+  for (const proto::CheckpointValue& value : checkpoint.values()) {
+    const proto::TensorHeader& h = value.header();
+    StoredPart part;
+    absl::StatusOr<Key> key = KeyFromProto(h.key());
+    absl::StatusOr<DType> dtype = key.ok() ? DTypeFromProto(h.dtype()) : key.status();
+    if (!dtype.ok()) return absl::DataLossError(absl::StrCat(path, ": ", dtype.status().message()));
+    part.layout = ValueSlice{*key, *dtype, Shape(h.shape().begin(), h.shape().end()),
+                             h.element_offset(), h.element_count()};
+    if (h.element_count() < 0 ||
+        value.data().size() != static_cast<size_t>(h.element_count()) * DTypeSize(*dtype)) {
+      return absl::DataLossError(absl::StrCat(path, ": key ", key->Quoted(), " holds ",
+                                              value.data().size(), " bytes for ",
+                                              h.element_count(), " elements"));
+    }
+    part.data = Tensor::Zeros(*dtype, {h.element_count()});
+    std::memcpy(part.data.data(), value.data().data(), value.data().size());
+    parts.push_back(std::move(part));
+  }
+  absl::StatusOr<UpdaterStateData> state = UpdaterStateFromProto(checkpoint.updater_state());
+  if (!state.ok()) return absl::DataLossError(absl::StrCat(path, ": ", state.status().message()));
+  absl::StatusOr<std::unique_ptr<Updater>> updater = MakeUpdater(checkpoint.updater());
+  if (!updater.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": cannot make the checkpoint's updater: ", updater.status().message()));
+  }
+  if (absl::Status s = engine_->Restore(parts); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  }
+  engine_->SetUpdater(*std::move(updater));
+  if (absl::Status s = engine_->LoadUpdaterState(*state); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  }
+  SetUpdaterSpec(checkpoint.updater());
+  return absl::OkStatus();
 }
 
 }  // namespace kvstore

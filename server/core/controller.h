@@ -9,6 +9,13 @@
 //   3  kCommandSetOptimizer body: a serialized proto::OptimizerConfig (the SDK's SetOptimizer);
 //                          replaces the updater with that optimizer (between dist_sync
 //                          rounds); replies with the optimizer's name.
+//   4  kCommandCheckpoint  body: a directory on the server's machine. Writes the shard -
+//                          values, updater and its state - to DIR/server-R.ckpt atomically
+//                          (common/state_file.h); replies with the path. `kvserver --restore
+//                          DIR` resumes from it.
+//   5  kCommandSaveOptimizerStates  replies with the serialized proto::UpdaterState.
+//   6  kCommandLoadOptimizerStates  body: a serialized proto::UpdaterState; the server keeps
+//                          the parts of the keys it holds.
 // Heads from kFirstCustomCommand up go to the custom controller given to the kvserver
 // (KVServerOptions::custom_controller, MXNet's `kvstore_server._controller`): a function
 // (head, body) -> StatusOr<reply>. Other heads, or custom heads without a custom controller, are
@@ -24,6 +31,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/kvstore.pb.h"
 #include "server/core/server_engine.h"
 #include "server/core/updater.h"
 
@@ -33,6 +42,19 @@ inline constexpr int kCommandSetUpdater = 0;
 inline constexpr int kCommandStats = 1;
 inline constexpr int kCommandPing = 2;
 inline constexpr int kCommandSetOptimizer = 3;
+inline constexpr int kCommandCheckpoint = 4;
+inline constexpr int kCommandSaveOptimizerStates = 5;
+inline constexpr int kCommandLoadOptimizerStates = 6;
+
+// CheckpointPath returns DIR/server-RANK.ckpt.
+std::string CheckpointPath(const std::string& dir, int rank);
+
+// JobShape: what a checkpoint records of the job, checked again on restore.
+struct JobShape {
+  int num_servers = 1;
+  std::string mode;
+  int64_t chunk_bytes = 0;
+};
 inline constexpr int kFirstCustomCommand = 16;
 
 using CustomController = std::function<absl::StatusOr<std::string>(int head, absl::string_view body)>;
@@ -47,11 +69,28 @@ class Controller {
   // Run executes one command and returns its reply.
   absl::StatusOr<std::string> Run(int head, absl::string_view body);
 
+  // SetJob records what checkpoints write about the job (the daemon calls it once).
+  void SetJob(JobShape job) { job_ = std::move(job); }
+  // SetUpdaterSpec records how the current updater was made (the daemon's --updater).
+  void SetUpdaterSpec(proto::UpdaterSpec spec);
+
+  // Restore reads CheckpointPath(dir, rank), checks it against the job, restores the values
+  // into the engine and installs the checkpoint's updater with its state. Errors name the
+  // file and what does not match.
+  absl::Status Restore(const std::string& dir);
+
+  // MakeUpdater builds the updater `spec` describes.
+  absl::StatusOr<std::unique_ptr<Updater>> MakeUpdater(const proto::UpdaterSpec& spec) const;
+
  private:
+  absl::StatusOr<std::string> Checkpoint(const std::string& dir);
   ServerEngine* engine_;
   const UpdaterRegistry* registry_;
   CustomController custom_;
   int rank_;
+  JobShape job_;
+  absl::Mutex spec_mu_;
+  proto::UpdaterSpec spec_ ABSL_GUARDED_BY(spec_mu_);
 };
 
 }  // namespace kvstore

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -166,6 +168,88 @@ class Optimizer final : public Updater {
   }
 
   absl::string_view name() const override { return h_.name; }
+
+  UpdaterStateData SaveState() const override {
+    UpdaterStateData out;
+    out.optimizer = h_.name;
+    out.num_update = num_update_.load();
+    absl::MutexLock lock(&mu_);
+    for (const auto& [part, state] : states_) {
+      PartStateData data;
+      data.key = part.first;
+      data.offset = part.second;
+      data.updates = state.count;
+      data.m_schedule = state.m_schedule;
+      const bool f64 = !state.d.a.empty() || !state.d.b.empty() || !state.d.c.empty();
+      data.dtype = f64 ? DType::kFloat64 : DType::kFloat32;
+      auto bytes = [](const auto& v) {
+        return std::string(reinterpret_cast<const char*>(v.data()),
+                           v.size() * sizeof(v[0]));
+      };
+      if (f64) {
+        data.buffers = {bytes(state.d.a), bytes(state.d.b), bytes(state.d.c)};
+      } else {
+        data.buffers = {bytes(state.f.a), bytes(state.f.b), bytes(state.f.c)};
+      }
+      data.master = bytes(state.master);
+      const size_t element = DTypeSize(data.dtype);
+      size_t longest = state.master.size();
+      for (const std::string& b : data.buffers) longest = std::max(longest, b.size() / element);
+      data.count = static_cast<int64_t>(longest);
+      out.parts.push_back(std::move(data));
+    }
+    return out;
+  }
+
+  absl::Status LoadState(const UpdaterStateData& state,
+                         const std::function<bool(const PartStateData&)>& keep) override {
+    if (state.optimizer != h_.name) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the saved state is of optimizer \"", state.optimizer, "\" but the optimizer is \"",
+          h_.name, "\""));
+    }
+    absl::node_hash_map<std::pair<Key, int64_t>, PartState> loaded;
+    for (const PartStateData& part : state.parts) {
+      if (keep && !keep(part)) continue;
+      if (part.dtype != DType::kFloat32 && part.dtype != DType::kFloat64) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "saved state of key ", part.key.Quoted(), " has buffers of ", DTypeName(part.dtype)));
+      }
+      const size_t element = DTypeSize(part.dtype);
+      for (const std::string& b : part.buffers) {
+        if (!b.empty() && b.size() != static_cast<size_t>(part.count) * element) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "saved state of key ", part.key.Quoted(), " at element ", part.offset, ": a buffer of ",
+              b.size(), " bytes for ", part.count, " ", DTypeName(part.dtype), " elements"));
+        }
+      }
+      if (part.buffers.size() > 3 ||
+          (!part.master.empty() && part.master.size() != static_cast<size_t>(part.count) * 4)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "saved state of key ", part.key.Quoted(), " at element ", part.offset,
+            " does not have the layout of optimizer state"));
+      }
+      PartState& s = loaded[{part.key, part.offset}];
+      s.count = part.updates;
+      s.m_schedule = part.m_schedule;
+      auto fill = [&](auto* v, const std::string& b) {
+        v->resize(b.size() / sizeof((*v)[0]));
+        if (!b.empty()) std::memcpy(v->data(), b.data(), b.size());
+      };
+      for (size_t i = 0; i < part.buffers.size(); ++i) {
+        if (part.dtype == DType::kFloat64) {
+          fill(i == 0 ? &s.d.a : i == 1 ? &s.d.b : &s.d.c, part.buffers[i]);
+        } else {
+          fill(i == 0 ? &s.f.a : i == 1 ? &s.f.b : &s.f.c, part.buffers[i]);
+        }
+      }
+      fill(&s.master, part.master);
+    }
+    absl::MutexLock lock(&mu_);
+    states_ = std::move(loaded);
+    num_update_.store(state.num_update);
+    return absl::OkStatus();
+  }
 
  private:
   // State returns the state of (key, offset); calls for different parts may run concurrently
@@ -420,7 +504,7 @@ class Optimizer final : public Updater {
 
   const Hyper h_;
   std::atomic<int64_t> num_update_{0};
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   absl::node_hash_map<std::pair<Key, int64_t>, PartState> states_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -3,11 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "common/half.h"
+#include "server/core/updater_state.h"
 #include "tests/test_util.h"
 
 namespace kvstore {
@@ -381,6 +384,69 @@ TEST_CASE("Optimizers: bad configurations and integer values are refused", "[opt
   CHECK(absl::IsInvalidArgument(s));
   CHECK(s.message().find("\"counts\"") != absl::string_view::npos);
   CHECK(ints.GetAsDouble(0) == 7);
+}
+
+}  // namespace
+}  // namespace kvstore
+
+
+namespace kvstore {
+namespace {
+
+TEST_CASE("Optimizers: saved and loaded state continues bit-exactly", "[optimizer][state]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/optimizer_state.bin";
+  for (const std::string& name : OptimizerNames()) {
+    for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16}) {
+      INFO(name << " " << DTypeName(dtype));
+      OptimizerConfig config = RandomConfig(name, rng);
+      config.lr_scheduler.type = "factor";
+      config.lr_scheduler.step = 2;
+      config.lr_scheduler.factor = 0.7;
+      auto original = MakeOptimizer(config);
+      auto restored = MakeOptimizer(config);
+      REQUIRE(original.ok());
+      REQUIRE(restored.ok());
+      const std::vector<Key> keys = {Key(1), Key(2)};
+      std::vector<Tensor> weights = {rng.RandomTensor(dtype, {70}),
+                                     rng.RandomTensor(dtype, {9})};
+      for (int step = 0; step < 3; ++step) {
+        for (size_t k = 0; k < keys.size(); ++k) {
+          REQUIRE((*original)
+                      ->Update(keys[k], rng.RandomTensor(dtype, weights[k].shape()), &weights[k])
+                      .ok());
+        }
+      }
+      REQUIRE(SaveOptimizerStateFile(path, (*original)->SaveState()).ok());
+      auto loaded = LoadOptimizerStateFile(path);
+      REQUIRE(loaded.ok());
+      REQUIRE((*restored)->LoadState(*loaded, nullptr).ok());
+      std::vector<Tensor> copies = {weights[0].Clone(), weights[1].Clone()};
+      for (int step = 0; step < 4; ++step) {
+        for (size_t k = 0; k < keys.size(); ++k) {
+          const Tensor grad = rng.RandomTensor(dtype, weights[k].shape());
+          REQUIRE((*original)->Update(keys[k], grad, &weights[k]).ok());
+          REQUIRE((*restored)->Update(keys[k], grad, &copies[k]).ok());
+          REQUIRE(std::memcmp(weights[k].data(), copies[k].data(), weights[k].byte_size()) == 0);
+        }
+      }
+    }
+  }
+  // Another optimizer's state is refused.
+  OptimizerConfig adam;
+  adam.name = "adam";
+  OptimizerConfig sgd;
+  sgd.name = "sgd";
+  sgd.momentum = 0.9;
+  auto a = MakeOptimizer(adam);
+  auto s = MakeOptimizer(sgd);
+  Tensor w = Tensor::Full(DType::kFloat32, {4}, 1);
+  REQUIRE((*a)->Update(Key(1), Tensor::Full(DType::kFloat32, {4}, 0.5), &w).ok());
+  const absl::Status refused = (*s)->LoadState((*a)->SaveState(), nullptr);
+  CHECK(absl::IsInvalidArgument(refused));
+  CHECK(refused.message().find("adam") != absl::string_view::npos);
 }
 
 }  // namespace

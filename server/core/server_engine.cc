@@ -242,12 +242,31 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
           "key ", key.Quoted(), " is a ", key.KindName(), " key but this server holds ",
           expected ? "int" : "string", " keys; int and string keys cannot be mixed"));
     }
+    if (auto it = parts_.find(key); it != parts_.end() && it->second->restored) {
+      const ValueSlice& stored = it->second->layout;
+      const ValueSlice& given = value.slice;
+      if (stored.dtype != given.dtype || stored.shape != given.shape ||
+          stored.offset != given.offset || stored.count != given.count) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "key ", key.Quoted(), ": initialised as ", DTypeName(given.dtype),
+            ShapeToString(given.shape), " but restored from the checkpoint as ",
+            DTypeName(stored.dtype), ShapeToString(stored.shape)));
+      }
+      if (!seen.insert(key).second) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("key ", key.Quoted(), " is already initialised"));
+      }
+      continue;
+    }
     if (parts_.contains(key) || !seen.insert(key).second) {
       return absl::AlreadyExistsError(absl::StrCat("key ", key.Quoted(), " is already initialised"));
     }
   }
   for (const IncomingValue& value : values) {
     const ValueSlice& slice = value.slice;
+    if (auto it = parts_.find(slice.key); it != parts_.end() && it->second->restored) {
+      continue;  // The checkpoint's value stands.
+    }
     auto part = std::make_unique<Part>();
     part->layout = slice;
     const size_t element = DTypeSize(slice.dtype);
@@ -270,6 +289,81 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
   }
   if (!values.empty()) int_keys_ = values.front().slice.key.is_int();
   return absl::OkStatus();
+}
+
+absl::StatusOr<EngineSnapshot> ServerEngine::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  if (open_rounds_ > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        open_rounds_, " dist_sync rounds are open (waiting for other workers' pushes); "
+        "checkpoint between rounds, e.g. after WaitAll and Barrier on every worker"));
+  }
+  EngineSnapshot snapshot;
+  for (const auto& [key, part] : parts_) {
+    StoredPart stored;
+    stored.layout = part->layout;
+    const size_t element = DTypeSize(part->layout.dtype);
+    stored.data = Tensor::Zeros(part->layout.dtype, {part->layout.count});
+    for (const auto& chunk : part->chunks) {
+      absl::MutexLock chunk_lock(&chunk->mu);
+      std::memcpy(static_cast<uint8_t*>(stored.data.data()) +
+                      static_cast<size_t>(chunk->offset - part->layout.offset) * element,
+                  chunk->stored.data(), chunk->stored.byte_size());
+    }
+    snapshot.parts.push_back(std::move(stored));
+  }
+  snapshot.updater_state = updater()->SaveState();
+  return snapshot;
+}
+
+absl::Status ServerEngine::Restore(absl::Span<const StoredPart> parts) {
+  std::vector<IncomingValue> values;
+  for (const StoredPart& part : parts) {
+    IncomingValue value;
+    value.slice = part.layout;
+    value.bytes = {absl::Span<const uint8_t>(static_cast<const uint8_t*>(part.data.data()),
+                                             part.data.byte_size())};
+    values.push_back(std::move(value));
+  }
+  RETURN_IF_ERROR(Init(kSchedulerNodeId, values));
+  absl::MutexLock lock(&mu_);
+  for (const StoredPart& part : parts) parts_.at(part.layout.key)->restored = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UpdaterStateData> ServerEngine::SaveUpdaterState() const {
+  absl::MutexLock lock(&mu_);
+  if (open_rounds_ > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        open_rounds_, " dist_sync rounds are open; save optimizer states between rounds"));
+  }
+  return updater()->SaveState();
+}
+
+absl::Status ServerEngine::LoadUpdaterState(const UpdaterStateData& state) {
+  absl::MutexLock lock(&mu_);
+  for (const PartStateData& part : state.parts) {
+    auto it = parts_.find(part.key);
+    if (it == parts_.end()) continue;
+    const Part& held = *it->second;
+    const int64_t relative = part.offset - held.layout.offset;
+    if (relative < 0 || relative >= std::max<int64_t>(1, held.layout.count)) continue;  // Another server's.
+    if (relative % held.chunk_elements != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "saved optimizer state of key ", part.key.Quoted(), " starts at element ", part.offset,
+          ", which is not a chunk of this server's part [", held.layout.offset, ", ",
+          held.layout.offset + held.layout.count, ") in chunks of ", held.chunk_elements,
+          " elements (saved with another number of servers or chunk size?)"));
+    }
+  }
+  return updater()->LoadState(state, [this](const PartStateData& part) {
+    mu_.AssertHeld();
+    auto it = parts_.find(part.key);
+    if (it == parts_.end()) return false;
+    const ValueSlice& layout = it->second->layout;
+    return part.offset >= layout.offset &&
+           part.offset < layout.offset + std::max<int64_t>(1, layout.count);
+  });
 }
 
 void ServerEngine::RecordApplied(uint64_t node_id, uint64_t request_id) {

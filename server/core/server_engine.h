@@ -82,6 +82,18 @@ struct IncomingValue {
   int64_t num_rows = 0;
 };
 
+// StoredPart: a server's part of a key as Init stored it, with its current elements.
+struct StoredPart {
+  ValueSlice layout;
+  Tensor data;  // layout.count elements of layout.dtype.
+};
+
+// EngineSnapshot: what a checkpoint holds of an engine.
+struct EngineSnapshot {
+  std::vector<StoredPart> parts;
+  UpdaterStateData updater_state;
+};
+
 struct ServerEngineOptions {
   // dist_sync (one update per round over every worker's push) or dist_async.
   bool sync = true;
@@ -130,6 +142,20 @@ class ServerEngine {
   absl::StatusOr<Tensor> PullRows(uint64_t node_id, const ValueSlice& part,
                                   absl::Span<const int64_t> row_ids) const;
 
+  // Snapshot copies every stored part and the updater's state. FailedPrecondition while a
+  // dist_sync round is open (a checkpoint is taken between rounds); the engine's lock is held
+  // meanwhile, so no round starts. In dist_async, pushes arriving during the snapshot may be
+  // in it or not: checkpoint when the workers are quiet.
+  absl::StatusOr<EngineSnapshot> Snapshot() const;
+  // Restore stores `parts` before the server serves (kvserver --restore). A later Init of a
+  // restored key with the same dtype, shape and slice succeeds and keeps the restored value.
+  absl::Status Restore(absl::Span<const StoredPart> parts);
+  // SaveUpdaterState / LoadUpdaterState: the updater's state, for SaveOptimizerStates. Load
+  // keeps the parts of the keys this server holds and refuses, changing nothing, a part of a
+  // held key whose element range is not one of its chunks (InvalidArgument naming the key).
+  absl::StatusOr<UpdaterStateData> SaveUpdaterState() const;
+  absl::Status LoadUpdaterState(const UpdaterStateData& state);
+
   // SetUpdater replaces the updater (and with it any optimizer state). In dist_sync it takes
   // effect between rounds: at once when no round is open, else when the open rounds have
   // completed - a round never mixes two updaters.
@@ -165,6 +191,7 @@ class ServerEngine {
   };
   struct Part {
     ValueSlice layout;  // What Init stored: the server's whole part of the key.
+    bool restored = false;  // Stored by Restore; a matching Init keeps it.
     int64_t chunk_elements = 0;
     std::vector<std::unique_ptr<Chunk>> chunks;
   };

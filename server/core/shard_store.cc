@@ -187,6 +187,19 @@ absl::Status ShardStore::PullRows(const Key& key, absl::Span<const int64_t> row_
   return absl::OkStatus();
 }
 
+UpdaterStateData ShardStore::SaveUpdaterState() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return updater_->SaveState();
+}
+
+absl::Status ShardStore::LoadUpdaterState(const UpdaterStateData& state) {
+  absl::MutexLock lock(&mu_);
+  return updater_->LoadState(state, [this](const PartStateData& part) {
+    mu_.AssertReaderHeld();
+    return values_.contains(part.key);
+  });
+}
+
 absl::StatusOr<TensorSpec> ShardStore::Spec(const Key& key) const {
   absl::ReaderMutexLock lock(&mu_);
   ASSIGN_OR_RETURN(const Tensor* stored, Lookup(key));

@@ -78,6 +78,11 @@ class ShardStore {
   // output that does not fit.
   absl::Status PullRows(const Key& key, absl::Span<const int64_t> row_ids, Tensor* rows) const;
 
+  // SaveUpdaterState / LoadUpdaterState: the updater's state (SaveOptimizerStates); Load keeps
+  // the parts of stored keys and fails as Updater::LoadState does.
+  UpdaterStateData SaveUpdaterState() const;
+  absl::Status LoadUpdaterState(const UpdaterStateData& state);
+
   // Spec returns the dtype and shape stored under `key`; NotFound when absent.
   absl::StatusOr<TensorSpec> Spec(const Key& key) const;
 

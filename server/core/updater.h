@@ -16,11 +16,33 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/key.h"
 #include "common/tensor.h"
 
 namespace kvstore {
+
+// PartStateData: an updater's state for one part of a value (a whole value, or one chunk of a
+// kvserver's part): the update count, Nadam's schedule, the state buffers (each `count`
+// elements of `dtype`, as raw bytes) and, for half values, the float32 master weights.
+struct PartStateData {
+  Key key = 0;
+  int64_t offset = 0;
+  int64_t count = 0;
+  int64_t updates = 0;
+  double m_schedule = 1.0;
+  DType dtype = DType::kFloat32;
+  std::vector<std::string> buffers;
+  std::string master;
+};
+
+// UpdaterStateData: everything an updater needs to continue exactly where it was.
+struct UpdaterStateData {
+  std::string optimizer;  // The optimizer's name; empty for stateless updaters.
+  int64_t num_update = 0;
+  std::vector<PartStateData> parts;
+};
 
 // Threading: a ShardStore calls Update under its own lock, one call at a time. A kvserver holds
 // big values in chunks (see docs/performance.md) and may call UpdateAt concurrently for
@@ -51,6 +73,21 @@ class Updater {
 
   // name returns the registry name, e.g. "assign".
   virtual absl::string_view name() const = 0;
+
+  // SaveState returns the updater's state (optimizers); stateless updaters return none. Not
+  // to be called while updates run.
+  virtual UpdaterStateData SaveState() const { return UpdaterStateData(); }
+  // LoadState replaces the state with `state`, keeping only the parts `keep` accepts (a server
+  // keeps those of the values it holds). InvalidArgument naming what does not fit (another
+  // optimizer's state, buffers of the wrong size); nothing changes then.
+  virtual absl::Status LoadState(const UpdaterStateData& state,
+                                 const std::function<bool(const PartStateData&)>& keep) {
+    (void)keep;
+    if (state.optimizer.empty() && state.parts.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("the updater \"", name(), "\" keeps no state; the saved state is of ",
+                     state.optimizer.empty() ? "another updater" : state.optimizer));
+  }
 };
 
 // UpdateFunction is the form of a user updater in the SDK (MXNet's `_set_updater`).

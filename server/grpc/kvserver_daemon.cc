@@ -95,6 +95,7 @@ absl::Status KVServerDaemon::RegisterAndServe() {
   ServerEngineOptions engine_options;
   engine_options.sync = view.mode() != "dist_async";
   if (view.chunk_bytes() > 0) engine_options.chunk_bytes = view.chunk_bytes();
+  const int64_t chunk_bytes = engine_options.chunk_bytes;
   engine_options.worker_node_ids.assign(view.worker_node_ids().begin(),
                                         view.worker_node_ids().end());
   ASSIGN_OR_RETURN(std::unique_ptr<Updater> updater,
@@ -105,6 +106,17 @@ absl::Status KVServerDaemon::RegisterAndServe() {
   backend->controller = std::make_unique<Controller>(backend->engine.get(), &options_.registry,
                                                      options_.custom_controller,
                                                      registration.rank());
+  backend->controller->SetJob(JobShape{view.num_servers(), view.mode(), chunk_bytes});
+  proto::UpdaterSpec spec;
+  spec.set_registry_name(options_.updater);
+  spec.set_registry_config(options_.updater_config);
+  backend->controller->SetUpdaterSpec(std::move(spec));
+  if (!options_.restore_dir.empty()) {
+    RETURN_IF_ERROR(backend->controller->Restore(options_.restore_dir));
+    spdlog::info("kvserver rank {} restored {} keys from {}", registration.rank(),
+                 backend->engine->stats().num_keys,
+                 CheckpointPath(options_.restore_dir, registration.rank()));
+  }
   ServerEngine* engine = backend->engine.get();
   service_.SetBackend(std::move(backend));
   spdlog::info("kvserver rank {} (node {}) serving {} for {} workers", registration.rank(),

@@ -41,6 +41,10 @@ struct KVServerOptions {
   std::string updater_config;
   // Updaters a worker may select by name. Start adds "sgd" when it is missing.
   UpdaterRegistry registry = UpdaterRegistry::WithBuiltins();
+  // When set: resume from the checkpoint DIR/server-RANK.ckpt (controller command 4) - its
+  // values, updater and updater state - before serving. A mismatched job (servers, mode, chunk
+  // size) or a damaged file stops the server with an error naming the file.
+  std::string restore_dir;
   // Heads >= kFirstCustomCommand go here (optional).
   CustomController custom_controller;
   // How long to wait for the scheduler and the rest of the job.

@@ -1,0 +1,24 @@
+// Saved updater state (optimizer moments, counts, master weights) on the wire and in files.
+#ifndef KVSTORE_SERVER_CORE_UPDATER_STATE_H_
+#define KVSTORE_SERVER_CORE_UPDATER_STATE_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/kvstore.pb.h"
+#include "server/core/updater.h"
+
+namespace kvstore {
+
+void UpdaterStateToProto(const UpdaterStateData& state, proto::UpdaterState* out);
+// InvalidArgument naming the part for a key or dtype that does not parse.
+absl::StatusOr<UpdaterStateData> UpdaterStateFromProto(const proto::UpdaterState& state);
+
+// SaveOptimizerStateFile / LoadOptimizerStateFile: `state` in a state file of kind
+// kUpdaterState (common/state_file.h); errors name the file.
+absl::Status SaveOptimizerStateFile(const std::string& path, const UpdaterStateData& state);
+absl::StatusOr<UpdaterStateData> LoadOptimizerStateFile(const std::string& path);
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_SERVER_CORE_UPDATER_STATE_H_
