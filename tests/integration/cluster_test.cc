@@ -239,6 +239,73 @@ TEST_CASE("Cluster: row-sparse pushes from 2 workers summed by rows over 2 serve
   cluster.ExpectCleanExit();
 }
 
+TEST_CASE("Cluster: checkpoint, kill -9, restore: training continues bit-exactly",
+          "[cluster][checkpoint]") {
+  const uint64_t seed = absl::ToUnixNanos(absl::Now()) % 1000000007;
+  INFO("seed=" << seed);
+  const std::string dir = absl::StrCat(TempDir(), "/ckpt-", getpid());
+  const std::string uninterrupted = absl::StrCat(dir, "-uninterrupted.bin");
+  const std::string resumed = absl::StrCat(dir, "-resumed.bin");
+  const std::vector<std::string> job = {"--big_value_bound=100", "--chunk_bytes=1000"};
+  {
+    // The reference: rounds 1..6 without interruption.
+    Cluster cluster(2, 2, job);
+    for (int r = 0; r < 2; ++r) {
+      cluster.AddWorker(r, {"train", absl::StrCat(seed), "1", "6", "0", dir, uninterrupted});
+    }
+    cluster.ExpectCleanExit();
+  }
+  {
+    // Rounds 1..3, checkpoint, then server 0 is killed with SIGKILL and the job torn down.
+    Cluster cluster(2, 2, job);
+    std::vector<Process*> workers;
+    for (int r = 0; r < 2; ++r) {
+      workers.push_back(
+          &cluster.AddWorker(r, {"train", absl::StrCat(seed), "1", "3", "3", dir, "-"}));
+    }
+    for (Process* worker : workers) {
+      INFO(worker->output());
+      REQUIRE(worker->WaitForOutput("CHECKPOINTED", absl::Seconds(60)));
+    }
+    cluster.server(0).Kill();
+  }
+  {
+    // A new job whose servers restore the checkpoint runs rounds 4..6.
+    Cluster cluster(2, 2, job, {"--restore=" + dir});
+    for (int r = 0; r < 2; ++r) {
+      cluster.AddWorker(r, {"train", absl::StrCat(seed), "4", "6", "0", dir, resumed, "restored"});
+    }
+    cluster.ExpectCleanExit();
+  }
+  const std::string a = ReadFile(uninterrupted), b = ReadFile(resumed);
+  REQUIRE(a.size() == (600 * 5 + 7) * sizeof(float));
+  REQUIRE(a == b);
+}
+
+TEST_CASE("Cluster: a damaged checkpoint stops the restoring server, naming the file",
+          "[cluster][checkpoint]") {
+  const std::string dir = absl::StrCat(TempDir(), "/damaged-", getpid());
+  {
+    Cluster cluster(1, 1);
+    Process& worker = cluster.AddWorker(0, {"train", "7", "1", "1", "1", dir, "-"});
+    REQUIRE(worker.WaitForOutput("CHECKPOINTED", absl::Seconds(60)));
+  }
+  const std::string path = dir + "/server-0.ckpt";
+  std::string bytes = ReadFile(path);
+  REQUIRE(bytes.size() > 100);
+  bytes[bytes.size() / 2] ^= 0x40;
+  {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  }
+  Cluster cluster(1, 1, {}, {"--restore=" + dir});
+  cluster.AddWorker(0, {"train", "7", "2", "2", "0", dir, "-", "restored"});
+  Cluster::ExpectExit(cluster.server(0), 1);
+  const std::string log = cluster.server(0).output();
+  INFO(log);
+  REQUIRE(log.find(path) != std::string::npos);
+  REQUIRE(log.find("checksum") != std::string::npos);
+}
+
 TEST_CASE("Cluster: kvctl status, command fan-out and shutdown", "[cluster][kvctl]") {
   Cluster cluster(2, 1);
   Process& worker = cluster.AddWorker(0, {"dead_server"});

@@ -25,6 +25,16 @@
 //                   a (1000, 4) float32 key split by rows over the servers; each then pulls the
 //                   sum of every worker's rows, dense and through RowSparsePull of random ids,
 //                   checked exactly against a dense reference.
+//   train SEED FIRST LAST CKPT_ROUND DIR OUT [restored]
+//                   Adam (with a factor schedule) on the servers, set by rank 0 unless
+//                   `restored`; rounds FIRST..LAST of dist_sync pushes of gradients drawn from
+//                   SEED, the round and the rank, to a key split over the servers and a small
+//                   one. After round CKPT_ROUND (0: never) every worker waits for the others,
+//                   rank 0 makes the servers checkpoint into DIR, and "CHECKPOINTED" is
+//                   printed. Rank 0 writes the final values to OUT. A `restored` job (servers
+//                   started with --restore DIR) initialises the keys (kept from the
+//                   checkpoint) and goes on from FIRST. With OUT "-" the worker holds on
+//                   after its last round (up to 60 s) so that the test can kill the job.
 //   bad_input       Sends malformed, oversized and mismatched raw requests to server 0 and
 //                   checks each is refused with the right code and that the stored value is
 //                   unchanged and the server still answers.
@@ -34,6 +44,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -392,6 +403,71 @@ absl::Status RowSparseRounds(KVStore& kv, uint64_t seed) {
   return absl::OkStatus();
 }
 
+absl::Status Train(KVStore& kv, char** args, int count) {
+  if (count < 6) {
+    return absl::InvalidArgumentError(
+        "usage: test_worker train SEED FIRST LAST CKPT_ROUND DIR OUT [restored]");
+  }
+  uint64_t seed = 0;
+  int first = 0, last = 0, checkpoint_round = 0;
+  if (!absl::SimpleAtoi(args[0], &seed) || !absl::SimpleAtoi(args[1], &first) ||
+      !absl::SimpleAtoi(args[2], &last) || !absl::SimpleAtoi(args[3], &checkpoint_round)) {
+    return absl::InvalidArgumentError("train: SEED FIRST LAST CKPT_ROUND must be integers");
+  }
+  const std::string dir = args[4], out = args[5];
+  const bool restored = count > 6 && std::string(args[6]) == "restored";
+  const int rank = kv.rank();
+  const std::vector<Key> keys = {"embedding", "bias"};
+  const std::vector<Shape> shapes = {{600, 5}, {7}};
+  auto draw = [&](uint64_t stream, const Shape& shape) {
+    std::mt19937_64 engine(stream);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    Tensor t = Tensor::Zeros(DType::kFloat32, shape);
+    for (int64_t i = 0; i < t.num_elements(); ++i) t.data_as<float>()[i] = uniform(engine);
+    return t;
+  };
+  RETURN_IF_ERROR(kv.Init(keys, {draw(seed, shapes[0]), draw(seed + 1, shapes[1])}));
+  if (!restored && rank == 0) {
+    OptimizerConfig adam;
+    adam.name = "adam";
+    adam.learning_rate = 0.01;
+    adam.wd = 0.001;
+    adam.lr_scheduler.type = "factor";
+    adam.lr_scheduler.step = 2;
+    adam.lr_scheduler.factor = 0.8;
+    RETURN_IF_ERROR(kv.SetOptimizer(adam));
+  }
+  RETURN_IF_ERROR(kv.Barrier());
+  std::vector<Tensor> values = {Tensor::Zeros(DType::kFloat32, shapes[0]),
+                                Tensor::Zeros(DType::kFloat32, shapes[1])};
+  for (int round = first; round <= last; ++round) {
+    const uint64_t stream = seed * 1000 + round * 10 + rank;
+    RETURN_IF_ERROR(kv.Push(keys, {draw(stream, shapes[0]), draw(stream + 5000, shapes[1])}));
+    RETURN_IF_ERROR(kv.Pull(keys, {&values[0], &values[1]}));
+    RETURN_IF_ERROR(kv.WaitAll());
+    if (round == checkpoint_round) {
+      RETURN_IF_ERROR(kv.Barrier());
+      if (rank == 0) RETURN_IF_ERROR(kv.Checkpoint(dir));
+      RETURN_IF_ERROR(kv.Barrier());
+      std::printf("worker %d: CHECKPOINTED after round %d\n", rank, round);
+      std::fflush(stdout);
+    }
+  }
+  if (out == "-") {
+    absl::SleepFor(absl::Seconds(60));
+    return absl::DeadlineExceededError("train: nobody ended the job within 60 s");
+  }
+  if (rank == 0) {
+    std::ofstream file(out, std::ios::binary | std::ios::trunc);
+    for (const Tensor& v : values) {
+      file.write(static_cast<const char*>(v.data()), static_cast<std::streamsize>(v.byte_size()));
+    }
+    if (!file) return absl::InternalError(absl::StrCat("cannot write ", out));
+  }
+  std::printf("worker %d: trained rounds %d..%d\n", rank, first, last);
+  return absl::OkStatus();
+}
+
 absl::Status Run(int argc, char** argv) {
   if (argc < 2) return absl::InvalidArgumentError("usage: test_worker SCENARIO [ARGS]");
   const std::string scenario = argv[1];
@@ -411,6 +487,7 @@ absl::Status Run(int argc, char** argv) {
     return Rounds(*kv, mode, rounds);
   }
   if (scenario == "string_keys") return StringKeys(*kv);
+  if (scenario == "train") return Train(*kv, argv + 2, argc - 2);
   if (scenario == "row_sparse") {
     uint64_t seed = 0;
     if (argc < 3 || !absl::SimpleAtoi(argv[2], &seed)) {
