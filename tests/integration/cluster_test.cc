@@ -113,7 +113,8 @@ class Process {
 class Cluster {
  public:
   Cluster(int servers, int workers, std::vector<std::string> scheduler_args = {},
-          std::vector<std::string> server_args = {})
+          std::vector<std::string> server_args = {},
+          const std::string& server_binary = "server/kvserver")
       : workers_(workers) {
     const std::string port_file = absl::StrCat(TempDir(), "/port-", getpid(), "-", ++jobs_);
     std::vector<std::string> argv = {Runfile("server/scheduler/scheduler"),
@@ -137,7 +138,7 @@ class Cluster {
     INFO(scheduler_->output());
     REQUIRE(port_ > 0);
     for (int i = 0; i < servers; ++i) {
-      std::vector<std::string> server = {Runfile("server/kvserver"),
+      std::vector<std::string> server = {Runfile(server_binary),
                                          absl::StrCat("--scheduler=127.0.0.1:", port_),
                                          absl::StrCat("--rank=", i)};
       server.insert(server.end(), server_args.begin(), server_args.end());
@@ -304,6 +305,20 @@ TEST_CASE("Cluster: a damaged checkpoint stops the restoring server, naming the 
   INFO(log);
   REQUIRE(log.find(path) != std::string::npos);
   REQUIRE(log.find("checksum") != std::string::npos);
+}
+
+TEST_CASE("Cluster: a kvserver built with its own updater and controller",
+          "[cluster][extension]") {
+  Cluster cluster(1, 1, {}, {}, "examples/custom_kvserver");
+  Process& worker = cluster.AddWorker(0, {"clipped_sum"});
+  REQUIRE(worker.WaitForOutput("READY", absl::Seconds(60)));
+  int code = 0;
+  const std::string replies = cluster.Kvctl({"command", "16", ""}, &code);
+  INFO(replies);
+  REQUIRE(code == 0);
+  REQUIRE(replies.find("server 0: updates=2") != std::string::npos);
+  cluster.Kvctl({"shutdown"}, &code);
+  cluster.ExpectCleanExit();
 }
 
 TEST_CASE("Cluster: kvctl status, command fan-out and shutdown", "[cluster][kvctl]") {

@@ -35,6 +35,9 @@
 //                   started with --restore DIR) initialises the keys (kept from the
 //                   checkpoint) and goes on from FIRST. With OUT "-" the worker holds on
 //                   after its last round (up to 60 s) so that the test can kill the job.
+//   clipped_sum     For examples/custom_kvserver: selects its "clipped_sum" updater with limit
+//                   0.5, pushes [2, -2, 0.25, -0.1] twice and checks the clipped sums, then
+//                   prints READY and waits (up to 60 s) for the job to be shut down.
 //   bad_input       Sends malformed, oversized and mismatched raw requests to server 0 and
 //                   checks each is refused with the right code and that the stored value is
 //                   unchanged and the server still answers.
@@ -468,6 +471,31 @@ absl::Status Train(KVStore& kv, char** args, int count) {
   return absl::OkStatus();
 }
 
+absl::Status ClippedSum(KVStore& kv) {
+  RETURN_IF_ERROR(kv.Init(9, Tensor::Zeros(DType::kFloat32, {4})));
+  RETURN_IF_ERROR(kv.SendCommandToServers(0, "clipped_sum limit=0.5"));
+  ASSIGN_OR_RETURN(const Tensor push, Tensor::FromValues(DType::kFloat32, {4}, {2, -2, 0.25, -0.1}));
+  for (int step = 1; step <= 2; ++step) {
+    RETURN_IF_ERROR(kv.Push(9, push));
+    Tensor out = Tensor::Zeros(DType::kFloat32, {4});
+    RETURN_IF_ERROR(kv.Pull(9, &out));
+    RETURN_IF_ERROR(kv.WaitAll());
+    ASSIGN_OR_RETURN(const Tensor want,
+                     Tensor::FromValues(DType::kFloat32, {4},
+                                        {0.5 * step, -0.5 * step, 0.25 * step,
+                                         static_cast<double>(-0.1f) * step}));
+    RETURN_IF_ERROR(ExpectEqual(out, want, absl::StrCat("clipped_sum step ", step)));
+  }
+  std::printf("READY\n");
+  std::fflush(stdout);
+  for (int i = 0; i < 600; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    absl::StatusOr<int> dead = kv.NumDeadNodes(NodeGroup::kScheduler, absl::Seconds(1));
+    if (!dead.ok() || *dead > 0) break;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run(int argc, char** argv) {
   if (argc < 2) return absl::InvalidArgumentError("usage: test_worker SCENARIO [ARGS]");
   const std::string scenario = argv[1];
@@ -488,6 +516,7 @@ absl::Status Run(int argc, char** argv) {
   }
   if (scenario == "string_keys") return StringKeys(*kv);
   if (scenario == "train") return Train(*kv, argv + 2, argc - 2);
+  if (scenario == "clipped_sum") return ClippedSum(*kv);
   if (scenario == "row_sparse") {
     uint64_t seed = 0;
     if (argc < 3 || !absl::SimpleAtoi(argv[2], &seed)) {
