@@ -5,12 +5,15 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/container/node_hash_map.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/half.h"
@@ -551,6 +554,68 @@ double ScheduledLearningRate(const LrScheduleConfig& s, double base_lr, int64_t 
     return s.final_lr + (base_lr - s.final_lr) * std::pow(1.0 - progress, s.pwr);
   }
   return s.final_lr + (base_lr - s.final_lr) * (1.0 + std::cos(kPi * progress)) / 2.0;
+}
+
+absl::StatusOr<OptimizerConfig> ParseOptimizerText(absl::string_view name,
+                                                   absl::string_view text) {
+  OptimizerConfig c;
+  c.name = std::string(name);
+  const std::map<std::string, std::optional<double>*> optional = {
+      {"momentum", &c.momentum},       {"beta1", &c.beta1},
+      {"beta2", &c.beta2},             {"epsilon", &c.epsilon},
+      {"rho", &c.rho},                 {"clip_weights", &c.clip_weights},
+      {"schedule_decay", &c.schedule_decay}, {"lamda1", &c.lamda1},
+      {"beta", &c.beta},               {"wd_lh", &c.wd_lh},
+      {"eta", &c.eta},                 {"lower_bound", &c.lower_bound},
+      {"upper_bound", &c.upper_bound}, {"learning_rate", &c.learning_rate},
+      {"lr", &c.learning_rate}};
+  const std::map<std::string, double*> plain = {
+      {"wd", &c.wd}, {"rescale_grad", &c.rescale_grad}, {"clip_gradient", &c.clip_gradient}};
+  const std::map<std::string, std::optional<bool>*> flags = {
+      {"centered", &c.centered}, {"bias_correction", &c.bias_correction}};
+  for (absl::string_view field :
+       absl::StrSplit(text, absl::ByAnyChar(" ,"), absl::SkipWhitespace())) {
+    const std::pair<std::string, std::string> kv = absl::StrSplit(field, absl::MaxSplits('=', 1));
+    double value = 0;
+    if (auto f = flags.find(kv.first); f != flags.end()) {
+      bool b;
+      if (!absl::SimpleAtob(kv.second, &b)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, " config field \"", field, "\" is not name=true|false"));
+      }
+      *f->second = b;
+      continue;
+    }
+    if (!absl::SimpleAtod(kv.second, &value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " config field \"", field, "\" is not name=number"));
+    }
+    if (auto o = optional.find(kv.first); o != optional.end()) {
+      *o->second = value;
+    } else if (auto p = plain.find(kv.first); p != plain.end()) {
+      *p->second = value;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " config has no field \"", kv.first, "\""));
+    }
+  }
+  if (absl::Status s = ValidateOptimizerConfig(c); !s.ok()) return s;
+  return c;
+}
+
+absl::Status RegisterOptimizers(UpdaterRegistry* registry) {
+  const std::vector<std::string> present = registry->Names();
+  for (const std::string& name : OptimizerNames()) {
+    if (std::find(present.begin(), present.end(), name) != present.end()) continue;
+    absl::Status s = registry->Register(
+        name, [name](absl::string_view text) -> absl::StatusOr<std::unique_ptr<Updater>> {
+          absl::StatusOr<OptimizerConfig> config = ParseOptimizerText(name, text);
+          if (!config.ok()) return config.status();
+          return MakeOptimizer(*config);
+        });
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Updater>> MakeOptimizer(const OptimizerConfig& config) {

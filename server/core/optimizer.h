@@ -37,6 +37,16 @@ namespace kvstore {
 // after the optimizer.
 absl::StatusOr<std::unique_ptr<Updater>> MakeOptimizer(const OptimizerConfig& config);
 
+// ParseOptimizerText reads the text form "learning_rate=0.01 beta1=0.9 wd=1e-4" (spaces or
+// commas between fields; `lr` is accepted for learning_rate; bools as true/false/1/0) of a
+// configuration of optimizer `name`. Schedules are typed-only (SetOptimizer). InvalidArgument
+// naming the field otherwise.
+absl::StatusOr<OptimizerConfig> ParseOptimizerText(absl::string_view name, absl::string_view text);
+
+// RegisterOptimizers adds every optimizer not yet in `registry` under its name, configured by
+// ParseOptimizerText: `kvserver --updater=adam --updater_config="learning_rate=0.01"`.
+absl::Status RegisterOptimizers(UpdaterRegistry* registry);
+
 // ScheduledLearningRate returns the learning rate at update `num_update` (>= 1) for a base rate
 // `base_lr` and `schedule` (the base rate itself without a schedule).
 double ScheduledLearningRate(const LrScheduleConfig& schedule, double base_lr, int64_t num_update);

@@ -451,3 +451,30 @@ TEST_CASE("Optimizers: saved and loaded state continues bit-exactly", "[optimize
 
 }  // namespace
 }  // namespace kvstore
+
+namespace kvstore {
+namespace {
+
+TEST_CASE("Optimizers: the registry makes them from text", "[optimizer]") {
+  UpdaterRegistry registry = UpdaterRegistry::WithBuiltins();
+  REQUIRE(RegisterOptimizers(&registry).ok());
+  for (const std::string& name : OptimizerNames()) {
+    auto updater = registry.Create(name, "");
+    INFO(name);
+    REQUIRE(updater.ok());
+    CHECK((*updater)->name() == name);
+  }
+  auto parsed = ParseOptimizerText("adam", "lr=0.02, beta1=0.8 wd=1e-4");
+  REQUIRE(parsed.ok());
+  CHECK(*parsed->learning_rate == 0.02);
+  CHECK(*parsed->beta1 == 0.8);
+  CHECK(parsed->wd == 1e-4);
+  CHECK(ParseOptimizerText("rmsprop", "centered=true")->centered == true);
+  CHECK(absl::IsInvalidArgument(ParseOptimizerText("adam", "momentum=0.9").status()));
+  CHECK(absl::IsInvalidArgument(ParseOptimizerText("adam", "beta1=x").status()));
+  CHECK(absl::IsInvalidArgument(ParseOptimizerText("adam", "gamma=1").status()));
+  CHECK(absl::IsInvalidArgument(registry.Create("adam", "lr=-1").status()));
+}
+
+}  // namespace
+}  // namespace kvstore

@@ -12,6 +12,7 @@
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "server/core/optimizer.h"
 #include "server/core/sgd_updater.h"
 
 namespace kvstore {
@@ -27,6 +28,7 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
   if (std::find(names.begin(), names.end(), "sgd") == names.end()) {
     RETURN_IF_ERROR(RegisterSgdUpdater(&options.registry));
   }
+  RETURN_IF_ERROR(RegisterOptimizers(&options.registry));
   // Fail early on an unknown updater.
   RETURN_IF_ERROR(options.registry.Create(options.updater, options.updater_config).status());
   std::unique_ptr<KVServerDaemon> daemon(new KVServerDaemon(std::move(options)));
