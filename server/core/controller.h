@@ -64,7 +64,9 @@ class Controller {
   // The engine and registry must outlive the controller.
   Controller(ServerEngine* engine, const UpdaterRegistry* registry, CustomController custom,
              int rank)
-      : engine_(engine), registry_(registry), custom_(std::move(custom)), rank_(rank) {}
+      : engine_(engine), registry_(registry), custom_(std::move(custom)), rank_(rank) {
+    spec_.set_registry_name("assign");  // The engine's default; the daemon records --updater.
+  }
 
   // Run executes one command and returns its reply.
   absl::StatusOr<std::string> Run(int head, absl::string_view body);

@@ -2,6 +2,7 @@
 // the controller and the sgd updater.
 #include "server/core/server_engine.h"
 
+#include <cstdlib>
 #include <optional>
 
 #include <catch2/catch.hpp>
@@ -380,6 +381,53 @@ TEST_CASE("ServerEngine: a new updater takes effect between dist_sync rounds",
   // With no round open, the change is immediate.
   engine->SetUpdater(MakeAssignUpdater());
   CHECK(engine->updater_name() == "assign");
+}
+
+}  // namespace
+}  // namespace kvstore
+
+namespace kvstore {
+namespace {
+
+TEST_CASE("Controller: a checkpoint restores into the same job only", "[server][checkpoint]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/engine-ckpt/nested";
+  UpdaterRegistry registry = UpdaterRegistry::WithBuiltins();
+  auto engine = NewEngine(true, {2});
+  Controller controller(engine.get(), &registry, nullptr, /*rank=*/0);
+  controller.SetJob(JobShape{2, "dist_sync", 1 << 20});
+  const Tensor init = rng.RandomTensor(DType::kFloat32, {2, 3});
+  REQUIRE(engine->Init(2, {Incoming("w", init)}).ok());
+  auto path = controller.Run(kCommandCheckpoint, dir);
+  INFO(path.status().ToString());
+  REQUIRE(path.ok());
+  REQUIRE(*path == dir + "/server-0.ckpt");
+
+  // The same job: the value comes back, and a matching Init keeps it.
+  auto restored = NewEngine(true, {2});
+  Controller same(restored.get(), &registry, nullptr, 0);
+  same.SetJob(JobShape{2, "dist_sync", 1 << 20});
+  const absl::Status restore = same.Restore(dir);
+  INFO(restore.ToString());
+  REQUIRE(restore.ok());
+  REQUIRE(restored->Init(2, {Incoming("w", Tensor::Zeros(DType::kFloat32, {2, 3}))}).ok());
+  REQUIRE(PullAll(*restored, "w", init) == ToDoubles(init));
+  REQUIRE(absl::IsInvalidArgument(
+      restored->Init(2, {Incoming("w", Tensor::Zeros(DType::kFloat32, {3, 2}))})));
+
+  // Another number of servers, another rank, or no file: refused, naming the file.
+  auto other = NewEngine(true, {2});
+  Controller three(other.get(), &registry, nullptr, 0);
+  three.SetJob(JobShape{3, "dist_sync", 1 << 20});
+  absl::Status s = three.Restore(dir);
+  CHECK(absl::IsFailedPrecondition(s));
+  CHECK(s.message().find(*path) != absl::string_view::npos);
+  Controller rank1(other.get(), &registry, nullptr, 1);
+  rank1.SetJob(JobShape{2, "dist_sync", 1 << 20});
+  CHECK(absl::IsNotFound(rank1.Restore(dir)));
+  CHECK(other->stats().num_keys == 0);
 }
 
 }  // namespace
