@@ -328,6 +328,8 @@ class Optimizer final : public Updater {
     } else if (name == "adam" || name == "adamw") {
       const bool decoupled = name == "adamw";
       const T b1 = static_cast<T>(h.beta1), b2 = static_cast<T>(h.beta2);
+      // Complements in double, then rounded once (as MXNet's Python computes 1 - beta).
+      const T c1m = static_cast<T>(1.0 - h.beta1), c2m = static_cast<T>(1.0 - h.beta2);
       const T eps = static_cast<T>(h.epsilon);
       double lr_t = lr_now;
       if (!decoupled || h.bias_correction) {
@@ -340,8 +342,8 @@ class Optimizer final : public Updater {
       ParallelFor(n, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
           const T g = decoupled ? Raw(i) : Pre(i);
-          mean[i] = b1 * mean[i] + (1 - b1) * g;
-          var[i] = b2 * var[i] + (1 - b2) * g * g;
+          mean[i] = b1 * mean[i] + c1m * g;
+          var[i] = b2 * var[i] + c2m * g * g;
           w[i] -= step * mean[i] / (std::sqrt(var[i]) + eps);
           if (decoupled && h.wd > 0) w[i] -= decay * w[i];
         }
@@ -358,6 +360,7 @@ class Optimizer final : public Updater {
       });
     } else if (name == "rmsprop") {
       const T rho = static_cast<T>(h.rho), eps = static_cast<T>(h.epsilon);
+      const T crho = static_cast<T>(1.0 - h.rho);
       const T m = static_cast<T>(h.momentum);
       const T cw = static_cast<T>(h.clip_weights);
       const bool clip_w = h.clip_weights > 0;
@@ -366,7 +369,7 @@ class Optimizer final : public Updater {
         ParallelFor(n, [&](int64_t b, int64_t e) {
           for (int64_t i = b; i < e; ++i) {
             const T g = Pre(i);
-            var[i] = var[i] * rho + (1 - rho) * (g * g);
+            var[i] = var[i] * rho + crho * (g * g);
             w[i] -= lr * g / (std::sqrt(var[i]) + eps);
             if (clip_w) w[i] = std::min(std::max(w[i], -cw), cw);
           }
@@ -377,8 +380,8 @@ class Optimizer final : public Updater {
         ParallelFor(n, [&](int64_t b, int64_t e) {
           for (int64_t i = b; i < e; ++i) {
             const T g = Pre(i);
-            mean[i] = mean[i] * rho + (1 - rho) * g;
-            var[i] = var[i] * rho + (1 - rho) * (g * g);
+            mean[i] = mean[i] * rho + crho * g;
+            var[i] = var[i] * rho + crho * (g * g);
             mom[i] = mom[i] * m - lr * g / std::sqrt(var[i] - mean[i] * mean[i] + eps);
             w[i] += mom[i];
             if (clip_w) w[i] = std::min(std::max(w[i], -cw), cw);
@@ -387,28 +390,31 @@ class Optimizer final : public Updater {
       }
     } else if (name == "adadelta") {
       const T rho = static_cast<T>(h.rho), eps = static_cast<T>(h.epsilon);
+      const T crho = static_cast<T>(1.0 - h.rho);
       T* acc_g = Zeroed(s.a, n).data();
       T* acc_delta = Zeroed(s.b, n).data();
       ParallelFor(n, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
           const T g = Pre(i);
-          acc_g[i] = acc_g[i] * rho + (1 - rho) * (g * g);
+          acc_g[i] = acc_g[i] * rho + crho * (g * g);
           T delta = std::sqrt(acc_delta[i] + eps);
           delta /= std::sqrt(acc_g[i] + eps);
           delta *= g;
-          acc_delta[i] = acc_delta[i] * rho + (1 - rho) * (delta * delta);
+          acc_delta[i] = acc_delta[i] * rho + crho * (delta * delta);
           w[i] -= lr * delta;
         }
       });
     } else if (name == "adamax") {
       const T b1 = static_cast<T>(h.beta1), b2 = static_cast<T>(h.beta2);
+      // Complements in double, then rounded once (as MXNet's Python computes 1 - beta).
+      const T c1m = static_cast<T>(1.0 - h.beta1);
       const T step = static_cast<T>(lr_now / (1.0 - std::pow(h.beta1, t)));
       T* mean = Zeroed(s.a, n).data();
       T* u = Zeroed(s.b, n).data();
       ParallelFor(n, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
           const T g = Pre(i);
-          mean[i] = b1 * mean[i] + (1 - b1) * g;
+          mean[i] = b1 * mean[i] + c1m * g;
           u[i] = std::max(b2 * u[i], std::abs(g));
           w[i] -= step * mean[i] / u[i];
         }
@@ -419,6 +425,8 @@ class Optimizer final : public Updater {
       state->m_schedule *= mt;
       const double m_next = state->m_schedule * mt1;
       const T b1 = static_cast<T>(h.beta1), b2 = static_cast<T>(h.beta2);
+      // Complements in double, then rounded once (as MXNet's Python computes 1 - beta).
+      const T c1m = static_cast<T>(1.0 - h.beta1), c2m = static_cast<T>(1.0 - h.beta2);
       const T eps = static_cast<T>(h.epsilon);
       const T g_scale = static_cast<T>(1.0 / (1.0 - state->m_schedule));
       const T m_scale = static_cast<T>(1.0 / (1.0 - m_next));
@@ -429,8 +437,8 @@ class Optimizer final : public Updater {
       ParallelFor(n, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
           const T g = Pre(i);
-          mean[i] = mean[i] * b1 + (1 - b1) * g;
-          var[i] = var[i] * b2 + (1 - b2) * (g * g);
+          mean[i] = mean[i] * b1 + c1m * g;
+          var[i] = var[i] * b2 + c2m * (g * g);
           const T bar = c1 * (mean[i] * m_scale) + c2 * (g * g_scale);
           w[i] -= lr * bar / (std::sqrt(var[i] * v_scale) + eps);
         }
@@ -456,7 +464,7 @@ class Optimizer final : public Updater {
         }
       });
     } else if (name == "signum") {
-      const T m = static_cast<T>(h.momentum);
+      const T m = static_cast<T>(h.momentum), cm = static_cast<T>(1.0 - h.momentum);
       if (h.momentum == 0) {
         const T keep = static_cast<T>(1.0 - lr_now * (h.wd + h.wd_lh));
         ParallelFor(n, [&](int64_t b, int64_t e) {
@@ -470,7 +478,7 @@ class Optimizer final : public Updater {
         T* mom = Zeroed(s.a, n).data();
         ParallelFor(n, [&](int64_t b, int64_t e) {
           for (int64_t i = b; i < e; ++i) {
-            mom[i] = mom[i] * m - (1 - m) * Pre(i);
+            mom[i] = mom[i] * m - cm * Pre(i);
             w[i] *= keep;
             w[i] += lr * Sign(mom[i]);
           }
@@ -478,6 +486,8 @@ class Optimizer final : public Updater {
       }
     } else if (name == "lamb") {
       const T b1 = static_cast<T>(h.beta1), b2 = static_cast<T>(h.beta2);
+      // Complements in double, then rounded once (as MXNet's Python computes 1 - beta).
+      const T c1m = static_cast<T>(1.0 - h.beta1), c2m = static_cast<T>(1.0 - h.beta2);
       const T eps = static_cast<T>(h.epsilon);
       const T inv1 = static_cast<T>(1.0 / (1.0 - std::pow(h.beta1, t)));
       const T inv2 = static_cast<T>(1.0 / (1.0 - std::pow(h.beta2, t)));
@@ -487,8 +497,8 @@ class Optimizer final : public Updater {
       double w2 = 0, u2 = 0;
       for (int64_t i = 0; i < n; ++i) {
         const T g = Raw(i);
-        mean[i] = mean[i] * b1 + (1 - b1) * g;
-        var[i] = var[i] * b2 + (1 - b2) * (g * g);
+        mean[i] = mean[i] * b1 + c1m * g;
+        var[i] = var[i] * b2 + c2m * (g * g);
         T u = h.bias_correction ? (mean[i] * inv1) / (std::sqrt(var[i] * inv2) + eps)
                                 : mean[i] / (std::sqrt(var[i]) + eps);
         u += wd * w[i];
