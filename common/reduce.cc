@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
@@ -52,25 +54,58 @@ struct I64 {
 // Elements per block: the accumulator block stays in L1.
 constexpr int64_t kBlock = 4096;
 
-// Sums `inputs` into `out` block by block: every input block is read before the output block is
-// written, so an output that aliases an input is safe.
+// SumRange sums elements [begin, end) of the k inputs into `dst` block by block: every input
+// block is read before the output block is written, so an output that aliases an input is
+// safe. The loops over a block are what the compiler vectorises (-O3).
+template <typename T>
+void SumRange(const typename T::Storage* const* srcs, size_t k, typename T::Storage* dst,
+              int64_t begin, int64_t end) {
+  using Acc = typename T::Acc;
+  Acc acc[kBlock];
+  for (int64_t at = begin; at < end; at += kBlock) {
+    const int64_t len = std::min(kBlock, end - at);
+    const auto* first = srcs[0] + at;
+    for (int64_t i = 0; i < len; ++i) acc[i] = T::Load(first[i]);
+    for (size_t j = 1; j < k; ++j) {
+      const auto* src = srcs[j] + at;
+      for (int64_t i = 0; i < len; ++i) acc[i] += T::Load(src[i]);
+    }
+    for (int64_t i = 0; i < len; ++i) dst[at + i] = T::Store(acc[i]);
+  }
+}
+
+// Values of at least this many bytes are summed by every core, each on a contiguous range.
+constexpr size_t kThreadedBytes = 8 << 20;
+
 template <typename T>
 void SumBlocks(absl::Span<const Tensor> inputs, Tensor* out) {
   using Storage = typename T::Storage;
-  using Acc = typename T::Acc;
   const int64_t n = out->num_elements();
-  Acc acc[kBlock];
+  std::vector<const Storage*> srcs;
+  srcs.reserve(inputs.size());
+  for (const Tensor& input : inputs) srcs.push_back(input.data_as<const Storage>());
   Storage* dst = out->data_as<Storage>();
-  for (int64_t begin = 0; begin < n; begin += kBlock) {
-    const int64_t len = std::min(kBlock, n - begin);
-    const Storage* first = inputs[0].data_as<const Storage>() + begin;
-    for (int64_t i = 0; i < len; ++i) acc[i] = T::Load(first[i]);
-    for (size_t k = 1; k < inputs.size(); ++k) {
-      const Storage* src = inputs[k].data_as<const Storage>() + begin;
-      for (int64_t i = 0; i < len; ++i) acc[i] += T::Load(src[i]);
-    }
-    for (int64_t i = 0; i < len; ++i) dst[begin + i] = T::Store(acc[i]);
+  const int64_t threads =
+      out->byte_size() < kThreadedBytes
+          ? 1
+          : std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), 16));
+  if (threads == 1) {
+    SumRange<T>(srcs.data(), srcs.size(), dst, 0, n);
+    return;
   }
+  // Ranges in whole blocks.
+  const int64_t per = (n / threads + kBlock - 1) / kBlock * kBlock;
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) {
+    const int64_t begin = std::min(n, t * per), end = t + 1 == threads ? n : std::min(n, (t + 1) * per);
+    if (begin < end) {
+      pool.emplace_back([&srcs, dst, begin, end] {
+        SumRange<T>(srcs.data(), srcs.size(), dst, begin, end);
+      });
+    }
+  }
+  SumRange<T>(srcs.data(), srcs.size(), dst, 0, std::min(n, per));
+  for (std::thread& thread : pool) thread.join();
 }
 
 }  // namespace

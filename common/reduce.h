@@ -3,7 +3,8 @@
 // Every function checks its arguments (defined CPU tensors, equal dtypes and element counts) and
 // returns InvalidArgument naming both sides when they disagree, before touching any output.
 // float16 and bfloat16 accumulate in float32 and are rounded once; integers wrap on overflow.
-// Outputs may be the same buffer as an input.
+// Outputs may be the same buffer as an input. The loops are vectorised by the compiler; values
+// of 8 MiB and more are split over the cores.
 #ifndef KVSTORE_COMMON_REDUCE_H_
 #define KVSTORE_COMMON_REDUCE_H_
 

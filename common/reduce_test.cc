@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
 #include "tests/test_util.h"
 
 namespace kvstore {
@@ -64,6 +66,41 @@ TEST_CASE("Reduce: mismatched tensors are rejected before writing", "[reduce]") 
   const Tensor on_gpu[] = {Tensor::Borrow(device_memory, DType::kFloat32, {2, 3}, Device::CUDA(0))};
   REQUIRE(absl::IsFailedPrecondition(SumInto(on_gpu, &out)));
   REQUIRE(out.GetAsDouble(5) == 5);
+}
+
+}  // namespace
+}  // namespace kvstore
+
+namespace kvstore {
+namespace {
+
+TEST_CASE("Reduce: values of 8 MiB and more are summed by every core, exactly as by one",
+          "[reduce]") {
+  testing::TestRng rng;
+  INFO(rng.Describe());
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kInt64}) {
+    // Odd sizes just above the threading threshold, so ranges end inside a block.
+    const int64_t n = (8 << 20) / static_cast<int64_t>(DTypeSize(dtype)) + rng.Int(1, 9999);
+    const int k = static_cast<int>(rng.Int(2, 4));
+    INFO(DTypeName(dtype) << " n=" << n << " k=" << k);
+    std::vector<Tensor> inputs;
+    std::vector<double> reference(n, 0.0);
+    for (int j = 0; j < k; ++j) {
+      inputs.push_back(rng.RandomTensor(dtype, {n}));
+      const auto values = testing::ToDoubles(inputs.back());
+      for (int64_t i = 0; i < n; ++i) reference[i] += values[i];
+    }
+    Tensor out = Tensor::Full(dtype, {n}, 99);
+    REQUIRE(SumInto(inputs, &out).ok());
+    REQUIRE(testing::MaxAbsDiff(testing::ToDoubles(out), reference) <=
+            testing::Tolerance(dtype, k, 4.0 * k));
+    // In place: the output aliases the first input.
+    Tensor first = inputs[0].Clone();
+    std::vector<Tensor> aliased = {first};
+    for (int j = 1; j < k; ++j) aliased.push_back(inputs[j]);
+    REQUIRE(SumInto(aliased, &first).ok());
+    REQUIRE(std::memcmp(first.data(), out.data(), out.byte_size()) == 0);
+  }
 }
 
 }  // namespace
