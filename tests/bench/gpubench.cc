@@ -1,0 +1,144 @@
+// gpubench: speed of the reductions that sum k buffers into one.
+//
+// GPU (when a CUDA device is present): sums of k = 2, 4, 8 float32 buffers of 1 MB to 512 MB
+// on device 0 (client/gpu/cuda_reduce.h); GB/s counts the bytes read plus written, (k + 1) *
+// size per sum, and the ceiling is the same device's cudaMemcpy device-to-device bandwidth
+// (read plus written) measured in the same run. Target: >= 0.9 of it from 64 MB up. Without a
+// GPU it says so.
+//
+// CPU (always): SumInto (common/reduce.h), the fallback and the servers' sum, for k = 2, 4, 8
+// float32 buffers of 1 MB to --cpu_max_mb, next to single-thread memcpy (read plus written)
+// of the same bytes.
+//
+//   bazel build //tests/bench:gpubench && bazel-bin/tests/bench/gpubench [--format=json]
+// The binary links cudart statically, so it also runs on a GPU machine without Bazel.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/gpu/cuda_reduce.h"
+#include "client/gpu/device_info.h"
+#include "common/reduce.h"
+
+ABSL_FLAG(int, reps, 7, "repetitions per case; the median is reported");
+ABSL_FLAG(int, gpu_max_mb, 512, "largest GPU buffer, MB");
+ABSL_FLAG(int, cpu_max_mb, 64, "largest CPU buffer, MB");
+ABSL_FLAG(std::string, format, "text", "text or json");
+
+namespace kvstore::bench {
+namespace {
+
+struct Case {
+  std::string name;
+  int64_t bytes = 0;  // Read plus written.
+  double median_s = 0;
+  double ceiling_gbps = 0;
+};
+
+template <typename Fn>
+double Median(int reps, Fn fn) {
+  fn();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const absl::Time start = absl::Now();
+    fn();
+    t.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+int Main() {
+  const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
+  const bool json = absl::GetFlag(FLAGS_format) == "json";
+  std::vector<Case> cases;
+
+  // CPU.
+  const int64_t cpu_max = int64_t{absl::GetFlag(FLAGS_cpu_max_mb)} << 20;
+  std::vector<float> a(cpu_max / 4, 1.0f), b(cpu_max / 4, 2.0f);
+  const double memcpy_s = Median(reps, [&] { std::memcpy(b.data(), a.data(), cpu_max); });
+  const double cpu_ceiling = 2.0 * cpu_max / memcpy_s / 1e9;
+  for (int k : {2, 4, 8}) {
+    std::vector<Tensor> inputs;
+    for (int j = 0; j < k; ++j) inputs.push_back(Tensor::Full(DType::kFloat32, {cpu_max / 4}, j));
+    Tensor out = Tensor::Zeros(DType::kFloat32, {cpu_max / 4});
+    for (int64_t bytes = 1 << 20; bytes <= cpu_max; bytes *= 4) {
+      const int64_t n = bytes / 4;
+      std::vector<Tensor> views;
+      for (const Tensor& t : inputs) views.push_back(Tensor::Borrow(t.data(), DType::kFloat32, {n}));
+      Tensor dst = Tensor::Borrow(out.data(), DType::kFloat32, {n});
+      const double s = Median(reps, [&] { (void)SumInto(views, &dst); });
+      cases.push_back(Case{absl::StrCat("cpu_sum_k", k, "_", bytes >> 20, "MB"), (k + 1) * bytes, s,
+                           cpu_ceiling});
+    }
+  }
+
+  // GPU.
+  std::string reason, device_name;
+  const int devices = gpu::CudaDeviceCount(&reason);
+  double copy_gbps = 0;
+  std::string gpu_error;
+  if (devices > 0) {
+    gpu_error = gpu::cuda::DeviceName(0, &device_name);
+    if (gpu_error.empty()) gpu_error = gpu::cuda::CopyBandwidth(0, size_t{256} << 20, reps, &copy_gbps);
+    const int64_t gpu_max = int64_t{absl::GetFlag(FLAGS_gpu_max_mb)} << 20;
+    for (int k : {2, 4, 8}) {
+      for (int64_t bytes = 1 << 20; bytes <= gpu_max && gpu_error.empty(); bytes *= 2) {
+        double s = 0;
+        gpu_error = gpu::cuda::SumSeconds(0, k, gpu::cuda::ElementType::kFloat32, bytes / 4, reps, &s);
+        if (gpu_error.empty()) {
+          cases.push_back(Case{absl::StrCat("gpu_sum_k", k, "_", bytes >> 20, "MB"), (k + 1) * bytes, s,
+                               copy_gbps});
+        }
+      }
+    }
+  }
+
+  if (json) {
+    std::printf("{\"cpu_memcpy_gbps\": %.4f, \"gpu\": %s, \"gpu_copy_gbps\": %.4f, \"cases\": [",
+                cpu_ceiling, devices > 0 ? absl::StrCat("\"", device_name, "\"").c_str() : "null",
+                copy_gbps);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case& c = cases[i];
+      const double gbps = c.bytes / c.median_s / 1e9;
+      std::printf("%s{\"name\": \"%s\", \"bytes\": %lld, \"median_s\": %.6g, \"gbps\": %.4f, "
+                  "\"ceiling_gbps\": %.4f, \"ratio\": %.4f}",
+                  i ? ", " : "", c.name.c_str(), static_cast<long long>(c.bytes), c.median_s, gbps,
+                  c.ceiling_gbps, gbps / c.ceiling_gbps);
+    }
+    std::printf("]%s}\n", devices == 0 ? absl::StrCat(", \"no_gpu\": \"", reason, "\"").c_str() : "");
+  } else {
+    std::printf("CPU memcpy (1 thread, read + written): %.2f GB/s\n", cpu_ceiling);
+    if (devices > 0) {
+      std::printf("GPU 0: %s, device-to-device copy (read + written): %.1f GB/s\n",
+                  device_name.c_str(), copy_gbps);
+    } else {
+      std::printf("no GPU: %s; GPU cases not run\n", reason.c_str());
+    }
+    std::printf("%-22s %12s %10s %10s %8s\n", "case", "median ms", "GB/s", "ceiling", "ratio");
+    for (const Case& c : cases) {
+      const double gbps = c.bytes / c.median_s / 1e9;
+      std::printf("%-22s %12.3f %10.2f %10.2f %8.2f\n", c.name.c_str(), c.median_s * 1e3, gbps,
+                  c.ceiling_gbps, gbps / c.ceiling_gbps);
+    }
+  }
+  if (!gpu_error.empty()) {
+    std::fprintf(stderr, "gpubench: %s\n", gpu_error.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvstore::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return kvstore::bench::Main();
+}
