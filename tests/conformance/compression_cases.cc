@@ -211,5 +211,22 @@ TEST_CASE("Compression: bad parameters are refused and change nothing", "[compre
   CHECK(PushAndPull(*kv, 4, {3}, 0.3f, 1) == static_cast<double>(0.3f));
 }
 
+TEST_CASE("Compression: PushPull pushes the codes and returns the decoded update",
+          "[compression]") {
+  auto kv = NewStore();
+  REQUIRE(kv->Init(6, Tensor::Zeros(DType::kFloat32, {40})).ok());
+  REQUIRE(kv->SetGradientCompression({"2bit", 0.25}).ok());
+  // The residual carries 0.15 after the first push, so the second one crosses the threshold.
+  for (const auto& [push, expected] : std::vector<std::pair<float, double>>{{0.15f, 0.0},
+                                                                           {0.15f, 0.25},
+                                                                           {-0.3f, -0.25}}) {
+    Tensor value = Tensor::Full(DType::kFloat32, {40}, push);
+    // The output is the pushed tensor itself, as MXNet's pushpull allows.
+    REQUIRE(kv->PushPull(6, value, &value).ok());
+    REQUIRE(kv->WaitAll().ok());
+    for (int64_t i = 0; i < 40; ++i) REQUIRE(value.GetAsDouble(i) == expected);
+  }
+}
+
 }  // namespace
 }  // namespace kvstore::testing
