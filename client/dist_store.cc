@@ -113,8 +113,45 @@ absl::Status DistStore::Join() {
                    Partitioner::Create(view.servers_size(), view.big_value_bound()));
   partitioner_ = partitioner;
   if (view.chunk_bytes() > 0) chunk_bytes_ = view.chunk_bytes();
+  RETURN_IF_ERROR(WaitForServers());
   spdlog::debug("worker rank {} (node {}) joined a {} job of {} workers and {} servers", rank_,
                 node_id_, view.mode(), num_workers_, servers_.size());
+  return absl::OkStatus();
+}
+
+absl::Status DistStore::WaitForServers() {
+  // A server answers UNAVAILABLE until it has set itself up after the job assembled (and
+  // restored its checkpoint, with --restore): ask each one for nothing until it answers.
+  const absl::Time give_up = absl::Now() + options_.register_timeout;
+  proto::PullRequest empty;
+  empty.set_node_id(node_id_);
+  const grpc::ByteBuffer request = EncodeMessage(empty);
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    while (true) {
+      grpc::ClientContext context;
+      context.set_deadline(GrpcDeadline(std::min(give_up, absl::Now() + absl::Seconds(10))));
+      context.set_wait_for_ready(true);
+      grpc::ByteBuffer reply;
+      grpc::ByteBuffer copy = request;
+      absl::Notification done;
+      grpc::Status status;
+      servers_[s].stubs.front()->UnaryCall(&context, kPullMethod, grpc::StubOptions(), &copy,
+                                           &reply, [&](grpc::Status result) {
+                                             status = result;
+                                             done.Notify();
+                                           });
+      done.WaitForNotification();
+      if (status.ok()) break;
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE || absl::Now() >= give_up) {
+        return ServerError(static_cast<int>(s),
+                           absl::Status(FromGrpcStatus(status).code(),
+                                        absl::StrCat("not ready within ",
+                                                     absl::FormatDuration(options_.register_timeout),
+                                                     ": ", status.error_message())));
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -1,6 +1,7 @@
 // DistStore: the "dist_sync" / "dist_async" store - a worker of a distributed job.
 //
-// Connect registers with the scheduler and blocks until the job has assembled; the cluster view
+// Connect registers with the scheduler and blocks until the job has assembled and every server
+// serves (a restoring server first loads its checkpoint); the cluster view
 // gives the servers' addresses, the big-value bound and this worker's rank. Then:
 // - Init checks its arguments, records each key's dtype, shape and placement (every worker),
 //   sends rank 0's values to the servers that hold them, and ends with a barrier over the
@@ -144,6 +145,8 @@ class DistStore final : public KVStore {
   DistStore(std::string type, DistOptions options) : KVStore(std::move(type)),
                                                       options_(std::move(options)) {}
   absl::Status Join();
+  // WaitForServers returns once every server serves (bounded by register_timeout).
+  absl::Status WaitForServers();
 
   // Validation against the recorded keys (caller thread).
   absl::Status CheckKeyKind(const Key& key) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "client/gpu/staging.h"
 #include "client/key_groups.h"
 #include "common/reduce.h"
 #include "common/status_macros.h"
@@ -11,34 +12,22 @@
 #include "server/core/updater_state.h"
 
 namespace kvstore {
-namespace {
-
-// CUDA tensors are reduced on the GPU by the CUDA build; this store reduces on the CPU.
-absl::Status CheckOnCpu(const Key& key, const Tensor& tensor) {
-  if (!tensor.device().is_cpu()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "key ", key.Quoted(), ": tensor is on ", tensor.device().ToString(),
-        " but this store reduces on the CPU (no CUDA support in this build)"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckAllOnCpu(absl::Span<const Key> keys, absl::Span<const Tensor> values) {
-  for (size_t i = 0; i < keys.size(); ++i) RETURN_IF_ERROR(CheckOnCpu(keys[i], values[i]));
-  return absl::OkStatus();
-}
-
-absl::Status CheckAllOnCpu(absl::Span<const Key> keys, absl::Span<Tensor* const> outs) {
-  for (size_t i = 0; i < keys.size(); ++i) RETURN_IF_ERROR(CheckOnCpu(keys[i], *outs[i]));
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::StatusOr<std::vector<KeyValue>> LocalStore::Merge(absl::Span<const Key> keys,
                                                         absl::Span<const Tensor> values) {
-  RETURN_IF_ERROR(CheckAllOnCpu(keys, values));
   ASSIGN_OR_RETURN(std::vector<KeyGroup> groups, GroupByKey(keys, values));
+  // Values on GPUs: summed on the GPU and staged into pinned host memory once.
+  std::vector<bool> on_gpu(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    ASSIGN_OR_RETURN(on_gpu[g], gpu::AllOnGpu(groups[g].key, groups[g].values));
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (!on_gpu[g]) continue;
+    KeyGroup& group = groups[g];
+    Tensor& host = gpu_staging_[group.key];
+    RETURN_IF_ERROR(gpu::SumToHost(group.key, group.values, &gpu_scratch_[group.key], &host));
+    group.values = {host};
+  }
   std::vector<KeyValue> merged;
   merged.reserve(groups.size());
   if (compression_.enabled()) {
@@ -197,11 +186,44 @@ absl::Status LocalStore::DoSetGradientCompression(const CompressionParams& param
   return absl::OkStatus();
 }
 
+absl::Status LocalStore::StageOutputs(absl::Span<const Key> keys, absl::Span<Tensor* const> outs,
+                                      std::vector<Tensor*>* host_outs,
+                                      std::vector<std::pair<Key, Tensor*>>* copies) {
+  host_outs->assign(outs.begin(), outs.end());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    RETURN_IF_ERROR(gpu::CheckUsable(keys[i], *outs[i]));
+    if (outs[i]->device().is_cpu()) continue;
+    // One pinned buffer per key: the value is pulled into it once and copied to each device.
+    Tensor& host = gpu_staging_[keys[i]];
+    if (!host.defined() || host.dtype() != outs[i]->dtype() || host.shape() != outs[i]->shape()) {
+      ASSIGN_OR_RETURN(host, gpu::Pinned(outs[i]->dtype(), outs[i]->shape()));
+    }
+    (*host_outs)[i] = &host;
+    copies->emplace_back(keys[i], outs[i]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalStore::CopyStaged(const std::vector<std::pair<Key, Tensor*>>& copies) {
+  for (const auto& [key, out] : copies) {
+    RETURN_IF_ERROR(gpu::CopyTo(key, gpu_staging_.at(key), out));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status LocalStore::DoInit(absl::Span<const Key> keys, absl::Span<const Tensor> values) {
-  RETURN_IF_ERROR(CheckAllOnCpu(keys, values));
   std::vector<KeyValue> entries;
   entries.reserve(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) entries.push_back(KeyValue{keys[i], values[i]});
+  for (size_t i = 0; i < keys.size(); ++i) {
+    RETURN_IF_ERROR(gpu::CheckUsable(keys[i], values[i]));
+    if (values[i].device().is_cpu()) {
+      entries.push_back(KeyValue{keys[i], values[i]});
+      continue;
+    }
+    Tensor host = Tensor::Zeros(values[i].dtype(), values[i].shape());
+    RETURN_IF_ERROR(gpu::CopyTo(keys[i], values[i], &host));
+    entries.push_back(KeyValue{keys[i], host});
+  }
   absl::MutexLock lock(&mu_);
   return store_.Init(entries);
 }
@@ -215,17 +237,23 @@ absl::Status LocalStore::DoPush(absl::Span<const Key> keys, absl::Span<const Ten
 
 absl::Status LocalStore::DoPull(absl::Span<const Key> keys, absl::Span<Tensor* const> outs,
                                 int /*priority*/) {
-  RETURN_IF_ERROR(CheckAllOnCpu(keys, outs));
   absl::MutexLock lock(&mu_);
-  return store_.Pull(keys, outs);
+  std::vector<Tensor*> host_outs;
+  std::vector<std::pair<Key, Tensor*>> copies;
+  RETURN_IF_ERROR(StageOutputs(keys, outs, &host_outs, &copies));
+  RETURN_IF_ERROR(store_.Pull(keys, host_outs));
+  return CopyStaged(copies);
 }
 
 absl::Status LocalStore::DoPushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                                     absl::Span<Tensor* const> outs, int /*priority*/) {
-  RETURN_IF_ERROR(CheckAllOnCpu(keys, outs));
   absl::MutexLock lock(&mu_);
+  std::vector<Tensor*> host_outs;
+  std::vector<std::pair<Key, Tensor*>> copies;
+  RETURN_IF_ERROR(StageOutputs(keys, outs, &host_outs, &copies));
   ASSIGN_OR_RETURN(std::vector<KeyValue> merged, Merge(keys, values));
-  return store_.PushPull(merged, keys, outs);
+  RETURN_IF_ERROR(store_.PushPull(merged, keys, host_outs));
+  return CopyStaged(copies);
 }
 
 absl::Status LocalStore::Wait(absl::Span<const Key> /*keys*/) {

@@ -1,6 +1,7 @@
 // LocalStore: the in-process store behind the "local" and "device" types.
 //
-// It sums the values pushed to a key on the calling thread (reusing one merge buffer per key)
+// It sums the values pushed to a key on the calling thread (reusing one merge buffer per key;
+// values on GPUs are summed on the GPU and staged through pinned memory, client/gpu/staging.h)
 // - with gradient compression on, each device's float32 value is quantised with its own
 // residual and decoded before the sum, as MXNet's device store does - and hands the sums to a
 // ShardStore - the same engine a kvserver runs - which applies the
@@ -64,6 +65,15 @@ class LocalStore final : public KVStore {
                                               absl::Span<const Tensor> values)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // StageOutputs checks the outputs and replaces those on GPUs by a pinned host buffer per key;
+  // CopyStaged then copies each key's buffer to its GPU outputs.
+  absl::Status StageOutputs(absl::Span<const Key> keys, absl::Span<Tensor* const> outs,
+                            std::vector<Tensor*>* host_outs,
+                            std::vector<std::pair<Key, Tensor*>>* copies)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CopyStaged(const std::vector<std::pair<Key, Tensor*>>& copies)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // QuantizeAndSum quantises each float32 value of `group` with its device's residual and
   // returns the sum of the decoded values (in the key's merge buffer).
   Tensor QuantizeAndSum(const KeyGroup& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -72,6 +82,10 @@ class LocalStore final : public KVStore {
   ShardStore store_;
   // Per-key buffers for sums of several values, reused across pushes.
   absl::flat_hash_map<Key, Tensor> merge_buffers_ ABSL_GUARDED_BY(mu_);
+  // GPU values: per key, the device buffer of their sum and the pinned host buffer through
+  // which sums and pulled values pass.
+  absl::flat_hash_map<Key, Tensor> gpu_scratch_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Key, Tensor> gpu_staging_ ABSL_GUARDED_BY(mu_);
   CompressionParams compression_ ABSL_GUARDED_BY(mu_);
   // Per key, one residual per device (position among the key's values in a push).
   absl::flat_hash_map<Key, std::vector<Tensor>> residuals_ ABSL_GUARDED_BY(mu_);

@@ -287,6 +287,21 @@ std::string CopyToHost(int device, void* dst, const void* src, size_t bytes) {
   return "";
 }
 
+std::string Copy(void* dst, const void* src, size_t bytes) {
+  KV_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  return "";
+}
+
+std::string AllocHost(size_t bytes, void** out) {
+  KV_CUDA(cudaMallocHost(out, bytes));
+  return "";
+}
+
+std::string FreeHost(void* pointer) {
+  KV_CUDA(cudaFreeHost(pointer));
+  return "";
+}
+
 namespace {
 
 // TimeMedian runs `fn` (which enqueues on `stream`) once to warm up and `reps` times between

@@ -38,6 +38,12 @@ std::string Alloc(int device, size_t bytes, void** out);
 std::string Free(int device, void* pointer);
 std::string CopyToDevice(int device, void* dst, const void* src, size_t bytes);
 std::string CopyToHost(int device, void* dst, const void* src, size_t bytes);
+// Copy copies between any two of host memory and the devices' memory (unified addressing).
+std::string Copy(void* dst, const void* src, size_t bytes);
+// AllocHost / FreeHost: page-locked (pinned) host memory, which devices copy to and from at
+// full speed.
+std::string AllocHost(size_t bytes, void** out);
+std::string FreeHost(void* pointer);
 // CopyBandwidth measures device-to-device cudaMemcpy bandwidth on `device` (bytes read plus
 // written per second, the median of `reps` copies of `bytes`).
 std::string CopyBandwidth(int device, size_t bytes, int reps, double* gbps);

@@ -11,6 +11,9 @@ std::string Alloc(int, size_t, void**) { return kNoCuda; }
 std::string Free(int, void*) { return kNoCuda; }
 std::string CopyToDevice(int, void*, const void*, size_t) { return kNoCuda; }
 std::string CopyToHost(int, void*, const void*, size_t) { return kNoCuda; }
+std::string Copy(void*, const void*, size_t) { return kNoCuda; }
+std::string AllocHost(size_t, void**) { return kNoCuda; }
+std::string FreeHost(void*) { return kNoCuda; }
 std::string CopyBandwidth(int, size_t, int, double*) { return kNoCuda; }
 std::string SumSeconds(int, int, ElementType, int64_t, int, double*) { return kNoCuda; }
 std::string DeviceName(int, std::string*) { return kNoCuda; }

@@ -1,0 +1,111 @@
+#include "client/gpu/staging.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/gpu/cuda_reduce.h"
+#include "client/gpu/device_info.h"
+
+namespace kvstore::gpu {
+namespace {
+
+absl::Status CudaError(const Key& key, const std::string& what, const std::string& error) {
+  return absl::InternalError(absl::StrCat("key ", key.Quoted(), ": ", what, ": ", error));
+}
+
+}  // namespace
+
+absl::Status CheckUsable(const Key& key, const Tensor& tensor) {
+  if (tensor.device().is_cpu()) return absl::OkStatus();
+  std::string reason;
+  const int devices = CudaDeviceCount(&reason);
+  if (devices == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key ", key.Quoted(), ": tensor is on ", tensor.device().ToString(),
+        " but CUDA cannot be used here (", reason, ")"));
+  }
+  if (tensor.device().id < 0 || tensor.device().id >= devices) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key ", key.Quoted(), ": tensor is on ", tensor.device().ToString(), " but only ",
+        devices, " CUDA device(s) exist"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> AllOnGpu(const Key& key, absl::Span<const Tensor> tensors) {
+  size_t gpu = 0;
+  for (const Tensor& t : tensors) {
+    if (absl::Status s = CheckUsable(key, t); !s.ok()) return s;
+    if (!t.device().is_cpu()) ++gpu;
+  }
+  if (gpu != 0 && gpu != tensors.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key ", key.Quoted(), ": ", gpu, " of its ", tensors.size(),
+        " values are on GPUs and the others on the CPU; give them all on GPUs or all on the "
+        "CPU"));
+  }
+  return gpu != 0;
+}
+
+absl::StatusOr<Tensor> Pinned(DType dtype, const Shape& shape) {
+  const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+  void* data = nullptr;
+  if (std::string e = cuda::AllocHost(std::max<size_t>(bytes, 1), &data); !e.empty()) {
+    return absl::ResourceExhaustedError(absl::StrCat("pinned host memory of ", bytes, " bytes: ", e));
+  }
+  return Tensor::Adopt(data, dtype, shape, Device::CPU(), [data] { cuda::FreeHost(data); });
+}
+
+absl::Status SumToHost(const Key& key, absl::Span<const Tensor> values, Tensor* scratch,
+                       Tensor* host) {
+  const Tensor& first = values.front();
+  if (!host->defined() || host->dtype() != first.dtype() || host->shape() != first.shape()) {
+    absl::StatusOr<Tensor> pinned = Pinned(first.dtype(), first.shape());
+    if (!pinned.ok()) return pinned.status();
+    *host = *std::move(pinned);
+  }
+  const Tensor* sum = &first;
+  if (values.size() > 1) {
+    const int device = first.device().id;
+    if (!scratch->defined() || scratch->device() != first.device() ||
+        scratch->dtype() != first.dtype() || scratch->shape() != first.shape()) {
+      void* data = nullptr;
+      if (std::string e = cuda::Alloc(device, std::max<size_t>(first.byte_size(), 1), &data);
+          !e.empty()) {
+        return CudaError(key, "allocating the sum on " + first.device().ToString(), e);
+      }
+      *scratch = Tensor::Adopt(data, first.dtype(), first.shape(), first.device(),
+                               [device, data] { cuda::Free(device, data); });
+    }
+    std::vector<cuda::Buffer> inputs;
+    for (const Tensor& v : values) inputs.push_back(cuda::Buffer{v.data(), v.device().id});
+    if (std::string e = cuda::Sum(inputs.data(), static_cast<int>(inputs.size()),
+                                  cuda::Buffer{scratch->data(), device},
+                                  static_cast<cuda::ElementType>(first.dtype()),
+                                  first.num_elements());
+        !e.empty()) {
+      return CudaError(key, "summing on " + first.device().ToString(), e);
+    }
+    sum = scratch;
+  }
+  if (std::string e = cuda::Copy(host->data(), sum->data(), sum->byte_size()); !e.empty()) {
+    return CudaError(key, "copying the sum to host memory", e);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CopyTo(const Key& key, const Tensor& src, Tensor* dst) {
+  if (src.byte_size() != dst->byte_size() || src.dtype() != dst->dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat("key ", key.Quoted(), ": cannot copy ",
+                                                   src.Description(), " into ",
+                                                   dst->Description()));
+  }
+  if (src.data() == dst->data() || src.byte_size() == 0) return absl::OkStatus();
+  if (std::string e = cuda::Copy(dst->data(), src.data(), src.byte_size()); !e.empty()) {
+    return CudaError(key, "copying to " + dst->device().ToString(), e);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvstore::gpu

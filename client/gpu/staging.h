@@ -1,0 +1,45 @@
+// The GPU side of the stores: CUDA tensors reduced on the GPU and staged through pinned host
+// memory once (client/gpu/cuda_reduce.h does the CUDA work).
+//
+// A store keeps values in host memory (in process, or on its servers). With values on GPUs:
+// - Push: the values of a key are summed on the GPU of the first one (others are read by peer
+//   access or staged, see cuda_reduce.h), and the sum is copied once into a pinned host buffer
+//   that the store then merges or sends;
+// - Pull: the value is received once into a pinned host buffer and copied to every output's
+//   device.
+// Without CUDA (not built, no driver or no device) every entry point returns FailedPrecondition
+// naming the key and the tensor, as CUDA tensors did before.
+#ifndef KVSTORE_CLIENT_GPU_STAGING_H_
+#define KVSTORE_CLIENT_GPU_STAGING_H_
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/key.h"
+#include "common/tensor.h"
+
+namespace kvstore::gpu {
+
+// CheckUsable returns OK for a CPU tensor, or for a CUDA tensor when CUDA is usable and its
+// device exists; FailedPrecondition naming the key and the device otherwise.
+absl::Status CheckUsable(const Key& key, const Tensor& tensor);
+
+// AllOnGpu is true when every tensor is on a CUDA device; InvalidArgument naming the key when
+// CPU and CUDA tensors are mixed for one key.
+absl::StatusOr<bool> AllOnGpu(const Key& key, absl::Span<const Tensor> tensors);
+
+// PinnedLike returns a pinned host tensor of `dtype` and `shape`.
+absl::StatusOr<Tensor> Pinned(DType dtype, const Shape& shape);
+
+// SumToHost sums the CUDA tensors `values` on the first one's device (in `*scratch`, a device
+// buffer kept for the next call) and copies the sum into `*host` (a pinned buffer, allocated
+// when undefined or of another layout).
+absl::Status SumToHost(const Key& key, absl::Span<const Tensor> values, Tensor* scratch,
+                       Tensor* host);
+
+// CopyTo copies `src` (host or device) into `*dst` (host or device) of the same layout.
+absl::Status CopyTo(const Key& key, const Tensor& src, Tensor* dst);
+
+}  // namespace kvstore::gpu
+
+#endif  // KVSTORE_CLIENT_GPU_STAGING_H_
