@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "client/gpu/staging.h"
 #include "client/key_groups.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
@@ -36,12 +37,6 @@ constexpr int kCheckpointCommand = 4;
 constexpr int kSaveStatesCommand = 5;
 constexpr int kLoadStatesCommand = 6;
 
-absl::Status CheckOnCpu(const Key& key, const Tensor& tensor) {
-  if (tensor.device().is_cpu()) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "key ", key.Quoted(), ": tensor is on ", tensor.device().ToString(),
-      " but this store sends from CPU memory (no CUDA support in this build)"));
-}
 
 void FillHeader(const Key& key, DType dtype, const Shape& shape, const Slice& slice,
                 proto::TensorHeader* header) {
@@ -81,7 +76,8 @@ absl::Status DistStore::Join() {
   request.set_role(proto::WORKER);
   request.set_requested_rank(options_.requested_rank);
   request.set_hostname(LocalHostname());
-  request.set_mode(type());
+  // dist_sync_device (MXNet's alias dist_device_sync) is dist_sync with values on GPUs.
+  request.set_mode(type() == "dist_async" ? "dist_async" : "dist_sync");
   proto::RegisterResponse reply;
   grpc::ClientContext context;
   context.set_deadline(GrpcDeadline(absl::Now() + options_.register_timeout));
@@ -232,14 +228,22 @@ absl::StatusOr<std::vector<DistStore::KeyWork>> DistStore::Plan(
     if (inserted) work.push_back(KeyWork{key, info, {}, {}});
     KeyWork& entry = work[it->second];
     if (!values.empty()) {
-      RETURN_IF_ERROR(CheckOnCpu(key, values[i]));
       RETURN_IF_ERROR(CheckValueMatches(key, "pushed", values[i], spec));
       entry.values.push_back(values[i]);
     }
     if (!outs.empty()) {
-      RETURN_IF_ERROR(CheckOnCpu(key, *outs[i]));
+      RETURN_IF_ERROR(gpu::CheckUsable(key, *outs[i]));
       RETURN_IF_ERROR(CheckValueMatches(key, "output", *outs[i], spec));
       entry.outs.push_back(outs[i]);
+      // Outputs on GPUs: the value is received into the key's pinned buffer and copied to
+      // every output when the operation completes.
+      if (!outs[i]->device().is_cpu()) entry.via_host = true;
+    }
+  }
+  // The values of one key are all on GPUs (summed there) or all on the CPU.
+  for (const KeyWork& entry : work) {
+    if (!entry.values.empty()) {
+      RETURN_IF_ERROR(gpu::AllOnGpu(entry.key, entry.values).status());
     }
   }
   return work;
@@ -256,7 +260,7 @@ absl::Status DistStore::DoInit(absl::Span<const Key> keys, absl::Span<const Tens
     absl::flat_hash_set<Key> seen;
     for (size_t i = 0; i < keys.size(); ++i) {
       const Key& key = keys[i];
-      RETURN_IF_ERROR(CheckOnCpu(key, values[i]));
+      RETURN_IF_ERROR(gpu::CheckUsable(key, values[i]));
       RETURN_IF_ERROR(CheckKeyKind(key));
       if (key.is_int() != keys.front().is_int()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -281,7 +285,12 @@ absl::Status DistStore::DoInit(absl::Span<const Key> keys, absl::Span<const Tens
           info->alone.push_back(chunks.size() > 1);
         }
       }
-      work.push_back(KeyWork{key, std::move(info), {values[i]}, {}});
+      Tensor value = values[i];
+      if (!value.device().is_cpu()) {
+        value = Tensor::Zeros(value.dtype(), value.shape());
+        RETURN_IF_ERROR(gpu::CopyTo(key, values[i], &value));
+      }
+      work.push_back(KeyWork{key, std::move(info), {value}, {}});
     }
   }
   absl::Status status;
@@ -550,12 +559,38 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work,
   state->done = std::move(done);
   const bool sends = kind != Kind::kPull;
   const bool receives = kind == Kind::kPull || kind == Kind::kPushPull;
+  if (receives) {
+    for (KeyWork& entry : state->work) {
+      if (!entry.via_host) continue;
+      Tensor& staging = entry.info->pull_staging;
+      if (!staging.defined()) {
+        absl::StatusOr<Tensor> pinned = gpu::Pinned(entry.info->dtype, entry.info->shape);
+        if (!pinned.ok()) {
+          state->done(pinned.status());
+          return;
+        }
+        staging = *std::move(pinned);
+      }
+    }
+  }
 
   // The value each key sends: the one pushed, or the sum of several (in the reused buffer).
   std::vector<Tensor> sent(state->work.size());
   if (sends) {
     for (size_t i = 0; i < state->work.size(); ++i) {
       KeyWork& entry = state->work[i];
+      if (!entry.values.front().device().is_cpu()) {
+        // Summed on the GPU, staged into pinned host memory once.
+        const absl::Status status = gpu::SumToHost(entry.key, entry.values,
+                                                   &entry.info->gpu_scratch,
+                                                   &entry.info->gpu_staging);
+        if (!status.ok()) {
+          state->done(status);
+          return;
+        }
+        sent[i] = entry.info->gpu_staging;
+        continue;
+      }
       if (entry.values.size() == 1) {
         sent[i] = entry.values[0];
         continue;
@@ -710,7 +745,7 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work,
              for (size_t t = 0; status.ok() && t < targets.size(); ++t) {
                const proto::TensorHeader& got = header.tensors(static_cast<int>(t));
                KeyWork& entry = state->work[targets[t].work_index];
-               Tensor* out = entry.outs.front();
+               Tensor* out = entry.via_host ? &entry.info->pull_staging : entry.outs.front();
                const size_t element = DTypeSize(entry.info->dtype);
                const Slice& chunk = targets[t].chunk;
                const size_t bytes = static_cast<size_t>(chunk.count) * element;
@@ -740,8 +775,17 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work,
            if (next) next();
            if (!last) return;
            if (state->error.ok() && receives) {
-             // One key pulled into several outputs: copy the first into the others.
+             // One key pulled into several outputs: copy the first into the others; with
+             // outputs on GPUs, copy the pinned buffer into every output.
              for (KeyWork& entry : state->work) {
+               if (entry.via_host) {
+                 for (Tensor* out : entry.outs) {
+                   const absl::Status copied =
+                       gpu::CopyTo(entry.key, entry.info->pull_staging, out);
+                   if (!copied.ok() && state->error.ok()) state->error = copied;
+                 }
+                 continue;
+               }
                for (size_t o = 1; o < entry.outs.size(); ++o) {
                  if (entry.outs[o]->data() == entry.outs[0]->data()) continue;
                  const absl::Status copied = CopyInto(*entry.outs[0], entry.outs[o]);

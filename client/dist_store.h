@@ -119,6 +119,11 @@ class DistStore final : public KVStore {
     Tensor residual;
     CompressionParams residual_params;
     Tensor codes;
+    // Values on GPUs: the device buffer of their sum, and pinned host buffers for the sum
+    // sent and the value pulled.
+    Tensor gpu_scratch;
+    Tensor gpu_staging;
+    Tensor pull_staging;
   };
   using OpDone = std::function<void(absl::Status)>;
   enum class Kind { kInit, kPush, kPull, kPushPull, kRowSparsePush, kRowSparsePull };
@@ -132,6 +137,8 @@ class DistStore final : public KVStore {
     std::vector<RowSparse> sparse_values;
     std::vector<RowSparse*> sparse_outs;
     std::vector<std::vector<int64_t>> sparse_rows;
+    // Some output is on a GPU: receive into info->pull_staging, then copy to every output.
+    bool via_host = false;
   };
   struct Op {
     int priority = 0;

@@ -58,7 +58,8 @@ absl::StatusOr<DistOptions> DistOptions::FromEnvironment() {
 }
 
 absl::StatusOr<std::unique_ptr<KVStore>> KVStore::Create(absl::string_view type) {
-  if (type == "dist_sync" || type == "dist_async") {
+  if (type == "dist_sync" || type == "dist_async" || type == "dist_sync_device" ||
+      type == "dist_device_sync") {
     absl::StatusOr<DistOptions> options = DistOptions::FromEnvironment();
     if (!options.ok()) return options.status();
     return Create(type, *options);
@@ -72,7 +73,8 @@ absl::StatusOr<std::unique_ptr<KVStore>> KVStore::Create(absl::string_view type,
       type == "device" || type == "local_allreduce_device") {
     return std::unique_ptr<KVStore>(new LocalStore(std::string(type)));
   }
-  if (type == "dist_sync" || type == "dist_async") {
+  if (type == "dist_sync" || type == "dist_async" || type == "dist_sync_device" ||
+      type == "dist_device_sync") {
     absl::StatusOr<std::unique_ptr<DistStore>> store =
         DistStore::Connect(std::string(type), options);
     if (!store.ok()) return store.status();
@@ -80,7 +82,8 @@ absl::StatusOr<std::unique_ptr<KVStore>> KVStore::Create(absl::string_view type,
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown KVStore type \"", type,
-      "\"; supported: local, device, dist_sync, dist_async (and MXNet's local_update_cpu, "
+      "\"; supported: local, device, dist_sync, dist_sync_device, dist_async (and MXNet's "
+      "local_update_cpu, dist_device_sync, "
       "local_allreduce_cpu, local_allreduce_device)"));
 }
 

@@ -23,12 +23,19 @@
 //   keys mixed; wrong number of values or outputs), FailedPrecondition (a CUDA tensor where this
 //   build or machine has no CUDA).
 //
+// Values may live on GPUs (Device::CUDA(i), or DLPack kDLCUDA): the values pushed to a key are
+// then summed on the GPU (across GPUs by peer access or staging) and the sum crosses to host
+// memory once, through a pinned buffer; a pull arrives once in a pinned buffer and is copied to
+// every output's GPU (client/gpu/staging.h). The values of one key in one push are all on GPUs
+// or all on the CPU.
+//
 // Store types: "local" and "device" run in this process with no servers (MXNet's aliases
 // "local_update_cpu", "local_allreduce_cpu" and "local_allreduce_device" are accepted).
 // In-process stores finish each operation before the call returns, so Wait/WaitAll return at
 // once; programs written against the asynchronous contract (Wait before reading an output) stay
 // correct for every store type. "dist_sync" and "dist_async" talk to a scheduler and kvservers
-// over gRPC: Push, Pull and PushPull check their arguments, enqueue and return; errors found by
+// over gRPC ("dist_sync_device", MXNet's alias "dist_device_sync", is dist_sync for values on
+// GPUs - every store type takes them): Push, Pull and PushPull check their arguments, enqueue and return; errors found by
 // the servers are returned by Wait / WaitAll. In dist_sync a server applies one update per
 // round to the sum of every worker's push; in dist_async it applies each push as it arrives.
 // Every worker calls Init with the same keys; rank 0's values are stored.

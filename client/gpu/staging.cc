@@ -1,5 +1,6 @@
 #include "client/gpu/staging.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 

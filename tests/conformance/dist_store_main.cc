@@ -11,6 +11,14 @@
 namespace kvstore::testing {
 namespace {
 
+// The same suite runs as "dist_sync_device" (CPU values; its GPU path needs a GPU) when built
+// with KVSTORE_DIST_DEVICE.
+#ifdef KVSTORE_DIST_DEVICE
+constexpr char kType[] = "dist_sync_device";
+#else
+constexpr char kType[] = "dist_sync";
+#endif
+
 struct Cluster {
   std::unique_ptr<SchedulerDaemon> scheduler;
   std::vector<std::unique_ptr<KVServerDaemon>> servers;
@@ -44,14 +52,14 @@ absl::StatusOr<std::unique_ptr<KVStore>> NewJob() {
   options.register_timeout = absl::Seconds(30);
   options.rpc_timeout = absl::Seconds(30);
   options.barrier_timeout = absl::Seconds(30);
-  return KVStore::Create("dist_sync", options);
+  return KVStore::Create(kType, options);
 }
 
 }  // namespace
 
 const StoreUnderTest& GetStoreUnderTest() {
   static const StoreUnderTest* store =
-      new StoreUnderTest{"dist_sync", /*function_updater=*/false, NewJob};
+      new StoreUnderTest{kType, /*function_updater=*/false, NewJob};
   return *store;
 }
 
