@@ -341,6 +341,15 @@ TEST_CASE("Cluster: kvctl status, command fan-out and shutdown", "[cluster][kvct
   REQUIRE(code == 0);
   REQUIRE(replies.find("server 0: server 0: hello") != std::string::npos);
   REQUIRE(replies.find("server 1: server 1: hello") != std::string::npos);
+  const std::string dir = absl::StrCat(TempDir(), "/kvctl-ckpt-", getpid());
+  const std::string written = cluster.Kvctl({"checkpoint", dir}, &code);
+  INFO(written);
+  REQUIRE(code == 0);
+  for (int s = 0; s < 2; ++s) {
+    const std::string path = absl::StrCat(dir, "/server-", s, ".ckpt");
+    REQUIRE(written.find(absl::StrCat("server ", s, ": ", path)) != std::string::npos);
+    REQUIRE(ReadFile(path).rfind(std::string("KVSTATE\0", 8), 0) == 0);
+  }
   const std::string bad = cluster.Kvctl({"command", "9", "x"}, &code);
   REQUIRE(code == 1);
   REQUIRE(bad.find("no controller for command head 9") != std::string::npos);
