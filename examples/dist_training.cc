@@ -40,9 +40,14 @@ absl::Status Run() {
 
   if (rank == 0) {
     // Before Init: Init ends with a barrier, so no worker pushes before the optimizer is set.
-    RETURN_IF_ERROR(kv->SendCommandToServers(
-        0, absl::StrFormat("sgd lr=%g momentum=%g rescale_grad=%.17g", kLearningRate, kMomentum,
-                           1.0 / workers)));
+    // The servers run SGD with momentum on the sum of the workers' gradients (a typed
+    // configuration; nothing but data crosses the wire).
+    OptimizerConfig sgd;
+    sgd.name = "sgd";
+    sgd.learning_rate = kLearningRate;
+    sgd.momentum = kMomentum;
+    sgd.rescale_grad = 1.0 / workers;
+    RETURN_IF_ERROR(kv->SetOptimizer(sgd));
   }
   const std::vector<Key> keys = {"weight", "bias"};
   RETURN_IF_ERROR(kv->Init(keys, {Tensor::Zeros(DType::kFloat32, {kFeatures}),
