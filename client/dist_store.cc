@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/gpu/staging.h"
 #include "client/key_groups.h"
@@ -315,6 +316,7 @@ absl::Status DistStore::DoInit(absl::Span<const Key> keys, absl::Span<const Tens
 
 absl::Status DistStore::DoPush(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                                int priority) {
+  if (TryGroup(Kind::kPush, keys, values, {}, priority)) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::vector<KeyWork> work, Plan(keys, values, {}));
   Enqueue(priority, std::move(work), Kind::kPush);
   return absl::OkStatus();
@@ -322,6 +324,7 @@ absl::Status DistStore::DoPush(absl::Span<const Key> keys, absl::Span<const Tens
 
 absl::Status DistStore::DoPull(absl::Span<const Key> keys, absl::Span<Tensor* const> outs,
                                int priority) {
+  if (TryGroup(Kind::kPull, keys, {}, outs, priority)) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::vector<KeyWork> work, Plan(keys, {}, outs));
   Enqueue(priority, std::move(work), Kind::kPull);
   return absl::OkStatus();
@@ -333,6 +336,7 @@ absl::Status DistStore::DoPushPull(absl::Span<const Key> keys, absl::Span<const 
     return absl::InvalidArgumentError(absl::StrCat("pushpull of ", values.size(),
                                                    " values into ", outs.size(), " outputs"));
   }
+  if (TryGroup(Kind::kPushPull, keys, values, outs, priority)) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::vector<KeyWork> work, Plan(keys, values, outs));
   Enqueue(priority, std::move(work), Kind::kPushPull);
   return absl::OkStatus();
@@ -397,25 +401,43 @@ absl::Status DistStore::DoRowSparsePull(absl::Span<const Key> keys,
 // The queue
 
 void DistStore::Enqueue(int priority, std::vector<KeyWork> work, Kind kind) {
-  absl::MutexLock lock(&mu_);
-  const uint64_t seq = next_seq_++;
   Op op;
   op.priority = priority;
   op.kind = kind;
-  if (kind == Kind::kPush || kind == Kind::kPushPull) op.compression = compression_;
   for (const KeyWork& entry : work) {
     op.keys.push_back(entry.key);
     op.bytes += entry.info->bytes;
-    unfinished_[entry.key].push_back(seq);
   }
   op.work = std::move(work);
+  EnqueueOp(std::move(op));
+}
+
+void DistStore::EnqueueOp(Op op) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t seq = next_seq_++;
+  if (op.kind == Kind::kPush || op.kind == Kind::kPushPull) op.compression = compression_;
+  for (const Key& key : op.keys) unfinished_[key].push_back(seq);
+  if (op.group != nullptr) group_ops_.emplace(seq, op.group);
+  live_.insert(seq);
   queued_.emplace(seq, std::move(op));
   changed_.SignalAll();
 }
 
+bool DistStore::InGroupBefore(uint64_t seq, const Key& key) const {
+  for (const auto& [group_seq, group] : group_ops_) {
+    if (group_seq >= seq) break;
+    if (group->members.contains(key)) return true;
+  }
+  return false;
+}
+
 bool DistStore::Ready(uint64_t seq, const Op& op) const {
+  // A key-group operation waits for every earlier operation (checking its members one by one
+  // against the queue would cost what the group saves).
+  if (op.group != nullptr) return *live_.begin() == seq;
   for (const Key& key : op.keys) {
     if (unfinished_.at(key).front() != seq) return false;
+    if (!group_ops_.empty() && InGroupBefore(seq, key)) return false;
   }
   return true;
 }
@@ -444,6 +466,17 @@ void DistStore::Dispatch() {
     const int priority = best->second.priority;
     const CompressionParams compression = best->second.compression;
     int64_t bytes = best->second.bytes;
+    if (best->second.group != nullptr) {
+      Op op = std::move(best->second);
+      const uint64_t seq = best->first;
+      queued_.erase(best);
+      ++inflight_;
+      mu_.Unlock();
+      TransferGroup(kind, std::move(op.group), std::move(op.packed), std::move(op.group_outs),
+                    [this, seq](absl::Status status) { Complete(seq, {}, status); });
+      mu_.Lock();
+      continue;
+    }
     std::vector<KeyWork> work = std::move(best->second.work);
     fused.emplace_back(best->first, std::move(best->second.keys));
     queued_.erase(best);
@@ -451,7 +484,7 @@ void DistStore::Dispatch() {
     if (dense && bytes < options_.fusion_bytes) {
       for (auto it = queued_.begin(); it != queued_.end();) {
         Op& other = it->second;
-        if (other.kind != kind || other.priority != priority ||
+        if (other.kind != kind || other.priority != priority || other.group != nullptr ||
             other.compression != compression ||
             bytes + other.bytes > options_.fusion_bytes || !Ready(it->first, other)) {
           ++it;
@@ -481,6 +514,11 @@ void DistStore::Dispatch() {
 void DistStore::Complete(uint64_t seq, const std::vector<Key>& keys, const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   --inflight_;
+  live_.erase(seq);
+  if (auto it = group_ops_.find(seq); it != group_ops_.end()) {
+    if (!status.ok()) group_errors_.emplace_back(it->second, status);
+    group_ops_.erase(it);
+  }
   for (const Key& key : keys) {
     auto it = unfinished_.find(key);
     if (it != unfinished_.end()) {
@@ -498,6 +536,7 @@ absl::Status DistStore::Wait(absl::Span<const Key> keys) {
   auto busy = [&] {
     for (const Key& key : keys) {
       if (unfinished_.contains(key)) return true;
+      if (!group_ops_.empty() && InGroupBefore(next_seq_, key)) return true;
     }
     return false;
   };
@@ -509,17 +548,32 @@ absl::Status DistStore::Wait(absl::Span<const Key> keys) {
     if (first.ok()) first = it->second;
     key_errors_.erase(it);
   }
+  for (auto it = group_errors_.begin(); it != group_errors_.end();) {
+    const bool member = std::any_of(keys.begin(), keys.end(), [&](const Key& key) {
+      return it->first->members.contains(key);
+    });
+    if (!member) {
+      ++it;
+      continue;
+    }
+    if (first.ok()) first = it->second;
+    it = group_errors_.erase(it);
+  }
   return first;
 }
 
 absl::Status DistStore::WaitAll() {
   absl::MutexLock lock(&mu_);
-  while (!unfinished_.empty() || inflight_ > 0) changed_.Wait(&mu_);
+  while (!live_.empty() || inflight_ > 0) changed_.Wait(&mu_);
   absl::Status first;
   for (const auto& [key, status] : key_errors_) {
     if (first.ok()) first = status;
   }
+  for (const auto& [group, status] : group_errors_) {
+    if (first.ok()) first = status;
+  }
   key_errors_.clear();
+  group_errors_.clear();
   return first;
 }
 
@@ -962,6 +1016,293 @@ void DistStore::TransferRowSparse(Kind kind, std::vector<KeyWork> work, OpDone d
            if (last) state->done(state->error);
          });
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Key groups
+
+namespace {
+
+// A member of a key group travels whole in its server's packed array; bigger values take the
+// per-key path, which cuts them into chunks.
+constexpr int64_t kGroupMemberMaxBytes = 64 << 10;
+// A group's packed arrays together stay under this (one gRPC message per part).
+constexpr int64_t kGroupMaxBytes = 256 << 20;
+// Groups remembered per store; servers keep more (ServerEngine::kMaxGroupsPerNode), so a
+// group still in this cache is still registered.
+constexpr size_t kMaxGroups = 64;
+
+uint64_t Fingerprint(absl::Span<const Key> keys) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ keys.size();
+  for (const Key& key : keys) {
+    const uint64_t v = key.is_int() ? static_cast<uint64_t>(key.int_key())
+                                    : absl::Hash<std::string>()(key.str_key());
+    h = (h ^ v) * 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  return h;
+}
+
+}  // namespace
+
+std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> keys,
+                                                         bool pushes) {
+  if (options_.group_min_keys <= 0 || keys.size() < static_cast<size_t>(options_.group_min_keys)) {
+    return nullptr;
+  }
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (pushes && compression_.enabled()) return nullptr;
+    if (job_over_) return nullptr;
+  }
+  const uint64_t fingerprint = Fingerprint(keys);
+  {
+    absl::MutexLock lock(&groups_mu_);
+    auto it = groups_.find(fingerprint);
+    if (it != groups_.end()) {
+      const std::shared_ptr<GroupPlan>& group = it->second;
+      if (group != nullptr && std::equal(keys.begin(), keys.end(), group->keys.begin(),
+                                         group->keys.end())) {
+        return group;
+      }
+      return nullptr;  // A list that cannot form a group, or another list with the same print.
+    }
+  }
+  auto group = std::make_shared<GroupPlan>();
+  group->keys.assign(keys.begin(), keys.end());
+  group->infos.reserve(keys.size());
+  group->members.reserve(keys.size());
+  bool eligible = true;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    for (const Key& key : keys) {
+      if (!CheckKeyKind(key).ok()) return nullptr;  // The per-key path reports it.
+      auto it = keys_.find(key);
+      if (it == keys_.end()) return nullptr;
+      const KeyInfo& info = *it->second;
+      group->infos.push_back(&info);
+      group->bytes += info.bytes;
+      if (!group->members.insert(key).second || info.chunks.size() != 1 || info.alone[0] ||
+          info.bytes > kGroupMemberMaxBytes) {
+        eligible = false;
+      }
+    }
+  }
+  if (group->bytes > kGroupMaxBytes) eligible = false;
+  if (eligible) {
+    std::vector<int> part_index(servers_.size(), -1);
+    group->part_of.resize(keys.size());
+    group->offset_of.resize(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const int server = group->infos[i]->chunks[0].server;
+      if (part_index[server] < 0) {
+        part_index[server] = static_cast<int>(group->parts.size());
+        group->parts.emplace_back().server = server;
+        group->parts.back().offsets.push_back(0);
+      }
+      GroupPlan::Part& part = group->parts[part_index[server]];
+      group->part_of[i] = static_cast<uint32_t>(part_index[server]);
+      group->offset_of[i] = part.offsets.back();
+      part.members.push_back(static_cast<uint32_t>(i));
+      part.offsets.push_back(part.offsets.back() + static_cast<size_t>(group->infos[i]->bytes));
+    }
+    group->registered = std::make_unique<std::atomic<bool>[]>(group->parts.size());
+    for (size_t p = 0; p < group->parts.size(); ++p) group->registered[p] = false;
+  }
+  absl::MutexLock lock(&groups_mu_);
+  if (groups_.size() >= kMaxGroups) groups_.erase(groups_.begin());
+  if (!eligible) {
+    groups_[fingerprint] = nullptr;
+    return nullptr;
+  }
+  group->id = next_group_id_++;
+  group->members.clear();  // Rebuilt below: only groups in use need it.
+  for (const Key& key : group->keys) group->members.insert(key);
+  groups_[fingerprint] = group;
+  return group;
+}
+
+bool DistStore::PackGroup(GroupPlan& group, absl::Span<const Tensor> values,
+                          std::vector<Tensor>* packed) {
+  {
+    absl::MutexLock lock(&group.spare_mu);
+    while (!group.spare.empty() && packed->empty()) {
+      std::vector<Tensor> candidate = std::move(group.spare.back());
+      group.spare.pop_back();
+      if (std::none_of(candidate.begin(), candidate.end(),
+                       [](const Tensor& t) { return t.shared(); })) {
+        *packed = std::move(candidate);
+      }
+    }
+  }
+  if (packed->empty()) {
+    for (const GroupPlan::Part& part : group.parts) {
+      const int64_t words = static_cast<int64_t>((part.offsets.back() + 3) / 4);
+      packed->push_back(Tensor::Zeros(DType::kInt32, {std::max<int64_t>(words, 1)}));
+    }
+  }
+  std::vector<uint8_t*> bases;
+  for (Tensor& t : *packed) bases.push_back(static_cast<uint8_t*>(t.data()));
+  for (size_t i = 0; i < values.size(); ++i) {
+    const Tensor& value = values[i];
+    const KeyInfo& info = *group.infos[i];
+    if (!value.device().is_cpu() || value.dtype() != info.dtype || value.shape() != info.shape) {
+      return false;
+    }
+    std::memcpy(bases[group.part_of[i]] + group.offset_of[i], value.data(),
+                static_cast<size_t>(info.bytes));
+  }
+  return true;
+}
+
+bool DistStore::CheckGroupOutputs(const GroupPlan& group, absl::Span<Tensor* const> outs) {
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const Tensor& out = *outs[i];
+    const KeyInfo& info = *group.infos[i];
+    if (!out.device().is_cpu() || out.dtype() != info.dtype || out.shape() != info.shape) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool DistStore::TryGroup(Kind kind, absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                         absl::Span<Tensor* const> outs, int priority) {
+  const bool pushes = kind != Kind::kPull;
+  std::shared_ptr<GroupPlan> group = GroupFor(keys, pushes);
+  if (group == nullptr) return false;
+  Op op;
+  op.priority = priority;
+  op.kind = kind;
+  op.bytes = group->bytes;
+  if (pushes && !PackGroup(*group, values, &op.packed)) return false;
+  if (kind != Kind::kPush) {
+    if (!CheckGroupOutputs(*group, outs)) return false;
+    op.group_outs.assign(outs.begin(), outs.end());
+  }
+  op.group = std::move(group);
+  EnqueueOp(std::move(op));
+  return true;
+}
+
+void DistStore::TransferGroup(Kind kind, std::shared_ptr<GroupPlan> group,
+                              std::vector<Tensor> packed, std::vector<Tensor*> outs,
+                              OpDone done) {
+  struct State {
+    absl::Mutex mu;
+    size_t remaining = 0;
+    absl::Status error;
+    std::shared_ptr<GroupPlan> group;
+    std::vector<Tensor> packed;
+    std::vector<Tensor*> outs;
+    OpDone done;
+  };
+  auto state = std::make_shared<State>();
+  state->remaining = group->parts.size();
+  state->group = std::move(group);
+  state->packed = std::move(packed);
+  state->outs = std::move(outs);
+  state->done = std::move(done);
+  const GroupPlan& g = *state->group;
+  if (g.parts.empty()) {
+    state->done(absl::OkStatus());
+    return;
+  }
+  const bool sends = kind != Kind::kPull;
+  const bool receives = kind != Kind::kPush;
+  const char* method = kind == Kind::kPush   ? kPushMethod
+                       : kind == Kind::kPull ? kPullMethod
+                                             : kPushPullMethod;
+  const uint64_t request_id = sends ? next_request_id_.fetch_add(g.parts.size()) : 0;
+  // Frame builds part p's request, listing the members when the server may not have them.
+  auto frame = [this, state, kind, sends, request_id](size_t p, bool list) {
+    const GroupPlan& g = *state->group;
+    const GroupPlan::Part& part = g.parts[p];
+    auto fill = [&](auto message) -> absl::StatusOr<grpc::ByteBuffer> {
+      message.set_node_id(node_id_);
+      message.set_group_id(g.id);
+      if constexpr (!std::is_same_v<decltype(message), proto::PullRequest>) {
+        message.set_request_id(request_id + p);
+      }
+      if (list) {
+        message.mutable_tensors()->Reserve(static_cast<int>(part.members.size()));
+        for (uint32_t m : part.members) {
+          const KeyInfo& info = *g.infos[m];
+          FillHeader(g.keys[m], info.dtype, info.shape, info.chunks[0], message.add_tensors());
+        }
+      }
+      if (!sends) return EncodeMessage(message);
+      const PayloadPart payload{state->packed[p], 0, part.offsets.back()};
+      return EncodeFrame(message, absl::MakeConstSpan(&payload, 1));
+    };
+    switch (kind) {
+      case Kind::kPush: return fill(proto::PushRequest());
+      case Kind::kPull: return fill(proto::PullRequest());
+      default: return fill(proto::PushPullRequest());
+    }
+  };
+  auto finish = [state](absl::Status status) {
+    bool last;
+    {
+      absl::MutexLock lock(&state->mu);
+      if (!status.ok() && state->error.ok()) state->error = status;
+      last = --state->remaining == 0;
+    }
+    if (!last) return;
+    if (!state->packed.empty()) {
+      absl::MutexLock lock(&state->group->spare_mu);
+      if (state->group->spare.size() < 2) state->group->spare.push_back(std::move(state->packed));
+    }
+    state->done(state->error);
+  };
+  // Send sends part p; a server that does not know the group gets the member list once more.
+  auto send = std::make_shared<std::function<void(size_t, bool)>>();
+  *send = [this, state, frame, finish, receives, method, send_weak = std::weak_ptr(send)](
+              size_t p, bool retried) {
+    const GroupPlan& g = *state->group;
+    const bool list = !g.registered[p].load();
+    absl::StatusOr<grpc::ByteBuffer> request = frame(p, list);
+    if (!request.ok()) {
+      finish(request.status());
+      return;
+    }
+    const int s = g.parts[p].server;
+    Call(s, method, std::make_shared<grpc::ByteBuffer>(*std::move(request)),
+         [this, state, finish, receives, p, s, list, retried, send = send_weak.lock()](
+             absl::Status status, grpc::ByteBuffer* reply) {
+           const GroupPlan& g = *state->group;
+           if (status.code() == absl::StatusCode::kFailedPrecondition && !list && !retried &&
+               absl::StrContains(status.message(), "no key group")) {
+             g.registered[p] = false;  // The server lost it (it restarted): list it again.
+             (*send)(p, true);
+             return;
+           }
+           if (status.ok() && list) g.registered[p] = true;
+           if (status.ok() && receives) {
+             proto::PullResponse header;
+             absl::StatusOr<Payload> payload = DecodeFrame(*reply, &header);
+             status = payload.status();
+             const GroupPlan::Part& part = g.parts[p];
+             if (status.ok() && payload->size() != part.offsets.back()) {
+               status = absl::InternalError(absl::StrCat(
+                   "key group reply holds ", payload->size(), " bytes, expected ",
+                   part.offsets.back()));
+             }
+             for (size_t j = 0; status.ok() && j < part.members.size(); ++j) {
+               const size_t begin = part.offsets[j], bytes = part.offsets[j + 1] - begin;
+               void* out = state->outs[part.members[j]]->data();
+               if (const void* in = payload->Contiguous(begin, bytes); in != nullptr) {
+                 std::memcpy(out, in, bytes);
+               } else {
+                 status = payload->CopyTo(begin, bytes, out);
+               }
+             }
+             if (!status.ok()) status = ServerError(s, status);
+           }
+           finish(status);
+         });
+  };
+  for (size_t p = 0; p < g.parts.size(); ++p) (*send)(p, false);
 }
 
 void DistStore::Call(int s, const char* method, std::shared_ptr<grpc::ByteBuffer> request,

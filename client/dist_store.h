@@ -38,12 +38,14 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -125,6 +127,30 @@ class DistStore final : public KVStore {
     Tensor gpu_staging;
     Tensor pull_staging;
   };
+  // GroupPlan: a list of distinct keys, each held whole by one server, that travels as one
+  // packed array per server (see DistOptions::group_min_keys and proto "Key groups").
+  struct GroupPlan {
+    uint64_t id = 0;
+    std::vector<Key> keys;
+    std::vector<const KeyInfo*> infos;  // keys_ never drops an entry.
+    absl::flat_hash_set<Key> members;
+    // Per server holding members: its members in list order and where each one's bytes start
+    // in its packed array (the last entry is the array's size).
+    struct Part {
+      int server = 0;
+      std::vector<uint32_t> members;
+      std::vector<size_t> offsets;
+    };
+    std::vector<Part> parts;
+    std::vector<uint32_t> part_of;   // Per key: its part.
+    std::vector<size_t> offset_of;   // Per key: where its bytes start in its part's array.
+    int64_t bytes = 0;
+    // Per part: whether the server has the member list (sent with the first request).
+    std::unique_ptr<std::atomic<bool>[]> registered;
+    // Packed arrays of finished pushes, reused by the next ones.
+    absl::Mutex spare_mu;
+    std::vector<std::vector<Tensor>> spare ABSL_GUARDED_BY(spare_mu);
+  };
   using OpDone = std::function<void(absl::Status)>;
   enum class Kind { kInit, kPush, kPull, kPushPull, kRowSparsePush, kRowSparsePull };
   // One key's part of an operation: its values (push) and outputs (pull); for row-sparse
@@ -147,6 +173,11 @@ class DistStore final : public KVStore {
     CompressionParams compression;  // For pushes: as set when the operation was issued.
     std::vector<Key> keys;  // Distinct.
     std::vector<KeyWork> work;
+    // A key-group operation (keys and work empty): the group, the values packed per part
+    // (pushes) and the outputs in list order (pulls).
+    std::shared_ptr<GroupPlan> group;
+    std::vector<Tensor> packed;
+    std::vector<Tensor*> group_outs;
   };
 
   DistStore(std::string type, DistOptions options) : KVStore(std::move(type)),
@@ -163,8 +194,23 @@ class DistStore final : public KVStore {
                                             absl::Span<const Tensor> values,
                                             absl::Span<Tensor* const> outs) const;
 
+  // Key groups (caller thread). GroupFor returns the group of `keys` when the call can use one,
+  // else null: the per-key path then runs (and reports any error). PackGroup checks the values
+  // against the recorded keys and packs them; false when one does not match (per-key path).
+  std::shared_ptr<GroupPlan> GroupFor(absl::Span<const Key> keys, bool pushes);
+  static bool PackGroup(GroupPlan& group, absl::Span<const Tensor> values,
+                        std::vector<Tensor>* packed);
+  static bool CheckGroupOutputs(const GroupPlan& group, absl::Span<Tensor* const> outs);
+  // TryGroup enqueues a key-group operation when the call can use one; false otherwise.
+  bool TryGroup(Kind kind, absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                absl::Span<Tensor* const> outs, int priority);
+
   // Operation queue.
   void Enqueue(int priority, std::vector<KeyWork> work, Kind kind);
+  void EnqueueOp(Op op);
+  // InGroupBefore returns whether an unfinished key-group operation issued before `seq`
+  // includes `key`.
+  bool InGroupBefore(uint64_t seq, const Key& key) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Dispatch();
   // Ready returns whether every earlier operation on the op's keys has completed.
   bool Ready(uint64_t seq, const Op& op) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -182,6 +228,10 @@ class DistStore final : public KVStore {
   // TransferRowSparse runs a row-sparse push (each server gets the rows of its row range,
   // every part a header even without rows, so dist_sync rounds complete) or pull.
   void TransferRowSparse(Kind kind, std::vector<KeyWork> work, OpDone done);
+  // TransferGroup runs a key-group push, pull or push-pull: one request per part, the member
+  // list included while the server does not have it.
+  void TransferGroup(Kind kind, std::shared_ptr<GroupPlan> group, std::vector<Tensor> packed,
+                     std::vector<Tensor*> outs, OpDone done);
   // Call sends one raw unary call to server `s`, retrying UNAVAILABLE with backoff.
   void Call(int s, const char* method, std::shared_ptr<grpc::ByteBuffer> request,
             std::function<void(absl::Status, grpc::ByteBuffer*)> done, int attempt = 0);
@@ -213,6 +263,18 @@ class DistStore final : public KVStore {
   absl::flat_hash_map<Key, absl::InlinedVector<uint64_t, 2>> unfinished_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Key, absl::Status> key_errors_ ABSL_GUARDED_BY(mu_);
   int inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  // Every issued operation not yet completed; a key-group operation starts once it is the
+  // oldest.
+  std::set<uint64_t> live_ ABSL_GUARDED_BY(mu_);
+  // Unfinished key-group operations, and the errors of failed ones (reported by Wait on any
+  // member, or WaitAll).
+  std::map<uint64_t, std::shared_ptr<GroupPlan>> group_ops_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::shared_ptr<GroupPlan>, absl::Status>> group_errors_
+      ABSL_GUARDED_BY(mu_);
+  // Key groups by the fingerprint of their key list; null for lists that cannot form one.
+  absl::Mutex groups_mu_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<GroupPlan>> groups_ ABSL_GUARDED_BY(groups_mu_);
+  uint64_t next_group_id_ ABSL_GUARDED_BY(groups_mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool job_over_ ABSL_GUARDED_BY(mu_) = false;
 

@@ -108,6 +108,11 @@ struct DistOptions {
   // Operations of one kind that are ready together are sent as one request per server
   // (tensor fusion) while their payload stays under this many bytes; 0 turns fusion off.
   int64_t fusion_bytes = 1 << 20;
+  // Key groups: a Push, Pull or PushPull of at least this many distinct keys, each small and
+  // held whole by one server, and not compressed, travels as one packed array per server. The
+  // first call with a list registers it with the servers; later calls with the same list send
+  // only its id and the values (docs/performance.md). 0 turns key groups off.
+  int group_min_keys = 64;
 
   // FromEnvironment reads the scheduler address, the job size and the rank from the launch
   // environment (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_WORKER_ID or the KV_ names, see

@@ -161,6 +161,26 @@ absl::Status AddInto(const Tensor& src, Tensor* dst) {
   return SumInto(pair, dst);
 }
 
+namespace {
+template <typename T>
+void AddRange(const void* src, void* dst, int64_t count) {
+  using Storage = typename T::Storage;
+  const Storage* srcs[] = {static_cast<const Storage*>(dst), static_cast<const Storage*>(src)};
+  SumRange<T>(srcs, 2, static_cast<Storage*>(dst), 0, count);
+}
+}  // namespace
+
+void AddRaw(DType dtype, const void* src, void* dst, int64_t count) {
+  switch (dtype) {
+    case DType::kFloat32: return AddRange<F32>(src, dst, count);
+    case DType::kFloat16: return AddRange<F16>(src, dst, count);
+    case DType::kBFloat16: return AddRange<BF16>(src, dst, count);
+    case DType::kFloat64: return AddRange<F64>(src, dst, count);
+    case DType::kInt32: return AddRange<I32>(src, dst, count);
+    case DType::kInt64: return AddRange<I64>(src, dst, count);
+  }
+}
+
 absl::Status CopyInto(const Tensor& src, Tensor* dst) {
   if (dst == nullptr) return absl::InvalidArgumentError("copy into a null output");
   if (absl::Status s = CheckSameLayout(src, *dst, "copy"); !s.ok()) return s;

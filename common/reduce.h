@@ -20,6 +20,10 @@ absl::Status SumInto(absl::Span<const Tensor> inputs, Tensor* out);
 // AddInto adds `src` to `*dst` element-wise.
 absl::Status AddInto(const Tensor& src, Tensor* dst);
 
+// AddRaw adds `count` elements of `dtype` at `src` to those at `dst` (no checks: for callers
+// that have checked the layout once for many small values). `src` and `dst` may be equal.
+void AddRaw(DType dtype, const void* src, void* dst, int64_t count);
+
 // CopyInto copies `src`'s bytes into `*dst`.
 absl::Status CopyInto(const Tensor& src, Tensor* dst);
 

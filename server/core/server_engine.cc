@@ -624,61 +624,34 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
     }
     values = expanded;
   }
-  absl::Status error = CheckSender(node_id);
+  const absl::Status sender = CheckSender(node_id);
+  absl::Status error = sender;
   std::vector<Chunk*> chunks;
   std::shared_ptr<PushCall> call;
   {
     absl::MutexLock lock(&mu_);
-    NodeRequests& requests = requests_[node_id];
-    if (error.ok() && requests.applied.contains(request_id)) {
-      // A retry of an applied push.
-    } else if (auto it = requests.pending.find(request_id);
-               error.ok() && it != requests.pending.end()) {
-      it->second->done.push_back(std::move(done));  // A retry of a push waiting for its round.
-      return;
-    } else {
-      // Validate everything before changing anything.
-      absl::flat_hash_set<Chunk*> seen;
-      for (const IncomingValue& value : values) {
-        if (!error.ok()) break;
-        error = CheckBytes(value);
-        if (!error.ok()) break;
-        absl::StatusOr<Chunk*> chunk = FindChunk(value.slice, "pushed");
-        error = chunk.status();
-        if (!error.ok()) break;
-        if (!seen.insert(*chunk).second) {
-          error = absl::InvalidArgumentError(absl::StrCat(
-              "key ", value.slice.key.Quoted(), ": elements [", value.slice.offset, ", ",
-              value.slice.offset + value.slice.count, ") appear twice in one push request"));
-        } else if (options_.sync && std::find((*chunk)->contributors.begin(),
-                                              (*chunk)->contributors.end(),
-                                              node_id) != (*chunk)->contributors.end()) {
-          error = absl::FailedPreconditionError(absl::StrCat(
-              "key ", value.slice.key.Quoted(), ": node ", node_id,
-              " pushed twice in one dist_sync round (the round still waits for other "
-              "workers)"));
-        }
-        chunks.push_back(*chunk);
+    // Validate everything before changing anything.
+    absl::flat_hash_set<Chunk*> seen;
+    for (const IncomingValue& value : values) {
+      if (!error.ok()) break;
+      error = CheckBytes(value);
+      if (!error.ok()) break;
+      absl::StatusOr<Chunk*> chunk = FindChunk(value.slice, "pushed");
+      error = chunk.status();
+      if (!error.ok()) break;
+      if (!seen.insert(*chunk).second) {
+        error = absl::InvalidArgumentError(absl::StrCat(
+            "key ", value.slice.key.Quoted(), ": elements [", value.slice.offset, ", ",
+            value.slice.offset + value.slice.count, ") appear twice in one push request"));
+      } else {
+        error = CheckRound(value.slice.key, **chunk, node_id);
       }
-      if (error.ok()) {
-        call = std::make_shared<PushCall>();
-        call->node_id = node_id;
-        call->request_id = request_id;
-        call->remaining = static_cast<int>(values.size());
-        call->done.push_back(std::move(done));
-        requests.pending[request_id] = call;
-        if (options_.sync) {
-          for (Chunk* chunk : chunks) {
-            if (chunk->contributors.empty()) ++open_rounds_;
-            chunk->contributors.push_back(node_id);
-            chunk->calls.push_back(call);
-          }
-        }
-      }
+      chunks.push_back(*chunk);
     }
+    if (sender.ok()) call = BeginPush(node_id, request_id, chunks, &done, &error);
   }
   if (call == nullptr) {
-    done(error);
+    if (done) done(error);
     return;
   }
 
@@ -690,15 +663,63 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
     if (!merged.ok() && error.ok()) error = merged.status();
     if (!merged.ok() || *merged) completed.push_back(chunks[i]);
   }
+  EndPush(call, chunks.empty(), completed, error);
+}
 
+absl::Status ServerEngine::CheckRound(const Key& key, const Chunk& chunk,
+                                      uint64_t node_id) const {
+  if (rounds() && std::find(chunk.contributors.begin(), chunk.contributors.end(),
+                                 node_id) != chunk.contributors.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key ", key.Quoted(), ": node ", node_id,
+        " pushed twice in one dist_sync round (the round still waits for other workers)"));
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<ServerEngine::PushCall> ServerEngine::BeginPush(uint64_t node_id,
+                                                                uint64_t request_id,
+                                                                absl::Span<Chunk* const> chunks,
+                                                                Done* done,
+                                                                absl::Status* error) {
+  NodeRequests& requests = requests_[node_id];
+  if (requests.applied.contains(request_id)) {
+    *error = absl::OkStatus();  // A retry of an applied push.
+    return nullptr;
+  }
+  if (auto it = requests.pending.find(request_id); it != requests.pending.end()) {
+    it->second->done.push_back(std::move(*done));  // A retry of a push waiting for its round.
+    *done = nullptr;
+    return nullptr;
+  }
+  if (!error->ok()) return nullptr;
+  auto call = std::make_shared<PushCall>();
+  call->node_id = node_id;
+  call->request_id = request_id;
+  call->remaining = static_cast<int>(chunks.size());
+  call->done.push_back(std::move(*done));
+  *done = nullptr;
+  requests.pending[request_id] = call;
+  if (rounds()) {
+    for (Chunk* chunk : chunks) {
+      if (chunk->contributors.empty()) ++open_rounds_;
+      chunk->contributors.push_back(node_id);
+      chunk->calls.push_back(call);
+    }
+  }
+  return call;
+}
+
+void ServerEngine::EndPush(const std::shared_ptr<PushCall>& call, bool empty,
+                           absl::Span<Chunk* const> completed, const absl::Status& error) {
   std::vector<Done> finished_done;
   {
     absl::MutexLock lock(&mu_);
     std::vector<std::shared_ptr<PushCall>> finished;
-    if (!options_.sync) {
+    if (!rounds()) {
       finished.push_back(call);
     } else {
-      if (values.empty()) finished.push_back(call);
+      if (empty) finished.push_back(call);
       for (Chunk* chunk : completed) {
         for (auto& waiting : chunk->calls) {
           if (--waiting->remaining == 0) finished.push_back(waiting);
@@ -715,6 +736,182 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
     }
   }
   for (Done& d : finished_done) d(error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Key groups
+
+absl::Status ServerEngine::RegisterGroup(uint64_t node_id, uint64_t group_id,
+                                         absl::Span<const ValueSlice> members) {
+  RETURN_IF_ERROR(CheckSender(node_id));
+  auto group = std::make_shared<Group>();
+  group->keys.reserve(members.size());
+  group->chunks.reserve(members.size());
+  group->offsets.reserve(members.size() + 1);
+  size_t offset = 0;
+  absl::MutexLock lock(&mu_);
+  absl::flat_hash_set<Chunk*> seen;
+  seen.reserve(members.size());
+  for (const ValueSlice& member : members) {
+    ASSIGN_OR_RETURN(Chunk * chunk, FindChunk(member, "grouped"));
+    if (!seen.insert(chunk).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key ", member.key.Quoted(), ": elements [", member.offset, ", ",
+          member.offset + member.count, ") appear twice in key group ", group_id));
+    }
+    group->keys.push_back(member.key);
+    group->chunks.push_back(chunk);
+    group->offsets.push_back(offset);
+    offset += static_cast<size_t>(member.count) * DTypeSize(member.dtype);
+  }
+  group->offsets.push_back(offset);
+  NodeRequests& requests = requests_[node_id];
+  auto [it, inserted] = requests.groups.insert_or_assign(group_id, std::move(group));
+  if (inserted) {
+    requests.group_order.push_back(group_id);
+    while (requests.group_order.size() > kMaxGroupsPerNode) {
+      requests.groups.erase(requests.group_order.front());
+      requests.group_order.pop_front();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const ServerEngine::Group>> ServerEngine::FindGroup(
+    uint64_t node_id, uint64_t group_id) const {
+  auto node = requests_.find(node_id);
+  if (node != requests_.end()) {
+    auto it = node->second.groups.find(group_id);
+    if (it != node->second.groups.end()) return it->second;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "node ", node_id, " has no key group ", group_id,
+      " on this server (a group is registered by sending its members with it)"));
+}
+
+absl::StatusOr<bool> ServerEngine::MergeSpan(const Key& key, Chunk* chunk, const void* data,
+                                             const std::shared_ptr<Updater>& updater) {
+  absl::MutexLock lock(&chunk->mu);
+  const size_t workers = options_.worker_node_ids.size();
+  const DType dtype = chunk->stored.dtype();
+  if (!options_.sync || workers == 1) {
+    // The push is the round's whole value: apply it at once.
+    if (updater->piecewise()) {
+      Tensor& stored = Writable(chunk);
+      RETURN_IF_ERROR(
+          updater->UpdateSpan(key, chunk->offset, dtype, data, stored.data(), chunk->count));
+    } else {
+      if (!chunk->gather.defined()) chunk->gather = Tensor::Zeros(dtype, chunk->stored.shape());
+      std::memcpy(chunk->gather.data(), data, chunk->gather.byte_size());
+      RETURN_IF_ERROR(Apply(key, chunk, chunk->gather, updater.get()));
+    }
+    return true;
+  }
+  if (!chunk->sum.defined()) chunk->sum = Tensor::Zeros(dtype, chunk->stored.shape());
+  Tensor& sum = chunk->sum;
+  if (chunk->arrived == 0) {
+    std::memcpy(sum.data(), data, sum.byte_size());
+  } else {
+    AddRaw(dtype, data, sum.data(), chunk->count);
+  }
+  if (++chunk->arrived < workers) return false;
+  chunk->arrived = 0;
+  if (updater->piecewise()) {
+    Tensor& stored = Writable(chunk);
+    RETURN_IF_ERROR(
+        updater->UpdateSpan(key, chunk->offset, dtype, sum.data(), stored.data(), chunk->count));
+  } else {
+    RETURN_IF_ERROR(Apply(key, chunk, sum, updater.get()));
+  }
+  return true;
+}
+
+void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t group_id,
+                             const ByteChunks& bytes, Done done) {
+  absl::Status error = CheckSender(node_id);
+  std::shared_ptr<const Group> group;
+  std::shared_ptr<PushCall> call;
+  {
+    absl::MutexLock lock(&mu_);
+    if (error.ok()) {
+      absl::StatusOr<std::shared_ptr<const Group>> found = FindGroup(node_id, group_id);
+      error = found.status();
+      if (found.ok()) group = *std::move(found);
+    }
+    if (error.ok()) {
+      size_t received = 0;
+      for (const auto& chunk : bytes) received += chunk.size();
+      if (received != group->offsets.back()) {
+        error = absl::InvalidArgumentError(absl::StrCat(
+            received, " bytes received for key group ", group_id, " of ",
+            group->chunks.size(), " keys (", group->offsets.back(), " bytes)"));
+      }
+    }
+    for (size_t i = 0; error.ok() && i < group->chunks.size(); ++i) {
+      error = CheckRound(group->keys[i], *group->chunks[i], node_id);
+    }
+    if (group != nullptr) call = BeginPush(node_id, request_id, group->chunks, &done, &error);
+  }
+  if (call == nullptr) {
+    if (done) done(error);
+    return;
+  }
+
+  // Walk the received slices once; a member split between two slices is gathered first.
+  const std::shared_ptr<Updater> current = updater();
+  std::vector<Chunk*> completed;
+  std::vector<uint8_t> straddling;
+  size_t slice = 0, slice_start = 0;
+  for (size_t i = 0; i < group->chunks.size(); ++i) {
+    const size_t begin = group->offsets[i], size = group->offsets[i + 1] - begin;
+    while (slice < bytes.size() && slice_start + bytes[slice].size() <= begin && size > 0) {
+      slice_start += bytes[slice].size();
+      ++slice;
+    }
+    const void* data = nullptr;
+    if (size == 0) {
+      data = straddling.data();
+    } else if (begin + size <= slice_start + bytes[slice].size()) {
+      data = bytes[slice].data() + (begin - slice_start);
+    } else {
+      straddling.resize(size);
+      size_t copied = 0;
+      for (size_t k = slice, start = slice_start; copied < size; start += bytes[k].size(), ++k) {
+        const size_t from = begin + copied - start;
+        const size_t take = std::min(bytes[k].size() - from, size - copied);
+        std::memcpy(straddling.data() + copied, bytes[k].data() + from, take);
+        copied += take;
+      }
+      data = straddling.data();
+    }
+    absl::StatusOr<bool> merged = MergeSpan(group->keys[i], group->chunks[i], data, current);
+    if (!merged.ok() && error.ok()) error = merged.status();
+    if (!merged.ok() || *merged) completed.push_back(group->chunks[i]);
+  }
+  EndPush(call, group->chunks.empty(), completed, error);
+}
+
+absl::StatusOr<ServerEngine::PackedGroup> ServerEngine::PullGroup(uint64_t node_id, uint64_t group_id) const {
+  RETURN_IF_ERROR(CheckSender(node_id));
+  std::shared_ptr<const Group> group;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(group, FindGroup(node_id, group_id));
+  }
+  absl::MutexLock lock(&group->reply_mu);
+  const int64_t size = static_cast<int64_t>(group->offsets.back());
+  // The last reply may still be on its way out: then this one gets a buffer of its own.
+  if (!group->reply.defined() || group->reply.shared()) {
+    group->reply = Tensor::Zeros(DType::kInt32, {(size + 3) / 4});
+  }
+  auto* out = static_cast<uint8_t*>(group->reply.data());
+  for (size_t i = 0; i < group->chunks.size(); ++i) {
+    const Chunk& chunk = *group->chunks[i];
+    absl::MutexLock chunk_lock(&chunk.mu);
+    std::memcpy(out + group->offsets[i], chunk.stored.data(),
+                group->offsets[i + 1] - group->offsets[i]);
+  }
+  return PackedGroup{group->reply, static_cast<size_t>(size)};
 }
 
 absl::StatusOr<std::vector<Tensor>> ServerEngine::Pull(

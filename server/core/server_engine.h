@@ -129,6 +129,31 @@ class ServerEngine {
   void Push(uint64_t node_id, uint64_t request_id, absl::Span<const IncomingValue> values,
             Done done);
 
+  // Key groups. A worker that pushes or pulls one long list of small keys again and again
+  // registers the list once under an id of its own (RegisterGroup), then sends only that id
+  // and the members' bytes packed back to back in member order (PushGroup), or receives them so
+  // (PullGroup). Each member names exactly one whole chunk of a key this server holds, checked
+  // as a Push would check it; members are distinct. Registering an id again replaces it; a node
+  // keeps its last kMaxGroupsPerNode groups. A group push is exactly the push of its members
+  // (the same rounds, updates, request ids and errors); the lookups, checks and headers per key
+  // are what it saves.
+  static constexpr size_t kMaxGroupsPerNode = 256;
+  // RegisterGroup: NotFound / InvalidArgument naming the key as for Push, InvalidArgument for a
+  // repeated member; nothing is registered then.
+  absl::Status RegisterGroup(uint64_t node_id, uint64_t group_id,
+                             absl::Span<const ValueSlice> members);
+  // PushGroup: as Push; FailedPrecondition naming the group when the node has not registered
+  // it (the sender registers it again), InvalidArgument when `bytes` is not the group's size.
+  void PushGroup(uint64_t node_id, uint64_t request_id, uint64_t group_id,
+                 const ByteChunks& bytes, Done done);
+  // PullGroup returns the members' stored elements packed in member order: the first `bytes`
+  // bytes of `buffer`, which the next pull of the group reuses once this handle is released.
+  struct PackedGroup {
+    Tensor buffer;
+    size_t bytes = 0;
+  };
+  absl::StatusOr<PackedGroup> PullGroup(uint64_t node_id, uint64_t group_id) const;
+
   // Pull returns each requested chunk's stored elements as a read-only handle on the stored
   // buffer (no copy): the engine never writes a buffer while a handle on it is alive - an update
   // then moves the chunk to a second buffer. NotFound / InvalidArgument as for Push.
@@ -163,6 +188,9 @@ class ServerEngine {
   std::string updater_name() const;
   ShardStore::Stats stats() const;
   bool sync() const { return options_.sync; }
+  // rounds is true when a push waits for the other workers' pushes (dist_sync with several
+  // workers); otherwise each push is applied as it arrives and tracked by its request id only.
+  bool rounds() const { return options_.sync && options_.worker_node_ids.size() > 1; }
 
   // CheckSender returns PermissionDenied naming `node_id` unless it is a worker of this job or
   // the scheduler.
@@ -195,7 +223,16 @@ class ServerEngine {
     int64_t chunk_elements = 0;
     std::vector<std::unique_ptr<Chunk>> chunks;
   };
+  struct Group {
+    std::vector<Key> keys;
+    std::vector<Chunk*> chunks;
+    std::vector<size_t> offsets;  // Member i's bytes start at offsets[i]; the last is the size.
+    mutable absl::Mutex reply_mu;
+    mutable Tensor reply ABSL_GUARDED_BY(reply_mu);  // Reused by PullGroup.
+  };
   struct NodeRequests {
+    absl::flat_hash_map<uint64_t, std::shared_ptr<const Group>> groups;
+    std::deque<uint64_t> group_order;  // Registration order, for dropping the oldest.
     std::deque<uint64_t> applied_order;
     absl::flat_hash_set<uint64_t> applied;
     absl::flat_hash_map<uint64_t, std::shared_ptr<PushCall>> pending;
@@ -221,6 +258,26 @@ class ServerEngine {
   absl::StatusOr<Chunk*> FindChunk(const ValueSlice& slice, absl::string_view verb) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   static absl::Status CheckBytes(const IncomingValue& value);
+  // CheckRound refuses a second push of `chunk` by `node_id` in one open dist_sync round.
+  absl::Status CheckRound(const Key& key, const Chunk& chunk, uint64_t node_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // BeginPush registers a validated push of `chunks` (dedup by request id, round membership).
+  // Returns null when `done` has been taken over (a retry of a pending push) or must be called
+  // at once with `*error` (an error, or OK for a retry of an applied push).
+  std::shared_ptr<PushCall> BeginPush(uint64_t node_id, uint64_t request_id,
+                                      absl::Span<Chunk* const> chunks, Done* done,
+                                      absl::Status* error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // EndPush settles the rounds of the `completed` chunks and calls the `done` of every push
+  // that has now been applied in full (`call` itself when it pushed nothing), with `error`.
+  void EndPush(const std::shared_ptr<PushCall>& call, bool empty,
+               absl::Span<Chunk* const> completed, const absl::Status& error);
+  // FindGroup returns a node's registered group, FailedPrecondition naming it otherwise.
+  absl::StatusOr<std::shared_ptr<const Group>> FindGroup(uint64_t node_id,
+                                                         uint64_t group_id) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // MergeSpan is Merge for contiguous received bytes.
+  absl::StatusOr<bool> MergeSpan(const Key& key, Chunk* chunk, const void* data,
+                                 const std::shared_ptr<Updater>& updater);
   // Merge applies one received chunk: into the round's sum, or through the updater into the
   // stored value. Returns true when the chunk's round completed (or it was applied directly).
   absl::StatusOr<bool> Merge(const Key& key, Chunk* chunk, const IncomingValue& value,

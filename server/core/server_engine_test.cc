@@ -430,5 +430,199 @@ TEST_CASE("Controller: a checkpoint restores into the same job only", "[server][
   CHECK(other->stats().num_keys == 0);
 }
 
+// A key group: members of random dtypes and shapes, their bytes packed in member order.
+struct TestGroup {
+  std::vector<Key> keys;
+  std::vector<Tensor> like;
+  std::vector<ValueSlice> members;
+
+  std::vector<uint8_t> Pack(const std::vector<Tensor>& values) const {
+    std::vector<uint8_t> bytes;
+    for (const Tensor& v : values) {
+      const auto* p = static_cast<const uint8_t*>(v.data());
+      bytes.insert(bytes.end(), p, p + v.byte_size());
+    }
+    return bytes;
+  }
+};
+
+// Chunks cuts `bytes` into slices of `size` bytes, as gRPC delivers them.
+ByteChunks Chunks(const std::vector<uint8_t>& bytes, size_t size) {
+  ByteChunks chunks;
+  for (size_t at = 0; at < bytes.size(); at += size) {
+    chunks.emplace_back(bytes.data() + at, std::min(size, bytes.size() - at));
+  }
+  return chunks;
+}
+
+TestGroup MakeGroup(TestRng& rng, ServerEngine& engine, int n) {
+  TestGroup group;
+  std::vector<IncomingValue> init;
+  std::vector<Tensor> initial;
+  for (int i = 0; i < n; ++i) {
+    const Key key = int64_t{1000 + 3 * i};
+    const DType dtype = rng.AnyDType();
+    const Shape shape = rng.AnyShape(2, 5);
+    initial.push_back(rng.RandomTensor(dtype, shape));
+    group.keys.push_back(key);
+    group.like.push_back(initial.back());
+    group.members.push_back(ValueSlice{key, dtype, shape, 0, NumElements(shape)});
+  }
+  for (int i = 0; i < n; ++i) init.push_back(Incoming(group.keys[i], initial[i]));
+  REQUIRE(engine.Init(2, init).ok());
+  return group;
+}
+
+TEST_CASE("ServerEngine: a key-group push is the push of its members", "[server][groups]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  const std::vector<uint64_t> workers = {2, 3, 4};
+  auto engine = NewEngine(true, workers);
+  engine->SetUpdater(MakeSumUpdater());
+  const TestGroup group = MakeGroup(rng, *engine, 40);
+  // Workers 2 and 4 push through groups of their own ids; worker 3 pushes key by key.
+  REQUIRE(engine->RegisterGroup(2, 7, group.members).ok());
+  REQUIRE(engine->RegisterGroup(4, 1, group.members).ok());
+  std::vector<std::vector<double>> expected;
+  for (const Tensor& t : group.like) expected.push_back(ToDoubles(t));
+  for (int round = 0; round < 3; ++round) {
+    int acknowledged = 0;
+    for (uint64_t w : workers) {
+      std::vector<Tensor> pushed;
+      for (const Tensor& like : group.like) {
+        pushed.push_back(rng.RandomTensor(like.dtype(), like.shape()));
+        const auto values = ToDoubles(pushed.back());
+        auto& e = expected[pushed.size() - 1];
+        for (size_t i = 0; i < values.size(); ++i) e[i] += values[i];
+      }
+      auto ack = [&](absl::Status s) {
+        REQUIRE(s.ok());
+        ++acknowledged;
+      };
+      if (w == 3) {
+        std::vector<IncomingValue> values;
+        for (size_t i = 0; i < pushed.size(); ++i) {
+          values.push_back(Incoming(group.keys[i], pushed[i]));
+        }
+        engine->Push(w, 50 + round, values, ack);
+      } else {
+        const std::vector<uint8_t> bytes = group.Pack(pushed);
+        // Slices of 5 bytes: most members straddle two or more of them.
+        engine->PushGroup(w, 50 + round, w == 2 ? 7 : 1, Chunks(bytes, 5), ack);
+      }
+      REQUIRE(acknowledged == (w == workers.back() ? 3 : 0));
+    }
+    auto packed = engine->PullGroup(2, 7);
+    REQUIRE(packed.ok());
+    size_t offset = 0;
+    for (size_t i = 0; i < group.keys.size(); ++i) {
+      const Tensor& like = group.like[i];
+      INFO("key " << group.keys[i].Quoted() << " " << DTypeName(like.dtype()));
+      const std::vector<double> pulled = PullAll(*engine, group.keys[i], like);
+      // Integers wrap and sum exactly; floats within the dtype's tolerance of 4 summed terms.
+      REQUIRE(MaxAbsDiff(pulled, expected[i]) <= testing::Tolerance(like.dtype(), 4, 4));
+      expected[i] = pulled;  // The next round starts from what is stored.
+      const Tensor view = Tensor::Borrow(
+          static_cast<uint8_t*>(packed->buffer.data()) + offset, like.dtype(), like.shape());
+      REQUIRE(ToDoubles(view) == pulled);
+      offset += like.byte_size();
+    }
+    REQUIRE(offset == packed->bytes);
+  }
+}
+
+TEST_CASE("ServerEngine: one worker's key-group pushes apply at once", "[server][groups]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  const bool sync = GENERATE(true, false);
+  INFO((sync ? "dist_sync" : "dist_async"));
+  auto engine = NewEngine(sync, {2});
+  engine->SetUpdater(MakeSumUpdater());
+  const TestGroup group = MakeGroup(rng, *engine, 25);
+  REQUIRE(engine->RegisterGroup(2, 3, group.members).ok());
+  std::vector<std::vector<double>> expected;
+  for (const Tensor& t : group.like) expected.push_back(ToDoubles(t));
+  std::vector<Tensor> pushed;
+  for (size_t i = 0; i < group.like.size(); ++i) {
+    pushed.push_back(rng.RandomTensor(group.like[i].dtype(), group.like[i].shape()));
+    const auto values = ToDoubles(pushed.back());
+    for (size_t e = 0; e < values.size(); ++e) expected[i][e] += values[e];
+  }
+  const std::vector<uint8_t> bytes = group.Pack(pushed);
+  int acks = 0;
+  // The same request id twice: applied once.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    engine->PushGroup(2, 8, 3, Chunks(bytes, 64), [&](absl::Status s) { acks += s.ok(); });
+  }
+  REQUIRE(acks == 2);
+  for (size_t i = 0; i < group.keys.size(); ++i) {
+    REQUIRE(MaxAbsDiff(PullAll(*engine, group.keys[i], group.like[i]), expected[i]) <=
+            testing::Tolerance(group.like[i].dtype(), 2, 4));
+  }
+}
+
+TEST_CASE("ServerEngine: bad key groups are refused and change nothing", "[server][groups]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto engine = NewEngine(true, {2, 3});
+  const TestGroup group = MakeGroup(rng, *engine, 6);
+  auto stored = [&] {
+    std::vector<std::vector<double>> all;
+    for (size_t i = 0; i < group.keys.size(); ++i) {
+      all.push_back(PullAll(*engine, group.keys[i], group.like[i]));
+    }
+    return all;
+  };
+  const auto before = stored();
+
+  std::vector<ValueSlice> unknown = group.members;
+  unknown[2].key = int64_t{999999};
+  absl::Status status = engine->RegisterGroup(2, 1, unknown);
+  REQUIRE(absl::IsNotFound(status));
+  REQUIRE_THAT(std::string(status.message()), Catch::Contains("999999"));
+
+  std::vector<ValueSlice> reshaped = group.members;
+  reshaped[4].shape.push_back(2);
+  status = engine->RegisterGroup(2, 1, reshaped);
+  REQUIRE(absl::IsInvalidArgument(status));
+  REQUIRE_THAT(std::string(status.message()), Catch::Contains(group.keys[4].Quoted()));
+
+  std::vector<ValueSlice> repeated = group.members;
+  repeated.push_back(group.members[1]);
+  status = engine->RegisterGroup(2, 1, repeated);
+  REQUIRE(absl::IsInvalidArgument(status));
+  REQUIRE_THAT(std::string(status.message()), Catch::Contains("twice"));
+
+  REQUIRE(absl::IsPermissionDenied(engine->RegisterGroup(77, 1, group.members)));
+
+  // None of those registered group 1.
+  std::vector<Tensor> pushed;
+  for (const Tensor& like : group.like) pushed.push_back(rng.RandomTensor(like.dtype(), like.shape()));
+  std::vector<uint8_t> bytes = group.Pack(pushed);
+  absl::Status got;
+  engine->PushGroup(2, 1, 1, Chunks(bytes, 9), [&](absl::Status s) { got = s; });
+  REQUIRE(absl::IsFailedPrecondition(got));
+  REQUIRE_THAT(std::string(got.message()), Catch::Contains("no key group 1"));
+  REQUIRE(absl::IsFailedPrecondition(engine->PullGroup(2, 1).status()));
+
+  REQUIRE(engine->RegisterGroup(2, 1, group.members).ok());
+  // Groups belong to the node that registered them.
+  REQUIRE(absl::IsFailedPrecondition(engine->PullGroup(3, 1).status()));
+  // A byte short.
+  std::vector<uint8_t> short_bytes(bytes.begin(), bytes.end() - 1);
+  engine->PushGroup(2, 2, 1, Chunks(short_bytes, 9), [&](absl::Status s) { got = s; });
+  REQUIRE(absl::IsInvalidArgument(got));
+  REQUIRE_THAT(std::string(got.message()), Catch::Contains("key group 1"));
+  REQUIRE(stored() == before);
+
+  // A second push in one open round is refused whole.
+  bool first_acked = false;
+  engine->PushGroup(2, 3, 1, Chunks(bytes, 9), [&](absl::Status s) { first_acked = s.ok(); });
+  engine->PushGroup(2, 4, 1, Chunks(bytes, 9), [&](absl::Status s) { got = s; });
+  REQUIRE(absl::IsFailedPrecondition(got));
+  REQUIRE(!first_acked);
+  REQUIRE(stored() == before);
+}
+
 }  // namespace
 }  // namespace kvstore

@@ -1,5 +1,6 @@
 #include "server/core/updater.h"
 
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,14 @@
 #include "common/reduce.h"
 
 namespace kvstore {
+
+absl::Status Updater::UpdateSpan(const Key& key, int64_t offset, DType dtype,
+                                 const void* received, void* stored, int64_t count) {
+  const Tensor in = Tensor::Borrow(const_cast<void*>(received), dtype, Shape{count});
+  Tensor out = Tensor::Borrow(stored, dtype, Shape{count});
+  return UpdateAt(key, offset, in, &out);
+}
+
 namespace {
 
 class FunctionUpdater final : public Updater {
@@ -34,6 +43,11 @@ class AssignUpdater final : public Updater {
     return CopyInto(received, stored);
   }
   bool piecewise() const override { return true; }
+  absl::Status UpdateSpan(const Key&, int64_t, DType dtype, const void* received, void* stored,
+                          int64_t count) override {
+    if (received != stored) std::memmove(stored, received, DTypeSize(dtype) * count);
+    return absl::OkStatus();
+  }
   absl::string_view name() const override { return "assign"; }
 };
 
@@ -43,6 +57,11 @@ class SumUpdater final : public Updater {
     return AddInto(received, stored);
   }
   bool piecewise() const override { return true; }
+  absl::Status UpdateSpan(const Key&, int64_t, DType dtype, const void* received, void* stored,
+                          int64_t count) override {
+    AddRaw(dtype, received, stored, count);
+    return absl::OkStatus();
+  }
   absl::string_view name() const override { return "sum"; }
 };
 

@@ -71,6 +71,13 @@ class Updater {
   // without first gathering them into one buffer.
   virtual bool piecewise() const { return false; }
 
+  // UpdateSpan is UpdateAt over raw memory: `count` elements of `dtype` received at `received`,
+  // merged into those at `stored` (a kvserver applies the members of a key group this way,
+  // without a tensor per member). Called only for piecewise updaters; the default wraps both
+  // in one-dimensional tensors and calls UpdateAt. `stored` holds the element at `offset`.
+  virtual absl::Status UpdateSpan(const Key& key, int64_t offset, DType dtype,
+                                  const void* received, void* stored, int64_t count);
+
   // name returns the registry name, e.g. "assign".
   virtual absl::string_view name() const = 0;
 

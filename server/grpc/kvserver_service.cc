@@ -71,13 +71,30 @@ absl::StatusOr<std::vector<IncomingValue>> IncomingValues(
   return values;
 }
 
+absl::StatusOr<std::vector<ValueSlice>> SlicesFromHeaders(
+    const google::protobuf::RepeatedPtrField<proto::TensorHeader>& headers);
+
+// RegisterListedGroup registers the group a request lists the members of, if it does.
+template <typename Request>
+absl::Status RegisterListedGroup(const Request& header, ServerEngine* engine) {
+  if (header.tensors_size() == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<ValueSlice> members, SlicesFromHeaders(header.tensors()));
+  return engine->RegisterGroup(header.node_id(), header.group_id(), members);
+}
+
+// EncodeGroup frames a group's packed bytes (no headers).
+absl::StatusOr<grpc::ByteBuffer> EncodeGroup(const ServerEngine::PackedGroup& packed) {
+  const PayloadPart part{packed.buffer, 0, packed.bytes};
+  return EncodeFrame(proto::PullResponse(), absl::MakeConstSpan(&part, 1));
+}
+
 // Decoded: a framed request's values, pointing into `payload` (which keeps their bytes alive).
 struct Decoded {
   Payload payload;
   std::vector<IncomingValue> values;
 };
 
-// DecodeValues parses a framed request (Init, Push, PushPull) into its header and values.
+// DecodeValues parses a framed request (Init) into its header and values.
 // Only Push takes row-sparse values.
 template <typename Request>
 absl::StatusOr<Decoded> DecodeValues(const grpc::ByteBuffer& request, Request* header) {
@@ -168,17 +185,30 @@ grpc::ServerUnaryReactor* KVServerService::Push(grpc::CallbackServerContext* con
   auto backend = this->backend();
   if (!backend) return Reply(context, NotReady());
   proto::PushRequest header;
-  auto decoded = DecodeValues(*request, &header);
-  if (!decoded.ok()) return Reply(context, decoded.status());
-  const std::vector<IncomingValue>& values = decoded->values;
+  absl::StatusOr<Payload> payload = DecodeFrame(*request, &header);
+  if (!payload.ok()) return Reply(context, payload.status());
+  auto finish = [response](grpc::ServerUnaryReactor* reactor) {
+    return [reactor, response](absl::Status status) {
+      if (status.ok()) *response = EncodeMessage(proto::PushResponse());
+      reactor->Finish(ToGrpcStatus(status));
+    };
+  };
+  if (header.group_id() != 0) {
+    absl::Status status = RegisterListedGroup(header, backend->engine.get());
+    absl::StatusOr<ByteChunks> bytes =
+        status.ok() ? payload->Chunks(0, payload->size()) : status;
+    if (!bytes.ok()) return Reply(context, bytes.status());
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    backend->engine->PushGroup(header.node_id(), header.request_id(), header.group_id(), *bytes,
+                               finish(reactor));
+    return reactor;
+  }
+  auto values = IncomingValues(header.tensors(), *payload, /*row_sparse_allowed=*/true);
+  if (!values.ok()) return Reply(context, values.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // The engine reads the payload during the call; `done` may run later, on the thread whose
   // push completes the round. The reactor and `response` stay valid until Finish.
-  backend->engine->Push(header.node_id(), header.request_id(), values,
-                        [reactor, response](absl::Status status) {
-                          if (status.ok()) *response = EncodeMessage(proto::PushResponse());
-                          reactor->Finish(ToGrpcStatus(status));
-                        });
+  backend->engine->Push(header.node_id(), header.request_id(), *values, finish(reactor));
   return reactor;
 }
 
@@ -190,6 +220,14 @@ grpc::ServerUnaryReactor* KVServerService::Pull(grpc::CallbackServerContext* con
   proto::PullRequest header;
   absl::Status status = DecodeMessage(*request, &header);
   if (!status.ok()) return Reply(context, status);
+  if (header.group_id() != 0) {
+    status = RegisterListedGroup(header, backend->engine.get());
+    if (!status.ok()) return Reply(context, status);
+    auto packed = backend->engine->PullGroup(header.node_id(), header.group_id());
+    auto frame = packed.ok() ? EncodeGroup(*packed) : packed.status();
+    if (frame.ok()) *response = *std::move(frame);
+    return Reply(context, frame.status());
+  }
   auto slices = SlicesFromHeaders(header.tensors());
   if (!slices.ok()) return Reply(context, slices.status());
   auto pulled = backend->engine->Pull(header.node_id(), *slices);
@@ -205,13 +243,35 @@ grpc::ServerUnaryReactor* KVServerService::PushPull(grpc::CallbackServerContext*
   auto backend = this->backend();
   if (!backend) return Reply(context, NotReady());
   proto::PushPullRequest header;
-  auto decoded = DecodeValues(*request, &header);
+  absl::StatusOr<Payload> payload = DecodeFrame(*request, &header);
+  if (!payload.ok()) return Reply(context, payload.status());
+  const uint64_t node_id = header.node_id();
+  const uint64_t group_id = header.group_id();
+  if (group_id != 0) {
+    absl::Status status = RegisterListedGroup(header, backend->engine.get());
+    absl::StatusOr<ByteChunks> bytes =
+        status.ok() ? payload->Chunks(0, payload->size()) : status;
+    if (!bytes.ok()) return Reply(context, bytes.status());
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    backend->engine->PushGroup(
+        node_id, header.request_id(), group_id, *bytes,
+        [reactor, response, backend, node_id, group_id](absl::Status status) {
+          if (status.ok()) {
+            auto packed = backend->engine->PullGroup(node_id, group_id);
+            auto frame = packed.ok() ? EncodeGroup(*packed) : packed.status();
+            status = frame.status();
+            if (status.ok()) *response = *std::move(frame);
+          }
+          reactor->Finish(ToGrpcStatus(status));
+        });
+    return reactor;
+  }
+  auto decoded = IncomingValues(header.tensors(), *payload, /*row_sparse_allowed=*/false);
   if (!decoded.ok()) return Reply(context, decoded.status());
-  const std::vector<IncomingValue>& values = decoded->values;
+  const std::vector<IncomingValue>& values = *decoded;
   std::vector<ValueSlice> slices;
   for (const IncomingValue& value : values) slices.push_back(value.slice);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const uint64_t node_id = header.node_id();
   backend->engine->Push(
       node_id, header.request_id(), values,
       [reactor, response, backend, node_id, slices = std::move(slices)](absl::Status status) {
