@@ -1082,8 +1082,7 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
       const KeyInfo& info = *it->second;
       group->infos.push_back(&info);
       group->bytes += info.bytes;
-      if (!group->members.insert(key).second || info.chunks.size() != 1 || info.alone[0] ||
-          info.bytes > kGroupMemberMaxBytes) {
+      if (!group->members.insert(key).second || info.bytes > kGroupMemberMaxBytes) {
         eligible = false;
       }
     }
@@ -1091,20 +1090,24 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
   if (group->bytes > kGroupMaxBytes) eligible = false;
   if (eligible) {
     std::vector<int> part_index(servers_.size(), -1);
-    group->part_of.resize(keys.size());
-    group->offset_of.resize(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
-      const int server = group->infos[i]->chunks[0].server;
-      if (part_index[server] < 0) {
-        part_index[server] = static_cast<int>(group->parts.size());
-        group->parts.emplace_back().server = server;
-        group->parts.back().offsets.push_back(0);
+      const KeyInfo& info = *group->infos[i];
+      const size_t element = DTypeSize(info.dtype);
+      for (const Slice& chunk : info.chunks) {
+        if (part_index[chunk.server] < 0) {
+          part_index[chunk.server] = static_cast<int>(group->parts.size());
+          group->parts.emplace_back().server = chunk.server;
+          group->parts.back().offsets.push_back(0);
+        }
+        const uint32_t p = static_cast<uint32_t>(part_index[chunk.server]);
+        GroupPlan::Part& part = group->parts[p];
+        const size_t value_offset = static_cast<size_t>(chunk.offset) * element;
+        const size_t bytes = static_cast<size_t>(chunk.count) * element;
+        group->pieces.push_back(GroupPlan::Piece{static_cast<uint32_t>(i), p, value_offset,
+                                                 part.offsets.back(), bytes});
+        part.members.push_back(GroupPlan::Member{static_cast<uint32_t>(i), chunk, value_offset});
+        part.offsets.push_back(part.offsets.back() + bytes);
       }
-      GroupPlan::Part& part = group->parts[part_index[server]];
-      group->part_of[i] = static_cast<uint32_t>(part_index[server]);
-      group->offset_of[i] = part.offsets.back();
-      part.members.push_back(static_cast<uint32_t>(i));
-      part.offsets.push_back(part.offsets.back() + static_cast<size_t>(group->infos[i]->bytes));
     }
     group->registered = std::make_unique<std::atomic<bool>[]>(group->parts.size());
     for (size_t p = 0; p < group->parts.size(); ++p) group->registered[p] = false;
@@ -1116,8 +1119,6 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
     return nullptr;
   }
   group->id = next_group_id_++;
-  group->members.clear();  // Rebuilt below: only groups in use need it.
-  for (const Key& key : group->keys) group->members.insert(key);
   groups_[fingerprint] = group;
   return group;
 }
@@ -1141,16 +1142,19 @@ bool DistStore::PackGroup(GroupPlan& group, absl::Span<const Tensor> values,
       packed->push_back(Tensor::Zeros(DType::kInt32, {std::max<int64_t>(words, 1)}));
     }
   }
-  std::vector<uint8_t*> bases;
-  for (Tensor& t : *packed) bases.push_back(static_cast<uint8_t*>(t.data()));
   for (size_t i = 0; i < values.size(); ++i) {
     const Tensor& value = values[i];
     const KeyInfo& info = *group.infos[i];
     if (!value.device().is_cpu() || value.dtype() != info.dtype || value.shape() != info.shape) {
       return false;
     }
-    std::memcpy(bases[group.part_of[i]] + group.offset_of[i], value.data(),
-                static_cast<size_t>(info.bytes));
+  }
+  std::vector<uint8_t*> bases;
+  for (Tensor& t : *packed) bases.push_back(static_cast<uint8_t*>(t.data()));
+  for (const GroupPlan::Piece& piece : group.pieces) {
+    std::memcpy(bases[piece.part] + piece.packed_offset,
+                static_cast<const uint8_t*>(values[piece.key].data()) + piece.value_offset,
+                piece.bytes);
   }
   return true;
 }
@@ -1226,9 +1230,9 @@ void DistStore::TransferGroup(Kind kind, std::shared_ptr<GroupPlan> group,
       }
       if (list) {
         message.mutable_tensors()->Reserve(static_cast<int>(part.members.size()));
-        for (uint32_t m : part.members) {
-          const KeyInfo& info = *g.infos[m];
-          FillHeader(g.keys[m], info.dtype, info.shape, info.chunks[0], message.add_tensors());
+        for (const GroupPlan::Member& m : part.members) {
+          const KeyInfo& info = *g.infos[m.key];
+          FillHeader(g.keys[m.key], info.dtype, info.shape, m.chunk, message.add_tensors());
         }
       }
       if (!sends) return EncodeMessage(message);
@@ -1290,7 +1294,8 @@ void DistStore::TransferGroup(Kind kind, std::shared_ptr<GroupPlan> group,
              }
              for (size_t j = 0; status.ok() && j < part.members.size(); ++j) {
                const size_t begin = part.offsets[j], bytes = part.offsets[j + 1] - begin;
-               void* out = state->outs[part.members[j]]->data();
+               const GroupPlan::Member& m = part.members[j];
+               void* out = static_cast<uint8_t*>(state->outs[m.key]->data()) + m.value_offset;
                if (const void* in = payload->Contiguous(begin, bytes); in != nullptr) {
                  std::memcpy(out, in, bytes);
                } else {

@@ -127,23 +127,35 @@ class DistStore final : public KVStore {
     Tensor gpu_staging;
     Tensor pull_staging;
   };
-  // GroupPlan: a list of distinct keys, each held whole by one server, that travels as one
-  // packed array per server (see DistOptions::group_min_keys and proto "Key groups").
+  // GroupPlan: a list of distinct small keys that travels as one packed array per server (see DistOptions::group_min_keys and proto "Key groups").
   struct GroupPlan {
     uint64_t id = 0;
     std::vector<Key> keys;
     std::vector<const KeyInfo*> infos;  // keys_ never drops an entry.
     absl::flat_hash_set<Key> members;
-    // Per server holding members: its members in list order and where each one's bytes start
-    // in its packed array (the last entry is the array's size).
+    // A member: one chunk of a key (a small key is one chunk) and where it starts in the
+    // key's value. Per server holding members: its members in list order and where each one's
+    // bytes start in its packed array (the last entry is the array's size).
+    struct Member {
+      uint32_t key = 0;  // Index into keys.
+      Slice chunk;
+      size_t value_offset = 0;
+    };
     struct Part {
       int server = 0;
-      std::vector<uint32_t> members;
+      std::vector<Member> members;
       std::vector<size_t> offsets;
     };
     std::vector<Part> parts;
-    std::vector<uint32_t> part_of;   // Per key: its part.
-    std::vector<size_t> offset_of;   // Per key: where its bytes start in its part's array.
+    // Every member in key order, for packing: its part and its offset there.
+    struct Piece {
+      uint32_t key = 0;
+      uint32_t part = 0;
+      size_t value_offset = 0;
+      size_t packed_offset = 0;
+      size_t bytes = 0;
+    };
+    std::vector<Piece> pieces;
     int64_t bytes = 0;
     // Per part: whether the server has the member list (sent with the first request).
     std::unique_ptr<std::atomic<bool>[]> registered;
