@@ -4,8 +4,9 @@
 //
 // Scenarios:
 //   rounds MODE R   MODE is dist_sync or dist_async. Over R rounds every worker pushes
-//                   (rank+1) * base to an int key, a string key and a big key split over all
-//                   servers. dist_sync (ASSIGN): after round r each worker pulls sum_w (w+1) *
+//                   (rank+1) * base to 102 small int keys and a big key split over all
+//                   servers, as one list (a key group) or key by key, alternating by round and
+//                   rank. dist_sync (ASSIGN): after round r each worker pulls sum_w (w+1) *
 //                   base. dist_async (servers started with --updater=sum): after the last round
 //                   and a barrier, the value is init + R * sum_w (w+1) * base.
 //   dead_server     Initialises keys, prints READY, and waits (at most 20 s) until the scheduler
@@ -100,8 +101,15 @@ absl::Status Rounds(KVStore& kv, const std::string& mode, int rounds) {
   const int rank = kv.rank(), workers = kv.num_workers();
   RETURN_IF_ERROR(Expect(kv.type() == mode, "store type"));
   // Int keys in one store; the string-key store is exercised by its own job (see the test).
-  const std::vector<Key> keys = {3, 7, 11};
-  const std::vector<int64_t> sizes = {6, 1, 1000};  // Key 11 exceeds the job's big-value bound.
+  // Key 11 exceeds the job's big-value bound. 100 more small keys make the list long enough
+  // to travel as a key group; in each round some workers send it as one list and the others
+  // key by key, so rounds mix both kinds of push.
+  std::vector<Key> keys = {3, 7, 11};
+  std::vector<int64_t> sizes = {6, 1, 1000};
+  for (int i = 0; i < 100; ++i) {
+    keys.push_back(1000 + i);
+    sizes.push_back(1 + i % 3);
+  }
   std::vector<Tensor> bases, inits;
   for (size_t k = 0; k < keys.size(); ++k) {
     bases.push_back(Base(sizes[k], static_cast<int>(k)));
@@ -116,9 +124,18 @@ absl::Status Rounds(KVStore& kv, const std::string& mode, int rounds) {
   for (int r = 0; r < rounds; ++r) {
     std::vector<Tensor> pushed;
     for (const Tensor& base : bases) pushed.push_back(Scaled(base, rank + 1));
-    RETURN_IF_ERROR(kv.Push(keys, pushed));
+    const bool as_list = (r + rank) % 2 == 0;
+    if (as_list) {
+      RETURN_IF_ERROR(kv.Push(keys, pushed));
+    } else {
+      for (size_t k = 0; k < keys.size(); ++k) RETURN_IF_ERROR(kv.Push(keys[k], pushed[k]));
+    }
     if (mode == "dist_sync") {
-      RETURN_IF_ERROR(kv.Pull(keys, out_ptrs));
+      if (as_list) {
+        RETURN_IF_ERROR(kv.Pull(keys, out_ptrs));
+      } else {
+        for (size_t k = 0; k < keys.size(); ++k) RETURN_IF_ERROR(kv.Pull(keys[k], out_ptrs[k]));
+      }
       RETURN_IF_ERROR(kv.WaitAll());
       for (size_t k = 0; k < keys.size(); ++k) {
         RETURN_IF_ERROR(ExpectEqual(outs[k], Scaled(bases[k], total),
