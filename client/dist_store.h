@@ -14,8 +14,11 @@
 //   reused across pushes), cuts values above the big-value bound into one slice per server, and
 //   sends one request per server holding any of the keys - all in parallel, tensor bytes as
 //   slices over the caller's (or the sum's) memory. With gradient compression on, a float32
-//   push sends the codes of each chunk instead (quantised with the key's residual). Replies are copied from the received slices
-//   straight into the outputs.
+//   push sends the codes of each chunk instead (quantised with the key's residual). Replies
+//   are copied from the received slices straight into the outputs.
+// - Key groups: a call with a long list of distinct small keys (DistOptions::group_min_keys)
+//   sends one packed array per server instead; the list's member headers go to each server
+//   once (docs/distributed.md).
 // - A server answering UNAVAILABLE is retried with exponential backoff, under the same request
 //   id (the server applies a push once); after max_retries the operation fails naming the server
 //   and its address. Every RPC has a deadline.
