@@ -1,5 +1,6 @@
 #include "server/grpc/kvserver_service.h"
 
+#include <functional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -82,10 +83,13 @@ absl::Status RegisterListedGroup(const Request& header, ServerEngine* engine) {
   return engine->RegisterGroup(header.node_id(), header.group_id(), members);
 }
 
-// EncodeGroup frames a group's packed bytes (no headers).
-absl::StatusOr<grpc::ByteBuffer> EncodeGroup(const ServerEngine::PackedGroup& packed) {
+// PullGroupInto frames a group's packed values (no headers) into `*response`.
+absl::Status PullGroupInto(const ServerEngine& engine, uint64_t node_id, uint64_t group_id,
+                           grpc::ByteBuffer* response) {
+  ASSIGN_OR_RETURN(ServerEngine::PackedGroup packed, engine.PullGroup(node_id, group_id));
   const PayloadPart part{packed.buffer, 0, packed.bytes};
-  return EncodeFrame(proto::PullResponse(), absl::MakeConstSpan(&part, 1));
+  ASSIGN_OR_RETURN(*response, EncodeFrame(proto::PullResponse(), absl::MakeConstSpan(&part, 1)));
+  return absl::OkStatus();
 }
 
 // Decoded: a framed request's values, pointing into `payload` (which keeps their bytes alive).
@@ -147,6 +151,23 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, absl::Stat
   return reactor;
 }
 
+// StartGroupPush registers the group a Push or PushPull lists (if it does) and pushes the
+// packed values; `done` runs once the push is applied, or at once with the error.
+template <typename Request>
+grpc::ServerUnaryReactor* StartGroupPush(grpc::CallbackServerContext* context,
+                                         ServerEngine* engine, const Request& header,
+                                         const Payload& payload,
+                                         std::function<void(grpc::ServerUnaryReactor*,
+                                                            absl::Status)> done) {
+  absl::Status status = RegisterListedGroup(header, engine);
+  absl::StatusOr<ByteChunks> bytes = status.ok() ? payload.Chunks(0, payload.size()) : status;
+  if (!bytes.ok()) return Reply(context, bytes.status());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  engine->PushGroup(header.node_id(), header.request_id(), header.group_id(), *bytes,
+                    [reactor, done = std::move(done)](absl::Status s) { done(reactor, s); });
+  return reactor;
+}
+
 }  // namespace
 
 void KVServerService::SetBackend(std::shared_ptr<ServerBackend> backend) {
@@ -194,14 +215,10 @@ grpc::ServerUnaryReactor* KVServerService::Push(grpc::CallbackServerContext* con
     };
   };
   if (header.group_id() != 0) {
-    absl::Status status = RegisterListedGroup(header, backend->engine.get());
-    absl::StatusOr<ByteChunks> bytes =
-        status.ok() ? payload->Chunks(0, payload->size()) : status;
-    if (!bytes.ok()) return Reply(context, bytes.status());
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    backend->engine->PushGroup(header.node_id(), header.request_id(), header.group_id(), *bytes,
-                               finish(reactor));
-    return reactor;
+    return StartGroupPush(context, backend->engine.get(), header, *payload,
+                          [finish](grpc::ServerUnaryReactor* reactor, absl::Status status) {
+                            finish(reactor)(status);
+                          });
   }
   auto values = IncomingValues(header.tensors(), *payload, /*row_sparse_allowed=*/true);
   if (!values.ok()) return Reply(context, values.status());
@@ -222,11 +239,10 @@ grpc::ServerUnaryReactor* KVServerService::Pull(grpc::CallbackServerContext* con
   if (!status.ok()) return Reply(context, status);
   if (header.group_id() != 0) {
     status = RegisterListedGroup(header, backend->engine.get());
-    if (!status.ok()) return Reply(context, status);
-    auto packed = backend->engine->PullGroup(header.node_id(), header.group_id());
-    auto frame = packed.ok() ? EncodeGroup(*packed) : packed.status();
-    if (frame.ok()) *response = *std::move(frame);
-    return Reply(context, frame.status());
+    if (status.ok()) {
+      status = PullGroupInto(*backend->engine, header.node_id(), header.group_id(), response);
+    }
+    return Reply(context, status);
   }
   auto slices = SlicesFromHeaders(header.tensors());
   if (!slices.ok()) return Reply(context, slices.status());
@@ -248,23 +264,13 @@ grpc::ServerUnaryReactor* KVServerService::PushPull(grpc::CallbackServerContext*
   const uint64_t node_id = header.node_id();
   const uint64_t group_id = header.group_id();
   if (group_id != 0) {
-    absl::Status status = RegisterListedGroup(header, backend->engine.get());
-    absl::StatusOr<ByteChunks> bytes =
-        status.ok() ? payload->Chunks(0, payload->size()) : status;
-    if (!bytes.ok()) return Reply(context, bytes.status());
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    backend->engine->PushGroup(
-        node_id, header.request_id(), group_id, *bytes,
-        [reactor, response, backend, node_id, group_id](absl::Status status) {
-          if (status.ok()) {
-            auto packed = backend->engine->PullGroup(node_id, group_id);
-            auto frame = packed.ok() ? EncodeGroup(*packed) : packed.status();
-            status = frame.status();
-            if (status.ok()) *response = *std::move(frame);
-          }
+    return StartGroupPush(
+        context, backend->engine.get(), header, *payload,
+        [response, backend, node_id, group_id](grpc::ServerUnaryReactor* reactor,
+                                               absl::Status status) {
+          if (status.ok()) status = PullGroupInto(*backend->engine, node_id, group_id, response);
           reactor->Finish(ToGrpcStatus(status));
         });
-    return reactor;
   }
   auto decoded = IncomingValues(header.tensors(), *payload, /*row_sparse_allowed=*/false);
   if (!decoded.ok()) return Reply(context, decoded.status());
