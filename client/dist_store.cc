@@ -1296,11 +1296,7 @@ void DistStore::TransferGroup(Kind kind, std::shared_ptr<GroupPlan> group,
                const size_t begin = part.offsets[j], bytes = part.offsets[j + 1] - begin;
                const GroupPlan::Member& m = part.members[j];
                void* out = static_cast<uint8_t*>(state->outs[m.key]->data()) + m.value_offset;
-               if (const void* in = payload->Contiguous(begin, bytes); in != nullptr) {
-                 std::memcpy(out, in, bytes);
-               } else {
-                 status = payload->CopyTo(begin, bytes, out);
-               }
+               status = payload->CopyTo(begin, bytes, out);
              }
              if (!status.ok()) status = ServerError(s, status);
            }
