@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/half.h"
+#include "common/status_macros.h"
 
 namespace kvstore {
 namespace {
@@ -163,6 +164,21 @@ Tensor Tensor::Clone() const {
   Tensor copy = Zeros(dtype_, shape_);
   if (byte_size() > 0) std::memcpy(copy.data_, data_, byte_size());
   return copy;
+}
+
+absl::StatusOr<Tensor> Tensor::View(size_t byte_offset, DType dtype, Shape shape) const {
+  if (!defined_) return absl::InvalidArgumentError("View of an undefined tensor");
+  RETURN_IF_ERROR(ValidateShape(shape));
+  const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+  if (byte_offset > byte_size() || bytes > byte_size() - byte_offset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a view of ", DTypeName(dtype), ShapeToString(shape), " at byte ", byte_offset,
+        " does not fit in ", Description(), " (", byte_size(), " bytes)"));
+  }
+  void* data = static_cast<uint8_t*>(data_) + byte_offset;
+  // The aliasing constructor shares the buffer's ownership and points at the view.
+  std::shared_ptr<void> holder = holder_ == nullptr ? nullptr : std::shared_ptr<void>(holder_, data);
+  return Tensor(std::move(holder), data, dtype, std::move(shape), device_, owns_);
 }
 
 double Tensor::GetAsDouble(int64_t i) const {

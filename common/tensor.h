@@ -101,6 +101,13 @@ class Tensor {
   // Clone returns an owning deep copy on the CPU. Requires a defined CPU tensor.
   Tensor Clone() const;
 
+  // View returns a handle on `shape` elements of `dtype` that start `byte_offset` bytes into
+  // this tensor's buffer (e.g. one gradient inside a bucket holding many, as PyTorch's DDP
+  // lays them out). It shares the buffer: writes through either handle are seen by both, and
+  // an owned buffer lives while any view of it does; a view of a borrowed buffer is borrowed.
+  // InvalidArgument, naming both, when the view does not fit in this tensor.
+  absl::StatusOr<Tensor> View(size_t byte_offset, DType dtype, Shape shape) const;
+
   // defined is false only for a default-constructed handle.
   bool defined() const { return defined_; }
   void* data() const { return data_; }
@@ -116,7 +123,7 @@ class Tensor {
   // owns_data is false for Borrow()ed tensors.
   bool owns_data() const { return owns_; }
   // shared is true when another handle refers to this owned buffer (e.g. a reply still being
-  // sent from it).
+  // sent from it, or a View of it).
   bool shared() const { return holder_ != nullptr && holder_.use_count() > 1; }
 
   // GetAsDouble / SetFromDouble read and write flattened element `i` of a CPU tensor, converting

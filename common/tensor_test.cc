@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -126,6 +127,45 @@ TEST_CASE("Tensor: Adopt releases once after the last handle", "[tensor]") {
   REQUIRE(borrowed.Description() == "float32(6,)@cpu");
   REQUIRE(Tensor::Borrow(storage, DType::kFloat32, {6}, Device::CUDA(1)).Description() ==
           "float32(6,)@cuda:1");
+}
+
+TEST_CASE("Tensor: views share the buffer, keep it alive and must fit", "[tensor]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  int releases = 0;
+  std::vector<float> storage(24);
+  for (float& x : storage) x = static_cast<float>(rng.Uniform(-5, 5));
+  std::vector<float> expected = storage;
+  Tensor view;
+  {
+    Tensor bucket = Tensor::Adopt(storage.data(), DType::kFloat32, {24}, Device::CPU(),
+                                  [&releases] { ++releases; });
+    const int64_t first = rng.Int(0, 20);
+    auto made = bucket.View(static_cast<size_t>(first) * 4, DType::kFloat32, {2, 2});
+    REQUIRE(made.ok());
+    view = *made;
+    REQUIRE(view.owns_data());
+    REQUIRE(bucket.shared());
+    for (int64_t i = 0; i < 4; ++i) REQUIRE(view.GetAsDouble(i) == expected[first + i]);
+    const double value = rng.Uniform(10, 20);
+    view.SetFromDouble(3, value);
+    REQUIRE(bucket.GetAsDouble(first + 3) == static_cast<float>(value));
+    // Out of bounds, at the edge and past it.
+    REQUIRE(bucket.View(96, DType::kFloat32, {0}).ok());
+    auto past = bucket.View(88, DType::kFloat32, {3});
+    REQUIRE(absl::IsInvalidArgument(past.status()));
+    REQUIRE(past.status().message().find("float32(24,)") != absl::string_view::npos);
+    REQUIRE(absl::IsInvalidArgument(bucket.View(97, DType::kInt32, {0}).status()));
+    REQUIRE(absl::IsInvalidArgument(bucket.View(0, DType::kFloat32, {-1}).status()));
+  }
+  REQUIRE(releases == 0);  // The view still holds the bucket.
+  view = Tensor();
+  REQUIRE(releases == 1);
+  Tensor borrowed = Tensor::Borrow(storage.data(), DType::kFloat32, {24});
+  auto half = borrowed.View(2, DType::kFloat16, {3});
+  REQUIRE(half.ok());
+  REQUIRE_FALSE(half->owns_data());
+  REQUIRE(half->data() == reinterpret_cast<uint8_t*>(storage.data()) + 2);
 }
 
 }  // namespace

@@ -50,6 +50,24 @@ absl::Status ForEachPieceInto(
   return status;
 }
 
+// SubRange returns the parts of `bytes` that hold its bytes [begin, end).
+ByteChunks SubRange(const ByteChunks& bytes, size_t begin, size_t end) {
+  ByteChunks out;
+  size_t start = 0;
+  for (const absl::Span<const uint8_t>& chunk : bytes) {
+    const size_t stop = start + chunk.size();
+    if (stop > begin && start < end) {
+      const size_t from = std::max(begin, start) - start;
+      out.push_back(chunk.subspan(from, std::min(end, stop) - start - from));
+    }
+    start = stop;
+  }
+  return out;
+}
+
+// Members of a key group bigger than this keep buffers of their own.
+constexpr size_t kArenaMemberMaxBytes = 64 << 10;
+
 int64_t NumElementsOf(const Shape& shape) {
   int64_t total = 1;
   for (int64_t d : shape) total *= d;
@@ -277,7 +295,7 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
       auto chunk = std::make_unique<Chunk>();
       chunk->offset = c.offset;
       chunk->count = c.count;
-      absl::MutexLock chunk_lock(&chunk->mu);
+      ChunkLock chunk_lock(*chunk);
       chunk->stored = Tensor::Zeros(
           slice.dtype, whole && c.count == slice.count ? slice.shape : Shape{c.count});
       CopyBytes(value.bytes, static_cast<size_t>(c.offset - slice.offset) * element,
@@ -305,7 +323,7 @@ absl::StatusOr<EngineSnapshot> ServerEngine::Snapshot() const {
     const size_t element = DTypeSize(part->layout.dtype);
     stored.data = Tensor::Zeros(part->layout.dtype, {part->layout.count});
     for (const auto& chunk : part->chunks) {
-      absl::MutexLock chunk_lock(&chunk->mu);
+      ChunkLock chunk_lock(*chunk);
       std::memcpy(static_cast<uint8_t*>(stored.data.data()) +
                       static_cast<size_t>(chunk->offset - part->layout.offset) * element,
                   chunk->stored.data(), chunk->stored.byte_size());
@@ -378,8 +396,19 @@ void ServerEngine::RecordApplied(uint64_t node_id, uint64_t request_id) {
   }
 }
 
+ServerEngine::ChunkLock::ChunkLock(const Chunk& chunk) : mu_(chunk.mu.load()) {
+  mu_->Lock();
+  // The lock moves once, into an arena, while the old one is held: follow it.
+  for (absl::Mutex* now = chunk.mu.load(); now != mu_; now = chunk.mu.load()) {
+    mu_->Unlock();
+    mu_ = now;
+    mu_->Lock();
+  }
+}
+
 Tensor& ServerEngine::Writable(Chunk* chunk) {
-  if (!chunk->stored.shared()) return chunk->stored;
+  // Arena memory is never held outside the engine: update it in place.
+  if (chunk->arena != nullptr || !chunk->stored.shared()) return chunk->stored;
   // A pull reply is still being sent from the stored buffer: update a copy instead.
   Tensor next = chunk->spare;
   if (!next.defined() || next.shared()) {
@@ -394,7 +423,21 @@ Tensor& ServerEngine::Writable(Chunk* chunk) {
 absl::Status ServerEngine::Apply(const Key& key, Chunk* chunk, const Tensor& received,
                                  Updater* updater) {
   Tensor& stored = Writable(chunk);
-  return updater->UpdateAt(key, chunk->offset, received, &stored);
+  if (chunk->arena == nullptr) return updater->UpdateAt(key, chunk->offset, received, &stored);
+  // An updater may replace the handle instead of writing through it; the arena keeps the bytes.
+  Tensor updated = stored;
+  RETURN_IF_ERROR(updater->UpdateAt(key, chunk->offset, received, &updated));
+  if (updated.data() != stored.data()) {
+    if (updated.dtype() != stored.dtype() || updated.byte_size() != stored.byte_size() ||
+        !updated.device().is_cpu()) {
+      return absl::InternalError(absl::StrCat("key ", key.Quoted(), ": updater \"",
+                                              updater->name(), "\" replaced ",
+                                              stored.Description(), " by ",
+                                              updated.Description()));
+    }
+    std::memcpy(stored.data(), updated.data(), stored.byte_size());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ServerEngine::ApplyPieces(const Key& key, Chunk* chunk, const IncomingValue& value,
@@ -407,7 +450,7 @@ absl::Status ServerEngine::ApplyPieces(const Key& key, Chunk* chunk, const Incom
 
 absl::StatusOr<bool> ServerEngine::Merge(const Key& key, Chunk* chunk, const IncomingValue& value,
                                          const std::shared_ptr<Updater>& updater) {
-  absl::MutexLock lock(&chunk->mu);
+  ChunkLock lock(*chunk);
   const size_t workers = options_.worker_node_ids.size();
   const DType dtype = chunk->stored.dtype();
   auto buffer = [&](Tensor* t) -> Tensor& {
@@ -596,7 +639,7 @@ absl::StatusOr<Tensor> ServerEngine::PullRows(uint64_t node_id, const ValueSlice
       const Chunk& chunk =
           *part->chunks[static_cast<size_t>((e - part->layout.offset) / part->chunk_elements)];
       const int64_t take = std::min(end, chunk.offset + chunk.count) - e;
-      absl::MutexLock lock(&chunk.mu);
+      ChunkLock lock(chunk);
       std::memcpy(out, static_cast<const uint8_t*>(chunk.stored.data()) +
                            static_cast<size_t>(e - chunk.offset) * element,
                   static_cast<size_t>(take) * element);
@@ -765,6 +808,7 @@ absl::Status ServerEngine::RegisterGroup(uint64_t node_id, uint64_t group_id,
     offset += static_cast<size_t>(member.count) * DTypeSize(member.dtype);
   }
   group->offsets.push_back(offset);
+  PlaceInArena(group.get(), members);
   NodeRequests& requests = requests_[node_id];
   auto [it, inserted] = requests.groups.insert_or_assign(group_id, std::move(group));
   if (inserted) {
@@ -775,6 +819,64 @@ absl::Status ServerEngine::RegisterGroup(uint64_t node_id, uint64_t group_id,
     }
   }
   return absl::OkStatus();
+}
+
+void ServerEngine::PlaceInArena(Group* group, absl::Span<const ValueSlice> members) {
+  const size_t n = group->chunks.size();
+  if (n == 0) return;
+  const std::shared_ptr<Arena> first = group->chunks[0]->arena;
+  if (first != nullptr) {
+    // Placed by an earlier group: usable when the members lie back to back in this order.
+    const size_t base = group->chunks[0]->arena_offset;
+    for (size_t i = 0; i < n; ++i) {
+      const Chunk& chunk = *group->chunks[i];
+      if (chunk.arena != first || chunk.arena_offset != base + group->offsets[i]) return;
+    }
+    group->arena = first;
+    group->arena_base = base;
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      const size_t size = group->offsets[i + 1] - group->offsets[i];
+      if (group->chunks[i]->arena != nullptr || size > kArenaMemberMaxBytes ||
+          group->offsets[i] % DTypeSize(members[i].dtype) != 0) {
+        return;
+      }
+    }
+    auto arena = std::make_shared<Arena>();
+    const int64_t words = static_cast<int64_t>((group->offsets.back() + 3) / 4);
+    arena->buffer = Tensor::Zeros(DType::kInt32, {std::max<int64_t>(words, 1)});
+    std::vector<Tensor> views(n);
+    for (size_t i = 0; i < n; ++i) {
+      ChunkLock lock(*group->chunks[i]);
+      absl::StatusOr<Tensor> view = arena->buffer.View(
+          group->offsets[i], members[i].dtype, group->chunks[i]->stored.shape());
+      if (!view.ok()) return;  // Not expected: the offsets were computed from these sizes.
+      views[i] = *std::move(view);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      Chunk* chunk = group->chunks[i];
+      ChunkLock lock(*chunk);
+      std::memcpy(views[i].data(), chunk->stored.data(), chunk->stored.byte_size());
+      chunk->stored = std::move(views[i]);
+      chunk->spare = Tensor();
+      chunk->arena = arena;
+      chunk->arena_offset = group->offsets[i];
+      chunk->mu.store(&arena->mu);  // Waiters on the old lock follow (ChunkLock).
+    }
+    group->arena = std::move(arena);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (group->runs.empty() || group->runs.back().dtype != members[i].dtype) {
+      group->runs.push_back(Group::Run{members[i].dtype, group->offsets[i], group->offsets[i]});
+    }
+    group->runs.back().end = group->offsets[i + 1];
+  }
+}
+
+bool ServerEngine::GroupInArena(uint64_t node_id, uint64_t group_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  absl::StatusOr<std::shared_ptr<const Group>> group = FindGroup(node_id, group_id);
+  return group.ok() && (*group)->arena != nullptr;
 }
 
 absl::StatusOr<std::shared_ptr<const ServerEngine::Group>> ServerEngine::FindGroup(
@@ -791,7 +893,7 @@ absl::StatusOr<std::shared_ptr<const ServerEngine::Group>> ServerEngine::FindGro
 
 absl::StatusOr<bool> ServerEngine::MergeSpan(const Key& key, Chunk* chunk, const void* data,
                                              const std::shared_ptr<Updater>& updater) {
-  absl::MutexLock lock(&chunk->mu);
+  ChunkLock lock(*chunk);
   const size_t workers = options_.worker_node_ids.size();
   const DType dtype = chunk->stored.dtype();
   if (!options_.sync || workers == 1) {
@@ -847,7 +949,7 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
             group->chunks.size(), " keys (", group->offsets.back(), " bytes)"));
       }
     }
-    for (size_t i = 0; error.ok() && i < group->chunks.size(); ++i) {
+    for (size_t i = 0; rounds() && error.ok() && i < group->chunks.size(); ++i) {
       error = CheckRound(group->keys[i], *group->chunks[i], node_id);
     }
     if (group != nullptr) call = BeginPush(node_id, request_id, group->chunks, &done, &error);
@@ -857,8 +959,28 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
     return;
   }
 
-  // Walk the received slices once; a member split between two slices is gathered first.
   const std::shared_ptr<Updater> current = updater();
+  if (group->arena != nullptr && !rounds() && current->piecewise()) {
+    // Each push is applied as it arrives: one update per run of one dtype, straight from the
+    // received slices into the arena.
+    {
+      absl::MutexLock lock(&group->arena->mu);
+      auto* base = static_cast<uint8_t*>(group->arena->buffer.data()) + group->arena_base;
+      for (const Group::Run& run : group->runs) {
+        const size_t element = DTypeSize(run.dtype);
+        ForEachPiece(SubRange(bytes, run.begin, run.end), element,
+                     [&](int64_t e, const void* piece, int64_t count) {
+                       if (!error.ok()) return;
+                       error = current->UpdateSpan(group->keys[0], 0, run.dtype, piece,
+                                                   base + run.begin + static_cast<size_t>(e) * element,
+                                                   count);
+                     });
+      }
+    }
+    EndPush(call, false, {}, error);
+    return;
+  }
+  // Walk the received slices once; a member split between two slices is gathered first.
   std::vector<Chunk*> completed;
   std::vector<uint8_t> straddling;
   size_t slice = 0, slice_start = 0;
@@ -905,9 +1027,15 @@ absl::StatusOr<ServerEngine::PackedGroup> ServerEngine::PullGroup(uint64_t node_
     group->reply = Tensor::Zeros(DType::kInt32, {(size + 3) / 4});
   }
   auto* out = static_cast<uint8_t*>(group->reply.data());
+  if (group->arena != nullptr) {
+    absl::MutexLock arena_lock(&group->arena->mu);
+    std::memcpy(out, static_cast<const uint8_t*>(group->arena->buffer.data()) + group->arena_base,
+                static_cast<size_t>(size));
+    return PackedGroup{group->reply, static_cast<size_t>(size)};
+  }
   for (size_t i = 0; i < group->chunks.size(); ++i) {
     const Chunk& chunk = *group->chunks[i];
-    absl::MutexLock chunk_lock(&chunk.mu);
+    ChunkLock chunk_lock(chunk);
     std::memcpy(out + group->offsets[i], chunk.stored.data(),
                 group->offsets[i + 1] - group->offsets[i]);
   }
@@ -929,8 +1057,9 @@ absl::StatusOr<std::vector<Tensor>> ServerEngine::Pull(
   std::vector<Tensor> outs;
   outs.reserve(chunks.size());
   for (Chunk* chunk : chunks) {
-    absl::MutexLock lock(&chunk->mu);
-    outs.push_back(chunk->stored);
+    ChunkLock lock(*chunk);
+    // Arena members are updated in place: they leave as a copy.
+    outs.push_back(chunk->arena != nullptr ? chunk->stored.Clone() : chunk->stored);
   }
   return outs;
 }

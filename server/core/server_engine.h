@@ -22,7 +22,9 @@
 // Received bytes come as the slices the transport delivered (ByteChunks). A piecewise updater
 // (assign, sum) with one push per round is applied straight from them; otherwise the first push
 // of a round is copied into the chunk's reused sum buffer and later ones are added from the
-// slices. Pulls return handles on the stored buffers, without copying (copy on write).
+// slices. Pulls return handles on the stored buffers, without copying (copy on write), except
+// for the members of a key group's arena (see Arena), which are updated in place and pulled as
+// copies.
 //
 // Threading: thread-safe. The engine's lock guards bookkeeping only; data moves under each
 // chunk's lock. Calls never block waiting for other nodes: a sync push registers a completion
@@ -31,6 +33,7 @@
 #ifndef KVSTORE_SERVER_CORE_SERVER_ENGINE_H_
 #define KVSTORE_SERVER_CORE_SERVER_ENGINE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -153,6 +156,12 @@ class ServerEngine {
     size_t bytes = 0;
   };
   absl::StatusOr<PackedGroup> PullGroup(uint64_t node_id, uint64_t group_id) const;
+  // GroupInArena is true when the node's group `group_id` is applied through an arena: its
+  // members' values lie back to back in one buffer, a push that needs no round (dist_async,
+  // or one worker) is one update per run of one dtype and a pull one copy. A group gets one
+  // when none of its members is in an arena yet and each is at most 64 KiB, or when its
+  // members lie in one arena in its order (another worker's registration of the same list).
+  bool GroupInArena(uint64_t node_id, uint64_t group_id) const;
 
   // Pull returns each requested chunk's stored elements as a read-only handle on the stored
   // buffer (no copy): the engine never writes a buffer while a handle on it is alive - an update
@@ -203,19 +212,44 @@ class ServerEngine {
     int remaining = 0;  // Chunks whose round has not completed yet.
     std::vector<Done> done;
   };
-  // Chunk: one chunk of a key's part, with its round.
+  // Arena: one buffer holding the stored values of many small chunks back to back (the members
+  // of a key group, in the group's order), so that a group push is applied with one update per
+  // run of one dtype and a group pull is one copy. Its lock is the lock of every member chunk.
+  // A chunk joins an arena when a group is registered and stays in it; nothing outside the
+  // engine ever holds arena memory (pulls of members are copies), so it is updated in place.
+  struct Arena {
+    absl::Mutex mu;
+    Tensor buffer;
+  };
+  // Chunk: one chunk of a key's part, with its round. Its fields (all but offset and count)
+  // are guarded by its lock, taken with ChunkLock: its own mutex, or its arena's.
   struct Chunk {
     int64_t offset = 0;  // First flattened element of the whole value.
     int64_t count = 0;
-    mutable absl::Mutex mu;
-    Tensor stored ABSL_GUARDED_BY(mu);  // Replaced (copy on write) while a pull holds it.
-    Tensor spare ABSL_GUARDED_BY(mu);   // The previous buffer, reused by the next replacement.
-    Tensor sum ABSL_GUARDED_BY(mu);     // The round's merged pushes; reused across rounds.
-    Tensor gather ABSL_GUARDED_BY(mu);  // A contiguous copy of one push, when one is needed.
-    size_t arrived ABSL_GUARDED_BY(mu) = 0;
+    mutable absl::Mutex own_mu;
+    mutable std::atomic<absl::Mutex*> mu{&own_mu};  // Changes once, to the arena's lock.
+    Tensor stored;  // Replaced (copy on write) while a pull holds it; a view in an arena.
+    Tensor spare;   // The previous buffer, reused by the next replacement.
+    Tensor sum;     // The round's merged pushes; reused across rounds.
+    Tensor gather;  // A contiguous copy of one push, when one is needed.
+    size_t arrived = 0;
+    // Set once, under the engine's mu_ and the chunk's lock.
+    std::shared_ptr<Arena> arena;
+    size_t arena_offset = 0;
     // Guarded by the engine's mu_:
     std::vector<uint64_t> contributors;
     std::vector<std::shared_ptr<PushCall>> calls;
+  };
+  // ChunkLock holds a chunk's lock (following it into an arena).
+  class ChunkLock {
+   public:
+    explicit ChunkLock(const Chunk& chunk);
+    ~ChunkLock() { mu_->Unlock(); }
+    ChunkLock(const ChunkLock&) = delete;
+    ChunkLock& operator=(const ChunkLock&) = delete;
+
+   private:
+    absl::Mutex* mu_;
   };
   struct Part {
     ValueSlice layout;  // What Init stored: the server's whole part of the key.
@@ -227,6 +261,15 @@ class ServerEngine {
     std::vector<Key> keys;
     std::vector<Chunk*> chunks;
     std::vector<size_t> offsets;  // Member i's bytes start at offsets[i]; the last is the size.
+    // When every member lives in one arena, back to back in this order: the arena, where the
+    // first member starts in it, and the members cut in runs of one dtype (byte ranges).
+    std::shared_ptr<Arena> arena;
+    size_t arena_base = 0;
+    struct Run {
+      DType dtype;
+      size_t begin, end;
+    };
+    std::vector<Run> runs;
     mutable absl::Mutex reply_mu;
     mutable Tensor reply ABSL_GUARDED_BY(reply_mu);  // Reused by PullGroup.
   };
@@ -271,6 +314,10 @@ class ServerEngine {
   // that has now been applied in full (`call` itself when it pushed nothing), with `error`.
   void EndPush(const std::shared_ptr<PushCall>& call, bool empty,
                absl::Span<Chunk* const> completed, const absl::Status& error);
+  // PlaceInArena gives a new group the arena of its members (moving them into a new one when
+  // none is in an arena yet and all are small), or none when they are placed otherwise.
+  void PlaceInArena(Group* group, absl::Span<const ValueSlice> members)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FindGroup returns a node's registered group, FailedPrecondition naming it otherwise.
   absl::StatusOr<std::shared_ptr<const Group>> FindGroup(uint64_t node_id,
                                                          uint64_t group_id) const
@@ -284,13 +331,13 @@ class ServerEngine {
                              const std::shared_ptr<Updater>& updater);
   // MergeCompressed is Merge for a 2bit or 1bit push: decode, then sum or apply.
   absl::StatusOr<bool> MergeCompressed(const Key& key, Chunk* chunk, const IncomingValue& value,
-                                       Updater* updater) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk->mu);
+                                       Updater* updater);
   // Apply runs the updater on the chunk's stored value (moving it first when a pull holds it).
   static absl::Status Apply(const Key& key, Chunk* chunk, const Tensor& received,
-                            Updater* updater) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk->mu);
+                            Updater* updater);
   static absl::Status ApplyPieces(const Key& key, Chunk* chunk, const IncomingValue& value,
-                                  Updater* updater) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk->mu);
-  static Tensor& Writable(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk->mu);
+                                  Updater* updater);
+  static Tensor& Writable(Chunk* chunk);
   void RecordApplied(uint64_t node_id, uint64_t request_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<Updater> updater() const;
   // SwapUpdaterIfIdle installs the pending updater when no dist_sync round is open.

@@ -561,6 +561,134 @@ TEST_CASE("ServerEngine: one worker's key-group pushes apply at once", "[server]
   }
 }
 
+TEST_CASE("ServerEngine: key groups in an arena stay coherent with their members",
+          "[server][groups][arena]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  // Pushes that need no round: one worker in dist_sync, or two in dist_async.
+  const bool sync = GENERATE(true, false);
+  INFO((sync ? "dist_sync, 1 worker" : "dist_async, 2 workers"));
+  const uint64_t other = sync ? 2 : 3;
+  auto engine = NewEngine(sync, sync ? std::vector<uint64_t>{2} : std::vector<uint64_t>{2, 3});
+  engine->SetUpdater(MakeSumUpdater());
+  const DType dtypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64};
+  const DType dtype = dtypes[rng.Int(0, 3)];
+  INFO(DTypeName(dtype));
+  const int n = 60;
+  std::vector<ValueSlice> members;
+  std::vector<Tensor> like;
+  std::vector<std::vector<double>> expected;
+  std::vector<IncomingValue> init;
+  for (int i = 0; i < n; ++i) {
+    const Shape shape = rng.AnyShape(2, 4);
+    like.push_back(rng.RandomTensor(dtype, shape));
+    expected.push_back(ToDoubles(like.back()));
+    members.push_back(ValueSlice{int64_t{1000 + i}, dtype, shape, 0, NumElements(shape)});
+    init.push_back(Incoming(members.back().key, like.back()));
+  }
+  REQUIRE(engine->Init(2, init).ok());
+
+  struct Group {
+    uint64_t node, id;
+    std::vector<size_t> index;  // Members, as indices into `members`.
+    bool arena;
+  };
+  std::vector<Group> groups = {{2, 1, {}, true}, {other, 2, {}, true}, {2, 3, {}, true},
+                               {other, 4, {}, false}};
+  for (size_t i = 0; i < n; ++i) groups[0].index.push_back(i);
+  groups[1].index = groups[0].index;  // The same list from another worker: the same arena.
+  for (size_t i = 10; i < 35; ++i) groups[2].index.push_back(i);  // A stretch of it.
+  for (size_t i = n; i-- > 0;) groups[3].index.push_back(i);  // Another order: no arena.
+  for (const Group& g : groups) {
+    std::vector<ValueSlice> list;
+    for (size_t i : g.index) list.push_back(members[i]);
+    REQUIRE(engine->RegisterGroup(g.node, g.id, list).ok());
+    INFO("group " << g.id);
+    REQUIRE(engine->GroupInArena(g.node, g.id) == g.arena);
+  }
+
+  bool subtract = false;  // After the updater is replaced: stored -= received.
+  auto apply = [&](size_t i, const Tensor& value) {
+    const std::vector<double> v = ToDoubles(value);
+    for (size_t e = 0; e < v.size(); ++e) expected[i][e] += subtract ? -v[e] : v[e];
+  };
+  auto check = [&](size_t i, const Tensor& got) {
+    INFO("key " << members[i].key.Quoted());
+    REQUIRE(MaxAbsDiff(ToDoubles(got), expected[i]) <= testing::Tolerance(dtype, 64, 300));
+  };
+  std::vector<std::pair<Tensor, std::vector<double>>> held;  // Pulled handles, kept.
+  uint64_t request = 100;
+  int acks = 0, sent = 0;
+  auto ack = [&](absl::Status s) {
+    REQUIRE(s.ok());
+    ++acks;
+  };
+  for (int step = 0; step < 60; ++step) {
+    if (step == 30) {
+      // An updater that is not piecewise, and that replaces the stored handle.
+      engine->SetUpdater(MakeFunctionUpdater(
+          "subtract", [](const Key&, const Tensor& received, Tensor* stored) {
+            Tensor next = stored->Clone();
+            for (int64_t e = 0; e < next.num_elements(); ++e) {
+              next.SetFromDouble(e, stored->GetAsDouble(e) - received.GetAsDouble(e));
+            }
+            *stored = next;
+          }));
+      subtract = true;
+    }
+    const Group& g = groups[static_cast<size_t>(rng.Int(0, 3))];
+    const size_t key = static_cast<size_t>(rng.Int(0, n - 1));
+    switch (rng.Int(0, 3)) {
+      case 0: {  // A group push, in slices that cut members.
+        std::vector<uint8_t> bytes;
+        for (size_t i : g.index) {
+          const Tensor value = rng.RandomTensor(dtype, members[i].shape);
+          apply(i, value);
+          const auto* p = static_cast<const uint8_t*>(value.data());
+          bytes.insert(bytes.end(), p, p + value.byte_size());
+        }
+        engine->PushGroup(g.node, request++, g.id, Chunks(bytes, rng.Int(3, 41)), ack);
+        ++sent;
+        break;
+      }
+      case 1: {  // One member pushed alone.
+        const Tensor value = rng.RandomTensor(dtype, members[key].shape);
+        apply(key, value);
+        engine->Push(other, request++, {Incoming(members[key].key, value)}, ack);
+        ++sent;
+        break;
+      }
+      case 2: {  // One member pulled alone; the handle is kept to the end.
+        auto pulled = engine->Pull(2, {members[key]});
+        REQUIRE(pulled.ok());
+        check(key, (*pulled)[0]);
+        held.emplace_back((*pulled)[0], ToDoubles((*pulled)[0]));
+        break;
+      }
+      default: {  // A group pull.
+        auto packed = engine->PullGroup(g.node, g.id);
+        REQUIRE(packed.ok());
+        size_t offset = 0;
+        for (size_t i : g.index) {
+          const Tensor& t = like[i];
+          check(i, Tensor::Borrow(static_cast<uint8_t*>(packed->buffer.data()) + offset, dtype,
+                                  t.shape()));
+          offset += t.byte_size();
+        }
+        REQUIRE(offset == packed->bytes);
+      }
+    }
+    REQUIRE(acks == sent);
+  }
+  // Later updates never reached a pulled handle.
+  for (const auto& [handle, values] : held) REQUIRE(ToDoubles(handle) == values);
+  auto snapshot = engine->Snapshot();
+  REQUIRE(snapshot.ok());
+  for (const StoredPart& part : snapshot->parts) {
+    check(static_cast<size_t>(part.layout.key.int_key() - 1000), part.data);
+  }
+}
+
 TEST_CASE("ServerEngine: bad key groups are refused and change nothing", "[server][groups]") {
   TestRng rng;
   INFO(rng.Describe());

@@ -66,9 +66,10 @@ class Updater {
   }
 
   // piecewise is true when applying the update to the pieces of any split of a value gives
-  // exactly the same bits as applying it once (stateless element-wise updaters such as assign
-  // and sum). A server may then apply it straight from the received bytes, piece by piece,
-  // without first gathering them into one buffer.
+  // exactly the same bits as applying it once, whatever the key and offset (stateless
+  // element-wise updaters such as assign and sum). A server may then apply it straight from
+  // the received bytes, piece by piece, without first gathering them into one buffer, and to
+  // the elements of several keys of one dtype that lie back to back in one call.
   virtual bool piecewise() const { return false; }
 
   // UpdateSpan is UpdateAt over raw memory: `count` elements of `dtype` received at `received`,
