@@ -472,7 +472,7 @@ void DistStore::Dispatch() {
       queued_.erase(best);
       ++inflight_;
       mu_.Unlock();
-      TransferGroup(kind, std::move(op.group), std::move(op.packed), std::move(op.group_outs),
+      TransferGroup(kind, std::move(op.group), std::move(op.group_work),
                     [this, seq](absl::Status status) { Complete(seq, {}, status); });
       mu_.Lock();
       continue;
@@ -1081,12 +1081,16 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
       if (it == keys_.end()) return nullptr;
       const KeyInfo& info = *it->second;
       group->infos.push_back(&info);
+      group->dtypes.push_back(info.dtype);
+      group->dims_at.push_back(static_cast<uint32_t>(group->dims.size()));
+      group->dims.insert(group->dims.end(), info.shape.begin(), info.shape.end());
       group->bytes += info.bytes;
       if (!group->members.insert(key).second || info.bytes > kGroupMemberMaxBytes) {
         eligible = false;
       }
     }
   }
+  group->dims_at.push_back(static_cast<uint32_t>(group->dims.size()));
   if (group->bytes > kGroupMaxBytes) eligible = false;
   if (eligible) {
     std::vector<int> part_index(servers_.size(), -1);
@@ -1123,8 +1127,53 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
   return group;
 }
 
-bool DistStore::PackGroup(GroupPlan& group, absl::Span<const Tensor> values,
-                          std::vector<Tensor>* packed) {
+// GroupBase returns where the members of `part` lie back to back, in the part's order, in the
+// memory of `tensor(i)` (the list's i-th value or output), all of one buffer - views of one
+// owned buffer, or borrowed memory - or null when they do not.
+template <typename Part, typename TensorAt>
+static uint8_t* GroupBase(const Part& part, TensorAt tensor) {
+  if (part.members.empty()) return nullptr;
+  const Tensor& head = tensor(part.members.front().key);
+  uint8_t* base = static_cast<uint8_t*>(head.data()) + part.members.front().value_offset;
+  for (size_t j = 0; j < part.members.size(); ++j) {
+    const auto& m = part.members[j];
+    const Tensor& t = tensor(m.key);
+    if (static_cast<uint8_t*>(t.data()) + m.value_offset != base + part.offsets[j] ||
+        !t.SameBuffer(head)) {
+      return nullptr;
+    }
+  }
+  return base;
+}
+
+bool DistStore::Matches(const GroupPlan& group, size_t i, const Tensor& t) {
+  const Shape& shape = t.shape();
+  const auto dims = group.dims.begin();
+  return t.device().is_cpu() && t.dtype() == group.dtypes[i] &&
+         std::equal(shape.begin(), shape.end(), dims + group.dims_at[i], dims + group.dims_at[i + 1]);
+}
+
+bool DistStore::PackGroup(GroupPlan& group, absl::Span<const Tensor> values, GroupWork* work) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!Matches(group, i, values[i])) return false;
+  }
+  // Values already back to back in each part's order (views of one bucket) go as they are.
+  std::vector<Tensor> direct;
+  for (const GroupPlan::Part& part : group.parts) {
+    uint8_t* base = GroupBase(part, [&](size_t i) -> const Tensor& { return values[i]; });
+    if (base == nullptr) break;
+    // Every dtype is 2, 4 or 8 bytes, so a part is whole 16-bit words; the handle keeps the
+    // values' buffer alive until the request is sent.
+    direct.push_back(Tensor::Adopt(base, DType::kFloat16,
+                                   {static_cast<int64_t>(part.offsets.back() / 2)},
+                                   Device::CPU(), [keep = values[part.members.front().key]] {}));
+  }
+  if (direct.size() == group.parts.size()) {
+    work->packed = std::move(direct);
+    work->direct = true;
+    return true;
+  }
+  std::vector<Tensor>* packed = &work->packed;
   {
     absl::MutexLock lock(&group.spare_mu);
     while (!group.spare.empty() && packed->empty()) {
@@ -1142,13 +1191,6 @@ bool DistStore::PackGroup(GroupPlan& group, absl::Span<const Tensor> values,
       packed->push_back(Tensor::Zeros(DType::kInt32, {std::max<int64_t>(words, 1)}));
     }
   }
-  for (size_t i = 0; i < values.size(); ++i) {
-    const Tensor& value = values[i];
-    const KeyInfo& info = *group.infos[i];
-    if (!value.device().is_cpu() || value.dtype() != info.dtype || value.shape() != info.shape) {
-      return false;
-    }
-  }
   std::vector<uint8_t*> bases;
   for (Tensor& t : *packed) bases.push_back(static_cast<uint8_t*>(t.data()));
   for (const GroupPlan::Piece& piece : group.pieces) {
@@ -1159,13 +1201,15 @@ bool DistStore::PackGroup(GroupPlan& group, absl::Span<const Tensor> values,
   return true;
 }
 
-bool DistStore::CheckGroupOutputs(const GroupPlan& group, absl::Span<Tensor* const> outs) {
+bool DistStore::CheckGroupOutputs(const GroupPlan& group, absl::Span<Tensor* const> outs,
+                                  GroupWork* work) {
   for (size_t i = 0; i < outs.size(); ++i) {
-    const Tensor& out = *outs[i];
-    const KeyInfo& info = *group.infos[i];
-    if (!out.device().is_cpu() || out.dtype() != info.dtype || out.shape() != info.shape) {
-      return false;
-    }
+    if (!Matches(group, i, *outs[i])) return false;
+  }
+  work->outs.assign(outs.begin(), outs.end());
+  for (const GroupPlan::Part& part : group.parts) {
+    work->out_bases.push_back(
+        GroupBase(part, [&](size_t i) -> const Tensor& { return *outs[i]; }));
   }
   return true;
 }
@@ -1179,33 +1223,27 @@ bool DistStore::TryGroup(Kind kind, absl::Span<const Key> keys, absl::Span<const
   op.priority = priority;
   op.kind = kind;
   op.bytes = group->bytes;
-  if (pushes && !PackGroup(*group, values, &op.packed)) return false;
-  if (kind != Kind::kPush) {
-    if (!CheckGroupOutputs(*group, outs)) return false;
-    op.group_outs.assign(outs.begin(), outs.end());
-  }
+  if (pushes && !PackGroup(*group, values, &op.group_work)) return false;
+  if (kind != Kind::kPush && !CheckGroupOutputs(*group, outs, &op.group_work)) return false;
   op.group = std::move(group);
   EnqueueOp(std::move(op));
   return true;
 }
 
-void DistStore::TransferGroup(Kind kind, std::shared_ptr<GroupPlan> group,
-                              std::vector<Tensor> packed, std::vector<Tensor*> outs,
+void DistStore::TransferGroup(Kind kind, std::shared_ptr<GroupPlan> group, GroupWork work,
                               OpDone done) {
   struct State {
     absl::Mutex mu;
     size_t remaining = 0;
     absl::Status error;
     std::shared_ptr<GroupPlan> group;
-    std::vector<Tensor> packed;
-    std::vector<Tensor*> outs;
+    GroupWork work;
     OpDone done;
   };
   auto state = std::make_shared<State>();
   state->remaining = group->parts.size();
   state->group = std::move(group);
-  state->packed = std::move(packed);
-  state->outs = std::move(outs);
+  state->work = std::move(work);
   state->done = std::move(done);
   const GroupPlan& g = *state->group;
   if (g.parts.empty()) {
@@ -1236,7 +1274,7 @@ void DistStore::TransferGroup(Kind kind, std::shared_ptr<GroupPlan> group,
         }
       }
       if (!sends) return EncodeMessage(message);
-      const PayloadPart payload{state->packed[p], 0, part.offsets.back()};
+      const PayloadPart payload{state->work.packed[p], 0, part.offsets.back()};
       return EncodeFrame(message, absl::MakeConstSpan(&payload, 1));
     };
     switch (kind) {
@@ -1253,9 +1291,11 @@ void DistStore::TransferGroup(Kind kind, std::shared_ptr<GroupPlan> group,
       last = --state->remaining == 0;
     }
     if (!last) return;
-    if (!state->packed.empty()) {
+    if (!state->work.packed.empty() && !state->work.direct) {
       absl::MutexLock lock(&state->group->spare_mu);
-      if (state->group->spare.size() < 2) state->group->spare.push_back(std::move(state->packed));
+      if (state->group->spare.size() < 2) {
+        state->group->spare.push_back(std::move(state->work.packed));
+      }
     }
     state->done(state->error);
   };
@@ -1292,10 +1332,16 @@ void DistStore::TransferGroup(Kind kind, std::shared_ptr<GroupPlan> group,
                    "key group reply holds ", payload->size(), " bytes, expected ",
                    part.offsets.back()));
              }
-             for (size_t j = 0; status.ok() && j < part.members.size(); ++j) {
+             if (status.ok() && state->work.out_bases[p] != nullptr) {
+               status = payload->CopyTo(0, part.offsets.back(), state->work.out_bases[p]);
+             }
+             for (size_t j = 0; status.ok() && state->work.out_bases[p] == nullptr &&
+                                j < part.members.size();
+                  ++j) {
                const size_t begin = part.offsets[j], bytes = part.offsets[j + 1] - begin;
                const GroupPlan::Member& m = part.members[j];
-               void* out = static_cast<uint8_t*>(state->outs[m.key]->data()) + m.value_offset;
+               void* out =
+                   static_cast<uint8_t*>(state->work.outs[m.key]->data()) + m.value_offset;
                status = payload->CopyTo(begin, bytes, out);
              }
              if (!status.ok()) status = ServerError(s, status);

@@ -18,7 +18,8 @@
 //   are copied from the received slices straight into the outputs.
 // - Key groups: a call with a long list of distinct small keys (DistOptions::group_min_keys)
 //   sends one packed array per server instead; the list's member headers go to each server
-//   once (docs/distributed.md).
+//   once (docs/distributed.md). Values that are views of one buffer in the list's order (a
+//   gradient bucket) are sent from it without packing, and pulled into it in one copy.
 // - A server answering UNAVAILABLE is retried with exponential backoff, under the same request
 //   id (the server applies a push once); after max_retries the operation fails naming the server
 //   and its address. Every RPC has a deadline.
@@ -135,6 +136,11 @@ class DistStore final : public KVStore {
     uint64_t id = 0;
     std::vector<Key> keys;
     std::vector<const KeyInfo*> infos;  // keys_ never drops an entry.
+    // The keys' dtypes and shapes, flat, so that a call's values are checked without touching
+    // every KeyInfo: key i has dtypes[i] and the dimensions dims[dims_at[i], dims_at[i + 1]).
+    std::vector<DType> dtypes;
+    std::vector<uint32_t> dims_at;
+    std::vector<int64_t> dims;
     absl::flat_hash_set<Key> members;
     // A member: one chunk of a key (a small key is one chunk) and where it starts in the
     // key's value. Per server holding members: its members in list order and where each one's
@@ -166,6 +172,17 @@ class DistStore final : public KVStore {
     absl::Mutex spare_mu;
     std::vector<std::vector<Tensor>> spare ABSL_GUARDED_BY(spare_mu);
   };
+  // GroupWork: a key-group operation's data. Pushes: per part, the bytes to send - an array
+  // packed on the caller's thread, or (`direct`) the caller's own memory when the values
+  // already lie back to back in the part's order (views of one buffer). Pulls: the outputs in
+  // list order and, per part, where the reply goes in one piece when the outputs lie back to
+  // back (else null: member by member).
+  struct GroupWork {
+    std::vector<Tensor> packed;
+    bool direct = false;
+    std::vector<Tensor*> outs;
+    std::vector<uint8_t*> out_bases;
+  };
   using OpDone = std::function<void(absl::Status)>;
   enum class Kind { kInit, kPush, kPull, kPushPull, kRowSparsePush, kRowSparsePull };
   // One key's part of an operation: its values (push) and outputs (pull); for row-sparse
@@ -188,11 +205,9 @@ class DistStore final : public KVStore {
     CompressionParams compression;  // For pushes: as set when the operation was issued.
     std::vector<Key> keys;  // Distinct.
     std::vector<KeyWork> work;
-    // A key-group operation (keys and work empty): the group, the values packed per part
-    // (pushes) and the outputs in list order (pulls).
+    // A key-group operation (keys and work empty): the group and its data.
     std::shared_ptr<GroupPlan> group;
-    std::vector<Tensor> packed;
-    std::vector<Tensor*> group_outs;
+    GroupWork group_work;
   };
 
   DistStore(std::string type, DistOptions options) : KVStore(std::move(type)),
@@ -213,9 +228,11 @@ class DistStore final : public KVStore {
   // else null: the per-key path then runs (and reports any error). PackGroup checks the values
   // against the recorded keys and packs them; false when one does not match (per-key path).
   std::shared_ptr<GroupPlan> GroupFor(absl::Span<const Key> keys, bool pushes);
-  static bool PackGroup(GroupPlan& group, absl::Span<const Tensor> values,
-                        std::vector<Tensor>* packed);
-  static bool CheckGroupOutputs(const GroupPlan& group, absl::Span<Tensor* const> outs);
+  // Matches is true when `t` is a CPU tensor of the dtype and shape of the group's key i.
+  static bool Matches(const GroupPlan& group, size_t i, const Tensor& t);
+  static bool PackGroup(GroupPlan& group, absl::Span<const Tensor> values, GroupWork* work);
+  static bool CheckGroupOutputs(const GroupPlan& group, absl::Span<Tensor* const> outs,
+                                GroupWork* work);
   // TryGroup enqueues a key-group operation when the call can use one; false otherwise.
   bool TryGroup(Kind kind, absl::Span<const Key> keys, absl::Span<const Tensor> values,
                 absl::Span<Tensor* const> outs, int priority);
@@ -245,8 +262,7 @@ class DistStore final : public KVStore {
   void TransferRowSparse(Kind kind, std::vector<KeyWork> work, OpDone done);
   // TransferGroup runs a key-group push, pull or push-pull: one request per part, the member
   // list included while the server does not have it.
-  void TransferGroup(Kind kind, std::shared_ptr<GroupPlan> group, std::vector<Tensor> packed,
-                     std::vector<Tensor*> outs, OpDone done);
+  void TransferGroup(Kind kind, std::shared_ptr<GroupPlan> group, GroupWork work, OpDone done);
   // Call sends one raw unary call to server `s`, retrying UNAVAILABLE with backoff.
   void Call(int s, const char* method, std::shared_ptr<grpc::ByteBuffer> request,
             std::function<void(absl::Status, grpc::ByteBuffer*)> done, int attempt = 0);

@@ -120,6 +120,11 @@ class Tensor {
   Device device() const { return device_; }
   int64_t num_elements() const { return NumElements(shape_); }
   size_t byte_size() const { return static_cast<size_t>(num_elements()) * DTypeSize(dtype_); }
+  // SameBuffer is true when both handles keep the same owned buffer alive (e.g. views of one
+  // bucket), or neither owns its memory (borrowed).
+  bool SameBuffer(const Tensor& other) const {
+    return !holder_.owner_before(other.holder_) && !other.holder_.owner_before(holder_);
+  }
   // owns_data is false for Borrow()ed tensors.
   bool owns_data() const { return owns_; }
   // shared is true when another handle refers to this owned buffer (e.g. a reply still being

@@ -10,6 +10,7 @@ def conformance_test(name, main, deps = [], size = "small", **kwargs):
             "//tests:catch_main",
             "//tests:test_util",
             "//client:kvstore",
+            "//common:partitioner",
             "//server/core:optimizer",
         ],
         **kwargs

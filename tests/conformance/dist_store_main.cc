@@ -18,6 +18,7 @@ constexpr char kType[] = "dist_sync_device";
 #else
 constexpr char kType[] = "dist_sync";
 #endif
+constexpr int kServers = 2;
 
 struct Cluster {
   std::unique_ptr<SchedulerDaemon> scheduler;
@@ -30,7 +31,7 @@ absl::StatusOr<std::unique_ptr<KVStore>> NewJob() {
   cluster.reset();
   cluster = std::make_unique<Cluster>();
   SchedulerDaemonOptions scheduler;
-  scheduler.job.num_servers = 2;
+  scheduler.job.num_servers = kServers;
   scheduler.job.num_workers = 1;
   scheduler.job.big_value_bound = 8;
   scheduler.job.chunk_bytes = 12;  // Parts above 12 bytes move in chunks: 3 float32, 1 float64.
@@ -59,7 +60,7 @@ absl::StatusOr<std::unique_ptr<KVStore>> NewJob() {
 
 const StoreUnderTest& GetStoreUnderTest() {
   static const StoreUnderTest* store =
-      new StoreUnderTest{kType, /*function_updater=*/false, NewJob};
+      new StoreUnderTest{kType, /*function_updater=*/false, NewJob, kServers};
   return *store;
 }
 

@@ -1,9 +1,12 @@
 // Calls with long lists of small keys (which distributed stores send as key groups: one packed
 // array per server), in any order with calls on single keys, against a float64 reference.
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
+#include "common/partitioner.h"
 #include "common/reduce.h"
 #include "tests/conformance/store_under_test.h"
 #include "tests/test_util.h"
@@ -128,6 +131,94 @@ TEST_CASE("Many keys: a long list and single keys keep per-key order", "[groups]
   REQUIRE(kv->Pull(m.keys, Pointers(outs)).ok());
   REQUIRE(kv->WaitAll().ok());
   m.Check(outs, 4);
+}
+
+TEST_CASE("Many keys: values and outputs that are views of one bucket", "[groups][bucket]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto kv = NewStore();
+  const DType dtype = rng.AnyDType();
+  const int n = static_cast<int>(rng.Int(70, 130));
+  std::vector<Key> keys;
+  for (int i = 0; i < n; ++i) keys.push_back(int64_t{30000 + 5 * i});
+  // A distributed store sends a server's members straight from the bucket when they lie back
+  // to back in it: order the list by server, as a framework would lay out its buckets.
+  const int servers = GetStoreUnderTest().num_servers;
+  if (servers > 0) {
+    auto partitioner = Partitioner::Create(servers);
+    REQUIRE(partitioner.ok());
+    std::stable_sort(keys.begin(), keys.end(), [&](const Key& a, const Key& b) {
+      return partitioner->ServerOf(a) < partitioner->ServerOf(b);
+    });
+  }
+  ManyKeys m;
+  m.keys = keys;
+  std::vector<Tensor> initial;
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    // At most 4 elements: whole on one server (the distributed suite splits above 8).
+    initial.push_back(rng.RandomTensor(dtype, rng.AnyShape(2, 2)));
+    m.like.push_back(initial.back());
+    m.reference.push_back(ToDoubles(initial.back()));
+    total += initial.back().num_elements();
+  }
+  REQUIRE(kv->Init(m.keys, initial).ok());
+  INFO(n << " keys of " << DTypeName(dtype) << ", " << servers << " servers");
+  // One bucket for the values, one for the outputs; each key a view of its own stretch.
+  const Tensor bucket = Tensor::Zeros(dtype, {total});
+  const Tensor out_bucket = Tensor::Zeros(dtype, {total});
+  std::vector<Tensor> values, outs;
+  size_t offset = 0;
+  for (const Tensor& like : m.like) {
+    values.push_back(*bucket.View(offset, dtype, like.shape()));
+    outs.push_back(*out_bucket.View(offset, dtype, like.shape()));
+    offset += like.byte_size();
+  }
+  const std::vector<Tensor*> ptrs = Pointers(outs);
+  std::vector<Tensor*> in_place = Pointers(values);
+  for (int round = 0; round < 5; ++round) {
+    const std::vector<Tensor> next = m.Next(rng);
+    for (int i = 0; i < n; ++i) {
+      std::memcpy(values[i].data(), next[i].data(), next[i].byte_size());
+    }
+    INFO("round " << round);
+    switch (round) {
+      case 0:
+      case 1:
+        REQUIRE(kv->Push(m.keys, values).ok());
+        REQUIRE(kv->Pull(m.keys, ptrs).ok());
+        REQUIRE(kv->WaitAll().ok());
+        m.Check(outs, round + 1);
+        break;
+      case 2:
+        REQUIRE(kv->PushPull(m.keys, values, ptrs).ok());
+        REQUIRE(kv->WaitAll().ok());
+        m.Check(outs, round + 1);
+        break;
+      case 3:  // Pulled into the pushed bucket itself.
+        REQUIRE(kv->PushPull(m.keys, values, in_place).ok());
+        REQUIRE(kv->WaitAll().ok());
+        m.Check(values, round + 1);
+        break;
+      default: {  // The same views listed out of bucket order: packed as usual.
+        ManyKeys shuffled = m;
+        std::vector<Tensor> listed = values;
+        std::vector<Tensor> listed_outs = outs;
+        for (int i = n - 1; i > 0; --i) {
+          const int j = static_cast<int>(rng.Int(0, i));
+          std::swap(shuffled.keys[i], shuffled.keys[j]);
+          std::swap(shuffled.like[i], shuffled.like[j]);
+          std::swap(shuffled.reference[i], shuffled.reference[j]);
+          std::swap(listed[i], listed[j]);
+          std::swap(listed_outs[i], listed_outs[j]);
+        }
+        REQUIRE(kv->Push(shuffled.keys, listed).ok());
+        REQUIRE(kv->Pull(shuffled.keys, Pointers(listed_outs)).ok());
+        REQUIRE(kv->WaitAll().ok());
+        shuffled.Check(listed_outs, round + 1);
+      }
+    }
+  }
 }
 
 TEST_CASE("Many keys: one bad value refuses the whole list", "[groups][errors]") {

@@ -22,6 +22,8 @@ struct StoreUnderTest {
   bool function_updater = true;
   // Creates a fresh, empty store.
   std::function<absl::StatusOr<std::unique_ptr<KVStore>>()> create;
+  // Distributed stores: the number of kvservers of each job (0 for in-process stores).
+  int num_servers = 0;
 };
 
 // Defined once per conformance binary.
