@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -1127,49 +1128,58 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
   return group;
 }
 
-// GroupBase returns where the members of `part` lie back to back, in the part's order, in the
-// memory of `tensor(i)` (the list's i-th value or output), all of one buffer - views of one
-// owned buffer, or borrowed memory - or null when they do not.
-template <typename Part, typename TensorAt>
-static uint8_t* GroupBase(const Part& part, TensorAt tensor) {
-  if (part.members.empty()) return nullptr;
-  const Tensor& head = tensor(part.members.front().key);
-  uint8_t* base = static_cast<uint8_t*>(head.data()) + part.members.front().value_offset;
-  for (size_t j = 0; j < part.members.size(); ++j) {
-    const auto& m = part.members[j];
-    const Tensor& t = tensor(m.key);
-    if (static_cast<uint8_t*>(t.data()) + m.value_offset != base + part.offsets[j] ||
-        !t.SameBuffer(head)) {
-      return nullptr;
-    }
-  }
-  return base;
-}
-
 bool DistStore::Matches(const GroupPlan& group, size_t i, const Tensor& t) {
   const Shape& shape = t.shape();
   const auto dims = group.dims.begin();
-  return t.device().is_cpu() && t.dtype() == group.dtypes[i] &&
-         std::equal(shape.begin(), shape.end(), dims + group.dims_at[i], dims + group.dims_at[i + 1]);
+  return t.defined() && t.device().is_cpu() && t.dtype() == group.dtypes[i] &&
+         std::equal(shape.begin(), shape.end(), dims + group.dims_at[i],
+                    dims + group.dims_at[i + 1]);
+}
+
+template <typename TensorAt>
+bool DistStore::CheckGroupTensors(const GroupPlan& group, TensorAt tensor,
+                                  std::vector<uint8_t*>* bases) {
+  // One pass over the pieces (key order; within a part, the part's order).
+  const size_t parts = group.parts.size();
+  bases->assign(parts, nullptr);
+  std::vector<const Tensor*> heads(parts, nullptr);
+  std::vector<char> scattered(parts, 0);
+  size_t checked = std::numeric_limits<size_t>::max();
+  for (const GroupPlan::Piece& piece : group.pieces) {
+    const Tensor& t = tensor(piece.key);
+    if (piece.key != checked) {
+      if (!Matches(group, piece.key, t)) return false;
+      checked = piece.key;
+    }
+    if (scattered[piece.part]) continue;
+    uint8_t* at = static_cast<uint8_t*>(t.data()) + piece.value_offset;
+    uint8_t*& base = (*bases)[piece.part];
+    if (heads[piece.part] == nullptr) {  // The part's first piece: packed at 0.
+      heads[piece.part] = &t;
+      base = at;
+    } else if (at != base + piece.packed_offset || !t.SameBuffer(*heads[piece.part])) {
+      scattered[piece.part] = 1;
+      base = nullptr;
+    }
+  }
+  return true;
 }
 
 bool DistStore::PackGroup(GroupPlan& group, absl::Span<const Tensor> values, GroupWork* work) {
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (!Matches(group, i, values[i])) return false;
+  std::vector<uint8_t*> bases;
+  if (!CheckGroupTensors(group, [&](size_t i) -> const Tensor& { return values[i]; }, &bases)) {
+    return false;
   }
   // Values already back to back in each part's order (views of one bucket) go as they are.
-  std::vector<Tensor> direct;
-  for (const GroupPlan::Part& part : group.parts) {
-    uint8_t* base = GroupBase(part, [&](size_t i) -> const Tensor& { return values[i]; });
-    if (base == nullptr) break;
-    // Every dtype is 2, 4 or 8 bytes, so a part is whole 16-bit words; the handle keeps the
-    // values' buffer alive until the request is sent.
-    direct.push_back(Tensor::Adopt(base, DType::kFloat16,
-                                   {static_cast<int64_t>(part.offsets.back() / 2)},
-                                   Device::CPU(), [keep = values[part.members.front().key]] {}));
-  }
-  if (direct.size() == group.parts.size()) {
-    work->packed = std::move(direct);
+  if (std::none_of(bases.begin(), bases.end(), [](uint8_t* b) { return b == nullptr; })) {
+    for (size_t p = 0; p < group.parts.size(); ++p) {
+      const GroupPlan::Part& part = group.parts[p];
+      // Every dtype is 2, 4 or 8 bytes, so a part is whole 16-bit words; the handle keeps the
+      // values' buffer alive until the request is sent.
+      work->packed.push_back(Tensor::Adopt(
+          bases[p], DType::kFloat16, {static_cast<int64_t>(part.offsets.back() / 2)},
+          Device::CPU(), [keep = values[part.members.front().key]] {}));
+    }
     work->direct = true;
     return true;
   }
@@ -1191,10 +1201,10 @@ bool DistStore::PackGroup(GroupPlan& group, absl::Span<const Tensor> values, Gro
       packed->push_back(Tensor::Zeros(DType::kInt32, {std::max<int64_t>(words, 1)}));
     }
   }
-  std::vector<uint8_t*> bases;
-  for (Tensor& t : *packed) bases.push_back(static_cast<uint8_t*>(t.data()));
+  std::vector<uint8_t*> arrays;
+  for (Tensor& t : *packed) arrays.push_back(static_cast<uint8_t*>(t.data()));
   for (const GroupPlan::Piece& piece : group.pieces) {
-    std::memcpy(bases[piece.part] + piece.packed_offset,
+    std::memcpy(arrays[piece.part] + piece.packed_offset,
                 static_cast<const uint8_t*>(values[piece.key].data()) + piece.value_offset,
                 piece.bytes);
   }
@@ -1203,14 +1213,11 @@ bool DistStore::PackGroup(GroupPlan& group, absl::Span<const Tensor> values, Gro
 
 bool DistStore::CheckGroupOutputs(const GroupPlan& group, absl::Span<Tensor* const> outs,
                                   GroupWork* work) {
-  for (size_t i = 0; i < outs.size(); ++i) {
-    if (!Matches(group, i, *outs[i])) return false;
+  if (!CheckGroupTensors(group, [&](size_t i) -> const Tensor& { return *outs[i]; },
+                         &work->out_bases)) {
+    return false;
   }
   work->outs.assign(outs.begin(), outs.end());
-  for (const GroupPlan::Part& part : group.parts) {
-    work->out_bases.push_back(
-        GroupBase(part, [&](size_t i) -> const Tensor& { return *outs[i]; }));
-  }
   return true;
 }
 

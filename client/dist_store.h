@@ -230,6 +230,12 @@ class DistStore final : public KVStore {
   std::shared_ptr<GroupPlan> GroupFor(absl::Span<const Key> keys, bool pushes);
   // Matches is true when `t` is a CPU tensor of the dtype and shape of the group's key i.
   static bool Matches(const GroupPlan& group, size_t i, const Tensor& t);
+  // CheckGroupTensors checks the call's tensors (`tensor(i)` for key i) with Matches and
+  // returns in `bases`, per part, where its members already lie back to back in one buffer in
+  // the part's order (null where they do not). False when a tensor does not match.
+  template <typename TensorAt>
+  static bool CheckGroupTensors(const GroupPlan& group, TensorAt tensor,
+                                std::vector<uint8_t*>* bases);
   static bool PackGroup(GroupPlan& group, absl::Span<const Tensor> values, GroupWork* work);
   static bool CheckGroupOutputs(const GroupPlan& group, absl::Span<Tensor* const> outs,
                                 GroupWork* work);
