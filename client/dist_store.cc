@@ -474,7 +474,10 @@ void DistStore::Dispatch() {
       ++inflight_;
       mu_.Unlock();
       TransferGroup(kind, std::move(op.group), std::move(op.group_work),
-                    [this, seq](absl::Status status) { Complete(seq, {}, status); });
+                    [this, seq](absl::Status status) {
+                      const std::pair<uint64_t, std::vector<Key>> done[] = {{seq, {}}};
+                      Complete(done, status);
+                    });
       mu_.Lock();
       continue;
     }
@@ -500,7 +503,7 @@ void DistStore::Dispatch() {
     inflight_ += static_cast<int>(fused.size());
     mu_.Unlock();
     auto complete = [this, fused = std::move(fused)](absl::Status status) {
-      for (const auto& [seq, keys] : fused) Complete(seq, keys, status);
+      Complete(fused, status);
     };
     if (kind == Kind::kRowSparsePush || kind == Kind::kRowSparsePull) {
       TransferRowSparse(kind, std::move(work), std::move(complete));
@@ -512,23 +515,27 @@ void DistStore::Dispatch() {
   mu_.Unlock();
 }
 
-void DistStore::Complete(uint64_t seq, const std::vector<Key>& keys, const absl::Status& status) {
+void DistStore::Complete(absl::Span<const std::pair<uint64_t, std::vector<Key>>> ops,
+                         const absl::Status& status) {
   absl::MutexLock lock(&mu_);
-  --inflight_;
-  live_.erase(seq);
-  if (auto it = group_ops_.find(seq); it != group_ops_.end()) {
-    if (!status.ok()) group_errors_.emplace_back(it->second, status);
-    group_ops_.erase(it);
-  }
-  for (const Key& key : keys) {
-    auto it = unfinished_.find(key);
-    if (it != unfinished_.end()) {
-      auto& queue = it->second;
-      queue.erase(std::find(queue.begin(), queue.end(), seq));
-      if (queue.empty()) unfinished_.erase(it);
+  for (const auto& [seq, keys] : ops) {
+    --inflight_;
+    live_.erase(seq);
+    if (auto it = group_ops_.find(seq); it != group_ops_.end()) {
+      if (!status.ok()) group_errors_.emplace_back(it->second, status);
+      group_ops_.erase(it);
     }
-    if (!status.ok()) key_errors_.emplace(key, status);
+    for (const Key& key : keys) {
+      auto it = unfinished_.find(key);
+      if (it != unfinished_.end()) {
+        auto& queue = it->second;
+        queue.erase(std::find(queue.begin(), queue.end(), seq));
+        if (queue.empty()) unfinished_.erase(it);
+      }
+      if (!status.ok()) key_errors_.emplace(key, status);
+    }
   }
+  // One wake-up for the whole batch: waiters re-check once, not once per operation.
   changed_.SignalAll();
 }
 

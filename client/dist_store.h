@@ -252,7 +252,8 @@ class DistStore final : public KVStore {
   void Dispatch();
   // Ready returns whether every earlier operation on the op's keys has completed.
   bool Ready(uint64_t seq, const Op& op) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void Complete(uint64_t seq, const std::vector<Key>& keys, const absl::Status& status);
+  void Complete(absl::Span<const std::pair<uint64_t, std::vector<Key>>> ops,
+                const absl::Status& status);
   absl::Status JobOver() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Command runs a controller command on every server and returns their replies.
   absl::StatusOr<std::vector<std::string>> Command(int head, const std::string& body);

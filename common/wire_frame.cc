@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include <grpc/slice.h>
+
 #include "absl/strings/str_cat.h"
 
 namespace kvstore {
@@ -36,32 +38,52 @@ absl::StatusOr<grpc::ByteBuffer> EncodeFrame(const google::protobuf::MessageLite
     }
   }
   // The prefix, the header and runs of small parts are copied into one slice each (a slice per
-  // 16-byte value would cost more than the copy); bigger parts are never copied: their slices
-  // reference the tensors' memory.
+  // 16-byte value would cost more than the copy), allocated once at its final size; bigger
+  // parts are never copied: their slices reference the tensors' memory.
+  std::vector<size_t> runs(1, kPrefixBytes + header_bytes);
+  for (const PayloadPart& part : parts) {
+    if (part.bytes == 0) continue;
+    if (part.bytes < kFrameCopyBelowBytes) {
+      runs.back() += part.bytes;
+    } else {
+      runs.push_back(0);
+    }
+  }
   std::vector<grpc::Slice> slices;
-  std::string copied(kPrefixBytes + header_bytes, '\0');
+  size_t run = 0;
+  grpc_slice copied = grpc_slice_malloc(runs[0]);
+  uint8_t* out = GRPC_SLICE_START_PTR(copied);
   const uint32_t length = static_cast<uint32_t>(header_bytes);
   const unsigned char prefix[kPrefixBytes] = {
       static_cast<unsigned char>(length), static_cast<unsigned char>(length >> 8),
       static_cast<unsigned char>(length >> 16), static_cast<unsigned char>(length >> 24)};
-  std::memcpy(copied.data(), prefix, kPrefixBytes);
-  if (!header.SerializeToArray(copied.data() + kPrefixBytes, static_cast<int>(header_bytes))) {
+  std::memcpy(out, prefix, kPrefixBytes);
+  if (!header.SerializeToArray(out + kPrefixBytes, static_cast<int>(header_bytes))) {
+    grpc_slice_unref(copied);
     return absl::InternalError("frame header failed to serialise");
   }
+  out += kPrefixBytes + header_bytes;
+  auto flush = [&] {
+    if (GRPC_SLICE_LENGTH(copied) > 0) {
+      slices.emplace_back(copied, grpc::Slice::STEAL_REF);
+    } else {
+      grpc_slice_unref(copied);
+    }
+  };
   for (const PayloadPart& part : parts) {
     if (part.bytes == 0) continue;
     char* begin = static_cast<char*>(part.tensor.data()) + part.byte_offset;
     if (part.bytes < kFrameCopyBelowBytes) {
-      copied.append(begin, part.bytes);
+      std::memcpy(out, begin, part.bytes);
+      out += part.bytes;
       continue;
     }
-    if (!copied.empty()) {
-      slices.emplace_back(copied);
-      copied.clear();
-    }
+    flush();
     slices.emplace_back(begin, part.bytes, ReleaseTensor, new Tensor(part.tensor));
+    copied = grpc_slice_malloc(runs[++run]);
+    out = GRPC_SLICE_START_PTR(copied);
   }
-  if (!copied.empty()) slices.emplace_back(copied);
+  flush();
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
