@@ -16,6 +16,7 @@ PACKAGES=(
   libfmt-dev
   catch2
   libdlpack-dev
+  libtcmalloc-minimal4
   python3
   procps
 )

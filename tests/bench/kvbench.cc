@@ -39,7 +39,9 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -47,7 +49,8 @@
 
 ABSL_FLAG(bool, quick, false, "Fewer repetitions: the whole run takes under a minute.");
 ABSL_FLAG(std::string, format, "text", "text or json.");
-ABSL_FLAG(std::string, only, "", "Run only the cases whose name contains this.");
+ABSL_FLAG(std::string, only, "",
+          "Run only the cases whose name contains this (comma-separated: any of these).");
 ABSL_FLAG(std::string, kvserver, "", "kvserver binary (default: from the runfiles).");
 ABSL_FLAG(std::string, scheduler, "", "scheduler binary (default: from the runfiles).");
 ABSL_FLAG(int64_t, chunk_bytes, 0, "Chunk size of the job (0: the scheduler's default).");
@@ -373,8 +376,12 @@ class Bench {
   Bench(const char* argv0, uint64_t seed) : argv0_(argv0), rng_(seed) {}
 
   bool Wanted(const std::string& name) const {
-    return absl::GetFlag(FLAGS_only).empty() ||
-           name.find(absl::GetFlag(FLAGS_only)) != std::string::npos;
+    const std::string only = absl::GetFlag(FLAGS_only);
+    if (only.empty()) return true;
+    for (absl::string_view part : absl::StrSplit(only, ',')) {
+      if (!part.empty() && absl::StrContains(name, part)) return true;
+    }
+    return false;
   }
 
   // RawCeiling times W concurrent loopback exchanges of (request, response) bytes.
