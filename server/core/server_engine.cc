@@ -442,10 +442,18 @@ absl::Status ServerEngine::Apply(const Key& key, Chunk* chunk, const Tensor& rec
 
 absl::Status ServerEngine::ApplyPieces(const Key& key, Chunk* chunk, const IncomingValue& value,
                                        Updater* updater) {
-  return ForEachPieceInto(value.bytes, Writable(chunk),
-                          [&](int64_t e, const Tensor& received, Tensor* stored) {
-                            return updater->UpdateAt(key, chunk->offset + e, received, stored);
-                          });
+  // Straight from the received pieces into the stored elements, without a tensor per piece.
+  Tensor& stored = Writable(chunk);
+  const DType dtype = stored.dtype();
+  const size_t element = DTypeSize(dtype);
+  auto* base = static_cast<uint8_t*>(stored.data());
+  absl::Status status;
+  ForEachPiece(value.bytes, element, [&](int64_t e, const void* piece, int64_t count) {
+    if (!status.ok()) return;
+    status = updater->UpdateSpan(key, chunk->offset + e, dtype, piece,
+                                 base + static_cast<size_t>(e) * element, count);
+  });
+  return status;
 }
 
 absl::StatusOr<bool> ServerEngine::Merge(const Key& key, Chunk* chunk, const IncomingValue& value,
