@@ -1121,6 +1121,23 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
         part.offsets.push_back(part.offsets.back() + bytes);
       }
     }
+    group->key_offsets.reserve(keys.size() + 1);
+    group->key_offsets.push_back(0);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      group->key_offsets.push_back(group->key_offsets.back() + group->infos[i]->bytes);
+      group->one_dtype = group->one_dtype && group->dtypes[i] == group->dtypes[0];
+    }
+    for (GroupPlan::Part& part : group->parts) {
+      const GroupPlan::Member& first = part.members.front();
+      part.bucket_base = group->key_offsets[first.key] + first.value_offset;
+      for (size_t j = 0; j < part.members.size(); ++j) {
+        const GroupPlan::Member& m = part.members[j];
+        if (group->key_offsets[m.key] + m.value_offset != part.bucket_base + part.offsets[j]) {
+          part.bucket_base = GroupPlan::kScattered;
+          break;
+        }
+      }
+    }
     group->registered = std::make_unique<std::atomic<bool>[]>(group->parts.size());
     for (size_t p = 0; p < group->parts.size(); ++p) group->registered[p] = false;
   }
@@ -1190,6 +1207,13 @@ bool DistStore::PackGroup(GroupPlan& group, absl::Span<const Tensor> values, Gro
     work->direct = true;
     return true;
   }
+  PackPieces(group, [&](size_t i) { return static_cast<const uint8_t*>(values[i].data()); },
+             work);
+  return true;
+}
+
+template <typename KeyData>
+void DistStore::PackPieces(GroupPlan& group, KeyData key_data, GroupWork* work) {
   std::vector<Tensor>* packed = &work->packed;
   {
     absl::MutexLock lock(&group.spare_mu);
@@ -1211,11 +1235,9 @@ bool DistStore::PackGroup(GroupPlan& group, absl::Span<const Tensor> values, Gro
   std::vector<uint8_t*> arrays;
   for (Tensor& t : *packed) arrays.push_back(static_cast<uint8_t*>(t.data()));
   for (const GroupPlan::Piece& piece : group.pieces) {
-    std::memcpy(arrays[piece.part] + piece.packed_offset,
-                static_cast<const uint8_t*>(values[piece.key].data()) + piece.value_offset,
+    std::memcpy(arrays[piece.part] + piece.packed_offset, key_data(piece.key) + piece.value_offset,
                 piece.bytes);
   }
-  return true;
 }
 
 bool DistStore::CheckGroupOutputs(const GroupPlan& group, absl::Span<Tensor* const> outs,
@@ -1224,8 +1246,87 @@ bool DistStore::CheckGroupOutputs(const GroupPlan& group, absl::Span<Tensor* con
                          &work->out_bases)) {
     return false;
   }
-  work->outs.assign(outs.begin(), outs.end());
+  if (std::any_of(work->out_bases.begin(), work->out_bases.end(),
+                  [](uint8_t* b) { return b == nullptr; })) {
+    for (Tensor* out : outs) work->out_data.push_back(static_cast<uint8_t*>(out->data()));
+  }
   return true;
+}
+
+bool DistStore::TryGroupBucket(Kind kind, absl::Span<const Key> keys, const Tensor* in,
+                               Tensor* out, int priority) {
+  const bool pushes = kind != Kind::kPull;
+  std::shared_ptr<GroupPlan> group = GroupFor(keys, pushes);
+  if (group == nullptr || !group->one_dtype) return false;
+  for (const Tensor* bucket : {in, static_cast<const Tensor*>(out)}) {
+    if (bucket != nullptr &&
+        (bucket->dtype() != group->dtypes.front() ||
+         bucket->byte_size() != group->key_offsets.back())) {
+      return false;
+    }
+  }
+  Op op;
+  op.priority = priority;
+  op.kind = kind;
+  op.bytes = group->bytes;
+  if (pushes) {
+    auto* data = static_cast<uint8_t*>(in->data());
+    if (std::all_of(group->parts.begin(), group->parts.end(), [](const GroupPlan::Part& part) {
+          return part.bucket_base != GroupPlan::kScattered;
+        })) {
+      for (const GroupPlan::Part& part : group->parts) {
+        // Whole 16-bit words (see PackGroup); the handle keeps the bucket alive until sent.
+        op.group_work.packed.push_back(Tensor::Adopt(
+            data + part.bucket_base, DType::kFloat16,
+            {static_cast<int64_t>(part.offsets.back() / 2)}, Device::CPU(), [keep = *in] {}));
+      }
+      op.group_work.direct = true;
+    } else {
+      PackPieces(*group, [&](size_t i) { return data + group->key_offsets[i]; },
+                 &op.group_work);
+    }
+  }
+  if (kind != Kind::kPush) {
+    auto* data = static_cast<uint8_t*>(out->data());
+    bool scattered = false;
+    for (const GroupPlan::Part& part : group->parts) {
+      scattered = scattered || part.bucket_base == GroupPlan::kScattered;
+      op.group_work.out_bases.push_back(
+          part.bucket_base == GroupPlan::kScattered ? nullptr : data + part.bucket_base);
+    }
+    if (scattered) {
+      for (size_t i = 0; i < keys.size(); ++i) {
+        op.group_work.out_data.push_back(data + group->key_offsets[i]);
+      }
+    }
+  }
+  op.group = std::move(group);
+  EnqueueOp(std::move(op));
+  return true;
+}
+
+absl::Status DistStore::DoPushBucket(absl::Span<const Key> keys, const Tensor& bucket,
+                                     int priority) {
+  if (TryGroupBucket(Kind::kPush, keys, &bucket, nullptr, priority)) return absl::OkStatus();
+  return KVStore::DoPushBucket(keys, bucket, priority);
+}
+
+absl::Status DistStore::DoPullBucket(absl::Span<const Key> keys, Tensor* bucket, int priority) {
+  if (TryGroupBucket(Kind::kPull, keys, nullptr, bucket, priority)) return absl::OkStatus();
+  return KVStore::DoPullBucket(keys, bucket, priority);
+}
+
+absl::Status DistStore::DoPushPullBucket(absl::Span<const Key> keys, const Tensor& bucket,
+                                         Tensor* out, int priority) {
+  if (TryGroupBucket(Kind::kPushPull, keys, &bucket, out, priority)) return absl::OkStatus();
+  return KVStore::DoPushPullBucket(keys, bucket, out, priority);
+}
+
+absl::StatusOr<std::pair<DType, Shape>> DistStore::StoredSpec(const Key& key) const {
+  absl::ReaderMutexLock lock(&mu_);
+  absl::StatusOr<std::shared_ptr<KeyInfo>> info = Lookup(key);
+  if (!info.ok()) return info.status();
+  return std::make_pair((*info)->dtype, (*info)->shape);
 }
 
 bool DistStore::TryGroup(Kind kind, absl::Span<const Key> keys, absl::Span<const Tensor> values,
@@ -1354,8 +1455,7 @@ void DistStore::TransferGroup(Kind kind, std::shared_ptr<GroupPlan> group, Group
                   ++j) {
                const size_t begin = part.offsets[j], bytes = part.offsets[j + 1] - begin;
                const GroupPlan::Member& m = part.members[j];
-               void* out =
-                   static_cast<uint8_t*>(state->work.outs[m.key]->data()) + m.value_offset;
+               void* out = state->work.out_data[m.key] + m.value_offset;
                status = payload->CopyTo(begin, bytes, out);
              }
              if (!status.ok()) status = ServerError(s, status);

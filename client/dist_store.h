@@ -94,6 +94,12 @@ class DistStore final : public KVStore {
                       int priority) override;
   absl::Status DoPushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                           absl::Span<Tensor* const> outs, int priority) override;
+  absl::Status DoPushBucket(absl::Span<const Key> keys, const Tensor& bucket,
+                            int priority) override;
+  absl::Status DoPullBucket(absl::Span<const Key> keys, Tensor* bucket, int priority) override;
+  absl::Status DoPushPullBucket(absl::Span<const Key> keys, const Tensor& bucket, Tensor* out,
+                                int priority) override;
+  absl::StatusOr<std::pair<DType, Shape>> StoredSpec(const Key& key) const override;
   absl::Status DoSetGradientCompression(const CompressionParams& params) override;
   absl::Status DoSetOptimizer(const OptimizerConfig& config) override;
   absl::Status DoPushRowSparse(absl::Span<const Key> keys, absl::Span<const RowSparse> values,
@@ -141,6 +147,10 @@ class DistStore final : public KVStore {
     std::vector<DType> dtypes;
     std::vector<uint32_t> dims_at;
     std::vector<int64_t> dims;
+    // Buckets: where key i's value starts in a bucket of the list (the last entry is the
+    // bucket's size), and whether all keys share one dtype (the bucket's).
+    std::vector<size_t> key_offsets;
+    bool one_dtype = true;
     absl::flat_hash_set<Key> members;
     // A member: one chunk of a key (a small key is one chunk) and where it starts in the
     // key's value. Per server holding members: its members in list order and where each one's
@@ -150,10 +160,13 @@ class DistStore final : public KVStore {
       Slice chunk;
       size_t value_offset = 0;
     };
+    static constexpr size_t kScattered = ~size_t{0};
     struct Part {
       int server = 0;
       std::vector<Member> members;
       std::vector<size_t> offsets;
+      // Where the part's members lie back to back in a bucket of the list, or kScattered.
+      size_t bucket_base = kScattered;
     };
     std::vector<Part> parts;
     // Every member in key order, for packing: its part and its offset there.
@@ -174,14 +187,14 @@ class DistStore final : public KVStore {
   };
   // GroupWork: a key-group operation's data. Pushes: per part, the bytes to send - an array
   // packed on the caller's thread, or (`direct`) the caller's own memory when the values
-  // already lie back to back in the part's order (views of one buffer). Pulls: the outputs in
-  // list order and, per part, where the reply goes in one piece when the outputs lie back to
-  // back (else null: member by member).
+  // already lie back to back in the part's order (views of one buffer, or a bucket). Pulls:
+  // per part, where the reply goes in one piece when the outputs lie back to back (else null:
+  // member by member, into out_data).
   struct GroupWork {
     std::vector<Tensor> packed;
     bool direct = false;
-    std::vector<Tensor*> outs;
     std::vector<uint8_t*> out_bases;
+    std::vector<uint8_t*> out_data;  // Per key: its output's memory (when a part needs it).
   };
   using OpDone = std::function<void(absl::Status)>;
   enum class Kind { kInit, kPush, kPull, kPushPull, kRowSparsePush, kRowSparsePull };
@@ -237,6 +250,15 @@ class DistStore final : public KVStore {
   static bool CheckGroupTensors(const GroupPlan& group, TensorAt tensor,
                                 std::vector<uint8_t*>* bases);
   static bool PackGroup(GroupPlan& group, absl::Span<const Tensor> values, GroupWork* work);
+  // PackPieces copies every member from `key_data(i)` (key i's value) into the part's packed
+  // array, reusing the group's spare arrays.
+  template <typename KeyData>
+  static void PackPieces(GroupPlan& group, KeyData key_data, GroupWork* work);
+  // TryGroupBucket enqueues a key-group operation on a bucket (`in` pushed, `out` pulled into)
+  // when the list forms a group whose keys all have the buckets' dtype and size; false
+  // otherwise (the caller then takes the views path, which reports any error).
+  bool TryGroupBucket(Kind kind, absl::Span<const Key> keys, const Tensor* in, Tensor* out,
+                      int priority);
   static bool CheckGroupOutputs(const GroupPlan& group, absl::Span<Tensor* const> outs,
                                 GroupWork* work);
   // TryGroup enqueues a key-group operation when the call can use one; false otherwise.

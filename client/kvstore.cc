@@ -126,6 +126,98 @@ absl::Status KVStore::Pull(const Key& key, absl::Span<Tensor* const> outs, int p
   return Pull(keys, outs, priority);
 }
 
+namespace {
+
+absl::Status CheckBucket(const Tensor* bucket, absl::string_view op) {
+  if (bucket == nullptr || !bucket->defined()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": the bucket is null or undefined"));
+  }
+  if (!bucket->device().is_cpu()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": the bucket ", bucket->Description(), " is not on the CPU"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status KVStore::PushBucket(absl::Span<const Key> keys, const Tensor& bucket,
+                                 int priority) {
+  if (absl::Status s = CheckBucket(&bucket, "push"); !s.ok()) return s;
+  return DoPushBucket(keys, bucket, priority);
+}
+
+absl::Status KVStore::PullBucket(absl::Span<const Key> keys, Tensor* bucket, int priority) {
+  if (absl::Status s = CheckBucket(bucket, "pull"); !s.ok()) return s;
+  return DoPullBucket(keys, bucket, priority);
+}
+
+absl::Status KVStore::PushPullBucket(absl::Span<const Key> keys, const Tensor& bucket,
+                                     Tensor* out, int priority) {
+  if (absl::Status s = CheckBucket(&bucket, "pushpull"); !s.ok()) return s;
+  if (absl::Status s = CheckBucket(out, "pushpull"); !s.ok()) return s;
+  return DoPushPullBucket(keys, bucket, out, priority);
+}
+
+absl::StatusOr<std::vector<Tensor>> KVStore::BucketViews(absl::Span<const Key> keys,
+                                                         const Tensor& bucket) const {
+  std::vector<Tensor> views;
+  views.reserve(keys.size());
+  size_t offset = 0;
+  int64_t elements = 0;
+  for (const Key& key : keys) {
+    absl::StatusOr<std::pair<DType, Shape>> spec = StoredSpec(key);
+    if (!spec.ok()) return spec.status();
+    if (spec->first != bucket.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key ", key.Quoted(), " holds ", DTypeName(spec->first), ShapeToString(spec->second),
+          " but the bucket is ", bucket.Description()));
+    }
+    elements += NumElements(spec->second);
+    if (elements <= bucket.num_elements()) {
+      absl::StatusOr<Tensor> view = bucket.View(offset, spec->first, spec->second);
+      if (!view.ok()) return view.status();
+      views.push_back(*std::move(view));
+      offset += views.back().byte_size();
+    }
+  }
+  if (elements != bucket.num_elements()) {
+    return absl::InvalidArgumentError(absl::StrCat("the ", keys.size(), " keys hold ", elements,
+                                                   " elements but the bucket ",
+                                                   bucket.Description(), " holds ",
+                                                   bucket.num_elements()));
+  }
+  return views;
+}
+
+absl::Status KVStore::DoPushBucket(absl::Span<const Key> keys, const Tensor& bucket,
+                                   int priority) {
+  absl::StatusOr<std::vector<Tensor>> views = BucketViews(keys, bucket);
+  if (!views.ok()) return views.status();
+  return DoPush(keys, *views, priority);
+}
+
+absl::Status KVStore::DoPullBucket(absl::Span<const Key> keys, Tensor* bucket, int priority) {
+  absl::StatusOr<std::vector<Tensor>> views = BucketViews(keys, *bucket);
+  if (!views.ok()) return views.status();
+  std::vector<Tensor*> outs;
+  for (Tensor& view : *views) outs.push_back(&view);
+  if (absl::Status s = DoPull(keys, outs, priority); !s.ok()) return s;
+  return Wait(keys);  // The views live in this frame: the pull must have filled them.
+}
+
+absl::Status KVStore::DoPushPullBucket(absl::Span<const Key> keys, const Tensor& bucket,
+                                       Tensor* out, int priority) {
+  absl::StatusOr<std::vector<Tensor>> values = BucketViews(keys, bucket);
+  if (!values.ok()) return values.status();
+  absl::StatusOr<std::vector<Tensor>> views = BucketViews(keys, *out);
+  if (!views.ok()) return views.status();
+  std::vector<Tensor*> outs;
+  for (Tensor& view : *views) outs.push_back(&view);
+  if (absl::Status s = DoPushPull(keys, *values, outs, priority); !s.ok()) return s;
+  return Wait(keys);
+}
+
 absl::Status KVStore::PushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                                absl::Span<Tensor* const> outs, int priority) {
   if (absl::Status s = CheckValues(keys, values, "pushpull"); !s.ok()) return s;

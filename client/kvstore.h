@@ -173,6 +173,21 @@ class KVStore {
                         absl::Span<Tensor* const> outs, int priority = 0);
   absl::Status PushPull(const Key& key, const Tensor& value, Tensor* out, int priority = 0);
 
+  // Buckets: the values of many keys back to back in one tensor, in list order (as ps-lite's
+  // ZPush takes one array of values, and as PyTorch's DDP lays out gradients). `bucket` is a
+  // CPU tensor of the keys' dtype holding exactly their elements; key i's value is the stretch
+  // after the values of keys 0..i-1, shaped as stored. PushBucket, PullBucket and
+  // PushPullBucket are Push, Pull and PushPull of the keys with those stretches as values and
+  // outputs, without a tensor per key: a distributed store sends a long list of small keys from
+  // the bucket itself when each server's keys lie back to back in it (docs/distributed.md).
+  // InvalidArgument naming the first key whose dtype is not the bucket's, or both element
+  // counts when they differ; NotFound for a key never initialised. Where a store cannot send
+  // the bucket as a whole, PullBucket and PushPullBucket return once the pull has completed.
+  absl::Status PushBucket(absl::Span<const Key> keys, const Tensor& bucket, int priority = 0);
+  absl::Status PullBucket(absl::Span<const Key> keys, Tensor* bucket, int priority = 0);
+  absl::Status PushPullBucket(absl::Span<const Key> keys, const Tensor& bucket, Tensor* out,
+                              int priority = 0);
+
   // Row-sparse values (MXNet's RowSparseNDArray, see common/row_sparse.h).
   //
   // Init(key, RowSparse) stores the value (servers hold its dense form). Push of RowSparse
@@ -284,6 +299,18 @@ class KVStore {
                               int priority) = 0;
   virtual absl::Status DoPushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                                   absl::Span<Tensor* const> outs, int priority) = 0;
+  // Buckets, called after the bucket was checked to be a defined CPU tensor. The defaults
+  // push and pull views of the bucket (BucketViews); the pulls wait for completion.
+  virtual absl::Status DoPushBucket(absl::Span<const Key> keys, const Tensor& bucket,
+                                    int priority);
+  virtual absl::Status DoPullBucket(absl::Span<const Key> keys, Tensor* bucket, int priority);
+  virtual absl::Status DoPushPullBucket(absl::Span<const Key> keys, const Tensor& bucket,
+                                        Tensor* out, int priority);
+  // BucketViews returns each key's stretch of `bucket`, checked as the bucket methods say.
+  absl::StatusOr<std::vector<Tensor>> BucketViews(absl::Span<const Key> keys,
+                                                  const Tensor& bucket) const;
+  // StoredSpec returns the dtype and shape stored under `key`; NotFound naming it otherwise.
+  virtual absl::StatusOr<std::pair<DType, Shape>> StoredSpec(const Key& key) const = 0;
   // Called with validated parameters.
   virtual absl::Status DoSetGradientCompression(const CompressionParams& params) = 0;
   virtual absl::Status DoSetOptimizer(const OptimizerConfig& config) = 0;

@@ -235,6 +235,12 @@ absl::Status LocalStore::DoPush(absl::Span<const Key> keys, absl::Span<const Ten
   return store_.Push(merged);
 }
 
+absl::StatusOr<std::pair<DType, Shape>> LocalStore::StoredSpec(const Key& key) const {
+  absl::StatusOr<TensorSpec> spec = store_.Spec(key);
+  if (!spec.ok()) return spec.status();
+  return std::make_pair(spec->dtype, spec->shape);
+}
+
 absl::Status LocalStore::DoPull(absl::Span<const Key> keys, absl::Span<Tensor* const> outs,
                                 int /*priority*/) {
   absl::MutexLock lock(&mu_);

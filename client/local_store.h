@@ -50,6 +50,7 @@ class LocalStore final : public KVStore {
                       int priority) override;
   absl::Status DoPushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                           absl::Span<Tensor* const> outs, int priority) override;
+  absl::StatusOr<std::pair<DType, Shape>> StoredSpec(const Key& key) const override;
   absl::Status DoSetGradientCompression(const CompressionParams& params) override;
   absl::Status DoSetOptimizer(const OptimizerConfig& config) override;
   absl::Status DoPushRowSparse(absl::Span<const Key> keys, absl::Span<const RowSparse> values,

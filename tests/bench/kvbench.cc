@@ -7,6 +7,7 @@
 //   {push,pull,pushpull}_{4KB,1MB,16MB,100MB}_{1w1s,2w2s}  one float32 key, every worker at once
 //   {push,pull}_100kx16B_1w1s                              100,000 keys of 16 B in one call,
 //                                                          the values views of one buffer
+//   {push,pull}_100kx16B_bucket_1w1s                       the buffer itself (PushBucket)
 //   {push,pull}_100kx16B_scattered_1w1s                    the same, separately allocated
 //   small_4KB_inflight64_1w1s                              64 pushes of 4 KB keys in flight
 // Ceilings, same run: memcpy bandwidth (100 MiB, warm buffers, one thread) and, per case, a
@@ -419,6 +420,8 @@ class Bench {
     if (small_cases) {
       names.push_back("push_100kx16B_1w1s");
       names.push_back("pull_100kx16B_1w1s");
+      names.push_back("push_100kx16B_bucket_1w1s");
+      names.push_back("pull_100kx16B_bucket_1w1s");
       names.push_back("push_100kx16B_scattered_1w1s");
       names.push_back("pull_100kx16B_scattered_1w1s");
       names.push_back("small_4KB_inflight64_1w1s");
@@ -472,28 +475,31 @@ class Bench {
 
   void RunSmallCases(KVStore& kv, bool quick) {
     const int reps = quick ? 5 : 15;
-    // 100,000 keys of 16 B in one call: as views of one buffer (a gradient bucket, as ps-lite's
-    // contiguous value arrays and PyTorch DDP's buckets lay them out), and as separately
-    // allocated tensors ("scattered").
-    for (const bool bucket : {true, false}) {
-      const std::string suffix = bucket ? "_1w1s" : "_scattered_1w1s";
+    // 100,000 keys of 16 B in one call: a list of views of one buffer (a gradient bucket, as
+    // PyTorch DDP lays gradients out), the buffer itself through PushBucket / PullBucket (as
+    // ps-lite's ZPush takes one array of values), and a list of separately allocated tensors.
+    enum Layout { kViews, kBucket, kScattered };
+    for (const Layout layout : {kViews, kBucket, kScattered}) {
+      const std::string suffix = layout == kViews    ? "_1w1s"
+                                 : layout == kBucket ? "_bucket_1w1s"
+                                                     : "_scattered_1w1s";
       const std::string names[2] = {"push_100kx16B" + suffix, "pull_100kx16B" + suffix};
       if (!Wanted(names[0]) && !Wanted(names[1])) continue;
       const int n = 100000;
-      const int64_t first_key = bucket ? 1000 : 200000;
-      const Tensor values_bucket = RandomTensor(rng_, 4 * n);
-      const Tensor outs_bucket = Tensor::Zeros(DType::kFloat32, {4 * n});
+      const int64_t first_key = 1000 + 200000 * static_cast<int64_t>(layout);
+      Tensor values_bucket = RandomTensor(rng_, 4 * n);
+      Tensor outs_bucket = Tensor::Zeros(DType::kFloat32, {4 * n});
       std::vector<Key> keys;
       std::vector<Tensor> values, outs;
       std::vector<Tensor*> out_ptrs;
       for (int i = 0; i < n; ++i) {
         keys.push_back(Key(first_key + i));
-        if (bucket) {
-          values.push_back(*values_bucket.View(16 * static_cast<size_t>(i), DType::kFloat32, {4}));
-          outs.push_back(*outs_bucket.View(16 * static_cast<size_t>(i), DType::kFloat32, {4}));
-        } else {
+        if (layout == kScattered) {
           values.push_back(RandomTensor(rng_, 4));
           outs.push_back(Tensor::Zeros(DType::kFloat32, {4}));
+        } else {
+          values.push_back(*values_bucket.View(16 * static_cast<size_t>(i), DType::kFloat32, {4}));
+          outs.push_back(*outs_bucket.View(16 * static_cast<size_t>(i), DType::kFloat32, {4}));
         }
       }
       for (Tensor& t : outs) out_ptrs.push_back(&t);
@@ -503,7 +509,12 @@ class Bench {
         const std::string& name = names[op];
         if (!Wanted(name)) continue;
         auto once = [&] {
-          Check(op == 0 ? kv.Push(keys, values) : kv.Pull(keys, out_ptrs), name);
+          if (layout == kBucket) {
+            Check(op == 0 ? kv.PushBucket(keys, values_bucket) : kv.PullBucket(keys, &outs_bucket),
+                  name);
+          } else {
+            Check(op == 0 ? kv.Push(keys, values) : kv.Pull(keys, out_ptrs), name);
+          }
           Check(kv.WaitAll(), name);
         };
         once();

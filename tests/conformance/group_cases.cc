@@ -221,6 +221,137 @@ TEST_CASE("Many keys: values and outputs that are views of one bucket", "[groups
   }
 }
 
+// Keys of one dtype, each at most 4 elements (whole on one server), ordered by server when
+// `by_server` (so that a distributed store sends each server's keys straight from a bucket).
+ManyKeys BucketKeys(TestRng& rng, KVStore& kv, int n, int first, DType dtype, bool by_server) {
+  ManyKeys m;
+  for (int i = 0; i < n; ++i) m.keys.push_back(int64_t{first + 3 * i});
+  const int servers = GetStoreUnderTest().num_servers;
+  if (by_server && servers > 0) {
+    auto partitioner = Partitioner::Create(servers);
+    REQUIRE(partitioner.ok());
+    std::stable_sort(m.keys.begin(), m.keys.end(), [&](const Key& a, const Key& b) {
+      return partitioner->ServerOf(a) < partitioner->ServerOf(b);
+    });
+  }
+  std::vector<Tensor> initial;
+  for (int i = 0; i < n; ++i) {
+    initial.push_back(rng.RandomTensor(dtype, rng.AnyShape(2, 2)));
+    m.like.push_back(initial.back());
+    m.reference.push_back(ToDoubles(initial.back()));
+  }
+  REQUIRE(kv.Init(m.keys, initial).ok());
+  return m;
+}
+
+// Bucket returns the values as one bucket (key after key) and CheckBucket compares one.
+Tensor Bucket(const ManyKeys& m, const std::vector<Tensor>& values) {
+  int64_t total = 0;
+  for (const Tensor& v : values) total += v.num_elements();
+  Tensor bucket = Tensor::Zeros(values.front().dtype(), {total});
+  size_t offset = 0;
+  for (const Tensor& v : values) {
+    std::memcpy(static_cast<uint8_t*>(bucket.data()) + offset, v.data(), v.byte_size());
+    offset += v.byte_size();
+  }
+  return bucket;
+}
+
+void CheckBucket(const ManyKeys& m, const Tensor& bucket, int updates) {
+  size_t offset = 0;
+  for (size_t k = 0; k < m.keys.size(); ++k) {
+    INFO("key " << m.keys[k].Quoted() << " " << DTypeName(m.like[k].dtype()));
+    const Tensor view = *bucket.View(offset, m.like[k].dtype(), m.like[k].shape());
+    REQUIRE(MaxAbsDiff(ToDoubles(view), m.reference[k]) <=
+            Tolerance(m.like[k].dtype(), updates + 1, 4));
+    offset += view.byte_size();
+  }
+  REQUIRE(offset == bucket.byte_size());
+}
+
+TEST_CASE("Buckets: push, pull and pushpull the keys of one bucket", "[groups][bucket]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto kv = NewStore();
+  const DType dtype = rng.AnyDType();
+  // A long list (a key group in distributed stores), in server order or not, and a short one.
+  const int mode = GENERATE(0, 1, 2);
+  const int n = mode == 2 ? 6 : 100;
+  const bool by_server = mode != 1;
+  ManyKeys m = BucketKeys(rng, *kv, n, 40000, dtype, by_server);
+  INFO(n << " keys of " << DTypeName(dtype) << (by_server ? ", by server" : ", mixed"));
+  Tensor out = Tensor::Zeros(dtype, {Bucket(m, m.like).num_elements()});
+  for (int round = 0; round < 4; ++round) {
+    INFO("round " << round);
+    Tensor bucket = Bucket(m, m.Next(rng));
+    switch (round) {
+      case 0:
+      case 1:
+        REQUIRE(kv->PushBucket(m.keys, bucket).ok());
+        REQUIRE(kv->PullBucket(m.keys, &out).ok());
+        REQUIRE(kv->WaitAll().ok());
+        CheckBucket(m, out, round + 1);
+        break;
+      case 2:
+        REQUIRE(kv->PushPullBucket(m.keys, bucket, &out).ok());
+        REQUIRE(kv->WaitAll().ok());
+        CheckBucket(m, out, round + 1);
+        break;
+      default:  // Into the pushed bucket itself.
+        REQUIRE(kv->PushPullBucket(m.keys, bucket, &bucket).ok());
+        REQUIRE(kv->WaitAll().ok());
+        CheckBucket(m, bucket, round + 1);
+    }
+  }
+  // The same keys key by key see the bucket's updates.
+  std::vector<Tensor> outs = m.Outputs();
+  REQUIRE(kv->Pull(m.keys, Pointers(outs)).ok());
+  REQUIRE(kv->WaitAll().ok());
+  m.Check(outs, 4);
+}
+
+TEST_CASE("Buckets: a bucket that does not fit is refused and changes nothing",
+          "[groups][bucket][errors]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto kv = NewStore();
+  const DType dtype = GENERATE(DType::kFloat32, DType::kInt64);
+  ManyKeys m = BucketKeys(rng, *kv, 90, 60000, dtype, true);
+  const Tensor good = Bucket(m, m.like);
+  // One key of another dtype.
+  const Key odd = int64_t{59999};
+  REQUIRE(kv->Init(odd, rng.RandomTensor(DType::kFloat64, {2})).ok());
+  std::vector<Key> with_odd = m.keys;
+  with_odd[37] = odd;
+  absl::Status status = kv->PushBucket(with_odd, good);
+  REQUIRE(absl::IsInvalidArgument(status));
+  REQUIRE_THAT(std::string(status.message()), Catch::Contains("key 59999"));
+  // One element too many, and another dtype.
+  const Tensor longer = Tensor::Zeros(dtype, {good.num_elements() + 1});
+  status = kv->PushBucket(m.keys, longer);
+  REQUIRE(absl::IsInvalidArgument(status));
+  REQUIRE_THAT(std::string(status.message()), Catch::Contains(std::to_string(good.num_elements())));
+  Tensor other = Tensor::Zeros(dtype == DType::kFloat32 ? DType::kInt32 : DType::kFloat64,
+                               {good.num_elements()});
+  REQUIRE(absl::IsInvalidArgument(kv->PullBucket(m.keys, &other)));
+  Tensor pulled_longer = longer;
+  REQUIRE(absl::IsInvalidArgument(kv->PushPullBucket(m.keys, good, &pulled_longer)));
+  // A key never initialised; a missing bucket.
+  std::vector<Key> unknown = m.keys;
+  unknown[5] = int64_t{123456789};
+  status = kv->PushBucket(unknown, good);
+  REQUIRE(absl::IsNotFound(status));
+  REQUIRE_THAT(std::string(status.message()), Catch::Contains("123456789"));
+  REQUIRE(absl::IsInvalidArgument(kv->PushBucket(m.keys, Tensor())));
+  REQUIRE(absl::IsInvalidArgument(kv->PullBucket(m.keys, nullptr)));
+  REQUIRE(kv->WaitAll().ok());
+  Tensor out = Tensor::Zeros(dtype, {good.num_elements()});
+  REQUIRE(kv->PullBucket(m.keys, &out).ok());
+  REQUIRE(kv->WaitAll().ok());
+  CheckBucket(m, out, 0);  // Nothing was applied.
+  REQUIRE(ToDoubles(other) == std::vector<double>(good.num_elements(), 0.0));
+}
+
 TEST_CASE("Many keys: one bad value refuses the whole list", "[groups][errors]") {
   TestRng rng;
   INFO(rng.Describe());
