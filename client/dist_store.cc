@@ -1063,6 +1063,13 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
     if (pushes && compression_.enabled()) return nullptr;
     if (job_over_) return nullptr;
   }
+  {
+    absl::MutexLock lock(&groups_mu_);
+    if (last_group_ != nullptr && std::equal(keys.begin(), keys.end(), last_group_->keys.begin(),
+                                             last_group_->keys.end())) {
+      return last_group_;
+    }
+  }
   const uint64_t fingerprint = Fingerprint(keys);
   {
     absl::MutexLock lock(&groups_mu_);
@@ -1071,6 +1078,7 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
       const std::shared_ptr<GroupPlan>& group = it->second;
       if (group != nullptr && std::equal(keys.begin(), keys.end(), group->keys.begin(),
                                          group->keys.end())) {
+        last_group_ = group;
         return group;
       }
       return nullptr;  // A list that cannot form a group, or another list with the same print.
@@ -1149,6 +1157,7 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
   }
   group->id = next_group_id_++;
   groups_[fingerprint] = group;
+  last_group_ = group;
   return group;
 }
 

@@ -335,6 +335,8 @@ class DistStore final : public KVStore {
   absl::Mutex groups_mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<GroupPlan>> groups_ ABSL_GUARDED_BY(groups_mu_);
   uint64_t next_group_id_ ABSL_GUARDED_BY(groups_mu_) = 1;
+  // The group used last: a training loop repeats one list, compared without a fingerprint.
+  std::shared_ptr<GroupPlan> last_group_ ABSL_GUARDED_BY(groups_mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool job_over_ ABSL_GUARDED_BY(mu_) = false;
 
