@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <thread>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -548,6 +549,7 @@ absl::Status DistStore::Wait(absl::Span<const Key> keys) {
     }
     return false;
   };
+  SpinWhile(busy);
   while (busy()) changed_.Wait(&mu_);
   absl::Status first;
   for (const Key& key : keys) {
@@ -570,9 +572,32 @@ absl::Status DistStore::Wait(absl::Span<const Key> keys) {
   return first;
 }
 
+namespace {
+// Wait and WaitAll spin (yielding) this long before sleeping, when at most kSpinMaxOps
+// operations are in flight.
+constexpr absl::Duration kWaitSpin = absl::Microseconds(250);
+constexpr size_t kSpinMaxOps = 2;
+}  // namespace
+
+template <typename Busy>
+void DistStore::SpinWhile(Busy busy) {
+  // Only for a few operations in flight: a round trip then takes about as long as the sleep
+  // and wake-up the spin avoids (tens of microseconds each on a VM); many operations, or big
+  // ones, finish later and the waiter sleeps.
+  if (live_.size() > kSpinMaxOps) return;
+  const absl::Time until = absl::Now() + kWaitSpin;
+  while (busy() && absl::Now() < until) {
+    mu_.Unlock();
+    std::this_thread::yield();
+    mu_.Lock();
+  }
+}
+
 absl::Status DistStore::WaitAll() {
   absl::MutexLock lock(&mu_);
-  while (!live_.empty() || inflight_ > 0) changed_.Wait(&mu_);
+  auto busy = [&] { return !live_.empty() || inflight_ > 0; };
+  SpinWhile(busy);
+  while (busy()) changed_.Wait(&mu_);
   absl::Status first;
   for (const auto& [key, status] : key_errors_) {
     if (first.ok()) first = status;

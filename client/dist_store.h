@@ -272,6 +272,10 @@ class DistStore final : public KVStore {
   // includes `key`.
   bool InGroupBefore(uint64_t seq, const Key& key) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Dispatch();
+  // SpinWhile yields while `busy()` and few operations are in flight, for a bounded time,
+  // before a waiter sleeps on changed_.
+  template <typename Busy>
+  void SpinWhile(Busy busy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ready returns whether every earlier operation on the op's keys has completed.
   bool Ready(uint64_t seq, const Op& op) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Complete(absl::Span<const std::pair<uint64_t, std::vector<Key>>> ops,
