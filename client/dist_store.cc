@@ -319,6 +319,7 @@ absl::Status DistStore::DoInit(absl::Span<const Key> keys, absl::Span<const Tens
 absl::Status DistStore::DoPush(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                                int priority) {
   if (TryGroup(Kind::kPush, keys, values, {}, priority)) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckDefined(keys, values, "push"));
   ASSIGN_OR_RETURN(std::vector<KeyWork> work, Plan(keys, values, {}));
   Enqueue(priority, std::move(work), Kind::kPush);
   return absl::OkStatus();
@@ -339,6 +340,7 @@ absl::Status DistStore::DoPushPull(absl::Span<const Key> keys, absl::Span<const 
                                                    " values into ", outs.size(), " outputs"));
   }
   if (TryGroup(Kind::kPushPull, keys, values, outs, priority)) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckDefined(keys, values, "pushpull"));
   ASSIGN_OR_RETURN(std::vector<KeyWork> work, Plan(keys, values, outs));
   Enqueue(priority, std::move(work), Kind::kPushPull);
   return absl::OkStatus();

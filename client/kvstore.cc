@@ -10,17 +10,11 @@
 namespace kvstore {
 namespace {
 
-absl::Status CheckValues(absl::Span<const Key> keys, absl::Span<const Tensor> values,
-                         absl::string_view op) {
+absl::Status CheckCount(absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                        absl::string_view op) {
   if (keys.size() != values.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, " of ", keys.size(), " keys with ", values.size(), " values"));
-  }
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!values[i].defined()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": key ", keys[i].Quoted(), ": value is undefined"));
-    }
   }
   return absl::OkStatus();
 }
@@ -88,7 +82,8 @@ absl::StatusOr<std::unique_ptr<KVStore>> KVStore::Create(absl::string_view type,
 }
 
 absl::Status KVStore::Init(absl::Span<const Key> keys, absl::Span<const Tensor> values) {
-  if (absl::Status s = CheckValues(keys, values, "init"); !s.ok()) return s;
+  if (absl::Status s = CheckCount(keys, values, "init"); !s.ok()) return s;
+  if (absl::Status s = CheckDefined(keys, values, "init"); !s.ok()) return s;
   return DoInit(keys, values);
 }
 
@@ -96,9 +91,20 @@ absl::Status KVStore::Init(const Key& key, const Tensor& value) {
   return Init(absl::MakeConstSpan(&key, 1), absl::MakeConstSpan(&value, 1));
 }
 
+absl::Status KVStore::CheckDefined(absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                                   absl::string_view op) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!values[i].defined()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": key ", keys[i].Quoted(), ": value is undefined"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status KVStore::Push(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                            int priority) {
-  if (absl::Status s = CheckValues(keys, values, "push"); !s.ok()) return s;
+  if (absl::Status s = CheckCount(keys, values, "push"); !s.ok()) return s;
   return DoPush(keys, values, priority);
 }
 
@@ -220,7 +226,7 @@ absl::Status KVStore::DoPushPullBucket(absl::Span<const Key> keys, const Tensor&
 
 absl::Status KVStore::PushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                                absl::Span<Tensor* const> outs, int priority) {
-  if (absl::Status s = CheckValues(keys, values, "pushpull"); !s.ok()) return s;
+  if (absl::Status s = CheckCount(keys, values, "pushpull"); !s.ok()) return s;
   if (absl::Status s = CheckOutputs(keys, outs, "pushpull"); !s.ok()) return s;
   return DoPushPull(keys, values, outs, priority);
 }

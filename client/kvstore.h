@@ -291,7 +291,9 @@ class KVStore {
   explicit KVStore(std::string type) : type_(std::move(type)) {}
 
   // The operations, called by the public methods after they have checked that the spans have
-  // matching lengths, that no output is null and that no value is undefined.
+  // matching lengths, that no output is null or undefined and (Init) that no value is
+  // undefined. DoPush and DoPushPull check their values with CheckDefined themselves (a store
+  // may fold that into a pass it makes anyway).
   virtual absl::Status DoInit(absl::Span<const Key> keys, absl::Span<const Tensor> values) = 0;
   virtual absl::Status DoPush(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                               int priority) = 0;
@@ -306,6 +308,9 @@ class KVStore {
   virtual absl::Status DoPullBucket(absl::Span<const Key> keys, Tensor* bucket, int priority);
   virtual absl::Status DoPushPullBucket(absl::Span<const Key> keys, const Tensor& bucket,
                                         Tensor* out, int priority);
+  // CheckDefined returns InvalidArgument naming the first key whose value is undefined.
+  static absl::Status CheckDefined(absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                                   absl::string_view op);
   // BucketViews returns each key's stretch of `bucket`, checked as the bucket methods say.
   absl::StatusOr<std::vector<Tensor>> BucketViews(absl::Span<const Key> keys,
                                                   const Tensor& bucket) const;

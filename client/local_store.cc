@@ -230,6 +230,7 @@ absl::Status LocalStore::DoInit(absl::Span<const Key> keys, absl::Span<const Ten
 
 absl::Status LocalStore::DoPush(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                                 int /*priority: operations complete in call order*/) {
+  RETURN_IF_ERROR(CheckDefined(keys, values, "push"));
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(std::vector<KeyValue> merged, Merge(keys, values));
   return store_.Push(merged);
@@ -253,6 +254,7 @@ absl::Status LocalStore::DoPull(absl::Span<const Key> keys, absl::Span<Tensor* c
 
 absl::Status LocalStore::DoPushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                                     absl::Span<Tensor* const> outs, int /*priority*/) {
+  RETURN_IF_ERROR(CheckDefined(keys, values, "pushpull"));
   absl::MutexLock lock(&mu_);
   std::vector<Tensor*> host_outs;
   std::vector<std::pair<Key, Tensor*>> copies;

@@ -352,6 +352,37 @@ TEST_CASE("Buckets: a bucket that does not fit is refused and changes nothing",
   REQUIRE(ToDoubles(other) == std::vector<double>(good.num_elements(), 0.0));
 }
 
+TEST_CASE("Many keys: an undefined value refuses the call, naming its key", "[groups][errors]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto kv = NewStore();
+  ManyKeys m = Init(rng, *kv, 80, false);
+  std::vector<Tensor> outs = m.Outputs();
+  REQUIRE(kv->Pull(m.keys, Pointers(outs)).ok());  // The list is known from now on.
+  REQUIRE(kv->WaitAll().ok());
+  const ManyKeys before = m;
+  std::vector<Tensor> values = m.Next(rng);
+  const size_t bad = static_cast<size_t>(rng.Int(0, 79));
+  values[bad] = Tensor();
+  for (int call = 0; call < 3; ++call) {
+    INFO("call " << call);
+    absl::Status status;
+    switch (call) {
+      case 0: status = kv->Push(m.keys, values); break;
+      case 1: status = kv->PushPull(m.keys, values, Pointers(outs)); break;
+      default: status = kv->Push(m.keys[bad], values[bad]);  // Alone.
+    }
+    REQUIRE(absl::IsInvalidArgument(status));
+    REQUIRE_THAT(std::string(status.message()), Catch::Contains("key " + m.keys[bad].Quoted()));
+    REQUIRE_THAT(std::string(status.message()), Catch::Contains("undefined"));
+  }
+  REQUIRE(absl::IsInvalidArgument(kv->Init(int64_t{77777}, Tensor())));
+  outs = m.Outputs();
+  REQUIRE(kv->Pull(m.keys, Pointers(outs)).ok());
+  REQUIRE(kv->WaitAll().ok());
+  before.Check(outs, 1);  // Nothing was applied.
+}
+
 TEST_CASE("Many keys: one bad value refuses the whole list", "[groups][errors]") {
   TestRng rng;
   INFO(rng.Describe());
