@@ -165,7 +165,8 @@ class ServerEngine {
 
   // Pull returns each requested chunk's stored elements as a read-only handle on the stored
   // buffer (no copy): the engine never writes a buffer while a handle on it is alive - an update
-  // then moves the chunk to a second buffer. NotFound / InvalidArgument as for Push.
+  // then moves the chunk to a second buffer. A chunk in an arena is returned as a copy.
+  // NotFound / InvalidArgument as for Push.
   absl::StatusOr<std::vector<Tensor>> Pull(uint64_t node_id,
                                            absl::Span<const ValueSlice> slices) const;
 

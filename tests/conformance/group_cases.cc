@@ -82,6 +82,15 @@ ManyKeys Init(TestRng& rng, KVStore& kv, int n, bool big) {
   return m;
 }
 
+// KnownList stores 80 small keys and pulls them once as a list, so that the store knows it.
+ManyKeys KnownList(TestRng& rng, KVStore& kv) {
+  ManyKeys m = Init(rng, kv, 80, false);
+  std::vector<Tensor> outs = m.Outputs();
+  REQUIRE(kv.Pull(m.keys, Pointers(outs)).ok());
+  REQUIRE(kv.WaitAll().ok());
+  return m;
+}
+
 TEST_CASE("Many keys: repeated pushes and pulls of one long list", "[groups]") {
   TestRng rng;
   INFO(rng.Describe());
@@ -356,10 +365,8 @@ TEST_CASE("Many keys: an undefined value refuses the call, naming its key", "[gr
   TestRng rng;
   INFO(rng.Describe());
   auto kv = NewStore();
-  ManyKeys m = Init(rng, *kv, 80, false);
+  ManyKeys m = KnownList(rng, *kv);
   std::vector<Tensor> outs = m.Outputs();
-  REQUIRE(kv->Pull(m.keys, Pointers(outs)).ok());  // The list is known from now on.
-  REQUIRE(kv->WaitAll().ok());
   const ManyKeys before = m;
   std::vector<Tensor> values = m.Next(rng);
   const size_t bad = static_cast<size_t>(rng.Int(0, 79));
@@ -387,10 +394,8 @@ TEST_CASE("Many keys: one bad value refuses the whole list", "[groups][errors]")
   TestRng rng;
   INFO(rng.Describe());
   auto kv = NewStore();
-  ManyKeys m = Init(rng, *kv, 80, false);
+  ManyKeys m = KnownList(rng, *kv);
   std::vector<Tensor> outs = m.Outputs();
-  REQUIRE(kv->Pull(m.keys, Pointers(outs)).ok());  // The list is known from now on.
-  REQUIRE(kv->WaitAll().ok());
   const ManyKeys before = m;
   std::vector<Tensor> values = m.Next(rng);
   const size_t bad = static_cast<size_t>(rng.Int(0, 79));
