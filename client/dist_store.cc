@@ -1092,8 +1092,7 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
   }
   {
     absl::MutexLock lock(&groups_mu_);
-    if (last_group_ != nullptr && std::equal(keys.begin(), keys.end(), last_group_->keys.begin(),
-                                             last_group_->keys.end())) {
+    if (last_group_ != nullptr && SameKeys(*last_group_, keys)) {
       return last_group_;
     }
   }
@@ -1103,8 +1102,7 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
     auto it = groups_.find(fingerprint);
     if (it != groups_.end()) {
       const std::shared_ptr<GroupPlan>& group = it->second;
-      if (group != nullptr && std::equal(keys.begin(), keys.end(), group->keys.begin(),
-                                         group->keys.end())) {
+      if (group != nullptr && SameKeys(*group, keys)) {
         last_group_ = group;
         return group;
       }
@@ -1113,6 +1111,10 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
   }
   auto group = std::make_shared<GroupPlan>();
   group->keys.assign(keys.begin(), keys.end());
+  if (std::all_of(keys.begin(), keys.end(), [](const Key& key) { return key.is_int(); })) {
+    group->int_keys.reserve(keys.size());
+    for (const Key& key : keys) group->int_keys.push_back(key.int_key());
+  }
   group->infos.reserve(keys.size());
   group->members.reserve(keys.size());
   bool eligible = true;
@@ -1186,6 +1188,15 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
   groups_[fingerprint] = group;
   last_group_ = group;
   return group;
+}
+
+bool DistStore::SameKeys(const GroupPlan& group, absl::Span<const Key> keys) {
+  if (keys.size() != group.keys.size()) return false;
+  if (group.int_keys.empty()) return std::equal(keys.begin(), keys.end(), group.keys.begin());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!keys[i].is_int() || keys[i].int_key() != group.int_keys[i]) return false;
+  }
+  return true;
 }
 
 bool DistStore::Matches(const GroupPlan& group, size_t i, const Tensor& t) {

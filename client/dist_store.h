@@ -141,6 +141,7 @@ class DistStore final : public KVStore {
   struct GroupPlan {
     uint64_t id = 0;
     std::vector<Key> keys;
+    std::vector<int64_t> int_keys;  // The keys, when all are integers (compared faster).
     std::vector<const KeyInfo*> infos;  // keys_ never drops an entry.
     // The keys' dtypes and shapes, flat, so that a call's values are checked without touching
     // every KeyInfo: key i has dtypes[i] and the dimensions dims[dims_at[i], dims_at[i + 1]).
@@ -241,6 +242,8 @@ class DistStore final : public KVStore {
   // else null: the per-key path then runs (and reports any error). PackGroup checks the values
   // against the recorded keys and packs them; false when one does not match (per-key path).
   std::shared_ptr<GroupPlan> GroupFor(absl::Span<const Key> keys, bool pushes);
+  // SameKeys is true when `keys` is the group's list.
+  static bool SameKeys(const GroupPlan& group, absl::Span<const Key> keys);
   // Matches is true when `t` is a CPU tensor of the dtype and shape of the group's key i.
   static bool Matches(const GroupPlan& group, size_t i, const Tensor& t);
   // CheckGroupTensors checks the call's tensors (`tensor(i)` for key i) with Matches and
