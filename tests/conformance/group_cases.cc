@@ -113,6 +113,58 @@ TEST_CASE("Many keys: repeated pushes and pulls of one long list", "[groups]") {
   }
 }
 
+TEST_CASE("Many keys: the same keys listed in another order are other lists", "[groups]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto kv = NewStore();
+  // One dtype and shape for every key, so that only the order tells the lists apart.
+  const DType dtype = rng.AnyDType();
+  const Shape shape = rng.AnyShape(2, 2);
+  ManyKeys m;
+  std::vector<Tensor> initial;
+  for (int i = 0; i < 90; ++i) {
+    m.keys.push_back(int64_t{70000 + 11 * i});
+    initial.push_back(rng.RandomTensor(dtype, shape));
+    m.like.push_back(initial.back());
+    m.reference.push_back(ToDoubles(initial.back()));
+  }
+  REQUIRE(kv->Init(m.keys, initial).ok());
+  INFO(DTypeName(dtype) << ShapeToString(shape));
+  for (int round = 0; round < 4; ++round) {
+    // Forward, reversed, forward, rotated by one: each list pushed and pulled in its order.
+    ManyKeys listed = m;
+    if (round == 1) {
+      std::reverse(listed.keys.begin(), listed.keys.end());
+      std::reverse(listed.like.begin(), listed.like.end());
+      std::reverse(listed.reference.begin(), listed.reference.end());
+    } else if (round == 3) {
+      std::rotate(listed.keys.begin(), listed.keys.begin() + 1, listed.keys.end());
+      std::rotate(listed.like.begin(), listed.like.begin() + 1, listed.like.end());
+      std::rotate(listed.reference.begin(), listed.reference.begin() + 1, listed.reference.end());
+    }
+    const std::vector<Tensor> values = listed.Next(rng);
+    std::vector<Tensor> outs = listed.Outputs();
+    REQUIRE(kv->Push(listed.keys, values).ok());
+    REQUIRE(kv->Pull(listed.keys, Pointers(outs)).ok());
+    REQUIRE(kv->WaitAll().ok());
+    INFO("round " << round);
+    listed.Check(outs, round + 1);
+    // Carry the reference back to list order, and check each key alone.
+    for (size_t k = 0; k < listed.keys.size(); ++k) {
+      const size_t at = static_cast<size_t>(
+          std::find(m.keys.begin(), m.keys.end(), listed.keys[k]) - m.keys.begin());
+      m.reference[at] = listed.reference[k];
+    }
+    for (size_t k = 0; k < m.keys.size(); ++k) {
+      Tensor one = Tensor::Zeros(dtype, shape);
+      REQUIRE(kv->Pull(m.keys[k], &one).ok());
+      REQUIRE(kv->Wait({m.keys[k]}).ok());
+      INFO("key " << m.keys[k].Quoted() << " alone");
+      REQUIRE(MaxAbsDiff(ToDoubles(one), m.reference[k]) <= Tolerance(dtype, round + 2, 4));
+    }
+  }
+}
+
 TEST_CASE("Many keys: a long list and single keys keep per-key order", "[groups][order]") {
   TestRng rng;
   INFO(rng.Describe());
