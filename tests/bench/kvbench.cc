@@ -11,14 +11,15 @@
 //   {push,pull}_100kx16B_scattered_1w1s                    the same, separately allocated
 //   small_4KB_inflight64_1w1s                              64 pushes of 4 KB keys in flight
 // Ceilings, same run: memcpy bandwidth (100 MiB, warm buffers, one thread) and, per case, a
-// raw-socket request/response moving the same bytes over loopback (W connections at once for W
-// workers). `bytes` is the payload every worker together moves in one repetition (a push+pull
+// raw-socket request/response moving the same bytes over loopback to an echo process (W
+// connections at once for W workers). `bytes` is the payload every worker together moves in one repetition (a push+pull
 // counts it once); gbps = bytes / median; ratio = gbps / ceiling_gbps.
 //
 //   bazel run -c opt //tests/bench:kvbench -- [--quick] [--format=json] [--only=SUBSTRING]
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -57,6 +58,7 @@ ABSL_FLAG(std::string, scheduler, "", "scheduler binary (default: from the runfi
 ABSL_FLAG(int64_t, chunk_bytes, 0, "Chunk size of the job (0: the scheduler's default).");
 ABSL_FLAG(int, connections, 0, "TCP connections per server (0: the SDK's default).");
 ABSL_FLAG(int, seed, 0, "Random seed of the pushed values (0: from the clock).");
+ABSL_FLAG(int, raw_echo_port, 0, "Internal: run as the echo process of a raw-socket ceiling.");
 
 namespace kvstore::bench {
 namespace {
@@ -199,11 +201,14 @@ bool ReadAll(int fd, void* data, size_t n) {
   return true;
 }
 
-// RawLink: a loopback TCP connection to an echo thread that reads a request of the announced
-// size into a reused buffer and answers with the announced number of bytes.
+// RawLink: a loopback TCP connection to an echo process (this binary run with
+// --raw_echo_port) that reads a request of the announced size into a reused buffer and answers
+// with the announced number of bytes. A process of its own, as the job's daemons are: two
+// threads of one process may share a core and exchange in a few microseconds, which no pair of
+// processes does here.
 class RawLink {
  public:
-  RawLink() {
+  explicit RawLink(const std::string& argv0) {
     const int listener = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -214,30 +219,28 @@ class RawLink {
         getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
       Die("raw socket ceiling: cannot listen on 127.0.0.1");
     }
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-      Die("raw socket ceiling: cannot connect to 127.0.0.1");
+    std::string program = argv0;
+    std::string flag = absl::StrCat("--raw_echo_port=", ntohs(addr.sin_port));
+    pid_ = fork();
+    if (pid_ < 0) Die("raw socket ceiling: fork failed");
+    if (pid_ == 0) {
+      char* args[] = {program.data(), flag.data(), nullptr};
+      execv(args[0], args);
+      _exit(127);
     }
-    const int peer = accept(listener, nullptr, nullptr);
+    pollfd waiting{listener, POLLIN, 0};
+    if (poll(&waiting, 1, /*timeout_ms=*/30000) != 1) {
+      Die("raw socket ceiling: the echo process did not connect within 30 s");
+    }
+    fd_ = accept(listener, nullptr, nullptr);
     close(listener);
     const int one = 1;
     setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    setsockopt(peer, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    echo_ = std::thread([peer] {
-      std::vector<uint8_t> buffer;
-      uint64_t sizes[2];
-      while (ReadAll(peer, sizes, sizeof(sizes))) {
-        buffer.resize(std::max<size_t>({buffer.size(), sizes[0], sizes[1]}));
-        if (!ReadAll(peer, buffer.data(), sizes[0])) break;
-        if (!WriteAll(peer, buffer.data(), sizes[1])) break;
-      }
-      close(peer);
-    });
   }
   ~RawLink() {
     shutdown(fd_, SHUT_RDWR);
     close(fd_);
-    echo_.join();
+    waitpid(pid_, nullptr, 0);  // The echo process ends with the connection.
   }
   // Exchange sends `request` bytes and reads `response` bytes back.
   void Exchange(size_t request, size_t response) {
@@ -251,9 +254,31 @@ class RawLink {
 
  private:
   int fd_ = -1;
-  std::thread echo_;
+  pid_t pid_ = -1;
   std::vector<uint8_t> buffer_;
 };
+
+// RawEcho is the echo process of a RawLink: it connects to `port` and answers until the
+// connection closes.
+int RawEcho(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return 1;
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  std::vector<uint8_t> buffer;
+  uint64_t sizes[2];
+  while (ReadAll(fd, sizes, sizeof(sizes))) {
+    buffer.resize(std::max<size_t>({buffer.size(), sizes[0], sizes[1]}));
+    if (!ReadAll(fd, buffer.data(), sizes[0])) break;
+    if (!WriteAll(fd, buffer.data(), sizes[1])) break;
+  }
+  close(fd);
+  return 0;
+}
 
 // ---------------------------------------------------------------------------------------------
 // The job
@@ -395,7 +420,7 @@ class Bench {
   // RawCeiling times W concurrent loopback exchanges of (request, response) bytes.
   double RawCeiling(int w, size_t request, size_t response, int reps) {
     std::vector<std::unique_ptr<RawLink>> links;
-    for (int i = 0; i < w; ++i) links.push_back(std::make_unique<RawLink>());
+    for (int i = 0; i < w; ++i) links.push_back(std::make_unique<RawLink>(argv0_));
     Crew crew(w);
     crew.Run([&](int i) { links[i]->Exchange(request, response); });  // Warm up.
     Timing t;
@@ -610,6 +635,9 @@ class Bench {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_raw_echo_port) > 0) {
+    return kvstore::bench::RawEcho(absl::GetFlag(FLAGS_raw_echo_port));
+  }
   const std::string format = absl::GetFlag(FLAGS_format);
   if (format != "text" && format != "json") {
     std::fprintf(stderr, "kvbench: --format must be text or json, not \"%s\"\n", format.c_str());
