@@ -162,6 +162,15 @@ TEST_CASE("Tensor: views share the buffer, keep it alive and must fit", "[tensor
   view = Tensor();
   REQUIRE(releases == 1);
   Tensor borrowed = Tensor::Borrow(storage.data(), DType::kFloat32, {24});
+  // SameBuffer: views of one owned buffer, or borrowed memory; never two owned buffers.
+  const Tensor owned = Tensor::Zeros(DType::kFloat32, {8});
+  const Tensor first = *owned.View(0, DType::kFloat32, {4});
+  const Tensor second = *owned.View(16, DType::kFloat32, {4});
+  REQUIRE(first.SameBuffer(second));
+  REQUIRE(first.SameBuffer(owned));
+  REQUIRE_FALSE(first.SameBuffer(Tensor::Zeros(DType::kFloat32, {8})));
+  REQUIRE_FALSE(first.SameBuffer(borrowed));
+  REQUIRE(borrowed.SameBuffer(Tensor::Borrow(storage.data() + 4, DType::kFloat32, {2})));
   auto half = borrowed.View(2, DType::kFloat16, {3});
   REQUIRE(half.ok());
   REQUIRE_FALSE(half->owns_data());
