@@ -1243,20 +1243,27 @@ bool DistStore::PackGroup(GroupPlan& group, absl::Span<const Tensor> values, Gro
   }
   // Values already back to back in each part's order (views of one bucket) go as they are.
   if (std::none_of(bases.begin(), bases.end(), [](uint8_t* b) { return b == nullptr; })) {
-    for (size_t p = 0; p < group.parts.size(); ++p) {
-      const GroupPlan::Part& part = group.parts[p];
-      // Every dtype is 2, 4 or 8 bytes, so a part is whole 16-bit words; the handle keeps the
-      // values' buffer alive until the request is sent.
-      work->packed.push_back(Tensor::Adopt(
-          bases[p], DType::kFloat16, {static_cast<int64_t>(part.offsets.back() / 2)},
-          Device::CPU(), [keep = values[part.members.front().key]] {}));
-    }
-    work->direct = true;
+    SendFrom(group, bases,
+             [&](const GroupPlan::Part& part) { return values[part.members.front().key]; }, work);
     return true;
   }
   PackPieces(group, [&](size_t i) { return static_cast<const uint8_t*>(values[i].data()); },
              work);
   return true;
+}
+
+template <typename Owner>
+void DistStore::SendFrom(const GroupPlan& group, const std::vector<uint8_t*>& bases,
+                         Owner owner, GroupWork* work) {
+  for (size_t p = 0; p < group.parts.size(); ++p) {
+    const GroupPlan::Part& part = group.parts[p];
+    // Every dtype is 2, 4 or 8 bytes, so a part is whole 16-bit words; the handle keeps the
+    // owner's buffer alive until the request is sent.
+    work->packed.push_back(Tensor::Adopt(bases[p], DType::kFloat16,
+                                         {static_cast<int64_t>(part.offsets.back() / 2)},
+                                         Device::CPU(), [keep = owner(part)] {}));
+  }
+  work->direct = true;
 }
 
 template <typename KeyData>
@@ -1321,13 +1328,9 @@ bool DistStore::TryGroupBucket(Kind kind, absl::Span<const Key> keys, const Tens
     if (std::all_of(group->parts.begin(), group->parts.end(), [](const GroupPlan::Part& part) {
           return part.bucket_base != GroupPlan::kScattered;
         })) {
-      for (const GroupPlan::Part& part : group->parts) {
-        // Whole 16-bit words (see PackGroup); the handle keeps the bucket alive until sent.
-        op.group_work.packed.push_back(Tensor::Adopt(
-            data + part.bucket_base, DType::kFloat16,
-            {static_cast<int64_t>(part.offsets.back() / 2)}, Device::CPU(), [keep = *in] {}));
-      }
-      op.group_work.direct = true;
+      std::vector<uint8_t*> bases;
+      for (const GroupPlan::Part& part : group->parts) bases.push_back(data + part.bucket_base);
+      SendFrom(*group, bases, [&](const GroupPlan::Part&) { return *in; }, &op.group_work);
     } else {
       PackPieces(*group, [&](size_t i) { return data + group->key_offsets[i]; },
                  &op.group_work);

@@ -253,6 +253,11 @@ class DistStore final : public KVStore {
   static bool CheckGroupTensors(const GroupPlan& group, TensorAt tensor,
                                 std::vector<uint8_t*>* bases);
   static bool PackGroup(GroupPlan& group, absl::Span<const Tensor> values, GroupWork* work);
+  // SendFrom makes the bytes each part sends the caller's memory at bases[p], which
+  // `owner(part)` keeps alive (direct: nothing is copied).
+  template <typename Owner>
+  static void SendFrom(const GroupPlan& group, const std::vector<uint8_t*>& bases, Owner owner,
+                       GroupWork* work);
   // PackPieces copies every member from `key_data(i)` (key i's value) into the part's packed
   // array, reusing the group's spare arrays.
   template <typename KeyData>
