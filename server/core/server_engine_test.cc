@@ -2,8 +2,10 @@
 // the controller and the sgd updater.
 #include "server/core/server_engine.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <optional>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -686,6 +688,77 @@ TEST_CASE("ServerEngine: key groups in an arena stay coherent with their members
   REQUIRE(snapshot.ok());
   for (const StoredPart& part : snapshot->parts) {
     check(static_cast<size_t>(part.layout.key.int_key() - 1000), part.data);
+  }
+}
+
+TEST_CASE("ServerEngine: members move into an arena while other threads push and pull them",
+          "[server][groups][arena]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  // dist_async with two workers: every push applies at once, from two threads.
+  auto engine = NewEngine(false, {2, 3});
+  engine->SetUpdater(MakeSumUpdater());
+  const int n = 200;
+  std::vector<ValueSlice> members;
+  std::vector<std::vector<double>> expected;
+  std::vector<IncomingValue> init;
+  std::vector<Tensor> initial;
+  for (int i = 0; i < n; ++i) {
+    initial.push_back(rng.RandomTensor(DType::kInt64, {3}));
+    expected.push_back(ToDoubles(initial.back()));
+    members.push_back(ValueSlice{int64_t{5000 + i}, DType::kInt64, {3}, 0, 3});
+    init.push_back(Incoming(members.back().key, initial.back()));
+  }
+  REQUIRE(engine->Init(2, init).ok());
+  // Worker 3 pushes and pulls members one by one from its own thread, with values drawn up
+  // front, while worker 2 registers the group (moving the members into an arena) and pushes
+  // it whole.
+  // The single pushes go to a few keys, so that they often meet a group push on one.
+  const int rounds = 60, singles = 3000;
+  std::vector<std::vector<Tensor>> whole(rounds);
+  std::vector<Tensor> alone(singles);
+  std::vector<int> picked(singles);
+  for (int r = 0; r < rounds; ++r) {
+    for (int i = 0; i < n; ++i) whole[r].push_back(rng.RandomTensor(DType::kInt64, {3}));
+  }
+  for (int k = 0; k < singles; ++k) {
+    picked[k] = static_cast<int>(rng.Int(0, 3));
+    alone[k] = rng.RandomTensor(DType::kInt64, {3});
+  }
+  std::atomic<int> failures{0};
+  std::thread other([&] {
+    for (int k = 0; k < singles; ++k) {
+      engine->Push(3, 10000 + k, {Incoming(members[picked[k]].key, alone[k])},
+                   [&](absl::Status s) { failures += !s.ok(); });
+      if (k % 10 == 0 && !engine->Pull(3, {members[picked[k]]}).ok()) ++failures;
+    }
+  });
+  REQUIRE(engine->RegisterGroup(2, 9, members).ok());
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<uint8_t> bytes;
+    for (const Tensor& t : whole[r]) {
+      const auto* p = static_cast<const uint8_t*>(t.data());
+      bytes.insert(bytes.end(), p, p + t.byte_size());
+    }
+    engine->PushGroup(2, 2000 + r, 9, Chunks(bytes, 13), [&](absl::Status s) { failures += !s.ok(); });
+  }
+  other.join();
+  REQUIRE(failures == 0);
+  REQUIRE(engine->GroupInArena(2, 9));
+  for (int k = 0; k < singles; ++k) {
+    const auto v = ToDoubles(alone[k]);
+    for (int e = 0; e < 3; ++e) expected[picked[k]][e] += v[e];
+  }
+  for (int r = 0; r < rounds; ++r) {
+    for (int i = 0; i < n; ++i) {
+      const auto w = ToDoubles(whole[r][i]);
+      for (int e = 0; e < 3; ++e) expected[i][e] += w[e];
+    }
+  }
+  // Integers sum exactly, whatever the interleaving.
+  for (int i = 0; i < n; ++i) {
+    INFO("key " << members[i].key.Quoted());
+    REQUIRE(PullAll(*engine, members[i].key, initial[i]) == expected[i]);
   }
 }
 
