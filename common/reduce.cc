@@ -162,11 +162,14 @@ absl::Status AddInto(const Tensor& src, Tensor* dst) {
 }
 
 namespace {
+// AddRange adds `src` into `dst` in one pass (SumRange's accumulator block would cost two
+// extra copies of every element). The sum is dst + src, as SumRange computes it.
 template <typename T>
 void AddRange(const void* src, void* dst, int64_t count) {
   using Storage = typename T::Storage;
-  const Storage* srcs[] = {static_cast<const Storage*>(dst), static_cast<const Storage*>(src)};
-  SumRange<T>(srcs, 2, static_cast<Storage*>(dst), 0, count);
+  const auto* in = static_cast<const Storage*>(src);
+  auto* out = static_cast<Storage*>(dst);
+  for (int64_t i = 0; i < count; ++i) out[i] = T::Store(T::Load(out[i]) + T::Load(in[i]));
 }
 }  // namespace
 

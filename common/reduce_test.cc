@@ -48,6 +48,26 @@ TEST_CASE("Reduce: the output may alias an input", "[reduce]") {
   REQUIRE(testing::ToDoubles(a) == expected);
 }
 
+TEST_CASE("Reduce: AddRaw adds a span into another, or into itself, for every dtype",
+          "[reduce]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  for (int trial = 0; trial < 36; ++trial) {
+    const DType dtype = kAllDTypes[trial % std::size(kAllDTypes)];
+    const bool itself = trial % 2 == 1;
+    const Shape shape = {rng.Int(1, 9000)};
+    INFO(DTypeName(dtype) << ShapeToString(shape) << (itself ? " into itself" : ""));
+    const Tensor src = rng.RandomTensor(dtype, shape);
+    Tensor dst = itself ? src.Clone() : rng.RandomTensor(dtype, shape);
+    const auto a = testing::ToDoubles(dst), b = testing::ToDoubles(itself ? dst : src);
+    std::vector<double> reference(a.size());
+    for (size_t i = 0; i < a.size(); ++i) reference[i] = a[i] + b[i];
+    AddRaw(dtype, itself ? dst.data() : src.data(), dst.data(), dst.num_elements());
+    REQUIRE(testing::MaxAbsDiff(testing::ToDoubles(dst), reference) <=
+            testing::Tolerance(dtype, 2, 8.0));
+  }
+}
+
 TEST_CASE("Reduce: integer sums wrap instead of failing", "[reduce]") {
   Tensor a = Tensor::Full(DType::kInt32, {3}, 2147483647);
   REQUIRE(AddInto(Tensor::Full(DType::kInt32, {3}, 1), &a).ok());
