@@ -54,23 +54,37 @@ struct I64 {
 // Elements per block: the accumulator block stays in L1.
 constexpr int64_t kBlock = 4096;
 
-// SumRange sums elements [begin, end) of the k inputs into `dst` block by block: every input
-// block is read before the output block is written, so an output that aliases an input is
-// safe. The loops over a block are what the compiler vectorises (-O3).
+// SumRange sums elements [begin, end) of the k inputs into `dst`, adding them in input order.
+// One or two inputs take one pass; more go block by block through an accumulator that stays in
+// L1, the first two added as they are loaded and the last as the block is stored. Each element
+// of `dst` is written after every input's element at that position has been read, so an output
+// that aliases an input is safe. The loops are what the compiler vectorises (-O3).
 template <typename T>
 void SumRange(const typename T::Storage* const* srcs, size_t k, typename T::Storage* dst,
               int64_t begin, int64_t end) {
   using Acc = typename T::Acc;
+  if (k <= 2) {
+    const auto* a = srcs[0];
+    const auto* b = srcs[k - 1];
+    if (k == 1) {
+      for (int64_t i = begin; i < end; ++i) dst[i] = T::Store(T::Load(a[i]));
+    } else {
+      for (int64_t i = begin; i < end; ++i) dst[i] = T::Store(T::Load(a[i]) + T::Load(b[i]));
+    }
+    return;
+  }
   Acc acc[kBlock];
   for (int64_t at = begin; at < end; at += kBlock) {
     const int64_t len = std::min(kBlock, end - at);
     const auto* first = srcs[0] + at;
-    for (int64_t i = 0; i < len; ++i) acc[i] = T::Load(first[i]);
-    for (size_t j = 1; j < k; ++j) {
+    const auto* second = srcs[1] + at;
+    for (int64_t i = 0; i < len; ++i) acc[i] = T::Load(first[i]) + T::Load(second[i]);
+    for (size_t j = 2; j + 1 < k; ++j) {
       const auto* src = srcs[j] + at;
       for (int64_t i = 0; i < len; ++i) acc[i] += T::Load(src[i]);
     }
-    for (int64_t i = 0; i < len; ++i) dst[at + i] = T::Store(acc[i]);
+    const auto* last = srcs[k - 1] + at;
+    for (int64_t i = 0; i < len; ++i) dst[at + i] = T::Store(acc[i] + T::Load(last[i]));
   }
 }
 
@@ -162,14 +176,11 @@ absl::Status AddInto(const Tensor& src, Tensor* dst) {
 }
 
 namespace {
-// AddRange adds `src` into `dst` in one pass (SumRange's accumulator block would cost two
-// extra copies of every element). The sum is dst + src, as SumRange computes it.
 template <typename T>
 void AddRange(const void* src, void* dst, int64_t count) {
   using Storage = typename T::Storage;
-  const auto* in = static_cast<const Storage*>(src);
-  auto* out = static_cast<Storage*>(dst);
-  for (int64_t i = 0; i < count; ++i) out[i] = T::Store(T::Load(out[i]) + T::Load(in[i]));
+  const Storage* srcs[] = {static_cast<const Storage*>(dst), static_cast<const Storage*>(src)};
+  SumRange<T>(srcs, 2, static_cast<Storage*>(dst), 0, count);
 }
 }  // namespace
 
