@@ -584,8 +584,8 @@ constexpr size_t kSpinMaxOps = 2;
 template <typename Busy>
 void DistStore::SpinWhile(Busy busy) {
   // Only for a few operations in flight: a round trip then takes about as long as the sleep
-  // and wake-up the spin avoids (tens of microseconds each on a VM); many operations, or big
-  // ones, finish later and the waiter sleeps.
+  // and wake-up the spin avoids (tens of microseconds each on a VM); many operations finish
+  // later and the waiter sleeps.
   if (live_.size() > kSpinMaxOps) return;
   const absl::Time until = absl::Now() + kWaitSpin;
   while (busy() && absl::Now() < until) {
@@ -1067,29 +1067,61 @@ constexpr int64_t kGroupMaxBytes = 256 << 20;
 // group still in this cache is still registered.
 constexpr size_t kMaxGroups = 64;
 
-uint64_t Fingerprint(absl::Span<const Key> keys) {
+// Fingerprint hashes a key list; a list of integer keys hashes alike as Keys and as integers.
+template <typename List, typename Value>
+uint64_t FingerprintOf(const List& keys, Value value) {
   uint64_t h = 0x9e3779b97f4a7c15ull ^ keys.size();
-  for (const Key& key : keys) {
-    const uint64_t v = key.is_int() ? static_cast<uint64_t>(key.int_key())
-                                    : absl::Hash<std::string>()(key.str_key());
-    h = (h ^ v) * 0x100000001b3ull;
+  for (const auto& key : keys) {
+    h = (h ^ value(key)) * 0x100000001b3ull;
     h ^= h >> 29;
   }
   return h;
 }
 
+uint64_t Fingerprint(absl::Span<const Key> keys) {
+  return FingerprintOf(keys, [](const Key& key) {
+    return key.is_int() ? static_cast<uint64_t>(key.int_key())
+                        : absl::Hash<std::string>()(key.str_key());
+  });
+}
+
+uint64_t Fingerprint(absl::Span<const int64_t> keys) {
+  return FingerprintOf(keys, [](int64_t key) { return static_cast<uint64_t>(key); });
+}
+
 }  // namespace
+
+bool DistStore::GroupsUsable(size_t n, bool pushes) const {
+  if (options_.group_min_keys <= 0 || n < static_cast<size_t>(options_.group_min_keys)) {
+    return false;
+  }
+  absl::ReaderMutexLock lock(&mu_);
+  return !(pushes && compression_.enabled()) && !job_over_;
+}
+
+std::shared_ptr<DistStore::GroupPlan> DistStore::IntGroupFor(absl::Span<const int64_t> keys,
+                                                            bool pushes) {
+  if (!GroupsUsable(keys.size(), pushes)) return nullptr;
+  {
+    absl::MutexLock lock(&groups_mu_);
+    if (last_group_ != nullptr && absl::MakeConstSpan(last_group_->int_keys) == keys) {
+      return last_group_;
+    }
+  }
+  const uint64_t fingerprint = Fingerprint(keys);
+  absl::MutexLock lock(&groups_mu_);
+  auto it = groups_.find(fingerprint);
+  if (it == groups_.end() || it->second == nullptr ||
+      absl::MakeConstSpan(it->second->int_keys) != keys) {
+    return nullptr;
+  }
+  last_group_ = it->second;
+  return last_group_;
+}
 
 std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> keys,
                                                          bool pushes) {
-  if (options_.group_min_keys <= 0 || keys.size() < static_cast<size_t>(options_.group_min_keys)) {
-    return nullptr;
-  }
-  {
-    absl::ReaderMutexLock lock(&mu_);
-    if (pushes && compression_.enabled()) return nullptr;
-    if (job_over_) return nullptr;
-  }
+  if (!GroupsUsable(keys.size(), pushes)) return nullptr;
   {
     absl::MutexLock lock(&groups_mu_);
     if (last_group_ != nullptr && SameKeys(*last_group_, keys)) {
@@ -1309,9 +1341,14 @@ bool DistStore::CheckGroupOutputs(const GroupPlan& group, absl::Span<Tensor* con
 
 bool DistStore::TryGroupBucket(Kind kind, absl::Span<const Key> keys, const Tensor* in,
                                Tensor* out, int priority) {
+  std::shared_ptr<GroupPlan> group = GroupFor(keys, kind != Kind::kPull);
+  return group != nullptr && EnqueueBucket(kind, std::move(group), in, out, priority);
+}
+
+bool DistStore::EnqueueBucket(Kind kind, std::shared_ptr<GroupPlan> group, const Tensor* in,
+                              Tensor* out, int priority) {
   const bool pushes = kind != Kind::kPull;
-  std::shared_ptr<GroupPlan> group = GroupFor(keys, pushes);
-  if (group == nullptr || !group->one_dtype) return false;
+  if (!group->one_dtype) return false;
   for (const Tensor* bucket : {in, static_cast<const Tensor*>(out)}) {
     if (bucket != nullptr &&
         (bucket->dtype() != group->dtypes.front() ||
@@ -1345,7 +1382,7 @@ bool DistStore::TryGroupBucket(Kind kind, absl::Span<const Key> keys, const Tens
           part.bucket_base == GroupPlan::kScattered ? nullptr : data + part.bucket_base);
     }
     if (scattered) {
-      for (size_t i = 0; i < keys.size(); ++i) {
+      for (size_t i = 0; i + 1 < group->key_offsets.size(); ++i) {
         op.group_work.out_data.push_back(data + group->key_offsets[i]);
       }
     }
@@ -1359,6 +1396,18 @@ absl::Status DistStore::DoPushBucket(absl::Span<const Key> keys, const Tensor& b
                                      int priority) {
   if (TryGroupBucket(Kind::kPush, keys, &bucket, nullptr, priority)) return absl::OkStatus();
   return KVStore::DoPushBucket(keys, bucket, priority);
+}
+
+absl::Status DistStore::DoIntKeyBucket(absl::Span<const int64_t> keys, const Tensor* in,
+                                       Tensor* out, int priority) {
+  const Kind kind = in == nullptr    ? Kind::kPull
+                    : out == nullptr ? Kind::kPush
+                                     : Kind::kPushPull;
+  std::shared_ptr<GroupPlan> group = IntGroupFor(keys, kind != Kind::kPull);
+  if (group != nullptr && EnqueueBucket(kind, std::move(group), in, out, priority)) {
+    return absl::OkStatus();
+  }
+  return KVStore::DoIntKeyBucket(keys, in, out, priority);
 }
 
 absl::Status DistStore::DoPullBucket(absl::Span<const Key> keys, Tensor* bucket, int priority) {

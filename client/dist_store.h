@@ -97,6 +97,8 @@ class DistStore final : public KVStore {
   absl::Status DoPushBucket(absl::Span<const Key> keys, const Tensor& bucket,
                             int priority) override;
   absl::Status DoPullBucket(absl::Span<const Key> keys, Tensor* bucket, int priority) override;
+  absl::Status DoIntKeyBucket(absl::Span<const int64_t> keys, const Tensor* in, Tensor* out,
+                              int priority) override;
   absl::Status DoPushPullBucket(absl::Span<const Key> keys, const Tensor& bucket, Tensor* out,
                                 int priority) override;
   absl::StatusOr<std::pair<DType, Shape>> StoredSpec(const Key& key) const override;
@@ -242,6 +244,11 @@ class DistStore final : public KVStore {
   // else null: the per-key path then runs (and reports any error). PackGroup checks the values
   // against the recorded keys and packs them; false when one does not match (per-key path).
   std::shared_ptr<GroupPlan> GroupFor(absl::Span<const Key> keys, bool pushes);
+  // IntGroupFor is GroupFor for a list of integer keys that formed a group before (nullptr
+  // otherwise: the caller then lists Keys, which forms one).
+  std::shared_ptr<GroupPlan> IntGroupFor(absl::Span<const int64_t> keys, bool pushes);
+  // GroupsUsable is false when a call of `n` keys cannot use a group.
+  bool GroupsUsable(size_t n, bool pushes) const;
   // SameKeys is true when `keys` is the group's list.
   static bool SameKeys(const GroupPlan& group, absl::Span<const Key> keys);
   // Matches is true when `t` is a CPU tensor of the dtype and shape of the group's key i.
@@ -267,6 +274,8 @@ class DistStore final : public KVStore {
   // otherwise (the caller then takes the views path, which reports any error).
   bool TryGroupBucket(Kind kind, absl::Span<const Key> keys, const Tensor* in, Tensor* out,
                       int priority);
+  bool EnqueueBucket(Kind kind, std::shared_ptr<GroupPlan> group, const Tensor* in, Tensor* out,
+                     int priority);
   static bool CheckGroupOutputs(const GroupPlan& group, absl::Span<Tensor* const> outs,
                                 GroupWork* work);
   // TryGroup enqueues a key-group operation when the call can use one; false otherwise.

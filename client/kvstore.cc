@@ -165,6 +165,32 @@ absl::Status KVStore::PushPullBucket(absl::Span<const Key> keys, const Tensor& b
   return DoPushPullBucket(keys, bucket, out, priority);
 }
 
+absl::Status KVStore::PushBucket(absl::Span<const int64_t> keys, const Tensor& bucket,
+                                 int priority) {
+  if (absl::Status s = CheckBucket(&bucket, "push"); !s.ok()) return s;
+  return DoIntKeyBucket(keys, &bucket, nullptr, priority);
+}
+
+absl::Status KVStore::PullBucket(absl::Span<const int64_t> keys, Tensor* bucket, int priority) {
+  if (absl::Status s = CheckBucket(bucket, "pull"); !s.ok()) return s;
+  return DoIntKeyBucket(keys, nullptr, bucket, priority);
+}
+
+absl::Status KVStore::PushPullBucket(absl::Span<const int64_t> keys, const Tensor& bucket,
+                                     Tensor* out, int priority) {
+  if (absl::Status s = CheckBucket(&bucket, "pushpull"); !s.ok()) return s;
+  if (absl::Status s = CheckBucket(out, "pushpull"); !s.ok()) return s;
+  return DoIntKeyBucket(keys, &bucket, out, priority);
+}
+
+absl::Status KVStore::DoIntKeyBucket(absl::Span<const int64_t> keys, const Tensor* in,
+                                     Tensor* out, int priority) {
+  const std::vector<Key> list(keys.begin(), keys.end());
+  if (out == nullptr) return DoPushBucket(list, *in, priority);
+  if (in == nullptr) return DoPullBucket(list, out, priority);
+  return DoPushPullBucket(list, *in, out, priority);
+}
+
 absl::StatusOr<std::vector<Tensor>> KVStore::BucketViews(absl::Span<const Key> keys,
                                                          const Tensor& bucket) const {
   std::vector<Tensor> views;

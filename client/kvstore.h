@@ -187,6 +187,14 @@ class KVStore {
   absl::Status PullBucket(absl::Span<const Key> keys, Tensor* bucket, int priority = 0);
   absl::Status PushPullBucket(absl::Span<const Key> keys, const Tensor& bucket, Tensor* out,
                               int priority = 0);
+  // The same with the keys as integers in one array (as ps-lite's ZPush takes them): a
+  // distributed store compares such a list with the list it sent last as one array, without
+  // reading a Key per entry. Equivalent to the calls above with Key(keys[i]).
+  absl::Status PushBucket(absl::Span<const int64_t> keys, const Tensor& bucket,
+                          int priority = 0);
+  absl::Status PullBucket(absl::Span<const int64_t> keys, Tensor* bucket, int priority = 0);
+  absl::Status PushPullBucket(absl::Span<const int64_t> keys, const Tensor& bucket, Tensor* out,
+                              int priority = 0);
 
   // Row-sparse values (MXNet's RowSparseNDArray, see common/row_sparse.h).
   //
@@ -308,6 +316,10 @@ class KVStore {
   virtual absl::Status DoPullBucket(absl::Span<const Key> keys, Tensor* bucket, int priority);
   virtual absl::Status DoPushPullBucket(absl::Span<const Key> keys, const Tensor& bucket,
                                         Tensor* out, int priority);
+  // A bucket listed by integer keys, checked like the others: `in` is pushed when not null,
+  // `out` pulled into when not null. The default calls the methods above with Keys.
+  virtual absl::Status DoIntKeyBucket(absl::Span<const int64_t> keys, const Tensor* in,
+                                      Tensor* out, int priority);
   // CheckDefined returns InvalidArgument naming the first key whose value is undefined.
   static absl::Status CheckDefined(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                                    absl::string_view op);

@@ -341,25 +341,37 @@ TEST_CASE("Buckets: push, pull and pushpull the keys of one bucket", "[groups][b
   const bool by_server = mode != 1;
   ManyKeys m = BucketKeys(rng, *kv, n, 40000, dtype, by_server);
   INFO(n << " keys of " << DTypeName(dtype) << (by_server ? ", by server" : ", mixed"));
+  // The list also as integers (first before the list of Keys is ever used, then after).
+  std::vector<int64_t> ints;
+  for (const Key& key : m.keys) ints.push_back(key.int_key());
   Tensor out = Tensor::Zeros(dtype, {Bucket(m, m.like).num_elements()});
-  for (int round = 0; round < 4; ++round) {
-    INFO("round " << round);
+  for (int round = 0; round < 8; ++round) {
+    const bool as_ints = round == 0 || round % 2 == 1;
+    INFO("round " << round << (as_ints ? ", keys as integers" : ""));
     Tensor bucket = Bucket(m, m.Next(rng));
-    switch (round) {
+    auto push = [&] {
+      return as_ints ? kv->PushBucket(ints, bucket) : kv->PushBucket(m.keys, bucket);
+    };
+    auto pull = [&] { return as_ints ? kv->PullBucket(ints, &out) : kv->PullBucket(m.keys, &out); };
+    auto pushpull = [&](Tensor* into) {
+      return as_ints ? kv->PushPullBucket(ints, bucket, into)
+                     : kv->PushPullBucket(m.keys, bucket, into);
+    };
+    switch (round % 4) {
       case 0:
       case 1:
-        REQUIRE(kv->PushBucket(m.keys, bucket).ok());
-        REQUIRE(kv->PullBucket(m.keys, &out).ok());
+        REQUIRE(push().ok());
+        REQUIRE(pull().ok());
         REQUIRE(kv->WaitAll().ok());
         CheckBucket(m, out, round + 1);
         break;
       case 2:
-        REQUIRE(kv->PushPullBucket(m.keys, bucket, &out).ok());
+        REQUIRE(pushpull(&out).ok());
         REQUIRE(kv->WaitAll().ok());
         CheckBucket(m, out, round + 1);
         break;
       default:  // Into the pushed bucket itself.
-        REQUIRE(kv->PushPullBucket(m.keys, bucket, &bucket).ok());
+        REQUIRE(pushpull(&bucket).ok());
         REQUIRE(kv->WaitAll().ok());
         CheckBucket(m, bucket, round + 1);
     }
@@ -368,7 +380,7 @@ TEST_CASE("Buckets: push, pull and pushpull the keys of one bucket", "[groups][b
   std::vector<Tensor> outs = m.Outputs();
   REQUIRE(kv->Pull(m.keys, Pointers(outs)).ok());
   REQUIRE(kv->WaitAll().ok());
-  m.Check(outs, 4);
+  m.Check(outs, 8);
 }
 
 TEST_CASE("Buckets: a bucket that does not fit is refused and changes nothing",
@@ -379,6 +391,7 @@ TEST_CASE("Buckets: a bucket that does not fit is refused and changes nothing",
   const DType dtype = GENERATE(DType::kFloat32, DType::kInt64);
   ManyKeys m = BucketKeys(rng, *kv, 90, 60000, dtype, true);
   const Tensor good = Bucket(m, m.like);
+  Tensor out_before = Tensor::Zeros(dtype, {good.num_elements()});
   // One key of another dtype.
   const Key odd = int64_t{59999};
   REQUIRE(kv->Init(odd, rng.RandomTensor(DType::kFloat64, {2})).ok());
@@ -405,11 +418,26 @@ TEST_CASE("Buckets: a bucket that does not fit is refused and changes nothing",
   REQUIRE_THAT(std::string(status.message()), Catch::Contains("123456789"));
   REQUIRE(absl::IsInvalidArgument(kv->PushBucket(m.keys, Tensor())));
   REQUIRE(absl::IsInvalidArgument(kv->PullBucket(m.keys, nullptr)));
+  // The same refusals with the keys as integers, after the list has formed a group.
+  std::vector<int64_t> ints, unknown_ints;
+  for (const Key& key : m.keys) ints.push_back(key.int_key());
+  for (const Key& key : unknown) unknown_ints.push_back(key.int_key());
+  REQUIRE(kv->PullBucket(ints, &out_before).ok());
+  status = kv->PushBucket(ints, longer);
+  REQUIRE(absl::IsInvalidArgument(status));
+  REQUIRE_THAT(std::string(status.message()), Catch::Contains(std::to_string(good.num_elements())));
+  REQUIRE(absl::IsInvalidArgument(kv->PullBucket(ints, &other)));
+  REQUIRE(absl::IsInvalidArgument(kv->PushPullBucket(ints, good, &pulled_longer)));
+  status = kv->PushBucket(unknown_ints, good);
+  REQUIRE(absl::IsNotFound(status));
+  REQUIRE_THAT(std::string(status.message()), Catch::Contains("123456789"));
+  REQUIRE(absl::IsInvalidArgument(kv->PushBucket(ints, Tensor())));
   REQUIRE(kv->WaitAll().ok());
   Tensor out = Tensor::Zeros(dtype, {good.num_elements()});
   REQUIRE(kv->PullBucket(m.keys, &out).ok());
   REQUIRE(kv->WaitAll().ok());
   CheckBucket(m, out, 0);  // Nothing was applied.
+  CheckBucket(m, out_before, 0);
   REQUIRE(ToDoubles(other) == std::vector<double>(good.num_elements(), 0.0));
 }
 
