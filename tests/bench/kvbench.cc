@@ -60,6 +60,8 @@ ABSL_FLAG(std::string, scheduler, "", "scheduler binary (default: from the runfi
 ABSL_FLAG(int64_t, chunk_bytes, 0, "Chunk size of the job (0: the scheduler's default).");
 ABSL_FLAG(int, connections, 0, "TCP connections per server (0: the SDK's default).");
 ABSL_FLAG(int, seed, 0, "Random seed of the pushed values (0: from the clock).");
+ABSL_FLAG(int, reps, 0,
+          "Timed repetitions of every case (0: the case's own, fewer with --quick).");
 ABSL_FLAG(int, raw_echo_port, 0, "Internal: run as the echo process of a raw-socket ceiling.");
 
 namespace kvstore::bench {
@@ -420,6 +422,12 @@ class Bench {
   }
 
   // RawCeiling times W concurrent loopback exchanges of (request, response) bytes.
+  // Reps returns the repetitions of a case: --reps when given, else `own`.
+  static int Reps(int own) {
+    const int flag = absl::GetFlag(FLAGS_reps);
+    return flag > 0 ? flag : own;
+  }
+
   double RawCeiling(int w, size_t request, size_t response, int reps) {
     std::vector<std::unique_ptr<RawLink>> links;
     for (int i = 0; i < w; ++i) links.push_back(std::make_unique<RawLink>(argv0_));
@@ -482,7 +490,7 @@ class Bench {
         outs.push_back(Tensor::Zeros(DType::kFloat32, {static_cast<int64_t>(elements)}));
       }
       const double bytes = static_cast<double>(sizes[k].bytes) * workers;
-      const int reps = sizes[k].reps;
+      const int reps = Reps(sizes[k].reps);
       for (int op = 0; op < 3; ++op) {
         if (!Wanted(op_names[op])) continue;
         auto once = [&](int w) {
@@ -508,7 +516,7 @@ class Bench {
   }
 
   void RunSmallCases(KVStore& kv, bool quick) {
-    const int reps = quick ? 10 : 60;
+    const int reps = Reps(quick ? 10 : 60);
     // 100,000 keys of 16 B in one call: a list of views of one buffer (a gradient bucket, as
     // PyTorch DDP lays gradients out), the buffer itself through PushBucket / PullBucket (as
     // ps-lite's ZPush takes one array of values), and a list of separately allocated tensors.
@@ -581,7 +589,7 @@ class Bench {
       once();
       Result result{"small_4KB_inflight64_1w1s", 4.0 * kKB * inflight};
       result.ops = inflight;
-      for (int r = 0; r < (quick ? 50 : 200); ++r) {
+      for (int r = 0, reps = Reps(quick ? 50 : 200); r < reps; ++r) {
         const absl::Time start = absl::Now();
         once();
         result.timing.seconds.push_back(Since(start));
