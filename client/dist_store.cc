@@ -298,12 +298,16 @@ absl::Status DistStore::DoInit(absl::Span<const Key> keys, absl::Span<const Tens
   }
   absl::Status status;
   if (rank_ == 0) {
-    absl::Notification sent;
-    Transfer(Kind::kInit, work, CompressionParams(), [&](absl::Status s) {
-      status = s;
-      sent.Notify();
-    });
-    sent.WaitForNotification();
+    // The Init, then the chunks of the parts it created deferred.
+    for (const Kind kind : {Kind::kInit, Kind::kInitFill}) {
+      absl::Notification sent;
+      Transfer(kind, work, CompressionParams(), [&](absl::Status s) {
+        status = s;
+        sent.Notify();
+      });
+      sent.WaitForNotification();
+      if (!status.ok()) break;
+    }
   }
   // Every worker waits until rank 0's values are stored, even when they were refused, so that
   // no worker is left alone in the barrier.
@@ -629,6 +633,7 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work,
   // One request: the small values bound for a server together, or one chunk of a cut value.
   struct Request {
     int server = 0;
+    bool deferred = false;  // An Init of parts whose bytes follow (kInitFill).
     std::vector<proto::TensorHeader> headers;
     std::vector<PayloadPart> parts;
     uint64_t payload_bytes = 0;
@@ -727,26 +732,38 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work,
 
   std::vector<Request> requests;
   std::vector<int> shared_request(servers_.size(), -1);  // Per server: its shared request.
+  std::vector<int> deferred_request(servers_.size(), -1);  // Per server: its deferred Init.
   for (size_t i = 0; i < state->work.size(); ++i) {
     const KeyWork& entry = state->work[i];
     const KeyInfo& info = *entry.info;
     const size_t element = DTypeSize(info.dtype);
-    // Init sends each server its whole part, which the server cuts into chunks itself.
+    // Init sends each server its whole part, which the server cuts into chunks itself; a part
+    // cut in several chunks goes as a deferred header, its chunks then as fills, one request
+    // each (so that no request holds a whole big value).
     const bool init = kind == Kind::kInit;
     const std::vector<Slice>& chunks = init ? info.slices : info.chunks;
+    auto cut = [&](int server) {
+      for (size_t c = 0; c < info.chunks.size(); ++c) {
+        if (info.chunks[c].server == server && info.alone[c]) return true;
+      }
+      return false;
+    };
     for (size_t c = 0; c < chunks.size(); ++c) {
       const Slice& chunk = chunks[c];
+      if (kind == Kind::kInitFill && !info.alone[c]) continue;  // Sent whole by the Init.
+      const bool deferred = init && cut(chunk.server);
       Request* request;
       if (!init && info.alone[c]) {
         requests.emplace_back();
         request = &requests.back();
         request->server = chunk.server;
       } else {
-        int& index = shared_request[chunk.server];
+        int& index = (deferred ? deferred_request : shared_request)[chunk.server];
         if (index < 0) {
           index = static_cast<int>(requests.size());
           requests.emplace_back();
           requests.back().server = chunk.server;
+          requests.back().deferred = deferred;
         }
         request = &requests[index];
       }
@@ -760,7 +777,7 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work,
         header.set_payload_bytes(bytes);
         request->parts.push_back(PayloadPart{info.codes, code_offset[i][c], bytes});
         request->payload_bytes += bytes;
-      } else if (sends) {
+      } else if (sends && !deferred) {
         const size_t bytes = static_cast<size_t>(chunk.count) * element;
         header.set_payload_offset(request->payload_bytes);
         header.set_payload_bytes(bytes);
@@ -787,8 +804,12 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work,
       }
       return sends ? EncodeFrame(message, request.parts) : EncodeMessage(message);
     };
+    proto::InitRequest init;
+    init.set_deferred(request.deferred);
+    init.set_fill(kind == Kind::kInitFill);
     switch (kind) {
-      case Kind::kInit: frame = encode(proto::InitRequest(), false); break;
+      case Kind::kInit:
+      case Kind::kInitFill: frame = encode(init, false); break;
       case Kind::kPush: frame = encode(proto::PushRequest(), true); break;
       case Kind::kPull: frame = encode(proto::PullRequest(), false); break;
       case Kind::kPushPull: frame = encode(proto::PushPullRequest(), true); break;
@@ -809,7 +830,7 @@ void DistStore::Transfer(Kind kind, std::vector<KeyWork> work,
   }
   static constexpr const char* kMethods[] = {kInitMethod, kPushMethod, kPullMethod,
                                              kPushPullMethod};
-  const char* method = kMethods[static_cast<int>(kind)];
+  const char* method = kind == Kind::kInitFill ? kInitMethod : kMethods[static_cast<int>(kind)];
   // Requests start in order, at most `window` at a time: chunks then arrive one after another
   // (rather than all interleaved and complete only at the end), so the server sums and updates
   // each while the next is on the wire.

@@ -200,7 +200,8 @@ class DistStore final : public KVStore {
     std::vector<uint8_t*> out_data;  // Per key: its output's memory (when a part needs it).
   };
   using OpDone = std::function<void(absl::Status)>;
-  enum class Kind { kInit, kPush, kPull, kPushPull, kRowSparsePush, kRowSparsePull };
+  // kInitFill sends the bytes of the parts an Init created deferred (parts cut in chunks).
+  enum class Kind { kInit, kPush, kPull, kPushPull, kRowSparsePush, kRowSparsePull, kInitFill };
   // One key's part of an operation: its values (push) and outputs (pull); for row-sparse
   // operations the pushed values, or the outputs with their sorted distinct row ids.
   struct KeyWork {

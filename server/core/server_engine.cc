@@ -167,8 +167,7 @@ absl::Status ServerEngine::CheckSender(uint64_t node_id) const {
       "node id ", node_id, " is not a worker of this job (the scheduler never issued it)"));
 }
 
-absl::Status ServerEngine::CheckBytes(const IncomingValue& value) {
-  const ValueSlice& s = value.slice;
+absl::Status ServerEngine::CheckSlice(const ValueSlice& s) {
   for (int64_t d : s.shape) {
     if (d < 0) {
       return absl::InvalidArgumentError(
@@ -182,6 +181,12 @@ absl::Status ServerEngine::CheckBytes(const IncomingValue& value) {
         "key ", s.key.Quoted(), ": slice [", s.offset, ", ", s.offset + s.count,
         ") lies outside a value of shape ", ShapeToString(s.shape)));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ServerEngine::CheckBytes(const IncomingValue& value) {
+  const ValueSlice& s = value.slice;
+  RETURN_IF_ERROR(CheckSlice(s));
   size_t received = 0;
   for (const auto& chunk : value.bytes) received += chunk.size();
   size_t expected = static_cast<size_t>(s.count) * DTypeSize(s.dtype);
@@ -242,7 +247,8 @@ absl::StatusOr<ServerEngine::Chunk*> ServerEngine::FindChunk(const ValueSlice& s
       stored.offset + stored.count, ")", chunks));
 }
 
-absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue> values) {
+absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue> values,
+                                bool deferred) {
   RETURN_IF_ERROR(CheckSender(node_id));
   absl::MutexLock lock(&mu_);
   absl::flat_hash_set<Key> seen;
@@ -252,7 +258,18 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
       return absl::InvalidArgumentError(
           absl::StrCat("key ", key.Quoted(), ": Init values are never compressed"));
     }
-    RETURN_IF_ERROR(CheckBytes(value));
+    if (deferred) {
+      RETURN_IF_ERROR(CheckSlice(value.slice));
+      size_t received = 0;
+      for (const auto& bytes : value.bytes) received += bytes.size();
+      if (received != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "key ", key.Quoted(), ": a deferred Init carries no bytes (they follow in fills), got ",
+            received));
+      }
+    } else {
+      RETURN_IF_ERROR(CheckBytes(value));
+    }
     const bool int_key = key.is_int();
     const bool expected = int_keys_.value_or(values.front().slice.key.is_int());
     if (int_key != expected) {
@@ -298,14 +315,92 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
       ChunkLock chunk_lock(*chunk);
       chunk->stored = Tensor::Zeros(
           slice.dtype, whole && c.count == slice.count ? slice.shape : Shape{c.count});
-      CopyBytes(value.bytes, static_cast<size_t>(c.offset - slice.offset) * element,
-                chunk->stored.byte_size(), chunk->stored.data());
+      if (!deferred) {
+        CopyBytes(value.bytes, static_cast<size_t>(c.offset - slice.offset) * element,
+                  chunk->stored.byte_size(), chunk->stored.data());
+      }
       part->chunks.push_back(std::move(chunk));
+    }
+    if (deferred && !part->chunks.empty()) {
+      part->filling_node = node_id;
+      part->filled.assign(part->chunks.size(), false);
+      part->unfilled = part->chunks.size();
     }
     num_bytes_ += static_cast<int64_t>(static_cast<size_t>(slice.count) * element);
     parts_.emplace(slice.key, std::move(part));
   }
   if (!values.empty()) int_keys_ = values.front().slice.key.is_int();
+  return absl::OkStatus();
+}
+
+absl::Status ServerEngine::InitFill(uint64_t node_id, absl::Span<const IncomingValue> values) {
+  RETURN_IF_ERROR(CheckSender(node_id));
+  absl::MutexLock lock(&mu_);
+  std::vector<Part*> parts;
+  for (const IncomingValue& value : values) {
+    const ValueSlice& s = value.slice;
+    auto it = parts_.find(s.key);
+    if (it == parts_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("key ", s.key.Quoted(), " is not initialised on this server"));
+    }
+    Part& part = *it->second;
+    const ValueSlice& layout = part.layout;
+    if (value.compression.enabled() || value.row_sparse) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("key ", s.key.Quoted(), ": Init values are dense and never compressed"));
+    }
+    if (s.dtype != layout.dtype || s.shape != layout.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key ", s.key.Quoted(), ": filled as ", DTypeName(s.dtype), ShapeToString(s.shape),
+          " but initialised as ", DTypeName(layout.dtype), ShapeToString(layout.shape)));
+    }
+    if (s.offset < layout.offset || s.count < 0 ||
+        s.count > layout.offset + layout.count - s.offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key ", s.key.Quoted(), ": stretch [", s.offset, ", ", s.offset + s.count,
+          ") lies outside this server's part [", layout.offset, ", ",
+          layout.offset + layout.count, ")"));
+    }
+    RETURN_IF_ERROR(CheckBytes(value));
+    if (part.restored) {
+      parts.push_back(nullptr);  // The checkpoint's value stands.
+      continue;
+    }
+    if (part.filling_node != node_id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "key ", s.key.Quoted(), " is not waiting for initial bytes from node ", node_id,
+          part.filling_node ? " (another node initialised it)"
+                            : " (it was initialised whole, or is complete)"));
+    }
+    parts.push_back(&part);
+  }
+  for (size_t v = 0; v < values.size(); ++v) {
+    Part* part = parts[v];
+    if (part == nullptr) continue;
+    const ValueSlice& s = values[v].slice;
+    const size_t element = DTypeSize(s.dtype);
+    for (size_t i = 0; i < part->chunks.size(); ++i) {
+      Chunk& chunk = *part->chunks[i];
+      const int64_t begin = std::max(chunk.offset, s.offset);
+      const int64_t end = std::min(chunk.offset + chunk.count, s.offset + s.count);
+      if (begin >= end) continue;
+      ChunkLock chunk_lock(chunk);
+      Tensor& stored = Writable(&chunk);
+      CopyBytes(values[v].bytes, static_cast<size_t>(begin - s.offset) * element,
+                static_cast<size_t>(end - begin) * element,
+                static_cast<uint8_t*>(stored.data()) +
+                    static_cast<size_t>(begin - chunk.offset) * element);
+      if (begin == chunk.offset && end == chunk.offset + chunk.count && !part->filled[i]) {
+        part->filled[i] = true;
+        --part->unfilled;
+      }
+    }
+    if (part->unfilled == 0) {
+      part->filling_node.reset();
+      part->filled.clear();
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -406,16 +501,45 @@ ServerEngine::ChunkLock::ChunkLock(const Chunk& chunk) : mu_(chunk.mu.load()) {
   }
 }
 
+namespace {
+// Bytes held by every chunk's SpareBuffer in the process.
+std::atomic<int64_t> spare_bytes{0};
+}  // namespace
+
+int64_t ServerEngine::SpareBytesHeld() { return spare_bytes.load(); }
+
+Tensor ServerEngine::SpareBuffer::TakeIfFree() {
+  if (!buffer_.defined() || buffer_.shared()) return Tensor();
+  Tensor taken = std::move(buffer_);
+  buffer_ = Tensor();
+  spare_bytes.fetch_sub(static_cast<int64_t>(taken.byte_size()));
+  return taken;
+}
+
+void ServerEngine::SpareBuffer::Keep(Tensor buffer) {
+  if (buffer_.defined()) return;
+  const auto bytes = static_cast<int64_t>(buffer.byte_size());
+  if (spare_bytes.fetch_add(bytes) + bytes > kSpareBytes) {
+    spare_bytes.fetch_sub(bytes);
+    return;
+  }
+  buffer_ = std::move(buffer);
+}
+
+void ServerEngine::SpareBuffer::Reset() {
+  if (!buffer_.defined()) return;
+  spare_bytes.fetch_sub(static_cast<int64_t>(buffer_.byte_size()));
+  buffer_ = Tensor();
+}
+
 Tensor& ServerEngine::Writable(Chunk* chunk) {
   // Arena memory is never held outside the engine: update it in place.
   if (chunk->arena != nullptr || !chunk->stored.shared()) return chunk->stored;
   // A pull reply is still being sent from the stored buffer: update a copy instead.
-  Tensor next = chunk->spare;
-  if (!next.defined() || next.shared()) {
-    next = Tensor::Zeros(chunk->stored.dtype(), chunk->stored.shape());
-  }
+  Tensor next = chunk->spare.TakeIfFree();
+  if (!next.defined()) next = Tensor::Zeros(chunk->stored.dtype(), chunk->stored.shape());
   std::memcpy(next.data(), chunk->stored.data(), chunk->stored.byte_size());
-  chunk->spare = std::move(chunk->stored);
+  chunk->spare.Keep(std::move(chunk->stored));
   chunk->stored = std::move(next);
   return chunk->stored;
 }
@@ -866,7 +990,7 @@ void ServerEngine::PlaceInArena(Group* group, absl::Span<const ValueSlice> membe
       ChunkLock lock(*chunk);
       std::memcpy(views[i].data(), chunk->stored.data(), chunk->stored.byte_size());
       chunk->stored = std::move(views[i]);
-      chunk->spare = Tensor();
+      chunk->spare.Reset();
       chunk->arena = arena;
       chunk->arena_offset = group->offsets[i];
       chunk->mu.store(&arena->mu);  // Waiters on the old lock follow (ChunkLock).

@@ -120,8 +120,16 @@ class ServerEngine {
   // Init stores the values (each a server's whole part of a key). AlreadyExists for a key
   // already stored or repeated in the call; InvalidArgument for an inconsistent slice or byte
   // count or mixed key kinds; PermissionDenied for a sender that is not a worker of this job.
-  // All-or-nothing.
-  absl::Status Init(uint64_t node_id, absl::Span<const IncomingValue> values);
+  // All-or-nothing. With `deferred` the values carry no bytes: the parts hold zeros until
+  // InitFill of the same node fills them.
+  absl::Status Init(uint64_t node_id, absl::Span<const IncomingValue> values,
+                    bool deferred = false);
+  // InitFill copies stretches of parts created by a deferred Init of `node_id` (each value a
+  // stretch of its part, with its bytes). NotFound for a key never initialised;
+  // FailedPrecondition for a part not waiting for this node's bytes (created whole, by another
+  // node, or already complete); InvalidArgument for a dtype, shape, stretch or byte count that
+  // does not match. Parts restored from a checkpoint keep their values. All-or-nothing.
+  absl::Status InitFill(uint64_t node_id, absl::Span<const IncomingValue> values);
 
   // Push merges the values - each one chunk of a key - at once (async) or when the chunk's
   // round is complete (sync). `done` runs exactly once: at once with the error when the request
@@ -206,6 +214,13 @@ class ServerEngine {
   // the scheduler.
   absl::Status CheckSender(uint64_t node_id) const;
 
+  // A chunk updated while a pull still holds its buffer moves to another buffer (copy on
+  // write); the previous one is kept for the chunk's next such update while the spares of the
+  // whole process stay under kSpareBytes, and freed once the pull is sent otherwise (so that a
+  // big value is not held twice). SpareBytesHeld returns the bytes kept.
+  static constexpr int64_t kSpareBytes = int64_t{64} << 20;
+  static int64_t SpareBytesHeld();
+
  private:
   struct PushCall {
     uint64_t node_id = 0;
@@ -222,6 +237,23 @@ class ServerEngine {
     absl::Mutex mu;
     Tensor buffer;
   };
+  // SpareBuffer: a chunk's previous buffer, kept for the chunk's next copy on write (within
+  // kSpareBytes for the whole process).
+  class SpareBuffer {
+   public:
+    SpareBuffer() = default;
+    ~SpareBuffer() { Reset(); }
+    SpareBuffer(const SpareBuffer&) = delete;
+    SpareBuffer& operator=(const SpareBuffer&) = delete;
+    // TakeIfFree returns the kept buffer when nothing else holds it any more (else undefined).
+    Tensor TakeIfFree();
+    // Keep keeps `buffer` when no buffer is kept and the budget allows; else drops it.
+    void Keep(Tensor buffer);
+    void Reset();
+
+   private:
+    Tensor buffer_;
+  };
   // Chunk: one chunk of a key's part, with its round. Its fields (all but offset and count)
   // are guarded by its lock, taken with ChunkLock: its own mutex, or its arena's.
   struct Chunk {
@@ -230,7 +262,7 @@ class ServerEngine {
     mutable absl::Mutex own_mu;
     mutable std::atomic<absl::Mutex*> mu{&own_mu};  // Changes once, to the arena's lock.
     Tensor stored;  // Replaced (copy on write) while a pull holds it; a view in an arena.
-    Tensor spare;   // The previous buffer, reused by the next replacement.
+    SpareBuffer spare;  // The previous buffer, reused by the next replacement.
     Tensor sum;     // The round's merged pushes; reused across rounds.
     Tensor gather;  // A contiguous copy of one push, when one is needed.
     size_t arrived = 0;
@@ -257,6 +289,11 @@ class ServerEngine {
     bool restored = false;  // Stored by Restore; a matching Init keeps it.
     int64_t chunk_elements = 0;
     std::vector<std::unique_ptr<Chunk>> chunks;
+    // A deferred Init's part, until every chunk is filled: the node sending the bytes, and
+    // which chunks it has filled whole.
+    std::optional<uint64_t> filling_node;
+    std::vector<bool> filled;
+    size_t unfilled = 0;
   };
   struct Group {
     std::vector<Key> keys;
@@ -301,6 +338,8 @@ class ServerEngine {
   // FindChunk checks `slice` against what Init stored and returns the chunk it names.
   absl::StatusOr<Chunk*> FindChunk(const ValueSlice& slice, absl::string_view verb) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // CheckSlice checks a slice against its shape; CheckBytes also the bytes received for it.
+  static absl::Status CheckSlice(const ValueSlice& slice);
   static absl::Status CheckBytes(const IncomingValue& value);
   // CheckRound refuses a second push of `chunk` by `node_id` in one open dist_sync round.
   absl::Status CheckRound(const Key& key, const Chunk& chunk, uint64_t node_id) const

@@ -195,7 +195,14 @@ grpc::ServerUnaryReactor* KVServerService::Init(grpc::CallbackServerContext* con
   auto decoded = DecodeValues(*request, &header);
   if (!decoded.ok()) return Reply(context, decoded.status());
   const std::vector<IncomingValue>& values = decoded->values;
-  const absl::Status status = backend->engine->Init(header.node_id(), values);
+  absl::Status status;
+  if (header.deferred() && header.fill()) {
+    status = absl::InvalidArgumentError("an Init request is deferred or a fill, not both");
+  } else if (header.fill()) {
+    status = backend->engine->InitFill(header.node_id(), values);
+  } else {
+    status = backend->engine->Init(header.node_id(), values, header.deferred());
+  }
   if (status.ok()) *response = EncodeMessage(proto::InitResponse());
   return Reply(context, status);
 }

@@ -39,6 +39,12 @@
 //   clipped_sum     For examples/custom_kvserver: selects its "clipped_sum" updater with limit
 //                   0.5, pushes [2, -2, 0.25, -0.1] twice and checks the clipped sums, then
 //                   prints READY and waits (up to 60 s) for the job to be shut down.
+//   big_value SEED MB
+//                   One float32 key of MB MiB (servers started with --updater=sum): init and
+//                   pull, three rounds of a pull and a push issued together, then a pushpull;
+//                   values of random integers in [-1000, 1000] drawn from SEED (exact in
+//                   float32), every pulled element checked against the running sum. The test
+//                   bounds every process's peak memory.
 //   bad_input       Sends malformed, oversized and mismatched raw requests to server 0 and
 //                   checks each is refused with the right code and that the stored value is
 //                   unchanged and the server still answers.
@@ -48,6 +54,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
@@ -95,6 +102,76 @@ absl::Status ExpectEqual(const Tensor& got, const Tensor& want, absl::string_vie
     }
   }
   return absl::OkStatus();
+}
+
+// FillRandomIntegers fills a float32 tensor with integers in [-1000, 1000] from a xorshift
+// stream.
+void FillRandomIntegers(Tensor* t, uint64_t* state) {
+  float* data = t->data_as<float>();
+  for (int64_t i = 0; i < t->num_elements(); ++i) {
+    uint64_t x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    data[i] = static_cast<float>(static_cast<int64_t>(x % 2001) - 1000);
+  }
+}
+
+// ExpectSum checks out == a + b element by element (integers: exact).
+absl::Status ExpectSum(const Tensor& out, const Tensor& a, const Tensor* b,
+                       absl::string_view what) {
+  const float* o = out.data_as<const float>();
+  const float* x = a.data_as<const float>();
+  const float* y = b != nullptr ? b->data_as<const float>() : nullptr;
+  for (int64_t i = 0; i < out.num_elements(); ++i) {
+    const float want = y != nullptr ? x[i] + y[i] : x[i];
+    if (o[i] != want) {
+      return absl::InternalError(
+          absl::StrCat(what, ": element ", i, " is ", o[i], ", expected ", want));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BigValue(KVStore& kv, uint64_t seed, int64_t mib) {
+  RETURN_IF_ERROR(Expect(seed != 0, "big_value: the seed must not be 0"));
+  std::printf("big_value: %lld MiB, seed %llu\n", static_cast<long long>(mib),
+              static_cast<unsigned long long>(seed));
+  std::fflush(stdout);
+  const int64_t n = mib * (int64_t{1} << 20) / 4;
+  const Key key = int64_t{7};
+  uint64_t state = seed;
+  // Three tensors for the whole run: the expected value, the pushed one and the pulled one.
+  Tensor stored = Tensor::Zeros(DType::kFloat32, {n});
+  Tensor pushed = Tensor::Zeros(DType::kFloat32, {n});
+  Tensor out = Tensor::Zeros(DType::kFloat32, {n});
+  FillRandomIntegers(&stored, &state);
+  absl::Time start = absl::Now();
+  RETURN_IF_ERROR(kv.Init(key, stored));
+  std::printf("init %s\n", absl::FormatDuration(absl::Now() - start).c_str());
+  RETURN_IF_ERROR(kv.Pull(key, &out));
+  RETURN_IF_ERROR(kv.WaitAll());
+  RETURN_IF_ERROR(ExpectSum(out, stored, nullptr, "pull after init"));
+  // Each round pulls and pushes at once: the push's chunks reach the server while the pull's
+  // replies may still be leaving it, so the server updates copies of those chunks (copy on
+  // write) and must not keep them all.
+  for (int round = 0; round < 3; ++round) {
+    FillRandomIntegers(&pushed, &state);
+    start = absl::Now();
+    RETURN_IF_ERROR(kv.Pull(key, &out));
+    RETURN_IF_ERROR(kv.Push(key, pushed));
+    RETURN_IF_ERROR(kv.WaitAll());
+    std::printf("pull and push %s\n", absl::FormatDuration(absl::Now() - start).c_str());
+    RETURN_IF_ERROR(ExpectSum(out, stored, nullptr, absl::StrCat("pull of round ", round)));
+    float* sum = stored.data_as<float>();
+    const float* add = pushed.data_as<const float>();
+    for (int64_t i = 0; i < n; ++i) sum[i] += add[i];  // The running sum.
+  }
+  FillRandomIntegers(&pushed, &state);
+  RETURN_IF_ERROR(kv.PushPull(key, pushed, &out));
+  RETURN_IF_ERROR(kv.WaitAll());
+  return ExpectSum(out, stored, &pushed, "pushpull");
 }
 
 absl::Status Rounds(KVStore& kv, const std::string& mode, int rounds) {
@@ -232,6 +309,22 @@ absl::Status BadInput(KVStore& kv, uint64_t node_id, const std::string& server) 
     return call("/kvstore.proto.KVServer/Push",
                 EncodeFrame(header, {PayloadPart{data, 0, data.byte_size()}}).value());
   };
+  // An Init request naming key 5 (already stored whole), flagged deferred and/or fill.
+  auto init_request = [&](bool deferred, bool fill, uint64_t payload_bytes, const Tensor& data) {
+    proto::InitRequest header;
+    header.set_node_id(node_id);
+    header.set_deferred(deferred);
+    header.set_fill(fill);
+    proto::TensorHeader* t = header.add_tensors();
+    KeyToProto(int64_t{5}, t->mutable_key());
+    t->set_dtype(DTypeToProto(DType::kFloat32));
+    t->add_shape(6);
+    t->set_element_count(6);
+    t->set_payload_bytes(payload_bytes);
+    std::vector<PayloadPart> parts;
+    if (payload_bytes > 0) parts.push_back(PayloadPart{data, 0, data.byte_size()});
+    return call("/kvstore.proto.KVServer/Init", EncodeFrame(header, parts).value());
+  };
   const Tensor other = Base(6, 9);
   struct Case {
     const char* name;
@@ -252,6 +345,12 @@ absl::Status BadInput(KVStore& kv, uint64_t node_id, const std::string& server) 
        absl::StatusCode::kPermissionDenied},
       {"a key never initialised", push(node_id, {6}, DType::kFloat32, 6, 24, other, 77),
        absl::StatusCode::kNotFound},
+      {"an Init both deferred and a fill", init_request(true, true, 24, other),
+       absl::StatusCode::kInvalidArgument},
+      {"a fill of a key initialised whole", init_request(false, true, 24, other),
+       absl::StatusCode::kFailedPrecondition},
+      {"a deferred Init with bytes", init_request(true, false, 24, other),
+       absl::StatusCode::kInvalidArgument},
   };
   for (const Case& c : cases) {
     RETURN_IF_ERROR(Expect(c.status.code() == c.code,
@@ -549,6 +648,15 @@ absl::Status Run(int argc, char** argv) {
     return Compressed(*kv, argv[2], seed);
   }
   if (scenario == "dead_server") return DeadServer(*kv);
+  if (scenario == "big_value") {
+    uint64_t seed = 0;
+    int64_t mib = 0;
+    if (argc < 4 || !absl::SimpleAtoi(argv[2], &seed) || !absl::SimpleAtoi(argv[3], &mib) ||
+        mib <= 0) {
+      return absl::InvalidArgumentError("usage: test_worker big_value SEED MIB");
+    }
+    return BigValue(*kv, seed, mib);
+  }
   if (scenario == "bad_input") {
     auto* dist = dynamic_cast<DistStore*>(kv.get());
     RETURN_IF_ERROR(Expect(dist != nullptr, "not a distributed store"));
