@@ -829,6 +829,66 @@ TEST_CASE("ServerEngine: key groups in an arena stay coherent with their members
   }
 }
 
+TEST_CASE("ServerEngine: key-group pushes give the same bits as the same pushes key by key",
+          "[server][groups][bits]") {
+  // Random floating-point values, so that any other order of additions would show in the bits:
+  // one worker (the arena, one update per run), or three (rounds, the sum buffers).
+  TestRng rng;
+  INFO(rng.Describe());
+  const int workers = GENERATE(1, 3);
+  const DType dtype = rng.AnyFloatDType();
+  INFO(workers << " workers, " << DTypeName(dtype));
+  std::vector<uint64_t> nodes;
+  for (int w = 0; w < workers; ++w) nodes.push_back(2 + w);
+  auto by_key = NewSumEngine(true, nodes, 1 << 20);
+  auto grouped = NewSumEngine(true, nodes, 1 << 20);
+  const int n = 40;
+  std::vector<ValueSlice> members;
+  std::vector<IncomingValue> init;
+  std::vector<Tensor> initial;
+  for (int i = 0; i < n; ++i) {
+    const Shape shape = rng.AnyShape(1, 3);
+    initial.push_back(rng.RandomTensor(dtype, shape));
+    members.push_back(ValueSlice{int64_t{500 + i}, dtype, shape, 0, NumElements(shape)});
+    init.push_back(Incoming(members.back().key, initial.back()));
+  }
+  REQUIRE(by_key->Init(2, init).ok());
+  REQUIRE(grouped->Init(2, init).ok());
+  for (uint64_t node : nodes) REQUIRE(grouped->RegisterGroup(node, 9, members).ok());
+  for (int round = 0; round < 4; ++round) {
+    for (uint64_t node : nodes) {
+      std::vector<IncomingValue> values;
+      std::vector<Tensor> pushed;
+      std::vector<uint8_t> packed;
+      for (int i = 0; i < n; ++i) {
+        pushed.push_back(rng.RandomTensor(dtype, members[i].shape));
+        values.push_back(Incoming(members[i].key, pushed.back()));
+        const std::vector<uint8_t> bytes = Bytes(pushed.back());
+        packed.insert(packed.end(), bytes.begin(), bytes.end());
+      }
+      absl::Status a = absl::UnknownError("not called"), b = a;
+      by_key->Push(node, 10 * round, values, [&](absl::Status s) { a = s; });
+      ByteChunks chunks;  // Received in 5-byte pieces: members straddle them.
+      for (size_t at = 0; at < packed.size(); at += 5) {
+        chunks.emplace_back(packed.data() + at, std::min<size_t>(5, packed.size() - at));
+      }
+      grouped->PushGroup(node, 10 * round, 9, chunks, [&](absl::Status s) { b = s; });
+      if (node == nodes.back()) {
+        REQUIRE(a.ok());
+        REQUIRE(b.ok());
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      INFO("round " << round << ", key " << members[i].key.ToString());
+      auto x = by_key->Pull(2, {members[i]});
+      auto y = grouped->Pull(2, {members[i]});
+      REQUIRE(x.ok());
+      REQUIRE(y.ok());
+      REQUIRE(Bytes((*x)[0]) == Bytes((*y)[0]));
+    }
+  }
+}
+
 TEST_CASE("ServerEngine: members move into an arena while other threads push and pull them",
           "[server][groups][arena]") {
   TestRng rng;
