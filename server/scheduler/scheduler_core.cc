@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_join.h"
 
 namespace kvstore {
 namespace {
@@ -35,7 +36,8 @@ absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
         " servers and ", options.num_workers, " workers"));
   }
   if (options.register_timeout <= absl::ZeroDuration() ||
-      options.barrier_timeout <= absl::ZeroDuration()) {
+      options.barrier_timeout <= absl::ZeroDuration() ||
+      options.workers_lost_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("timeouts must be positive");
   }
   if (options.big_value_bound < 1) {
@@ -317,6 +319,25 @@ int SchedulerCore::NumDeadNodes(int group, absl::Duration timeout, absl::Time no
     dead += GroupSize(group) - registered_in_group;
   }
   return dead;
+}
+
+absl::Status SchedulerCore::WorkersLost(absl::Time now) const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (!complete_ || ShutdownLocked()) return absl::OkStatus();
+  std::vector<std::string> silent;
+  for (const auto& [id, node] : nodes_) {
+    if (node.role != NodeRole::kWorker || node.finished) continue;
+    const absl::Duration quiet = now - node.last_heartbeat;
+    if (quiet <= options_.workers_lost_timeout) return absl::OkStatus();
+    silent.push_back(absl::StrCat("worker ", node.rank, " (node ", id, " on ", node.hostname,
+                                  ") last heard ",
+                                  absl::FormatDuration(absl::Trunc(quiet, absl::Seconds(1))),
+                                  " ago"));
+  }
+  if (silent.empty()) return absl::OkStatus();
+  return absl::DeadlineExceededError(absl::StrCat(
+      "the job is abandoned: no unfinished worker has sent a heartbeat for ",
+      absl::FormatDuration(options_.workers_lost_timeout), ": ", absl::StrJoin(silent, "; ")));
 }
 
 void SchedulerCore::ExpireDeadlines(absl::Time now) {

@@ -52,6 +52,9 @@ struct SchedulerOptions {
   absl::Duration barrier_timeout = absl::Seconds(300);
   // How often nodes send heartbeats (published in the cluster view).
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  // Once every worker that has not finished has been silent this long, the job is abandoned
+  // (see WorkersLost); absl::InfiniteDuration(): never.
+  absl::Duration workers_lost_timeout = absl::Minutes(5);
 };
 
 struct ServerEntry {
@@ -143,6 +146,12 @@ class SchedulerCore {
   // Nodes still expected but never registered count as dead once registration has been waiting
   // longer than `timeout`.
   int NumDeadNodes(int group, absl::Duration timeout, absl::Time now) const;
+
+  // WorkersLost returns DeadlineExceeded, naming them, when the job is under way, not over, and
+  // every worker that has not finished has sent no heartbeat for workers_lost_timeout: the
+  // processes that would finish the job are gone, and the scheduler ends it rather than keep
+  // its servers forever. OK otherwise.
+  absl::Status WorkersLost(absl::Time now) const;
 
   // ExpireDeadlines fails the registrations and barriers whose deadline has passed, naming the
   // missing nodes. Call it periodically (the scheduler daemon does, every few hundred ms).

@@ -242,12 +242,63 @@ TEST_CASE("SchedulerCore: heartbeats, dead nodes and the clean end", "[scheduler
   REQUIRE(core->NumDeadNodes(kGroupWorkers, absl::Seconds(1), later + absl::Hours(1)) == 0);
 }
 
+TEST_CASE("SchedulerCore: a job whose unfinished workers all went silent is abandoned",
+          "[scheduler]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto core = MakeCore(1, 3);  // workers_lost_timeout: the default, 5 minutes.
+  // Before the job is complete nothing is lost (registration has its own deadline).
+  REQUIRE(core->WorkersLost(kStart + absl::Hours(1)).ok());
+  auto outcomes = RegisterAll(core.get(), 3, {-1}, &rng);
+  const Registration& w0 = *outcomes[1]->result;
+  const Registration& w1 = *outcomes[2]->result;
+  const Registration& w2 = *outcomes[3]->result;
+  auto named = [](const absl::Status& status, const Registration& worker) {
+    return status.message().find(absl::StrCat("worker ", worker.rank, " (node ",
+                                              worker.node_id)) != absl::string_view::npos;
+  };
+
+  REQUIRE(core->Heartbeat(w0.node_id, kStart + absl::Minutes(4)).ok());
+  REQUIRE(core->Heartbeat(w1.node_id, kStart + absl::Minutes(4)).ok());
+  // w2 (and the server) have been silent for 6 minutes, but w0 and w1 are alive: the job goes
+  // on.
+  REQUIRE(core->WorkersLost(kStart + absl::Minutes(6)).ok());
+  REQUIRE(core->Finish(w1.node_id, kStart + absl::Minutes(6)).ok());
+  // Exactly at the timeout w0 still counts as alive.
+  REQUIRE(core->WorkersLost(kStart + absl::Minutes(9)).ok());
+  const absl::Status lost = core->WorkersLost(kStart + absl::Minutes(9) + absl::Seconds(1));
+  INFO(lost.ToString());
+  REQUIRE(absl::IsDeadlineExceeded(lost));
+  REQUIRE(named(lost, w0));
+  REQUIRE(named(lost, w2));
+  REQUIRE_FALSE(named(lost, w1));  // Finished workers are not lost.
+  REQUIRE(lost.message().find("last heard 5m1s ago") != absl::string_view::npos);
+  REQUIRE(lost.message().find("last heard 9m1s ago") != absl::string_view::npos);
+  // Once the job is over, nothing is reported again.
+  core->RequestShutdown(std::string(lost.message()));
+  REQUIRE(core->WorkersLost(kStart + absl::Hours(1)).ok());
+  REQUIRE(core->shutdown_reason() == lost.message());
+}
+
+TEST_CASE("SchedulerCore: a job whose workers all finished is not abandoned", "[scheduler]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto core = MakeCore(1, 2);
+  auto outcomes = RegisterAll(core.get(), 2, {-1}, &rng);
+  for (int w = 1; w <= 2; ++w) REQUIRE(core->Finish(outcomes[w]->result->node_id, kStart).ok());
+  REQUIRE(core->shutdown_requested());
+  REQUIRE(core->WorkersLost(kStart + absl::Hours(1)).ok());
+}
+
 TEST_CASE("SchedulerCore: rejects jobs without servers or workers", "[scheduler]") {
   SchedulerOptions options;
   options.num_servers = 0;
   REQUIRE(absl::IsInvalidArgument(SchedulerCore::Create(options).status()));
   options.num_servers = 1;
   options.barrier_timeout = absl::ZeroDuration();
+  REQUIRE(absl::IsInvalidArgument(SchedulerCore::Create(options).status()));
+  options.barrier_timeout = absl::Seconds(1);
+  options.workers_lost_timeout = absl::ZeroDuration();
   REQUIRE(absl::IsInvalidArgument(SchedulerCore::Create(options).status()));
 }
 

@@ -62,6 +62,7 @@ absl::Status SchedulerDaemon::Tick() {
   const absl::Duration linger = options_.job.heartbeat_interval * 2 + absl::Milliseconds(200);
   const absl::Time started = absl::Now();
   bool assembled = false;
+  absl::Status outcome;  // Not OK when the scheduler ended the job itself.
   while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(50))) {
     const absl::Time now = absl::Now();
     core_->ExpireDeadlines(now);
@@ -82,17 +83,22 @@ absl::Status SchedulerDaemon::Tick() {
       if (now - failed_since > absl::Seconds(1)) return registration;
       continue;
     }
+    if (const absl::Status lost = core_->WorkersLost(now); !lost.ok()) {
+      spdlog::error("scheduler: {}", std::string(lost.message()));
+      core_->RequestShutdown(std::string(lost.message()));
+      outcome = lost;
+    }
     if (!core_->shutdown_requested()) continue;
     if (over_since == absl::InfiniteFuture()) {
       over_since = now;
       spdlog::info("scheduler: the job is over ({})", core_->shutdown_reason());
     }
     // Leave time for workers still heartbeating to hear it too.
-    if (core_->all_servers_released() && now - over_since > linger) return absl::OkStatus();
+    if (core_->all_servers_released() && now - over_since > linger) return outcome;
     if (now - over_since > options_.shutdown_grace) {
       spdlog::warn("scheduler: servers did not all hear the end within {}; exiting",
                    absl::FormatDuration(options_.shutdown_grace));
-      return absl::OkStatus();
+      return outcome;
     }
   }
   return absl::CancelledError("scheduler stopped by its owner");

@@ -34,6 +34,9 @@ ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(120),
           "How long the job may take to assemble.");
 ABSL_FLAG(absl::Duration, barrier_timeout, absl::Seconds(600),
           "How long a barrier waits for its last node.");
+ABSL_FLAG(absl::Duration, workers_lost_timeout, absl::Minutes(5),
+          "End the job (the servers exit, the scheduler exits 1) once every worker that has not "
+          "finished has sent no heartbeat for this long; inf: never.");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Heartbeat period of every node.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off.");
 
@@ -68,6 +71,7 @@ absl::Status Run() {
   options.job.register_timeout = absl::GetFlag(FLAGS_register_timeout);
   options.job.barrier_timeout = absl::GetFlag(FLAGS_barrier_timeout);
   options.job.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  options.job.workers_lost_timeout = absl::GetFlag(FLAGS_workers_lost_timeout);
   if (options.job.heartbeat_interval < absl::Milliseconds(10)) {
     return absl::InvalidArgumentError("--heartbeat_interval must be at least 10ms");
   }

@@ -69,20 +69,28 @@ class Process {
 
   // Wait returns the exit code, or nullopt (after killing it) when it runs past `timeout`.
   std::optional<int> Wait(absl::Duration timeout) {
-    if (exit_code_) return exit_code_;
+    if (!Exited(timeout)) {
+      Kill();
+      return std::nullopt;
+    }
+    return exit_code_;
+  }
+
+  // Exited waits up to `timeout` for the process to exit, and leaves it running if it does not.
+  bool Exited(absl::Duration timeout) {
     const absl::Time give_up = absl::Now() + timeout;
-    while (absl::Now() < give_up) {
+    while (!exit_code_) {
       int status = 0;
       struct rusage usage = {};
       if (wait4(pid_, &status, WNOHANG, &usage) == pid_) {
         exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         peak_rss_kib_ = usage.ru_maxrss;
-        return exit_code_;
+        break;
       }
+      if (absl::Now() >= give_up) return false;
       absl::SleepFor(absl::Milliseconds(20));
     }
-    Kill();
-    return std::nullopt;
+    return true;
   }
 
   void Kill() {
@@ -397,6 +405,26 @@ TEST_CASE("Cluster: a killed server is counted dead and named in errors", "[clus
   REQUIRE(worker.WaitForOutput("READY", absl::Seconds(30)));
   cluster.server(1).Kill();
   Cluster::ExpectExit(worker, 0);
+}
+
+TEST_CASE("Cluster: once every worker is gone, the scheduler ends the job and names them",
+          "[cluster][faults]") {
+  Cluster cluster(1, 2, {"--workers_lost_timeout=2s"});
+  Process& w0 = cluster.AddWorker(0, {"until_killed"});
+  Process& w1 = cluster.AddWorker(1, {"until_killed"});
+  REQUIRE(w0.WaitForOutput("READY", absl::Seconds(30)));
+  REQUIRE(w1.WaitForOutput("READY", absl::Seconds(30)));
+  w0.Kill();
+  // Worker 1 still sends heartbeats: the job goes on past the timeout.
+  REQUIRE_FALSE(cluster.scheduler().Exited(absl::Seconds(4)));
+  REQUIRE_FALSE(cluster.server(0).Exited(absl::ZeroDuration()));
+  w1.Kill();
+  Cluster::ExpectExit(cluster.server(0), 0);
+  Cluster::ExpectExit(cluster.scheduler(), 1);
+  const std::string log = cluster.scheduler().output();
+  REQUIRE(log.find("the job is abandoned") != std::string::npos);
+  REQUIRE(log.find("worker 0 (node") != std::string::npos);
+  REQUIRE(log.find("worker 1 (node") != std::string::npos);
 }
 
 TEST_CASE("Cluster: malformed, mismatched and foreign requests are refused; state unchanged",

@@ -648,6 +648,16 @@ absl::Status Run(int argc, char** argv) {
     return Compressed(*kv, argv[2], seed);
   }
   if (scenario == "dead_server") return DeadServer(*kv);
+  if (scenario == "until_killed") {
+    // Joins, pushes once, then waits (bounded) for the test to kill it.
+    RETURN_IF_ERROR(kv->Init(3, Base(8, 1)));
+    RETURN_IF_ERROR(kv->Push(3, Base(8, 2)));
+    RETURN_IF_ERROR(kv->WaitAll());
+    std::printf("READY\n");
+    std::fflush(stdout);
+    absl::SleepFor(absl::Seconds(60));
+    return absl::DeadlineExceededError("until_killed: not killed within 60 s");
+  }
   if (scenario == "big_value") {
     uint64_t seed = 0;
     int64_t mib = 0;
