@@ -23,6 +23,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -225,9 +226,12 @@ class RawLink {
     }
     std::string program = argv0;
     std::string flag = absl::StrCat("--raw_echo_port=", ntohs(addr.sin_port));
+    const pid_t parent = getpid();
     pid_ = fork();
     if (pid_ < 0) Die("raw socket ceiling: fork failed");
     if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
       char* args[] = {program.data(), flag.data(), nullptr};
       execv(args[0], args);
       _exit(127);
@@ -290,6 +294,7 @@ int RawEcho(int port) {
 class Child {
  public:
   Child(std::vector<std::string> argv, const std::string& log) {
+    const pid_t parent = getpid();
     pid_ = fork();
     if (pid_ < 0) Die("fork failed");
     if (pid_ > 0) {
@@ -298,6 +303,9 @@ class Child {
     }
     if (pid_ == 0) {
       setpgid(0, 0);
+      // Dies with its parent: a killed test or benchmark leaves no daemons behind.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
       const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(fd, 1);
       dup2(fd, 2);

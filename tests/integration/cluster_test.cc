@@ -2,6 +2,7 @@
 // own process, talking over 127.0.0.1 with ports chosen by the OS.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,10 +51,14 @@ class Process {
     static int counter = 0;
     log_ = absl::StrCat(TempDir(), "/", name_, "-", getpid(), "-", counter++, ".log");
     for (char& c : log_) c = c == ' ' ? '_' : c;
+    const pid_t parent = getpid();
     pid_ = fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
       setpgid(0, 0);
+      // Dies with its parent: a killed test or benchmark leaves no daemons behind.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
       const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(fd, 1);
       dup2(fd, 2);
