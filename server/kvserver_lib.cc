@@ -16,7 +16,8 @@ ABSL_FLAG(std::string, host, "127.0.0.1",
           "Interface to listen on; also the address registered with the scheduler.");
 ABSL_FLAG(int, port, 0, "Port to listen on; 0 lets the OS choose.");
 ABSL_FLAG(std::string, scheduler, "", "The scheduler's host:port.");
-ABSL_FLAG(int, rank, -1, "Requested server rank; -1: KV_RANK / DMLC_SERVER_ID, else registration order.");
+ABSL_FLAG(int, rank, -1,
+          "Requested server rank; -1: KV_RANK / DMLC_SERVER_ID, else registration order.");
 ABSL_FLAG(std::string, updater, "assign",
           "Updater applied to pushes until a worker sets another: assign, sum or sgd.");
 ABSL_FLAG(std::string, updater_config, "", "Configuration of --updater, e.g. \"lr=0.1\".");
@@ -27,6 +28,9 @@ ABSL_FLAG(absl::Duration, scheduler_lost_timeout, absl::Seconds(30),
 ABSL_FLAG(std::string, restore, "",
           "Resume from the checkpoint in this directory (written by `kvctl checkpoint DIR` or "
           "the SDK's Checkpoint): DIR/server-RANK.ckpt.");
+ABSL_FLAG(int, serving_threads, 0,
+          "Threads that read, run and answer requests, each with its own completion queue; 0: one "
+          "per 4 cores, at least one.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off.");
 
 namespace kvstore {
@@ -54,6 +58,7 @@ absl::Status Run(const KVServerCustomizer& customize) {
   options.restore_dir = absl::GetFlag(FLAGS_restore);
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
   options.scheduler_lost_timeout = absl::GetFlag(FLAGS_scheduler_lost_timeout);
+  options.serving_threads = absl::GetFlag(FLAGS_serving_threads);
   if (customize) RETURN_IF_ERROR(customize(&options));
   ASSIGN_OR_RETURN(auto daemon, KVServerDaemon::Start(std::move(options)));
   return daemon->Wait();

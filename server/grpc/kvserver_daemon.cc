@@ -31,17 +31,32 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
   RETURN_IF_ERROR(RegisterOptimizers(&options.registry));
   // Fail early on an unknown updater.
   RETURN_IF_ERROR(options.registry.Create(options.updater, options.updater_config).status());
+  if (options.serving_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "serving_threads must be >= 0 (0: the default), not ", options.serving_threads));
+  }
+  if (options.serving_threads == 0) {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    options.serving_threads = std::max(1, cores / 4);
+  }
   std::unique_ptr<KVServerDaemon> daemon(new KVServerDaemon(std::move(options)));
   grpc::ServerBuilder builder;
   ConfigureServer(&builder);
   const std::string listen = absl::StrCat(daemon->options_.host, ":", daemon->options_.port);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &daemon->port_);
   builder.RegisterService(&daemon->service_);
+  for (int i = 0; i < daemon->options_.serving_threads; ++i) {
+    daemon->cqs_.push_back(builder.AddCompletionQueue());
+  }
   daemon->server_ = builder.BuildAndStart();
   if (daemon->server_ == nullptr || daemon->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("kvserver cannot listen on ", listen));
   }
-  spdlog::info("kvserver listening on {}", daemon->address());
+  for (auto& cq : daemon->cqs_) {
+    daemon->serving_.emplace_back([d = daemon.get(), cq = cq.get()] { d->service_.Serve(cq); });
+  }
+  spdlog::info("kvserver listening on {} ({} serving threads)", daemon->address(),
+               daemon->serving_.size());
   daemon->thread_ = std::thread([d = daemon.get()] { d->Run(); });
   return daemon;
 }
@@ -49,6 +64,20 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
 KVServerDaemon::~KVServerDaemon() {
   Shutdown();
   if (thread_.joinable()) thread_.join();
+  // The server first (Run did, unless Start failed), then the service, then the queues: the
+  // serving threads drain them and return.
+  if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
+  service_.StopServing();
+  for (auto& cq : cqs_) cq->Shutdown();
+  for (std::thread& t : serving_) t.join();
+  if (serving_.empty()) {
+    for (auto& cq : cqs_) {
+      void* tag;
+      bool ok;
+      while (cq->Next(&tag, &ok)) {
+      }
+    }
+  }
 }
 
 std::string KVServerDaemon::address() const { return absl::StrCat(options_.host, ":", port_); }

@@ -8,7 +8,8 @@
 // stopped the server (registration refused or timed out, scheduler unreachable for longer than
 // scheduler_lost_timeout).
 //
-// Threading: Start, port, Wait and Shutdown may be called from any thread.
+// Threading: Start, port, Wait and Shutdown may be called from any thread. Requests are served
+// on `serving_threads` threads of the daemon's own (see KVServerService).
 #ifndef KVSTORE_SERVER_GRPC_KVSERVER_DAEMON_H_
 #define KVSTORE_SERVER_GRPC_KVSERVER_DAEMON_H_
 
@@ -17,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -51,6 +53,9 @@ struct KVServerOptions {
   absl::Duration register_timeout = absl::Seconds(120);
   // How long the scheduler may be unreachable before the server gives up.
   absl::Duration scheduler_lost_timeout = absl::Seconds(30);
+  // Threads that read, run and answer requests, each with a completion queue of its own (a
+  // connection's calls all go to one of them); 0: one per 4 cores, at least one.
+  int serving_threads = 0;
 };
 
 class KVServerDaemon {
@@ -79,6 +84,9 @@ class KVServerDaemon {
   KVServerOptions options_;
   int port_ = 0;
   KVServerService service_;
+  // One serving thread per completion queue.
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs_;
+  std::vector<std::thread> serving_;
   std::unique_ptr<grpc::Server> server_;
   std::thread thread_;
   absl::Notification stop_;

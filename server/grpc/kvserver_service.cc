@@ -145,27 +145,16 @@ absl::StatusOr<std::vector<ValueSlice>> SlicesFromHeaders(
   return slices;
 }
 
-grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, absl::Status status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
 // StartGroupPush registers the group a Push or PushPull lists (if it does) and pushes the
 // packed values; `done` runs once the push is applied, or at once with the error.
 template <typename Request>
-grpc::ServerUnaryReactor* StartGroupPush(grpc::CallbackServerContext* context,
-                                         ServerEngine* engine, const Request& header,
-                                         const Payload& payload,
-                                         std::function<void(grpc::ServerUnaryReactor*,
-                                                            absl::Status)> done) {
+void StartGroupPush(ServerEngine* engine, const Request& header, const Payload& payload,
+                    KVServerService::Done done) {
   absl::Status status = RegisterListedGroup(header, engine);
   absl::StatusOr<ByteChunks> bytes = status.ok() ? payload.Chunks(0, payload.size()) : status;
-  if (!bytes.ok()) return Reply(context, bytes.status());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!bytes.ok()) return done(bytes.status());
   engine->PushGroup(header.node_id(), header.request_id(), header.group_id(), *bytes,
-                    [reactor, done = std::move(done)](absl::Status s) { done(reactor, s); });
-  return reactor;
+                    std::move(done));
 }
 
 }  // namespace
@@ -186,14 +175,13 @@ absl::Status NotReady() {
 }
 }  // namespace
 
-grpc::ServerUnaryReactor* KVServerService::Init(grpc::CallbackServerContext* context,
-                                                const grpc::ByteBuffer* request,
-                                                grpc::ByteBuffer* response) {
+void KVServerService::HandleInit(const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response, Done done) const {
   auto backend = this->backend();
-  if (!backend) return Reply(context, NotReady());
+  if (!backend) return done(NotReady());
   proto::InitRequest header;
   auto decoded = DecodeValues(*request, &header);
-  if (!decoded.ok()) return Reply(context, decoded.status());
+  if (!decoded.ok()) return done(decoded.status());
   const std::vector<IncomingValue>& values = decoded->values;
   absl::Status status;
   if (header.deferred() && header.fill()) {
@@ -204,90 +192,80 @@ grpc::ServerUnaryReactor* KVServerService::Init(grpc::CallbackServerContext* con
     status = backend->engine->Init(header.node_id(), values, header.deferred());
   }
   if (status.ok()) *response = EncodeMessage(proto::InitResponse());
-  return Reply(context, status);
+  return done(status);
 }
 
-grpc::ServerUnaryReactor* KVServerService::Push(grpc::CallbackServerContext* context,
-                                                const grpc::ByteBuffer* request,
-                                                grpc::ByteBuffer* response) {
+void KVServerService::HandlePush(const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response, Done done) const {
   auto backend = this->backend();
-  if (!backend) return Reply(context, NotReady());
+  if (!backend) return done(NotReady());
   proto::PushRequest header;
   absl::StatusOr<Payload> payload = DecodeFrame(*request, &header);
-  if (!payload.ok()) return Reply(context, payload.status());
-  auto finish = [response](grpc::ServerUnaryReactor* reactor) {
-    return [reactor, response](absl::Status status) {
-      if (status.ok()) *response = EncodeMessage(proto::PushResponse());
-      reactor->Finish(ToGrpcStatus(status));
-    };
+  if (!payload.ok()) return done(payload.status());
+  // `done` may run later, on the thread whose push completes the round; `response` stays
+  // valid until then.
+  auto finish = [response, done = std::move(done)](absl::Status status) {
+    if (status.ok()) *response = EncodeMessage(proto::PushResponse());
+    done(status);
   };
   if (header.group_id() != 0) {
-    return StartGroupPush(context, backend->engine.get(), header, *payload,
-                          [finish](grpc::ServerUnaryReactor* reactor, absl::Status status) {
-                            finish(reactor)(status);
-                          });
+    return StartGroupPush(backend->engine.get(), header, *payload, std::move(finish));
   }
   auto values = IncomingValues(header.tensors(), *payload, /*row_sparse_allowed=*/true);
-  if (!values.ok()) return Reply(context, values.status());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  // The engine reads the payload during the call; `done` may run later, on the thread whose
-  // push completes the round. The reactor and `response` stay valid until Finish.
-  backend->engine->Push(header.node_id(), header.request_id(), *values, finish(reactor));
-  return reactor;
+  if (!values.ok()) return finish(values.status());
+  // The engine reads the payload during the call.
+  backend->engine->Push(header.node_id(), header.request_id(), *values, std::move(finish));
 }
 
-grpc::ServerUnaryReactor* KVServerService::Pull(grpc::CallbackServerContext* context,
-                                                const grpc::ByteBuffer* request,
-                                                grpc::ByteBuffer* response) {
+void KVServerService::HandlePull(const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response, Done done) const {
   auto backend = this->backend();
-  if (!backend) return Reply(context, NotReady());
+  if (!backend) return done(NotReady());
   proto::PullRequest header;
   absl::Status status = DecodeMessage(*request, &header);
-  if (!status.ok()) return Reply(context, status);
+  if (!status.ok()) return done(status);
   if (header.group_id() != 0) {
     status = RegisterListedGroup(header, backend->engine.get());
     if (status.ok()) {
       status = PullGroupInto(*backend->engine, header.node_id(), header.group_id(), response);
     }
-    return Reply(context, status);
+    return done(status);
   }
   auto slices = SlicesFromHeaders(header.tensors());
-  if (!slices.ok()) return Reply(context, slices.status());
+  if (!slices.ok()) return done(slices.status());
   auto pulled = backend->engine->Pull(header.node_id(), *slices);
-  if (!pulled.ok()) return Reply(context, pulled.status());
+  if (!pulled.ok()) return done(pulled.status());
   auto frame = EncodePulled(*slices, *pulled);
   if (frame.ok()) *response = *std::move(frame);
-  return Reply(context, frame.status());
+  return done(frame.status());
 }
 
-grpc::ServerUnaryReactor* KVServerService::PushPull(grpc::CallbackServerContext* context,
-                                                    const grpc::ByteBuffer* request,
-                                                    grpc::ByteBuffer* response) {
+void KVServerService::HandlePushPull(const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response, Done done) const {
   auto backend = this->backend();
-  if (!backend) return Reply(context, NotReady());
+  if (!backend) return done(NotReady());
   proto::PushPullRequest header;
   absl::StatusOr<Payload> payload = DecodeFrame(*request, &header);
-  if (!payload.ok()) return Reply(context, payload.status());
+  if (!payload.ok()) return done(payload.status());
   const uint64_t node_id = header.node_id();
   const uint64_t group_id = header.group_id();
   if (group_id != 0) {
     return StartGroupPush(
-        context, backend->engine.get(), header, *payload,
-        [response, backend, node_id, group_id](grpc::ServerUnaryReactor* reactor,
-                                               absl::Status status) {
+        backend->engine.get(), header, *payload,
+        [response, backend, node_id, group_id, done = std::move(done)](absl::Status status) {
           if (status.ok()) status = PullGroupInto(*backend->engine, node_id, group_id, response);
-          reactor->Finish(ToGrpcStatus(status));
+          done(status);
         });
   }
   auto decoded = IncomingValues(header.tensors(), *payload, /*row_sparse_allowed=*/false);
-  if (!decoded.ok()) return Reply(context, decoded.status());
+  if (!decoded.ok()) return done(decoded.status());
   const std::vector<IncomingValue>& values = *decoded;
   std::vector<ValueSlice> slices;
   for (const IncomingValue& value : values) slices.push_back(value.slice);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   backend->engine->Push(
       node_id, header.request_id(), values,
-      [reactor, response, backend, node_id, slices = std::move(slices)](absl::Status status) {
+      [response, backend, node_id, slices = std::move(slices),
+       done = std::move(done)](absl::Status status) {
         if (status.ok()) {
           auto pulled = backend->engine->Pull(node_id, slices);
           status = pulled.status();
@@ -297,26 +275,24 @@ grpc::ServerUnaryReactor* KVServerService::PushPull(grpc::CallbackServerContext*
             if (status.ok()) *response = *std::move(frame);
           }
         }
-        reactor->Finish(ToGrpcStatus(status));
+        done(status);
       });
-  return reactor;
 }
 
-grpc::ServerUnaryReactor* KVServerService::RowSparsePull(grpc::CallbackServerContext* context,
-                                                         const grpc::ByteBuffer* request,
-                                                         grpc::ByteBuffer* response) {
+void KVServerService::HandleRowSparsePull(const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response, Done done) const {
   auto backend = this->backend();
-  if (!backend) return Reply(context, NotReady());
+  if (!backend) return done(NotReady());
   proto::PullRequest header;
   absl::Status status = DecodeMessage(*request, &header);
-  if (!status.ok()) return Reply(context, status);
+  if (!status.ok()) return done(status);
   if (header.row_ids_size() != header.tensors_size()) {
-    return Reply(context, absl::InvalidArgumentError(absl::StrCat(
+    return done(absl::InvalidArgumentError(absl::StrCat(
                               "RowSparsePull of ", header.tensors_size(), " values with ",
                               header.row_ids_size(), " row id lists")));
   }
   auto slices = SlicesFromHeaders(header.tensors());
-  if (!slices.ok()) return Reply(context, slices.status());
+  if (!slices.ok()) return done(slices.status());
   proto::PullResponse reply;
   std::vector<PayloadPart> parts;
   uint64_t offset = 0;
@@ -325,7 +301,7 @@ grpc::ServerUnaryReactor* KVServerService::RowSparsePull(grpc::CallbackServerCon
     const auto& ids = header.row_ids(i).ids();
     auto rows = backend->engine->PullRows(header.node_id(), slice,
                                           absl::MakeConstSpan(ids.data(), ids.size()));
-    if (!rows.ok()) return Reply(context, rows.status());
+    if (!rows.ok()) return done(rows.status());
     proto::TensorHeader* out = reply.add_tensors();
     *out = header.tensors(i);
     out->set_row_sparse(true);
@@ -337,25 +313,97 @@ grpc::ServerUnaryReactor* KVServerService::RowSparsePull(grpc::CallbackServerCon
   }
   auto frame = EncodeFrame(reply, parts);
   if (frame.ok()) *response = *std::move(frame);
-  return Reply(context, frame.status());
+  return done(frame.status());
 }
 
-grpc::ServerUnaryReactor* KVServerService::Command(grpc::CallbackServerContext* context,
-                                                   const grpc::ByteBuffer* request,
-                                                   grpc::ByteBuffer* response) {
+void KVServerService::HandleCommand(const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response, Done done) const {
   auto backend = this->backend();
-  if (!backend) return Reply(context, NotReady());
+  if (!backend) return done(NotReady());
   proto::ServerCommandRequest command;
   absl::Status status = DecodeMessage(*request, &command);
   if (status.ok()) status = backend->engine->CheckSender(command.node_id());
-  if (!status.ok()) return Reply(context, status);
+  if (!status.ok()) return done(status);
   auto reply = backend->controller->Run(command.head(), command.body());
   if (reply.ok()) {
     proto::ServerCommandResponse message;
     message.set_reply(*reply);
     *response = EncodeMessage(message);
   }
-  return Reply(context, reply.status());
+  return done(reply.status());
+}
+
+// One call of one method: asked for, then run, then finished. Every step runs on a serving
+// thread under a reader lock of serving_mu_, so that once StopServing returns, nothing asks
+// for or answers a call on a queue that may be shutting down.
+class KVServerService::Call {
+ public:
+  static constexpr int kMethods = 6;  // In the order of proto/kvstore.proto.
+
+  // Ask requests the next call of `method` on `cq`. Requires a reader lock of serving_mu_,
+  // with serving not stopped.
+  static void Ask(KVServerService* service, int method, grpc::ServerCompletionQueue* cq) {
+    auto* call = new Call(service, method, cq);
+    service->RequestAsyncUnary(method, &call->context_, &call->request_, &call->responder_, cq,
+                               cq, call);
+  }
+
+  // Proceed runs for each event of the call: its arrival, then its finish.
+  void Proceed(bool ok) {
+    absl::ReaderMutexLock lock(&service_->serving_mu_);
+    if (finishing_ || !ok || service_->stopped_) {  // Done, or the server is shutting down.
+      delete this;
+      return;
+    }
+    Ask(service_, method_, cq_);  // The next call of this method.
+    finishing_ = true;
+    Done done = [this](absl::Status status) {
+      if (status.ok()) {
+        responder_.Finish(response_, grpc::Status::OK, this);
+      } else {
+        responder_.FinishWithError(ToGrpcStatus(status), this);
+      }
+    };
+    const KVServerService& handlers = *service_;
+    switch (method_) {
+      case 0: return handlers.HandleInit(&request_, &response_, std::move(done));
+      case 1: return handlers.HandlePush(&request_, &response_, std::move(done));
+      case 2: return handlers.HandlePull(&request_, &response_, std::move(done));
+      case 3: return handlers.HandlePushPull(&request_, &response_, std::move(done));
+      case 4: return handlers.HandleRowSparsePull(&request_, &response_, std::move(done));
+      default: return handlers.HandleCommand(&request_, &response_, std::move(done));
+    }
+  }
+
+ private:
+  Call(KVServerService* service, int method, grpc::ServerCompletionQueue* cq)
+      : service_(service), method_(method), cq_(cq), responder_(&context_) {}
+
+  KVServerService* service_;
+  const int method_;
+  grpc::ServerCompletionQueue* cq_;
+  grpc::ServerContext context_;
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer response_;
+  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_;
+  bool finishing_ = false;
+};
+
+void KVServerService::Serve(grpc::ServerCompletionQueue* cq) {
+  {
+    absl::ReaderMutexLock lock(&serving_mu_);
+    if (!stopped_) {
+      for (int method = 0; method < Call::kMethods; ++method) Call::Ask(this, method, cq);
+    }
+  }
+  void* tag;
+  bool ok;
+  while (cq->Next(&tag, &ok)) static_cast<Call*>(tag)->Proceed(ok);
+}
+
+void KVServerService::StopServing() {
+  absl::MutexLock lock(&serving_mu_);
+  stopped_ = true;
 }
 
 }  // namespace kvstore

@@ -1,17 +1,22 @@
 // KVServerService: the gRPC adapter of a kvserver. It decodes requests, calls the ServerEngine
 // and the Controller, and encodes replies; nothing else.
 //
-// Every method is a raw callback method: tensor-carrying requests arrive as the framed
-// ByteBuffer described in proto/kvstore.proto, and the engine reads the payload from the
+// Every method is a raw method of gRPC's async API: tensor-carrying requests arrive as the
+// framed ByteBuffer described in proto/kvstore.proto, and the engine reads the payload from the
 // received slices without a protobuf copy; pulled values go out as slices over the pulled
-// tensors. A dist_sync push is answered from the engine's completion callback, when its round
-// is complete, so no reaction ever blocks.
+// tensors. Calls arrive on completion queues that each have one serving thread of the
+// daemon's own (Serve), which reads, runs and answers them: no hand-off between threads, and
+// no second poller woken on every event (gRPC's callback API keeps two threads polling one
+// queue, and each event wakes the other; see docs/performance.md, entry 25). A dist_sync push
+// is answered from the engine's completion callback, when its round is complete, so no
+// handler ever blocks its thread.
 //
 // Until SetBackend is called (the server has not yet received the cluster view) every method
 // answers UNAVAILABLE, which clients retry.
 #ifndef KVSTORE_SERVER_GRPC_KVSERVER_SERVICE_H_
 #define KVSTORE_SERVER_GRPC_KVSERVER_SERVICE_H_
 
+#include <functional>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
@@ -28,13 +33,12 @@ struct ServerBackend {
   std::unique_ptr<Controller> controller;
 };
 
-using RawKVServerService = proto::KVServer::WithRawCallbackMethod_Init<
-    proto::KVServer::WithRawCallbackMethod_Push<proto::KVServer::WithRawCallbackMethod_Pull<
-        proto::KVServer::WithRawCallbackMethod_PushPull<
-            proto::KVServer::WithRawCallbackMethod_RowSparsePull<
-                proto::KVServer::WithRawCallbackMethod_Command<proto::KVServer::Service>>>>>>;
+using RawAsyncKVServerService = proto::KVServer::WithRawMethod_Init<
+    proto::KVServer::WithRawMethod_Push<proto::KVServer::WithRawMethod_Pull<
+        proto::KVServer::WithRawMethod_PushPull<proto::KVServer::WithRawMethod_RowSparsePull<
+            proto::KVServer::WithRawMethod_Command<proto::KVServer::Service>>>>>>;
 
-class KVServerService final : public RawKVServerService {
+class KVServerService final : public RawAsyncKVServerService {
  public:
   KVServerService() = default;
 
@@ -42,28 +46,37 @@ class KVServerService final : public RawKVServerService {
   void SetBackend(std::shared_ptr<ServerBackend> backend);
   std::shared_ptr<ServerBackend> backend() const;
 
-  grpc::ServerUnaryReactor* Init(grpc::CallbackServerContext* context,
-                                 const grpc::ByteBuffer* request,
-                                 grpc::ByteBuffer* response) override;
-  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
-                                 const grpc::ByteBuffer* request,
-                                 grpc::ByteBuffer* response) override;
-  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
-                                 const grpc::ByteBuffer* request,
-                                 grpc::ByteBuffer* response) override;
-  grpc::ServerUnaryReactor* PushPull(grpc::CallbackServerContext* context,
-                                     const grpc::ByteBuffer* request,
-                                     grpc::ByteBuffer* response) override;
-  grpc::ServerUnaryReactor* RowSparsePull(grpc::CallbackServerContext* context,
-                                          const grpc::ByteBuffer* request,
-                                          grpc::ByteBuffer* response) override;
-  grpc::ServerUnaryReactor* Command(grpc::CallbackServerContext* context,
-                                    const grpc::ByteBuffer* request,
-                                    grpc::ByteBuffer* response) override;
+  // Serve asks for calls of every method on `cq` and runs them until the queue shuts down and
+  // is drained. The daemon runs it on one thread per completion queue.
+  void Serve(grpc::ServerCompletionQueue* cq);
+  // StopServing makes the serving threads drop every later event: once it returns, no call is
+  // asked for or answered any more, and the completion queues may be shut down. Call it after
+  // the server's Shutdown.
+  void StopServing();
+
+  // Done receives a call's outcome, exactly once, possibly later on another serving thread;
+  // the response must stay valid until then.
+  using Done = std::function<void(absl::Status)>;
+
+  // The methods, independent of how calls arrive: each decodes `request`, runs it, and fills
+  // `response` before calling `done` with OK.
+  void HandleInit(const grpc::ByteBuffer* request, grpc::ByteBuffer* response, Done done) const;
+  void HandlePush(const grpc::ByteBuffer* request, grpc::ByteBuffer* response, Done done) const;
+  void HandlePull(const grpc::ByteBuffer* request, grpc::ByteBuffer* response, Done done) const;
+  void HandlePushPull(const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
+                      Done done) const;
+  void HandleRowSparsePull(const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
+                           Done done) const;
+  void HandleCommand(const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
+                     Done done) const;
 
  private:
+  class Call;
+
   mutable absl::Mutex mu_;
   std::shared_ptr<ServerBackend> backend_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex serving_mu_;
+  bool stopped_ ABSL_GUARDED_BY(serving_mu_) = false;
 };
 
 }  // namespace kvstore

@@ -345,7 +345,8 @@ void SchedulerCore::ExpireDeadlines(absl::Time now) {
   std::vector<std::pair<BarrierDone, absl::Status>> failed_barriers;
   {
     absl::MutexLock lock(&mu_);
-    if (!complete_ && !pending_registrations_.empty() && now > first_registration_ + options_.register_timeout) {
+    if (!complete_ && !pending_registrations_.empty() &&
+        now > first_registration_ + options_.register_timeout) {
       const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
           "waited ", absl::FormatDuration(options_.register_timeout),
           " for the job's nodes to register: ", MissingNodes()));
@@ -365,7 +366,9 @@ void SchedulerCore::ExpireDeadlines(absl::Time now) {
           "barrier over ", GroupName(it->first), " waited ",
           absl::FormatDuration(options_.barrier_timeout), "; still missing: ",
           MissingFromBarrier(it->first, it->second)));
-      for (BarrierDone& done : it->second.done) failed_barriers.emplace_back(std::move(done), status);
+      for (BarrierDone& done : it->second.done) {
+        failed_barriers.emplace_back(std::move(done), status);
+      }
       it = barriers_.erase(it);
     }
   }

@@ -44,6 +44,7 @@ absl::StatusOr<std::unique_ptr<KVStore>> NewJob() {
     KVServerOptions server;
     server.scheduler_address = cluster->scheduler->address();
     server.requested_rank = i;
+    server.serving_threads = i + 1;  // One serving thread, and two (calls spread over queues).
     auto daemon = KVServerDaemon::Start(std::move(server));
     if (!daemon.ok()) return daemon.status();
     cluster->servers.push_back(*std::move(daemon));
