@@ -66,6 +66,7 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
   }
   std::unique_ptr<DistStore> store(new DistStore(std::move(type), options));
   RETURN_IF_ERROR(store->Join());
+  store->completer_ = std::thread([s = store.get()] { s->CompleteCalls(); });
   store->dispatcher_ = std::thread([s = store.get()] { s->Dispatch(); });
   store->timer_ = std::thread([s = store.get()] { s->TimerLoop(); });
   store->heartbeat_ = std::thread([s = store.get()] { s->HeartbeatLoop(); });
@@ -132,14 +133,18 @@ absl::Status DistStore::WaitForServers() {
       context.set_wait_for_ready(true);
       grpc::ByteBuffer reply;
       grpc::ByteBuffer copy = request;
-      absl::Notification done;
       grpc::Status status;
-      servers_[s].stubs.front()->UnaryCall(&context, kPullMethod, grpc::StubOptions(), &copy,
-                                           &reply, [&](grpc::Status result) {
-                                             status = result;
-                                             done.Notify();
-                                           });
-      done.WaitForNotification();
+      // A call of its own on a queue of its own, waited for here.
+      grpc::CompletionQueue cq;
+      auto call = servers_[s].stubs.front()->PrepareUnaryCall(&context, kPullMethod, copy, &cq);
+      call->StartCall();
+      call->Finish(&reply, &status, &status);
+      void* tag;
+      bool ok;
+      cq.Next(&tag, &ok);  // The call's deadline bounds the wait.
+      cq.Shutdown();
+      while (cq.Next(&tag, &ok)) {
+      }
       if (status.ok()) break;
       if (status.error_code() != grpc::StatusCode::UNAVAILABLE || absl::Now() >= give_up) {
         return ServerError(static_cast<int>(s),
@@ -187,6 +192,9 @@ DistStore::~DistStore() {
     timer_stop_ = true;
   }
   if (timer_.joinable()) timer_.join();
+  // Every call has completed (WaitAll, and no timer left to retry one).
+  cq_.Shutdown();
+  if (completer_.joinable()) completer_.join();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1588,41 +1596,48 @@ void DistStore::TransferGroup(Kind kind, std::shared_ptr<GroupPlan> group, Group
 
 void DistStore::Call(int s, const char* method, std::shared_ptr<grpc::ByteBuffer> request,
                      std::function<void(absl::Status, grpc::ByteBuffer*)> done, int attempt) {
-  struct Rpc {
-    grpc::ClientContext context;
-    grpc::ByteBuffer reply;
-  };
-  auto rpc = std::make_shared<Rpc>();
+  auto rpc = std::make_unique<Rpc>();
   rpc->context.set_deadline(GrpcDeadline(absl::Now() + options_.rpc_timeout));
   Server& server = servers_[s];
   grpc::GenericStub* stub = server.stubs[(*server.next_stub)++ % server.stubs.size()].get();
-  stub->UnaryCall(
-      &rpc->context, method, grpc::StubOptions(), request.get(), &rpc->reply,
-      [this, s, method, request, done = std::move(done), attempt, rpc](grpc::Status status) {
-        if (status.ok()) {
-          done(absl::OkStatus(), &rpc->reply);
-          return;
-        }
-        if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-            attempt < options_.max_retries) {
-          const absl::Duration backoff =
-              std::min(options_.retry_backoff * (1 << std::min(attempt, 16)), absl::Seconds(2));
-          After(backoff, [this, s, method, request, done, attempt] {
-            Call(s, method, request, done, attempt + 1);
-          });
-          return;
-        }
-        absl::Status error = FromGrpcStatus(status);
-        if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-          error = absl::UnavailableError(absl::StrCat("unreachable after ", attempt + 1,
-                                                      " attempts: ", error.message()));
-        } else if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-          error = absl::DeadlineExceededError(absl::StrCat(
-              "no answer within ", absl::FormatDuration(options_.rpc_timeout), " (", method,
-              "; in dist_sync a push waits for every worker's push of the key)"));
-        }
-        done(ServerError(s, error), nullptr);
+  rpc->on_status = [this, s, method, request, done = std::move(done), attempt,
+                    reply = &rpc->reply](const grpc::Status& status) {
+    if (status.ok()) {
+      done(absl::OkStatus(), reply);
+      return;
+    }
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && attempt < options_.max_retries) {
+      const absl::Duration backoff =
+          std::min(options_.retry_backoff * (1 << std::min(attempt, 16)), absl::Seconds(2));
+      After(backoff, [this, s, method, request, done, attempt] {
+        Call(s, method, request, done, attempt + 1);
       });
+      return;
+    }
+    absl::Status error = FromGrpcStatus(status);
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      error = absl::UnavailableError(absl::StrCat("unreachable after ", attempt + 1,
+                                                  " attempts: ", error.message()));
+    } else if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      error = absl::DeadlineExceededError(absl::StrCat(
+          "no answer within ", absl::FormatDuration(options_.rpc_timeout), " (", method,
+          "; in dist_sync a push waits for every worker's push of the key)"));
+    }
+    done(ServerError(s, error), nullptr);
+  };
+  rpc->reader = stub->PrepareUnaryCall(&rpc->context, method, *request, &cq_);
+  rpc->reader->StartCall();
+  Rpc* raw = rpc.release();  // Owned by cq_ until CompleteCalls takes it back.
+  raw->reader->Finish(&raw->reply, &raw->status, raw);
+}
+
+void DistStore::CompleteCalls() {
+  void* tag;
+  bool ok;
+  while (cq_.Next(&tag, &ok)) {
+    std::unique_ptr<Rpc> rpc(static_cast<Rpc*>(tag));
+    rpc->on_status(rpc->status);
+  }
 }
 
 void DistStore::After(absl::Duration delay, std::function<void()> fn) {

@@ -35,6 +35,7 @@
 #ifndef KVSTORE_CLIENT_DIST_STORE_H_
 #define KVSTORE_CLIENT_DIST_STORE_H_
 
+#include <grpcpp/completion_queue.h>
 #include <grpcpp/generic/generic_stub.h>
 
 #include <deque>
@@ -317,6 +318,16 @@ class DistStore final : public KVStore {
   // Call sends one raw unary call to server `s`, retrying UNAVAILABLE with backoff.
   void Call(int s, const char* method, std::shared_ptr<grpc::ByteBuffer> request,
             std::function<void(absl::Status, grpc::ByteBuffer*)> done, int attempt = 0);
+  // One unary call in flight on cq_.
+  struct Rpc {
+    grpc::ClientContext context;
+    grpc::ByteBuffer reply;
+    grpc::Status status;
+    std::unique_ptr<grpc::GenericClientAsyncResponseReader> reader;
+    std::function<void(const grpc::Status&)> on_status;
+  };
+  // CompleteCalls runs every call's completion, on completer_, until cq_ shuts down.
+  void CompleteCalls();
   // After runs `fn` on the timer thread after `delay`.
   void After(absl::Duration delay, std::function<void()> fn);
   void TimerLoop();
@@ -367,6 +378,10 @@ class DistStore final : public KVStore {
   bool timer_stop_ ABSL_GUARDED_BY(timer_mu_) = false;
 
   absl::Notification stop_heartbeat_;
+  // Calls complete on cq_, which completer_ alone polls (gRPC's async API: its callback API
+  // keeps two threads polling, each event waking the other).
+  grpc::CompletionQueue cq_;
+  std::thread completer_;
   std::thread dispatcher_;
   std::thread timer_;
   std::thread heartbeat_;

@@ -60,6 +60,7 @@ ABSL_FLAG(std::string, kvserver, "", "kvserver binary (default: from the runfile
 ABSL_FLAG(std::string, scheduler, "", "scheduler binary (default: from the runfiles).");
 ABSL_FLAG(int64_t, chunk_bytes, 0, "Chunk size of the job (0: the scheduler's default).");
 ABSL_FLAG(int, connections, 0, "TCP connections per server (0: the SDK's default).");
+ABSL_FLAG(int, serving_threads, 0, "The kvservers' --serving_threads (0: their default).");
 ABSL_FLAG(int, seed, 0, "Random seed of the pushed values (0: from the clock).");
 ABSL_FLAG(int, reps, 0,
           "Timed repetitions of every case (0: the case's own, fewer with --quick).");
@@ -370,6 +371,8 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers) {
     job->daemons.push_back(std::make_unique<Child>(
         std::vector<std::string>{kvserver, absl::StrCat("--scheduler=127.0.0.1:", port),
                                  absl::StrCat("--rank=", s), "--updater=sum",
+                                 absl::StrCat("--serving_threads=",
+                                              absl::GetFlag(FLAGS_serving_threads)),
                                  "--log_level=warn"},
         absl::StrCat(tmp, "/kvbench-server", s, "-", tag, ".log")));
   }
