@@ -530,6 +530,11 @@ void DistStore::Dispatch() {
   mu_.Unlock();
 }
 
+namespace {
+// Empty per-key maps with more slots than this are given back.
+constexpr size_t kShrinkAbove = 4096;
+}  // namespace
+
 void DistStore::Complete(absl::Span<const std::pair<uint64_t, std::vector<Key>>> ops,
                          const absl::Status& status) {
   absl::MutexLock lock(&mu_);
@@ -550,6 +555,10 @@ void DistStore::Complete(absl::Span<const std::pair<uint64_t, std::vector<Key>>>
       if (!status.ok()) key_errors_.emplace(key, status);
     }
   }
+  // A call with many keys (an Init of 100,000) leaves the map that large but empty; every later
+  // small operation would then touch a table of megabytes.
+  if (unfinished_.empty() && unfinished_.capacity() > kShrinkAbove) unfinished_ = {};
+  if (key_errors_.empty() && key_errors_.capacity() > kShrinkAbove) key_errors_ = {};
   // One wake-up for the whole batch: waiters re-check once, not once per operation.
   changed_.SignalAll();
 }

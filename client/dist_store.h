@@ -15,7 +15,8 @@
 //   sends one request per server holding any of the keys - all in parallel, tensor bytes as
 //   slices over the caller's (or the sum's) memory. With gradient compression on, a float32
 //   push sends the codes of each chunk instead (quantised with the key's residual). Replies
-//   are copied from the received slices straight into the outputs.
+//   are copied from the received slices straight into the outputs, on a completion thread
+//   that alone polls the store's completion queue (gRPC's async API).
 // - Key groups: a call with a long list of distinct small keys (DistOptions::group_min_keys)
 //   sends one packed array per server instead; the list's member headers go to each server
 //   once (docs/distributed.md). Values that are views of one buffer in the list's order (a
