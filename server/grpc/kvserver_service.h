@@ -58,8 +58,11 @@ class KVServerService final : public RawAsyncKVServerService {
   // the response must stay valid until then.
   using Done = std::function<void(absl::Status)>;
 
-  // The methods, independent of how calls arrive: each decodes `request`, runs it, and fills
-  // `response` before calling `done` with OK.
+ private:
+  class Call;
+
+  // The methods, run by Call: each decodes `request`, runs it, and fills `response` before
+  // calling `done` with OK.
   void HandleInit(const grpc::ByteBuffer* request, grpc::ByteBuffer* response, Done done) const;
   void HandlePush(const grpc::ByteBuffer* request, grpc::ByteBuffer* response, Done done) const;
   void HandlePull(const grpc::ByteBuffer* request, grpc::ByteBuffer* response, Done done) const;
@@ -69,9 +72,6 @@ class KVServerService final : public RawAsyncKVServerService {
                            Done done) const;
   void HandleCommand(const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
                      Done done) const;
-
- private:
-  class Call;
 
   mutable absl::Mutex mu_;
   std::shared_ptr<ServerBackend> backend_ ABSL_GUARDED_BY(mu_);
