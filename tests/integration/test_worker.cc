@@ -649,10 +649,17 @@ absl::Status Run(int argc, char** argv) {
   }
   if (scenario == "dead_server") return DeadServer(*kv);
   if (scenario == "until_killed") {
-    // Joins, pushes once, then waits (bounded) for the test to kill it.
+    // Joins, and pushes a key that the other workers never push, so that the server holds its
+    // push open (a dist_sync round that never completes); then waits (bounded) for the test to
+    // kill it.
     RETURN_IF_ERROR(kv->Init(3, Base(8, 1)));
-    RETURN_IF_ERROR(kv->Push(3, Base(8, 2)));
-    RETURN_IF_ERROR(kv->WaitAll());
+    RETURN_IF_ERROR(kv->Init(4, Base(8, 3)));
+    RETURN_IF_ERROR(kv->Push(4, Base(8, 4)));
+    RETURN_IF_ERROR(kv->Wait({4}));  // Every worker pushed key 4: the round completed.
+    if (kv->rank() == 0) {
+      RETURN_IF_ERROR(kv->Push(3, Base(8, 2)));
+      absl::SleepFor(absl::Milliseconds(200));  // Time to reach the server (not asserted).
+    }
     std::printf("READY\n");
     std::fflush(stdout);
     absl::SleepFor(absl::Seconds(60));
