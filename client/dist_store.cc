@@ -230,14 +230,27 @@ absl::StatusOr<std::vector<DistStore::KeyWork>> DistStore::Plan(
   absl::ReaderMutexLock lock(&mu_);
   RETURN_IF_ERROR(JobOver());
   std::vector<KeyWork> work;
+  work.reserve(keys.size());
+  // A key listed more than once gets one entry, its values summed. A short list is searched
+  // as it is; a hash map would cost more than the search (most calls name one key).
+  constexpr size_t kSearchedKeys = 16;
   absl::flat_hash_map<Key, size_t> index;
+  auto entry_of = [&](const Key& key) -> size_t {
+    if (keys.size() <= kSearchedKeys) {
+      for (size_t w = 0; w < work.size(); ++w) {
+        if (work[w].key == key) return w;
+      }
+      return work.size();
+    }
+    return index.emplace(key, work.size()).first->second;
+  };
   for (size_t i = 0; i < keys.size(); ++i) {
     const Key& key = keys[i];
     ASSIGN_OR_RETURN(std::shared_ptr<KeyInfo> info, Lookup(key));
     const TensorSpec spec{info->dtype, info->shape};
-    auto [it, inserted] = index.emplace(key, work.size());
-    if (inserted) work.push_back(KeyWork{key, info, {}, {}});
-    KeyWork& entry = work[it->second];
+    const size_t w = entry_of(key);
+    if (w == work.size()) work.push_back(KeyWork{key, std::move(info), {}, {}});
+    KeyWork& entry = work[w];
     if (!values.empty()) {
       RETURN_IF_ERROR(CheckValueMatches(key, "pushed", values[i], spec));
       entry.values.push_back(values[i]);
@@ -420,6 +433,7 @@ void DistStore::Enqueue(int priority, std::vector<KeyWork> work, Kind kind) {
   Op op;
   op.priority = priority;
   op.kind = kind;
+  op.keys.reserve(work.size());
   for (const KeyWork& entry : work) {
     op.keys.push_back(entry.key);
     op.bytes += entry.info->bytes;

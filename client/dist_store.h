@@ -209,8 +209,9 @@ class DistStore final : public KVStore {
   struct KeyWork {
     Key key;
     std::shared_ptr<KeyInfo> info;
-    std::vector<Tensor> values;
-    std::vector<Tensor*> outs;
+    // Most operations give one value or output per key: held inline, no allocation.
+    absl::InlinedVector<Tensor, 1> values;
+    absl::InlinedVector<Tensor*, 1> outs;
     std::vector<RowSparse> sparse_values;
     std::vector<RowSparse*> sparse_outs;
     std::vector<std::vector<int64_t>> sparse_rows;
