@@ -168,11 +168,7 @@ DistStore::~DistStore() {
     changed_.SignalAll();
   }
   if (dispatcher_.joinable()) dispatcher_.join();
-  bool over;
-  {
-    absl::MutexLock lock(&mu_);
-    over = job_over_;
-  }
+  const bool over = job_over_;
   if (scheduler_ != nullptr && node_id_ != 0 && !over) {
     proto::FinishRequest request;
     request.set_node_id(node_id_);
@@ -227,8 +223,8 @@ absl::Status DistStore::JobOver() const {
 absl::StatusOr<std::vector<DistStore::KeyWork>> DistStore::Plan(
     absl::Span<const Key> keys, absl::Span<const Tensor> values,
     absl::Span<Tensor* const> outs) const {
-  absl::ReaderMutexLock lock(&mu_);
   RETURN_IF_ERROR(JobOver());
+  absl::ReaderMutexLock lock(&keys_mu_);
   std::vector<KeyWork> work;
   work.reserve(keys.size());
   // A key listed more than once gets one entry, its values summed. A short list is searched
@@ -279,8 +275,8 @@ absl::StatusOr<std::vector<DistStore::KeyWork>> DistStore::Plan(
 absl::Status DistStore::DoInit(absl::Span<const Key> keys, absl::Span<const Tensor> values) {
   std::vector<KeyWork> work;
   {
-    absl::ReaderMutexLock lock(&mu_);
     RETURN_IF_ERROR(JobOver());
+    absl::ReaderMutexLock lock(&keys_mu_);
     absl::flat_hash_set<Key> seen;
     for (size_t i = 0; i < keys.size(); ++i) {
       const Key& key = keys[i];
@@ -335,7 +331,7 @@ absl::Status DistStore::DoInit(absl::Span<const Key> keys, absl::Span<const Tens
   const absl::Status barrier = Barrier();
   if (status.ok()) status = barrier;
   if (!status.ok()) return status;
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&keys_mu_);
   if (!keys.empty()) int_keys_ = keys.front().is_int();
   for (KeyWork& entry : work) keys_[entry.key] = std::move(entry.info);
   return absl::OkStatus();
@@ -375,8 +371,8 @@ absl::Status DistStore::DoPushRowSparse(absl::Span<const Key> keys,
                                         absl::Span<const RowSparse> values, int priority) {
   std::vector<KeyWork> work;
   {
-    absl::ReaderMutexLock lock(&mu_);
     RETURN_IF_ERROR(JobOver());
+    absl::ReaderMutexLock lock(&keys_mu_);
     absl::flat_hash_map<Key, size_t> index;
     for (size_t i = 0; i < keys.size(); ++i) {
       const Key& key = keys[i];
@@ -399,8 +395,8 @@ absl::Status DistStore::DoRowSparsePull(absl::Span<const Key> keys,
   std::vector<KeyWork> work;
   std::vector<std::vector<int64_t>> unique(keys.size());
   {
-    absl::ReaderMutexLock lock(&mu_);
     RETURN_IF_ERROR(JobOver());
+    absl::ReaderMutexLock lock(&keys_mu_);
     absl::flat_hash_map<Key, size_t> index;
     for (size_t i = 0; i < keys.size(); ++i) {
       const Key& key = keys[i];
@@ -1203,7 +1199,7 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
   group->members.reserve(keys.size());
   bool eligible = true;
   {
-    absl::ReaderMutexLock lock(&mu_);
+    absl::ReaderMutexLock lock(&keys_mu_);
     for (const Key& key : keys) {
       if (!CheckKeyKind(key).ok()) return nullptr;  // The per-key path reports it.
       auto it = keys_.find(key);
@@ -1474,7 +1470,7 @@ absl::Status DistStore::DoPushPullBucket(absl::Span<const Key> keys, const Tenso
 }
 
 absl::StatusOr<std::pair<DType, Shape>> DistStore::StoredSpec(const Key& key) const {
-  absl::ReaderMutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&keys_mu_);
   absl::StatusOr<std::shared_ptr<KeyInfo>> info = Lookup(key);
   if (!info.ok()) return info.status();
   return std::make_pair((*info)->dtype, (*info)->shape);
@@ -1707,7 +1703,6 @@ void DistStore::HeartbeatLoop() {
     }
     warned = false;
     if (reply.shutdown()) {
-      absl::MutexLock lock(&mu_);
       job_over_ = true;
       return;
     }

@@ -237,9 +237,9 @@ class DistStore final : public KVStore {
   absl::Status WaitForServers();
 
   // Validation against the recorded keys (caller thread).
-  absl::Status CheckKeyKind(const Key& key) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status CheckKeyKind(const Key& key) const ABSL_SHARED_LOCKS_REQUIRED(keys_mu_);
   absl::StatusOr<std::shared_ptr<KeyInfo>> Lookup(const Key& key) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(keys_mu_);
   absl::StatusOr<std::vector<KeyWork>> Plan(absl::Span<const Key> keys,
                                             absl::Span<const Tensor> values,
                                             absl::Span<Tensor* const> outs) const;
@@ -301,7 +301,7 @@ class DistStore final : public KVStore {
   bool Ready(uint64_t seq, const Op& op) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Complete(absl::Span<const std::pair<uint64_t, std::vector<Key>>> ops,
                 const absl::Status& status);
-  absl::Status JobOver() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status JobOver() const;
   // Command runs a controller command on every server and returns their replies.
   absl::StatusOr<std::vector<std::string>> Command(int head, const std::string& body);
   // ServerError prefixes a server's error with its rank and address.
@@ -348,10 +348,14 @@ class DistStore final : public KVStore {
   std::atomic<uint64_t> next_request_id_{1};
   std::atomic<int64_t> push_payload_bytes_{0};
 
+  // The keys' records, apart from mu_: checking a call's keys does not contend with the
+  // dispatcher and the completion thread, which take mu_ for every operation.
+  mutable absl::Mutex keys_mu_;
+  absl::flat_hash_map<Key, std::shared_ptr<KeyInfo>> keys_ ABSL_GUARDED_BY(keys_mu_);
+  std::optional<bool> int_keys_ ABSL_GUARDED_BY(keys_mu_);
+
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<Key, std::shared_ptr<KeyInfo>> keys_ ABSL_GUARDED_BY(mu_);
   absl::CondVar changed_;  // Signalled when the queue or the in-flight set changes.
-  std::optional<bool> int_keys_ ABSL_GUARDED_BY(mu_);
   CompressionParams compression_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, Op> queued_ ABSL_GUARDED_BY(mu_);
@@ -373,7 +377,7 @@ class DistStore final : public KVStore {
   // The group used last: a training loop repeats one list, compared without a fingerprint.
   std::shared_ptr<GroupPlan> last_group_ ABSL_GUARDED_BY(groups_mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool job_over_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> job_over_{false};  // The scheduler said the job is over.
 
   absl::Mutex timer_mu_;
   std::multimap<absl::Time, std::function<void()>> timers_ ABSL_GUARDED_BY(timer_mu_);
