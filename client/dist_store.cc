@@ -4,10 +4,12 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <thread>
-#include <cmath>
-#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -1114,6 +1116,8 @@ constexpr int64_t kGroupMaxBytes = 256 << 20;
 // Groups remembered per store; servers keep more (ServerEngine::kMaxGroupsPerNode), so a
 // group still in this cache is still registered.
 constexpr size_t kMaxGroups = 64;
+// GroupPlan::Piece holds offsets within a member and within a part in 32 bits.
+static_assert(kGroupMaxBytes < (int64_t{1} << 32) && kGroupMemberMaxBytes < kGroupMaxBytes);
 
 // Fingerprint hashes a key list; a list of integer keys hashes alike as Keys and as integers.
 template <typename List, typename Value>
@@ -1167,6 +1171,14 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::IntGroupFor(absl::Span<const in
   return last_group_;
 }
 
+std::shared_ptr<DistStore::GroupPlan> DistStore::RecentGroup(absl::Span<const Key> keys,
+                                                            bool pushes) {
+  if (!GroupsUsable(keys.size(), pushes)) return nullptr;
+  absl::MutexLock lock(&groups_mu_);
+  if (last_group_ == nullptr || last_group_->keys.size() != keys.size()) return nullptr;
+  return last_group_;
+}
+
 std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> keys,
                                                          bool pushes) {
   if (!GroupsUsable(keys.size(), pushes)) return nullptr;
@@ -1210,7 +1222,10 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
       group->dims_at.push_back(static_cast<uint32_t>(group->dims.size()));
       group->dims.insert(group->dims.end(), info.shape.begin(), info.shape.end());
       group->bytes += info.bytes;
-      if (!group->members.insert(key).second || info.bytes > kGroupMemberMaxBytes) {
+      // Every key has a piece (a value of no elements, one empty chunk): checking a call goes
+      // through the pieces.
+      if (!group->members.insert(key).second || info.bytes > kGroupMemberMaxBytes ||
+          info.chunks.empty()) {
         eligible = false;
       }
     }
@@ -1232,8 +1247,9 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
         GroupPlan::Part& part = group->parts[p];
         const size_t value_offset = static_cast<size_t>(chunk.offset) * element;
         const size_t bytes = static_cast<size_t>(chunk.count) * element;
-        group->pieces.push_back(GroupPlan::Piece{static_cast<uint32_t>(i), p, value_offset,
-                                                 part.offsets.back(), bytes});
+        group->pieces.push_back(GroupPlan::Piece{
+            static_cast<uint32_t>(i), p, static_cast<uint32_t>(value_offset),
+            static_cast<uint32_t>(part.offsets.back()), static_cast<uint32_t>(bytes)});
         part.members.push_back(GroupPlan::Member{static_cast<uint32_t>(i), chunk, value_offset});
         part.offsets.push_back(part.offsets.back() + bytes);
       }
@@ -1280,56 +1296,109 @@ bool DistStore::SameKeys(const GroupPlan& group, absl::Span<const Key> keys) {
 }
 
 bool DistStore::Matches(const GroupPlan& group, size_t i, const Tensor& t) {
+  if (!t.defined() || !t.device().is_cpu() || t.dtype() != group.dtypes[i]) return false;
+  // A loop, not std::equal: that becomes a call to memcmp per key, for one or two dimensions.
   const Shape& shape = t.shape();
-  const auto dims = group.dims.begin();
-  return t.defined() && t.device().is_cpu() && t.dtype() == group.dtypes[i] &&
-         std::equal(shape.begin(), shape.end(), dims + group.dims_at[i],
-                    dims + group.dims_at[i + 1]);
-}
-
-template <typename TensorAt>
-bool DistStore::CheckGroupTensors(const GroupPlan& group, TensorAt tensor,
-                                  std::vector<uint8_t*>* bases) {
-  // One pass over the pieces (key order; within a part, the part's order).
-  const size_t parts = group.parts.size();
-  bases->assign(parts, nullptr);
-  std::vector<const Tensor*> heads(parts, nullptr);
-  std::vector<char> scattered(parts, 0);
-  size_t checked = std::numeric_limits<size_t>::max();
-  for (const GroupPlan::Piece& piece : group.pieces) {
-    const Tensor& t = tensor(piece.key);
-    if (piece.key != checked) {
-      if (!Matches(group, piece.key, t)) return false;
-      checked = piece.key;
-    }
-    if (scattered[piece.part]) continue;
-    uint8_t* at = static_cast<uint8_t*>(t.data()) + piece.value_offset;
-    uint8_t*& base = (*bases)[piece.part];
-    if (heads[piece.part] == nullptr) {  // The part's first piece: packed at 0.
-      heads[piece.part] = &t;
-      base = at;
-    } else if (at != base + piece.packed_offset || !t.SameBuffer(*heads[piece.part])) {
-      scattered[piece.part] = 1;
-      base = nullptr;
-    }
+  const uint32_t first = group.dims_at[i];
+  if (shape.size() != group.dims_at[i + 1] - first) return false;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] != group.dims[first + d]) return false;
   }
   return true;
 }
 
-bool DistStore::PackGroup(GroupPlan& group, absl::Span<const Tensor> values, GroupWork* work) {
-  std::vector<uint8_t*> bases;
-  if (!CheckGroupTensors(group, [&](size_t i) -> const Tensor& { return values[i]; }, &bases)) {
-    return false;
+namespace {
+// Lists of at least this many pieces are checked on two threads, in blocks of kCheckBlock.
+constexpr size_t kSplitCheckPieces = 16384;
+constexpr size_t kCheckBlock = 4096;
+}  // namespace
+
+template <typename TensorAt>
+DistStore::GroupCheck DistStore::CheckGroupTensors(const GroupPlan& group,
+                                                   absl::Span<const Key> keys, TensorAt tensor,
+                                                   std::vector<uint8_t*>* bases) {
+  // A part's members lie back to back in one buffer when every piece implies the same start of
+  // the part (its address less its offset in the part) in the same buffer. Each block of
+  // pieces finds, per part, the start its pieces imply and whether they all agree; the blocks
+  // are then merged in order.
+  const size_t parts = group.parts.size();
+  struct Seen {
+    uintptr_t base = 0;
+    const Tensor* head = nullptr;  // The first piece's tensor; null: the block has none.
+    bool scattered = false;
+  };
+  const size_t n = group.pieces.size();
+  const size_t block = n >= kSplitCheckPieces ? kCheckBlock : std::max<size_t>(n, 1);
+  const size_t blocks = (n + block - 1) / block;
+  std::vector<Seen> seen(blocks * parts);
+  std::atomic<bool> mismatched{false};
+  std::atomic<bool> other_keys{false};
+  auto agree = [](Seen& into, uintptr_t base, const Tensor& t) {
+    if (into.head == nullptr) {
+      into.head = &t;
+      into.base = base;
+    } else if (base != into.base || !t.SameBuffer(*into.head)) {
+      into.scattered = true;
+    }
+  };
+  split_.Run(n, block, [&](size_t begin, size_t end) {
+    Seen* mine = &seen[begin / block * parts];
+    size_t checked = std::numeric_limits<size_t>::max();
+    for (size_t k = begin; k < end; ++k) {
+      const GroupPlan::Piece& piece = group.pieces[k];
+      const Tensor& t = tensor(piece.key);
+      if (piece.key != checked) {
+        if (!keys.empty() && !SameKey(group, piece.key, keys[piece.key])) {
+          other_keys.store(true, std::memory_order_relaxed);
+          return;
+        }
+        if (!Matches(group, piece.key, t)) {
+          mismatched.store(true, std::memory_order_relaxed);
+          return;
+        }
+        checked = piece.key;
+      }
+      Seen& part = mine[piece.part];
+      if (part.scattered) continue;
+      agree(part, reinterpret_cast<uintptr_t>(t.data()) + piece.value_offset - piece.packed_offset,
+            t);
+    }
+  });
+  // A block stops at its first key that differs, so a tensor that did not match belongs to a
+  // key of the group's list: with other keys the call is checked again against their group.
+  if (other_keys.load(std::memory_order_relaxed)) return GroupCheck::kOtherKeys;
+  if (mismatched.load(std::memory_order_relaxed)) return GroupCheck::kMismatch;
+  bases->assign(parts, nullptr);
+  for (size_t p = 0; p < parts; ++p) {
+    Seen whole;
+    for (size_t b = 0; b < blocks && !whole.scattered; ++b) {
+      const Seen& part = seen[b * parts + p];
+      if (part.head == nullptr) continue;
+      if (part.scattered) whole.scattered = true;
+      agree(whole, part.base, *part.head);
+    }
+    if (!whole.scattered && whole.head != nullptr) {
+      (*bases)[p] = reinterpret_cast<uint8_t*>(whole.base);
+    }
   }
+  return GroupCheck::kOk;
+}
+
+DistStore::GroupCheck DistStore::PackGroup(GroupPlan& group, absl::Span<const Key> keys,
+                                           absl::Span<const Tensor> values, GroupWork* work) {
+  std::vector<uint8_t*> bases;
+  const GroupCheck check = CheckGroupTensors(
+      group, keys, [&](size_t i) -> const Tensor& { return values[i]; }, &bases);
+  if (check != GroupCheck::kOk) return check;
   // Values already back to back in each part's order (views of one bucket) go as they are.
   if (std::none_of(bases.begin(), bases.end(), [](uint8_t* b) { return b == nullptr; })) {
     SendFrom(group, bases,
              [&](const GroupPlan::Part& part) { return values[part.members.front().key]; }, work);
-    return true;
+    return GroupCheck::kOk;
   }
   PackPieces(group, [&](size_t i) { return static_cast<const uint8_t*>(values[i].data()); },
              work);
-  return true;
+  return GroupCheck::kOk;
 }
 
 template <typename Owner>
@@ -1374,17 +1443,18 @@ void DistStore::PackPieces(GroupPlan& group, KeyData key_data, GroupWork* work) 
   }
 }
 
-bool DistStore::CheckGroupOutputs(const GroupPlan& group, absl::Span<Tensor* const> outs,
-                                  GroupWork* work) {
-  if (!CheckGroupTensors(group, [&](size_t i) -> const Tensor& { return *outs[i]; },
-                         &work->out_bases)) {
-    return false;
-  }
+DistStore::GroupCheck DistStore::CheckGroupOutputs(const GroupPlan& group,
+                                                   absl::Span<const Key> keys,
+                                                   absl::Span<Tensor* const> outs,
+                                                   GroupWork* work) {
+  const GroupCheck check = CheckGroupTensors(
+      group, keys, [&](size_t i) -> const Tensor& { return *outs[i]; }, &work->out_bases);
+  if (check != GroupCheck::kOk) return check;
   if (std::any_of(work->out_bases.begin(), work->out_bases.end(),
                   [](uint8_t* b) { return b == nullptr; })) {
     for (Tensor* out : outs) work->out_data.push_back(static_cast<uint8_t*>(out->data()));
   }
-  return true;
+  return GroupCheck::kOk;
 }
 
 bool DistStore::TryGroupBucket(Kind kind, absl::Span<const Key> keys, const Tensor* in,
@@ -1479,17 +1549,38 @@ absl::StatusOr<std::pair<DType, Shape>> DistStore::StoredSpec(const Key& key) co
 bool DistStore::TryGroup(Kind kind, absl::Span<const Key> keys, absl::Span<const Tensor> values,
                          absl::Span<Tensor* const> outs, int priority) {
   const bool pushes = kind != Kind::kPull;
-  std::shared_ptr<GroupPlan> group = GroupFor(keys, pushes);
-  if (group == nullptr) return false;
-  Op op;
-  op.priority = priority;
-  op.kind = kind;
-  op.bytes = group->bytes;
-  if (pushes && !PackGroup(*group, values, &op.group_work)) return false;
-  if (kind != Kind::kPush && !CheckGroupOutputs(*group, outs, &op.group_work)) return false;
-  op.group = std::move(group);
-  EnqueueOp(std::move(op));
-  return true;
+  // The group used last, its keys compared while the tensors are checked; when the list turns
+  // out to be another, its own group (GroupFor compares the list before returning it).
+  std::shared_ptr<GroupPlan> group = RecentGroup(keys, pushes);
+  absl::Span<const Key> unchecked = keys;
+  while (true) {
+    if (group == nullptr) {
+      if (unchecked.empty()) return false;
+      group = GroupFor(keys, pushes);
+      unchecked = {};
+      if (group == nullptr) return false;
+    }
+    Op op;
+    op.priority = priority;
+    op.kind = kind;
+    op.bytes = group->bytes;
+    GroupCheck check = GroupCheck::kOk;
+    if (pushes) {
+      check = PackGroup(*group, unchecked, values, &op.group_work);
+      if (check == GroupCheck::kOk) unchecked = {};
+    }
+    if (check == GroupCheck::kOk && kind != Kind::kPush) {
+      check = CheckGroupOutputs(*group, unchecked, outs, &op.group_work);
+    }
+    if (check == GroupCheck::kMismatch) return false;
+    if (check == GroupCheck::kOtherKeys) {
+      group = nullptr;
+      continue;
+    }
+    op.group = std::move(group);
+    EnqueueOp(std::move(op));
+    return true;
+  }
 }
 
 void DistStore::TransferGroup(Kind kind, std::shared_ptr<GroupPlan> group, GroupWork work,

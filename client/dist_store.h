@@ -56,6 +56,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/kvstore.h"
+#include "client/split_loop.h"
 #include "common/compression.h"
 #include "common/partitioner.h"
 #include "proto/kvstore.grpc.pb.h"
@@ -174,13 +175,15 @@ class DistStore final : public KVStore {
       size_t bucket_base = kScattered;
     };
     std::vector<Part> parts;
-    // Every member in key order, for packing: its part and its offset there.
+    // Every member in key order, for packing: its part and its offset there. 32-bit offsets
+    // (a member is at most 64 KiB, a group's arrays at most 256 MiB): a call's check reads
+    // every piece, and 20 bytes a piece is less memory to read than 40.
     struct Piece {
       uint32_t key = 0;
       uint32_t part = 0;
-      size_t value_offset = 0;
-      size_t packed_offset = 0;
-      size_t bytes = 0;
+      uint32_t value_offset = 0;
+      uint32_t packed_offset = 0;
+      uint32_t bytes = 0;
     };
     std::vector<Piece> pieces;
     int64_t bytes = 0;
@@ -253,17 +256,31 @@ class DistStore final : public KVStore {
   std::shared_ptr<GroupPlan> IntGroupFor(absl::Span<const int64_t> keys, bool pushes);
   // GroupsUsable is false when a call of `n` keys cannot use a group.
   bool GroupsUsable(size_t n, bool pushes) const;
-  // SameKeys is true when `keys` is the group's list.
+  // RecentGroup returns the group used last when `keys` has as many keys as its list (and the
+  // call can use a group), without comparing them: the check of the call's tensors compares
+  // them on the way (one pass over the call, not two).
+  std::shared_ptr<GroupPlan> RecentGroup(absl::Span<const Key> keys, bool pushes);
+  // SameKeys is true when `keys` is the group's list; SameKey when `key` is its key i.
   static bool SameKeys(const GroupPlan& group, absl::Span<const Key> keys);
+  static bool SameKey(const GroupPlan& group, size_t i, const Key& key) {
+    return group.int_keys.empty() ? key == group.keys[i]
+                                  : key.is_int() && key.int_key() == group.int_keys[i];
+  }
   // Matches is true when `t` is a CPU tensor of the dtype and shape of the group's key i.
   static bool Matches(const GroupPlan& group, size_t i, const Tensor& t);
-  // CheckGroupTensors checks the call's tensors (`tensor(i)` for key i) with Matches and
-  // returns in `bases`, per part, where its members already lie back to back in one buffer in
-  // the part's order (null where they do not). False when a tensor does not match.
+  // The outcome of checking a call against a group: kOtherKeys when the call's keys (compared
+  // when the group came from RecentGroup) are not the group's list, kMismatch when a tensor
+  // does not fit its key (the per-key path then reports it).
+  enum class GroupCheck { kOk, kMismatch, kOtherKeys };
+  // CheckGroupTensors checks the call's tensors (`tensor(i)` for key i) with Matches, and the
+  // call's keys with SameKey unless `keys` is empty, and returns in `bases`, per part, where
+  // its members already lie back to back in one buffer in the part's order (null where they
+  // do not). Long lists are checked on two threads (split_).
   template <typename TensorAt>
-  static bool CheckGroupTensors(const GroupPlan& group, TensorAt tensor,
-                                std::vector<uint8_t*>* bases);
-  static bool PackGroup(GroupPlan& group, absl::Span<const Tensor> values, GroupWork* work);
+  GroupCheck CheckGroupTensors(const GroupPlan& group, absl::Span<const Key> keys,
+                               TensorAt tensor, std::vector<uint8_t*>* bases);
+  GroupCheck PackGroup(GroupPlan& group, absl::Span<const Key> keys,
+                       absl::Span<const Tensor> values, GroupWork* work);
   // SendFrom makes the bytes each part sends the caller's memory at bases[p], which
   // `owner(part)` keeps alive (direct: nothing is copied).
   template <typename Owner>
@@ -280,8 +297,8 @@ class DistStore final : public KVStore {
                       int priority);
   bool EnqueueBucket(Kind kind, std::shared_ptr<GroupPlan> group, const Tensor* in, Tensor* out,
                      int priority);
-  static bool CheckGroupOutputs(const GroupPlan& group, absl::Span<Tensor* const> outs,
-                                GroupWork* work);
+  GroupCheck CheckGroupOutputs(const GroupPlan& group, absl::Span<const Key> keys,
+                               absl::Span<Tensor* const> outs, GroupWork* work);
   // TryGroup enqueues a key-group operation when the call can use one; false otherwise.
   bool TryGroup(Kind kind, absl::Span<const Key> keys, absl::Span<const Tensor> values,
                 absl::Span<Tensor* const> outs, int priority);
@@ -387,6 +404,7 @@ class DistStore final : public KVStore {
   // Calls complete on cq_, which completer_ alone polls (gRPC's async API: its callback API
   // keeps two threads polling, each event waking the other).
   grpc::CompletionQueue cq_;
+  SplitLoop split_;  // Checks long key lists on two threads.
   std::thread completer_;
   std::thread dispatcher_;
   std::thread timer_;

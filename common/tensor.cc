@@ -112,13 +112,15 @@ absl::Status ValidateShape(const Shape& shape) {
   return absl::OkStatus();
 }
 
+static_assert(sizeof(Tensor) <= 64, "a Tensor handle should fit one cache line");
+
 Tensor::Tensor(std::shared_ptr<void> holder, void* data, DType dtype, Shape shape, Device device,
                bool owns)
     : holder_(std::move(holder)),
       data_(data),
-      dtype_(dtype),
       shape_(std::move(shape)),
       device_(device),
+      dtype_(dtype),
       owns_(owns),
       defined_(true) {}
 

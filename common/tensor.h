@@ -146,11 +146,13 @@ class Tensor {
   Tensor(std::shared_ptr<void> holder, void* data, DType dtype, Shape shape, Device device,
          bool owns);
 
+  // Ordered so that a handle is 64 bytes, one cache line: checking a list of 100,000 of them
+  // reads memory, not instructions, and a line less per handle is what counts.
   std::shared_ptr<void> holder_;  // Keeps the buffer alive; null for borrowed tensors.
   void* data_ = nullptr;
-  DType dtype_ = DType::kFloat32;
   Shape shape_;
   Device device_;
+  DType dtype_ = DType::kFloat32;
   bool owns_ = false;
   bool defined_ = false;
 };

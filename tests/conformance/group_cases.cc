@@ -56,6 +56,19 @@ std::vector<Tensor*> Pointers(std::vector<Tensor>& outs) {
   return ptrs;
 }
 
+// ViewsOfBucket returns one view per tensor of `like` (of its shape), back to back in a new
+// bucket of `total` elements of their dtype.
+std::vector<Tensor> ViewsOfBucket(const std::vector<Tensor>& like, int64_t total) {
+  const Tensor bucket = Tensor::Zeros(like.front().dtype(), {total});
+  std::vector<Tensor> views;
+  size_t offset = 0;
+  for (const Tensor& t : like) {
+    views.push_back(*bucket.View(offset, t.dtype(), t.shape()));
+    offset += t.byte_size();
+  }
+  return views;
+}
+
 // Init stores `n` small keys (at most 4 elements each; with `big`, one more of 40).
 ManyKeys Init(TestRng& rng, KVStore& kv, int n, bool big) {
   ManyKeys m;
@@ -226,15 +239,8 @@ TEST_CASE("Many keys: values and outputs that are views of one bucket", "[groups
   REQUIRE(kv->Init(m.keys, initial).ok());
   INFO(n << " keys of " << DTypeName(dtype) << ", " << servers << " servers");
   // One bucket for the values, one for the outputs; each key a view of its own stretch.
-  const Tensor bucket = Tensor::Zeros(dtype, {total});
-  const Tensor out_bucket = Tensor::Zeros(dtype, {total});
-  std::vector<Tensor> values, outs;
-  size_t offset = 0;
-  for (const Tensor& like : m.like) {
-    values.push_back(*bucket.View(offset, dtype, like.shape()));
-    outs.push_back(*out_bucket.View(offset, dtype, like.shape()));
-    offset += like.byte_size();
-  }
+  std::vector<Tensor> values = ViewsOfBucket(m.like, total);
+  std::vector<Tensor> outs = ViewsOfBucket(m.like, total);
   const std::vector<Tensor*> ptrs = Pointers(outs);
   std::vector<Tensor*> in_place = Pointers(values);
   for (int round = 0; round < 5; ++round) {
@@ -493,6 +499,74 @@ TEST_CASE("Many keys: one bad value refuses the whole list", "[groups][errors]")
   REQUIRE(kv->Pull(m.keys, Pointers(outs)).ok());
   REQUIRE(kv->WaitAll().ok());
   before.Check(outs, 1);  // Nothing was applied.
+}
+
+TEST_CASE("Many keys: a list long enough to be checked on two threads", "[groups][bucket]") {
+  // Over 16,384 keys a distributed store checks a call on two threads, block by block: each
+  // block must see a view from another buffer, a key that is not the list's, or a bad value.
+  TestRng rng;
+  INFO(rng.Describe());
+  auto kv = NewStore();
+  const DType dtype = rng.AnyDType();
+  const int n = static_cast<int>(rng.Int(20000, 30000));
+  ManyKeys m = BucketKeys(rng, *kv, n, 100000, dtype, true);
+  INFO(n << " keys of " << DTypeName(dtype));
+  // One key more, of the shape of the key it stands in for in a second list of n keys.
+  const size_t swapped = static_cast<size_t>(rng.Int(0, n - 1));
+  const Key extra = int64_t{99999};
+  Tensor extra_value = rng.RandomTensor(dtype, m.like[swapped].shape());
+  std::vector<double> extra_reference = ToDoubles(extra_value);
+  REQUIRE(kv->Init(extra, extra_value).ok());
+  int64_t total = 0;
+  for (const Tensor& t : m.like) total += t.num_elements();
+  std::vector<Tensor> values = ViewsOfBucket(m.like, total);
+  std::vector<Tensor> outs = ViewsOfBucket(m.like, total);
+  const std::vector<Tensor*> ptrs = Pointers(outs);
+  for (int round = 0; round < 4; ++round) {
+    INFO("round " << round);
+    const ManyKeys before = m;
+    const std::vector<Tensor> next = m.Next(rng);
+    for (int i = 0; i < n; ++i) {
+      std::memcpy(values[i].data(), next[i].data(), next[i].byte_size());
+    }
+    const size_t at = static_cast<size_t>(rng.Int(0, n - 1));
+    INFO("position " << at << " (" << m.keys[at].Quoted() << ")");
+    std::vector<Tensor> listed = values;
+    std::vector<Key> keys = m.keys;
+    switch (round) {
+      case 0:  // Views of one bucket: sent from it as they are.
+        break;
+      case 1:  // One value in a buffer of its own (other numbers): the list is packed.
+        listed[at] = rng.RandomTensor(dtype, m.like[at].shape());
+        m.Apply(at, listed[at]);
+        break;
+      case 2: {  // As many keys, one of them another: that list's own group.
+        keys[swapped] = extra;
+        listed[swapped] = rng.RandomTensor(dtype, m.like[swapped].shape());
+        extra_reference = ToDoubles(listed[swapped]);
+        m.reference[swapped] = before.reference[swapped];
+        break;
+      }
+      default: {  // A value of the wrong shape: refused, nothing applied.
+        Shape wrong = m.like[at].shape();
+        wrong.push_back(3);
+        listed[at] = rng.RandomTensor(dtype, wrong);
+        const absl::Status status = kv->Push(keys, listed);
+        REQUIRE(absl::IsInvalidArgument(status));
+        REQUIRE_THAT(std::string(status.message()),
+                     Catch::Contains("key " + m.keys[at].Quoted()));
+        m = before;
+        break;
+      }
+    }
+    if (round < 3) REQUIRE(kv->Push(keys, listed).ok());
+    REQUIRE(kv->Pull(m.keys, ptrs).ok());
+    Tensor extra_out = Tensor::Zeros(dtype, m.like[swapped].shape());
+    REQUIRE(kv->Pull(extra, &extra_out).ok());
+    REQUIRE(kv->WaitAll().ok());
+    m.Check(outs, round + 1);
+    REQUIRE(MaxAbsDiff(ToDoubles(extra_out), extra_reference) <= Tolerance(dtype, 2, 4));
+  }
 }
 
 }  // namespace
