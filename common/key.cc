@@ -2,6 +2,8 @@
 
 namespace kvstore {
 
+static_assert(sizeof(Key) == 16, "a Key is an integer and a pointer");
+
 uint64_t Key::StableHash() const {
   if (is_int()) {
     // splitmix64 finaliser: consecutive integer keys spread evenly.

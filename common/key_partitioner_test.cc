@@ -1,6 +1,9 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -27,6 +30,55 @@ TEST_CASE("Key: int and string keys compare, hash and print", "[key]") {
   REQUIRE(Key(7).StableHash() == Key(int64_t{7}).StableHash());
   // FNV-1a of "a" is a published constant: the hash is the same in every build.
   REQUIRE(Key("a").StableHash() == 0xAF63DC4C8601EC8Cull);
+}
+
+TEST_CASE("Key: copies, moves, order and hashes of random keys of both kinds", "[key]") {
+  // The reference: a key as (kind, integer, text), integers before strings.
+  TestRng rng;
+  INFO(rng.Describe());
+  using Ref = std::tuple<int, int64_t, std::string>;
+  std::vector<Key> keys;
+  std::vector<Ref> refs;
+  for (int i = 0; i < 400; ++i) {
+    if (rng.Int(0, 1) == 0) {
+      const int64_t k = rng.Int(-50, 50) * (rng.Int(0, 1) == 0 ? 1 : int64_t{1} << 40);
+      keys.push_back(k);
+      refs.emplace_back(0, k, "");
+    } else {
+      std::string text(static_cast<size_t>(rng.Int(0, 40)), 'a');
+      for (char& c : text) c = static_cast<char>('a' + rng.Int(0, 2));
+      keys.push_back(text);
+      refs.emplace_back(1, 0, text);
+    }
+  }
+  // Copies and moves keep the key; assignment over a key of either kind replaces it.
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const size_t j = static_cast<size_t>(rng.Int(0, static_cast<int64_t>(keys.size()) - 1));
+    Key copy = keys[i];
+    Key moved = std::move(copy);
+    Key assigned = keys[j];
+    assigned = moved;
+    Key move_assigned = keys[j];
+    move_assigned = Key(keys[i]);
+    assigned = assigned;  // Self-assignment keeps it.
+    for (const Key* k : {&moved, &assigned, &move_assigned}) {
+      INFO("key " << i << " " << keys[i].Quoted());
+      REQUIRE(*k == keys[i]);
+      REQUIRE(k->is_int() == (std::get<0>(refs[i]) == 0));
+      REQUIRE(k->ToString() == (k->is_int() ? std::to_string(std::get<1>(refs[i]))
+                                            : std::get<2>(refs[i])));
+    }
+  }
+  std::vector<Key> copies(keys.begin(), keys.end());
+  keys.clear();  // The copies outlive the originals.
+  for (size_t i = 0; i < copies.size(); ++i) {
+    for (size_t j = 0; j < copies.size(); j += 7) {
+      INFO(copies[i].Quoted() << " vs " << copies[j].Quoted());
+      REQUIRE((copies[i] == copies[j]) == (refs[i] == refs[j]));
+      REQUIRE((copies[i] < copies[j]) == (refs[i] < refs[j]));
+      if (refs[i] == refs[j]) REQUIRE(absl::HashOf(copies[i]) == absl::HashOf(copies[j]));
+    }
+  }
 }
 
 TEST_CASE("Partitioner: split boundaries follow round(N/S*i)", "[partitioner]") {
