@@ -1551,36 +1551,35 @@ bool DistStore::TryGroup(Kind kind, absl::Span<const Key> keys, absl::Span<const
   const bool pushes = kind != Kind::kPull;
   // The group used last, its keys compared while the tensors are checked; when the list turns
   // out to be another, its own group (GroupFor compares the list before returning it).
-  std::shared_ptr<GroupPlan> group = RecentGroup(keys, pushes);
-  absl::Span<const Key> unchecked = keys;
-  while (true) {
-    if (group == nullptr) {
-      if (unchecked.empty()) return false;
-      group = GroupFor(keys, pushes);
-      unchecked = {};
-      if (group == nullptr) return false;
-    }
-    Op op;
-    op.priority = priority;
-    op.kind = kind;
-    op.bytes = group->bytes;
-    GroupCheck check = GroupCheck::kOk;
-    if (pushes) {
-      check = PackGroup(*group, unchecked, values, &op.group_work);
-      if (check == GroupCheck::kOk) unchecked = {};
-    }
-    if (check == GroupCheck::kOk && kind != Kind::kPush) {
-      check = CheckGroupOutputs(*group, unchecked, outs, &op.group_work);
-    }
-    if (check == GroupCheck::kMismatch) return false;
-    if (check == GroupCheck::kOtherKeys) {
-      group = nullptr;
-      continue;
-    }
-    op.group = std::move(group);
-    EnqueueOp(std::move(op));
-    return true;
+  if (std::shared_ptr<GroupPlan> recent = RecentGroup(keys, pushes); recent != nullptr) {
+    const GroupCheck check = EnqueueGroup(kind, std::move(recent), keys, values, outs, priority);
+    if (check != GroupCheck::kOtherKeys) return check == GroupCheck::kOk;
   }
+  std::shared_ptr<GroupPlan> group = GroupFor(keys, pushes);
+  return group != nullptr &&
+         EnqueueGroup(kind, std::move(group), {}, values, outs, priority) == GroupCheck::kOk;
+}
+
+DistStore::GroupCheck DistStore::EnqueueGroup(Kind kind, std::shared_ptr<GroupPlan> group,
+                                              absl::Span<const Key> unchecked,
+                                              absl::Span<const Tensor> values,
+                                              absl::Span<Tensor* const> outs, int priority) {
+  Op op;
+  op.priority = priority;
+  op.kind = kind;
+  op.bytes = group->bytes;
+  if (kind != Kind::kPull) {
+    const GroupCheck check = PackGroup(*group, unchecked, values, &op.group_work);
+    if (check != GroupCheck::kOk) return check;
+    unchecked = {};  // Compared by PackGroup.
+  }
+  if (kind != Kind::kPush) {
+    const GroupCheck check = CheckGroupOutputs(*group, unchecked, outs, &op.group_work);
+    if (check != GroupCheck::kOk) return check;
+  }
+  op.group = std::move(group);
+  EnqueueOp(std::move(op));
+  return GroupCheck::kOk;
 }
 
 void DistStore::TransferGroup(Kind kind, std::shared_ptr<GroupPlan> group, GroupWork work,

@@ -302,6 +302,11 @@ class DistStore final : public KVStore {
   // TryGroup enqueues a key-group operation when the call can use one; false otherwise.
   bool TryGroup(Kind kind, absl::Span<const Key> keys, absl::Span<const Tensor> values,
                 absl::Span<Tensor* const> outs, int priority);
+  // EnqueueGroup checks the call against `group` (its keys too, unless `unchecked` is empty)
+  // and enqueues it when they match.
+  GroupCheck EnqueueGroup(Kind kind, std::shared_ptr<GroupPlan> group,
+                          absl::Span<const Key> unchecked, absl::Span<const Tensor> values,
+                          absl::Span<Tensor* const> outs, int priority);
 
   // Operation queue.
   void Enqueue(int priority, std::vector<KeyWork> work, Kind kind);
