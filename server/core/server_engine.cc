@@ -4,6 +4,8 @@
 #include <cstring>
 #include <utility>
 
+#include <spdlog/spdlog.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/reduce.h"
 #include "common/row_sparse.h"
@@ -905,12 +907,15 @@ void ServerEngine::EndPush(const std::shared_ptr<PushCall>& call, bool empty,
       }
       SwapUpdaterIfIdle();
     }
-    for (auto& f : finished) {
-      RecordApplied(f->node_id, f->request_id);
-      for (Done& d : f->done) finished_done.push_back(std::move(d));
-    }
+    for (auto& f : finished) FinishCall(f.get(), &finished_done);
   }
   for (Done& d : finished_done) d(error);
+}
+
+void ServerEngine::FinishCall(PushCall* call, std::vector<Done>* finished) {
+  RecordApplied(call->node_id, call->request_id);
+  for (Done& d : call->done) finished->push_back(std::move(d));
+  call->done.clear();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1061,10 +1066,15 @@ absl::StatusOr<bool> ServerEngine::MergeSpan(const Key& key, Chunk* chunk, const
 }
 
 void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t group_id,
-                             const ByteChunks& bytes, Done done) {
+                             const ByteChunks& bytes, Done done, Ack ack) {
+  const std::shared_ptr<Updater> current = updater();
   absl::Status error = CheckSender(node_id);
   std::shared_ptr<const Group> group;
   std::shared_ptr<PushCall> call;
+  // With Ack::kOrdered and an arena that is free, its lock is taken here and the call finished
+  // (its `done`s taken) before the update.
+  bool arena_locked = false;
+  std::vector<Done> acked;
   {
     absl::MutexLock lock(&mu_);
     if (error.ok()) {
@@ -1085,31 +1095,41 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
       error = CheckRound(group->keys[i], *group->chunks[i], node_id);
     }
     if (group != nullptr) call = BeginPush(node_id, request_id, group->chunks, &done, &error);
+    // The engine's lock is taken before an arena's (RegisterGroup): only a TryLock here.
+    if (call != nullptr && ack == Ack::kOrdered && group->arena != nullptr && !rounds() &&
+        current->piecewise() && group->arena->mu.TryLock()) {
+      arena_locked = true;
+      FinishCall(call.get(), &acked);
+    }
   }
   if (call == nullptr) {
     if (done) done(error);
     return;
   }
+  for (Done& d : acked) d(absl::OkStatus());
 
-  const std::shared_ptr<Updater> current = updater();
   if (group->arena != nullptr && !rounds() && current->piecewise()) {
     // Each push is applied as it arrives: one update per run of one dtype, straight from the
     // received slices into the arena.
-    {
-      absl::MutexLock lock(&group->arena->mu);
-      auto* base = static_cast<uint8_t*>(group->arena->buffer.data()) + group->arena_base;
-      for (const Group::Run& run : group->runs) {
-        const size_t element = DTypeSize(run.dtype);
-        ForEachPiece(SubRange(bytes, run.begin, run.end), element,
-                     [&](int64_t e, const void* piece, int64_t count) {
-                       if (!error.ok()) return;
-                       error = current->UpdateSpan(group->keys[0], 0, run.dtype, piece,
-                                                   base + run.begin + static_cast<size_t>(e) * element,
-                                                   count);
-                     });
-      }
+    if (!arena_locked) group->arena->mu.Lock();
+    auto* base = static_cast<uint8_t*>(group->arena->buffer.data()) + group->arena_base;
+    for (const Group::Run& run : group->runs) {
+      const size_t element = DTypeSize(run.dtype);
+      ForEachPiece(SubRange(bytes, run.begin, run.end), element,
+                   [&](int64_t e, const void* piece, int64_t count) {
+                     if (!error.ok()) return;
+                     error = current->UpdateSpan(group->keys[0], 0, run.dtype, piece,
+                                                 base + run.begin + static_cast<size_t>(e) * element,
+                                                 count);
+                   });
     }
-    EndPush(call, false, {}, error);
+    group->arena->mu.Unlock();
+    if (!arena_locked) {
+      EndPush(call, false, {}, error);
+    } else if (!error.ok()) {
+      spdlog::error("key group {} of node {}: the updater \"{}\" failed after the push was "
+                    "acknowledged: {}", group_id, node_id, std::string(current->name()), error.ToString());
+    }
     return;
   }
   // Walk the received slices once; a member split between two slices is gathered first.

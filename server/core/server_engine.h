@@ -155,8 +155,15 @@ class ServerEngine {
                              absl::Span<const ValueSlice> members);
   // PushGroup: as Push; FailedPrecondition naming the group when the node has not registered
   // it (the sender registers it again), InvalidArgument when `bytes` is not the group's size.
+  // With Ack::kOrdered, `done` may run with OK before the update is applied, once it is sure to
+  // succeed and holds the lock of every value it changes: anything that reads them afterwards
+  // (a pull on any thread, a checkpoint) waits for it. That is the case for a group held in an
+  // arena, pushed outside dist_sync rounds, with a piecewise updater, when its arena is not
+  // busy; otherwise, and always with Ack::kApplied, `done` runs once the update is applied.
+  // `done` must not read the group's values with kOrdered (it runs under their lock).
+  enum class Ack { kApplied, kOrdered };
   void PushGroup(uint64_t node_id, uint64_t request_id, uint64_t group_id,
-                 const ByteChunks& bytes, Done done);
+                 const ByteChunks& bytes, Done done, Ack ack = Ack::kApplied);
   // PullGroup returns the members' stored elements packed in member order: the first `bytes`
   // bytes of `buffer`, which the next pull of the group reuses once this handle is released.
   struct PackedGroup {
@@ -354,6 +361,9 @@ class ServerEngine {
   // that has now been applied in full (`call` itself when it pushed nothing), with `error`.
   void EndPush(const std::shared_ptr<PushCall>& call, bool empty,
                absl::Span<Chunk* const> completed, const absl::Status& error);
+  // FinishCall records `call` as applied and moves its `done`s into `*finished`.
+  void FinishCall(PushCall* call, std::vector<Done>* finished)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PlaceInArena gives a new group the arena of its members (moving them into a new one when
   // none is in an arena yet and all are small), or none when they are placed otherwise.
   void PlaceInArena(Group* group, absl::Span<const ValueSlice> members)

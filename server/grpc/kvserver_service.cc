@@ -146,15 +146,15 @@ absl::StatusOr<std::vector<ValueSlice>> SlicesFromHeaders(
 }
 
 // StartGroupPush registers the group a Push or PushPull lists (if it does) and pushes the
-// packed values; `done` runs once the push is applied, or at once with the error.
+// packed values; `done` runs at once with the error, or when `ack` says (ServerEngine::PushGroup).
 template <typename Request>
 void StartGroupPush(ServerEngine* engine, const Request& header, const Payload& payload,
-                    KVServerService::Done done) {
+                    ServerEngine::Ack ack, KVServerService::Done done) {
   absl::Status status = RegisterListedGroup(header, engine);
   absl::StatusOr<ByteChunks> bytes = status.ok() ? payload.Chunks(0, payload.size()) : status;
   if (!bytes.ok()) return done(bytes.status());
   engine->PushGroup(header.node_id(), header.request_id(), header.group_id(), *bytes,
-                    std::move(done));
+                    std::move(done), ack);
 }
 
 }  // namespace
@@ -209,7 +209,9 @@ void KVServerService::HandlePush(const grpc::ByteBuffer* request,
     done(status);
   };
   if (header.group_id() != 0) {
-    return StartGroupPush(backend->engine.get(), header, *payload, std::move(finish));
+    // The reply may leave before the sum is done: a later reader waits for it (PushGroup).
+    return StartGroupPush(backend->engine.get(), header, *payload, ServerEngine::Ack::kOrdered,
+                          std::move(finish));
   }
   auto values = IncomingValues(header.tensors(), *payload, /*row_sparse_allowed=*/true);
   if (!values.ok()) return finish(values.status());
@@ -251,7 +253,7 @@ void KVServerService::HandlePushPull(const grpc::ByteBuffer* request,
   const uint64_t group_id = header.group_id();
   if (group_id != 0) {
     return StartGroupPush(
-        backend->engine.get(), header, *payload,
+        backend->engine.get(), header, *payload, ServerEngine::Ack::kApplied,
         [response, backend, node_id, group_id, done = std::move(done)](absl::Status status) {
           if (status.ok()) status = PullGroupInto(*backend->engine, node_id, group_id, response);
           done(status);
