@@ -3,6 +3,7 @@
 #include "server/core/server_engine.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <optional>
 #include <thread>
@@ -698,6 +699,69 @@ TEST_CASE("ServerEngine: one worker's key-group pushes apply at once", "[server]
   for (size_t i = 0; i < group.keys.size(); ++i) {
     REQUIRE(MaxAbsDiff(PullAll(*engine, group.keys[i], group.like[i]), expected[i]) <=
             testing::Tolerance(group.like[i].dtype(), 2, 4));
+  }
+}
+
+TEST_CASE("ServerEngine: a group push acknowledged before its sum is seen by every later reader",
+          "[server][groups][arena]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto engine = NewEngine(false, {2, 3});
+  engine->SetUpdater(MakeSumUpdater());
+  // Members of one dtype, so that they share an arena.
+  const DType dtype = rng.AnyFloatDType();
+  INFO(DTypeName(dtype));
+  TestGroup group;
+  std::vector<IncomingValue> init;
+  for (int i = 0; i < 40; ++i) {
+    const Shape shape = rng.AnyShape(2, 4);
+    group.keys.push_back(int64_t{7000 + i});
+    group.like.push_back(rng.RandomTensor(dtype, shape));
+    group.members.push_back(ValueSlice{group.keys[i], dtype, shape, 0, NumElements(shape)});
+    init.push_back(Incoming(group.keys[i], group.like[i]));
+  }
+  REQUIRE(engine->Init(2, init).ok());
+  REQUIRE(engine->RegisterGroup(2, 5, group.members).ok());
+  REQUIRE(engine->GroupInArena(2, 5));
+  std::vector<std::vector<double>> expected;
+  for (const Tensor& t : group.like) expected.push_back(ToDoubles(t));
+  for (int round = 0; round < 3; ++round) {
+    INFO("round " << round);
+    std::vector<Tensor> pushed;
+    for (size_t i = 0; i < group.like.size(); ++i) {
+      pushed.push_back(rng.RandomTensor(group.like[i].dtype(), group.like[i].shape()));
+      const auto values = ToDoubles(pushed.back());
+      for (size_t e = 0; e < values.size(); ++e) expected[i][e] += values[e];
+    }
+    const std::vector<uint8_t> bytes = group.Pack(pushed);
+    // Once the push is acknowledged, another worker reads every member from another thread;
+    // the acknowledgement then waits, to give that reader time to read too early, were it let.
+    std::vector<std::vector<double>> seen(group.keys.size());
+    std::atomic<int> failures{0};
+    std::thread reader;
+    int acks = 0;
+    engine->PushGroup(
+        2, 60 + round, 5, Chunks(bytes, 48),
+        [&](absl::Status s) {
+          acks += s.ok();
+          reader = std::thread([&] {
+            for (size_t i = 0; i < group.members.size(); ++i) {
+              auto pulled = engine->Pull(3, {group.members[i]});
+              if (pulled.ok()) seen[i] = ToDoubles((*pulled)[0]);
+              failures += !pulled.ok();
+            }
+          });
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        },
+        ServerEngine::Ack::kOrdered);
+    reader.join();
+    REQUIRE(acks == 1);
+    REQUIRE(failures == 0);
+    for (size_t i = 0; i < group.keys.size(); ++i) {
+      INFO("key " << group.keys[i].Quoted());
+      REQUIRE(MaxAbsDiff(seen[i], expected[i]) <=
+              testing::Tolerance(group.like[i].dtype(), 2 + round, 4));
+    }
   }
 }
 
