@@ -69,7 +69,9 @@ class Updater {
   // exactly the same bits as applying it once, whatever the key and offset (stateless
   // element-wise updaters such as assign and sum). A server may then apply it straight from
   // the received bytes, piece by piece, without first gathering them into one buffer, and to
-  // the elements of several keys of one dtype that lie back to back in one call.
+  // the elements of several keys of one dtype that lie back to back in one call. A piecewise
+  // updater's UpdateSpan never fails on checked inputs: a server may acknowledge such a push
+  // before applying it (ServerEngine::PushGroup, Ack::kOrdered), and only logs a failure then.
   virtual bool piecewise() const { return false; }
 
   // UpdateSpan is UpdateAt over raw memory: `count` elements of `dtype` received at `received`,
