@@ -1271,6 +1271,30 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
         }
       }
     }
+    group->uniform = group->pieces.size() == keys.size() && !group->int_keys.empty() &&
+                     group->one_dtype;
+    const size_t rank = group->dims_at[1];
+    for (size_t i = 0; group->uniform && i < keys.size(); ++i) {
+      const GroupPlan::Piece& piece = group->pieces[i];
+      // Parts are numbered in order of appearance: a part's keys form a stretch when the
+      // part index never goes back.
+      if (i == 0 || piece.part != group->pieces[i - 1].part) group->part_first.push_back(i);
+      group->uniform = piece.key == i && piece.value_offset == 0 &&
+                       piece.part + 1 == group->part_first.size() &&
+                       piece.bytes == group->pieces[0].bytes &&
+                       piece.packed_offset ==
+                           (i - group->part_first.back()) * size_t{piece.bytes} &&
+                       group->dims_at[i + 1] - group->dims_at[i] == rank &&
+                       std::equal(group->dims.begin() + group->dims_at[i],
+                                  group->dims.begin() + group->dims_at[i + 1],
+                                  group->dims.begin());
+    }
+    if (group->uniform) {
+      group->uniform_bytes = group->pieces[0].bytes;
+      group->part_first.push_back(keys.size());
+    } else {
+      group->part_first.clear();
+    }
     group->registered = std::make_unique<std::atomic<bool>[]>(group->parts.size());
     for (size_t p = 0; p < group->parts.size(); ++p) group->registered[p] = false;
   }
@@ -1296,13 +1320,18 @@ bool DistStore::SameKeys(const GroupPlan& group, absl::Span<const Key> keys) {
 }
 
 bool DistStore::Matches(const GroupPlan& group, size_t i, const Tensor& t) {
-  if (!t.defined() || !t.device().is_cpu() || t.dtype() != group.dtypes[i]) return false;
+  const uint32_t first = group.dims_at[i];
+  return MatchesShape(t, group.dtypes[i], group.dims.data() + first,
+                      group.dims_at[i + 1] - first);
+}
+
+bool DistStore::MatchesShape(const Tensor& t, DType dtype, const int64_t* dims, size_t rank) {
+  if (!t.defined() || !t.device().is_cpu() || t.dtype() != dtype) return false;
   // A loop, not std::equal: that becomes a call to memcmp per key, for one or two dimensions.
   const Shape& shape = t.shape();
-  const uint32_t first = group.dims_at[i];
-  if (shape.size() != group.dims_at[i + 1] - first) return false;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] != group.dims[first + d]) return false;
+  if (shape.size() != rank) return false;
+  for (size_t d = 0; d < rank; ++d) {
+    if (shape[d] != dims[d]) return false;
   }
   return true;
 }
@@ -1341,29 +1370,59 @@ DistStore::GroupCheck DistStore::CheckGroupTensors(const GroupPlan& group,
       into.scattered = true;
     }
   };
-  split_.Run(n, block, [&](size_t begin, size_t end) {
-    Seen* mine = &seen[begin / block * parts];
-    size_t checked = std::numeric_limits<size_t>::max();
-    for (size_t k = begin; k < end; ++k) {
-      const GroupPlan::Piece& piece = group.pieces[k];
-      const Tensor& t = tensor(piece.key);
-      if (piece.key != checked) {
-        if (!keys.empty() && !SameKey(group, piece.key, keys[piece.key])) {
+  if (group.uniform) {
+    // No piece, dtype or shape to read per key.
+    const DType dtype = group.dtypes[0];
+    const int64_t* dims = group.dims.data();
+    const size_t rank = group.dims_at[1];
+    const size_t bytes = group.uniform_bytes;
+    const std::vector<size_t>& first = group.part_first;
+    split_.Run(n, block, [&](size_t begin, size_t end) {
+      Seen* mine = &seen[begin / block * parts];
+      size_t p = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), begin) -
+                                     first.begin()) - 1;
+      for (size_t k = begin; k < end; ++k) {
+        if (k == first[p + 1]) ++p;
+        if (!keys.empty() && (!keys[k].is_int() || keys[k].int_key() != group.int_keys[k])) {
           other_keys.store(true, std::memory_order_relaxed);
           return;
         }
-        if (!Matches(group, piece.key, t)) {
+        const Tensor& t = tensor(k);
+        if (!MatchesShape(t, dtype, dims, rank)) {
           mismatched.store(true, std::memory_order_relaxed);
           return;
         }
-        checked = piece.key;
+        Seen& part = mine[p];
+        if (!part.scattered) {
+          agree(part, reinterpret_cast<uintptr_t>(t.data()) - (k - first[p]) * bytes, t);
+        }
       }
-      Seen& part = mine[piece.part];
-      if (part.scattered) continue;
-      agree(part, reinterpret_cast<uintptr_t>(t.data()) + piece.value_offset - piece.packed_offset,
-            t);
-    }
-  });
+    });
+  } else {
+    split_.Run(n, block, [&](size_t begin, size_t end) {
+      Seen* mine = &seen[begin / block * parts];
+      size_t checked = std::numeric_limits<size_t>::max();
+      for (size_t k = begin; k < end; ++k) {
+        const GroupPlan::Piece& piece = group.pieces[k];
+        const Tensor& t = tensor(piece.key);
+        if (piece.key != checked) {
+          if (!keys.empty() && !SameKey(group, piece.key, keys[piece.key])) {
+            other_keys.store(true, std::memory_order_relaxed);
+            return;
+          }
+          if (!Matches(group, piece.key, t)) {
+            mismatched.store(true, std::memory_order_relaxed);
+            return;
+          }
+          checked = piece.key;
+        }
+        Seen& part = mine[piece.part];
+        if (part.scattered) continue;
+        const uintptr_t data = reinterpret_cast<uintptr_t>(t.data());
+        agree(part, data + piece.value_offset - piece.packed_offset, t);
+      }
+    });
+  }
   // A block stops at its first key that differs, so a tensor that did not match belongs to a
   // key of the group's list: with other keys the call is checked again against their group.
   if (other_keys.load(std::memory_order_relaxed)) return GroupCheck::kOtherKeys;

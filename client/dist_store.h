@@ -186,6 +186,13 @@ class DistStore final : public KVStore {
       uint32_t bytes = 0;
     };
     std::vector<Piece> pieces;
+    // Uniform: integer keys, all of one dtype and shape and each one piece, and each part's
+    // keys a stretch of the list (part p: keys [part_first[p], part_first[p + 1])). Key i of
+    // part p is then at (i - part_first[p]) * uniform_bytes in its part, and a call's check
+    // reads only the call's keys and values and int_keys.
+    bool uniform = false;
+    size_t uniform_bytes = 0;
+    std::vector<size_t> part_first;
     int64_t bytes = 0;
     // Per part: whether the server has the member list (sent with the first request).
     std::unique_ptr<std::atomic<bool>[]> registered;
@@ -266,8 +273,10 @@ class DistStore final : public KVStore {
     return group.int_keys.empty() ? key == group.keys[i]
                                   : key.is_int() && key.int_key() == group.int_keys[i];
   }
-  // Matches is true when `t` is a CPU tensor of the dtype and shape of the group's key i.
+  // Matches is true when `t` is a CPU tensor of the dtype and shape of the group's key i;
+  // MatchesShape when it is one of `dtype` and the shape dims[0, rank).
   static bool Matches(const GroupPlan& group, size_t i, const Tensor& t);
+  static bool MatchesShape(const Tensor& t, DType dtype, const int64_t* dims, size_t rank);
   // The outcome of checking a call against a group: kOtherKeys when the call's keys (compared
   // when the group came from RecentGroup) are not the group's list, kMismatch when a tensor
   // does not fit its key (the per-key path then reports it).

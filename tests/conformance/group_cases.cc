@@ -290,7 +290,8 @@ TEST_CASE("Many keys: values and outputs that are views of one bucket", "[groups
 
 // Keys of one dtype, each at most 4 elements (whole on one server), ordered by server when
 // `by_server` (so that a distributed store sends each server's keys straight from a bucket).
-ManyKeys BucketKeys(TestRng& rng, KVStore& kv, int n, int first, DType dtype, bool by_server) {
+ManyKeys BucketKeys(TestRng& rng, KVStore& kv, int n, int first, DType dtype, bool by_server,
+                    bool one_shape = false) {
   ManyKeys m;
   for (int i = 0; i < n; ++i) m.keys.push_back(int64_t{first + 3 * i});
   const int servers = GetStoreUnderTest().num_servers;
@@ -302,8 +303,11 @@ ManyKeys BucketKeys(TestRng& rng, KVStore& kv, int n, int first, DType dtype, bo
     });
   }
   std::vector<Tensor> initial;
+  // One shape: at most 12 bytes, so that no key is cut in chunks by a distributed store under
+  // test (its chunk size).
+  const Shape shape = {1, rng.Int(1, std::max<int64_t>(1, 12 / DTypeSize(dtype)))};
   for (int i = 0; i < n; ++i) {
-    initial.push_back(rng.RandomTensor(dtype, rng.AnyShape(2, 2)));
+    initial.push_back(rng.RandomTensor(dtype, one_shape ? shape : rng.AnyShape(2, 2)));
     m.like.push_back(initial.back());
     m.reference.push_back(ToDoubles(initial.back()));
   }
@@ -504,13 +508,15 @@ TEST_CASE("Many keys: one bad value refuses the whole list", "[groups][errors]")
 TEST_CASE("Many keys: a list long enough to be checked on two threads", "[groups][bucket]") {
   // Over 16,384 keys a distributed store checks a call on two threads, block by block: each
   // block must see a view from another buffer, a key that is not the list's, or a bad value.
+  // Keys of one shape and dtype, grouped by server, are checked by a loop of their own.
   TestRng rng;
   INFO(rng.Describe());
+  const bool one_shape = GENERATE(false, true);
   auto kv = NewStore();
   const DType dtype = rng.AnyDType();
   const int n = static_cast<int>(rng.Int(20000, 30000));
-  ManyKeys m = BucketKeys(rng, *kv, n, 100000, dtype, true);
-  INFO(n << " keys of " << DTypeName(dtype));
+  ManyKeys m = BucketKeys(rng, *kv, n, 100000, dtype, true, one_shape);
+  INFO(n << " keys of " << DTypeName(dtype) << (one_shape ? ", one shape" : ", many shapes"));
   // One key more, of the shape of the key it stands in for in a second list of n keys.
   const size_t swapped = static_cast<size_t>(rng.Int(0, n - 1));
   const Key extra = int64_t{99999};
