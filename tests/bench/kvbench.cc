@@ -527,7 +527,7 @@ class Bench {
   }
 
   void RunSmallCases(KVStore& kv, bool quick) {
-    const int reps = Reps(quick ? 10 : 60);
+    const int reps = Reps(quick ? 10 : 300);
     // 100,000 keys of 16 B in one call: a list of views of one buffer (a gradient bucket, as
     // PyTorch DDP lays gradients out), the buffer itself through PushBucket / PullBucket (as
     // ps-lite's ZPush takes one array of values), and a list of separately allocated tensors.
@@ -600,7 +600,7 @@ class Bench {
       once();
       Result result{"small_4KB_inflight64_1w1s", 4.0 * kKB * inflight};
       result.ops = inflight;
-      for (int r = 0, reps = Reps(quick ? 50 : 200); r < reps; ++r) {
+      for (int r = 0, reps = Reps(quick ? 50 : 1000); r < reps; ++r) {
         const absl::Time start = absl::Now();
         once();
         result.timing.seconds.push_back(Since(start));
