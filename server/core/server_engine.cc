@@ -1118,8 +1118,8 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
       ForEachPiece(SubRange(bytes, run.begin, run.end), element,
                    [&](int64_t e, const void* piece, int64_t count) {
                      if (!error.ok()) return;
-                     error = current->UpdateSpan(group->keys[0], 0, run.dtype, piece,
-                                                 base + run.begin + static_cast<size_t>(e) * element,
+                     uint8_t* stored = base + run.begin + static_cast<size_t>(e) * element;
+                     error = current->UpdateSpan(group->keys[0], 0, run.dtype, piece, stored,
                                                  count);
                    });
     }
@@ -1128,7 +1128,8 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
       EndPush(call, false, {}, error);
     } else if (!error.ok()) {
       spdlog::error("key group {} of node {}: the updater \"{}\" failed after the push was "
-                    "acknowledged: {}", group_id, node_id, std::string(current->name()), error.ToString());
+                    "acknowledged: {}",
+                    group_id, node_id, std::string(current->name()), error.ToString());
     }
     return;
   }
