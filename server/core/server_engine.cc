@@ -1071,8 +1071,9 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
   absl::Status error = CheckSender(node_id);
   std::shared_ptr<const Group> group;
   std::shared_ptr<PushCall> call;
-  // With Ack::kOrdered and an arena that is free, its lock is taken here and the call finished
-  // (its `done`s taken) before the update.
+  // In place: applied straight into the group's arena. With Ack::kOrdered and an arena that
+  // is free, its lock is taken here and the call finished (its `done`s taken) before the update.
+  bool in_place = false;
   bool arena_locked = false;
   std::vector<Done> acked;
   {
@@ -1095,9 +1096,9 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
       error = CheckRound(group->keys[i], *group->chunks[i], node_id);
     }
     if (group != nullptr) call = BeginPush(node_id, request_id, group->chunks, &done, &error);
+    in_place = call != nullptr && group->arena != nullptr && !rounds() && current->piecewise();
     // The engine's lock is taken before an arena's (RegisterGroup): only a TryLock here.
-    if (call != nullptr && ack == Ack::kOrdered && group->arena != nullptr && !rounds() &&
-        current->piecewise() && group->arena->mu.TryLock()) {
+    if (in_place && ack == Ack::kOrdered && group->arena->mu.TryLock()) {
       arena_locked = true;
       FinishCall(call.get(), &acked);
     }
@@ -1108,7 +1109,7 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
   }
   for (Done& d : acked) d(absl::OkStatus());
 
-  if (group->arena != nullptr && !rounds() && current->piecewise()) {
+  if (in_place) {
     // Each push is applied as it arrives: one update per run of one dtype, straight from the
     // received slices into the arena.
     if (!arena_locked) group->arena->mu.Lock();

@@ -585,6 +585,18 @@ struct TestGroup {
     }
     return bytes;
   }
+
+  // Draw draws a random value for every member, adds it to `*expected` (per member, as
+  // doubles) and returns the values packed in member order.
+  std::vector<uint8_t> Draw(TestRng& rng, std::vector<std::vector<double>>* expected) const {
+    std::vector<Tensor> pushed;
+    for (size_t i = 0; i < like.size(); ++i) {
+      pushed.push_back(rng.RandomTensor(like[i].dtype(), like[i].shape()));
+      const auto values = ToDoubles(pushed.back());
+      for (size_t e = 0; e < values.size(); ++e) (*expected)[i][e] += values[e];
+    }
+    return Pack(pushed);
+  }
 };
 
 // Chunks cuts `bytes` into slices of `size` bytes, as gRPC delivers them.
@@ -683,13 +695,7 @@ TEST_CASE("ServerEngine: one worker's key-group pushes apply at once", "[server]
   REQUIRE(engine->RegisterGroup(2, 3, group.members).ok());
   std::vector<std::vector<double>> expected;
   for (const Tensor& t : group.like) expected.push_back(ToDoubles(t));
-  std::vector<Tensor> pushed;
-  for (size_t i = 0; i < group.like.size(); ++i) {
-    pushed.push_back(rng.RandomTensor(group.like[i].dtype(), group.like[i].shape()));
-    const auto values = ToDoubles(pushed.back());
-    for (size_t e = 0; e < values.size(); ++e) expected[i][e] += values[e];
-  }
-  const std::vector<uint8_t> bytes = group.Pack(pushed);
+  const std::vector<uint8_t> bytes = group.Draw(rng, &expected);
   int acks = 0;
   // The same request id twice: applied once.
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -727,13 +733,7 @@ TEST_CASE("ServerEngine: a group push acknowledged before its sum is seen by eve
   for (const Tensor& t : group.like) expected.push_back(ToDoubles(t));
   for (int round = 0; round < 3; ++round) {
     INFO("round " << round);
-    std::vector<Tensor> pushed;
-    for (size_t i = 0; i < group.like.size(); ++i) {
-      pushed.push_back(rng.RandomTensor(group.like[i].dtype(), group.like[i].shape()));
-      const auto values = ToDoubles(pushed.back());
-      for (size_t e = 0; e < values.size(); ++e) expected[i][e] += values[e];
-    }
-    const std::vector<uint8_t> bytes = group.Pack(pushed);
+    const std::vector<uint8_t> bytes = group.Draw(rng, &expected);
     // Once the push is acknowledged, another worker reads every member from another thread;
     // the acknowledgement then waits, to give that reader time to read too early, were it let.
     std::vector<std::vector<double>> seen(group.keys.size());
