@@ -1291,6 +1291,11 @@ std::shared_ptr<DistStore::GroupPlan> DistStore::GroupFor(absl::Span<const Key> 
     }
     if (group->uniform) {
       group->uniform_bytes = group->pieces[0].bytes;
+      group->consecutive = true;
+      for (size_t i = 1; group->consecutive && i < keys.size(); ++i) {
+        group->consecutive = group->int_keys[i - 1] < std::numeric_limits<int64_t>::max() &&
+                             group->int_keys[i] == group->int_keys[i - 1] + 1;
+      }
       group->part_first.push_back(keys.size());
     } else {
       group->part_first.clear();
@@ -1323,6 +1328,11 @@ bool DistStore::Matches(const GroupPlan& group, size_t i, const Tensor& t) {
   const uint32_t first = group.dims_at[i];
   return MatchesShape(t, group.dtypes[i], group.dims.data() + first,
                       group.dims_at[i + 1] - first);
+}
+
+bool DistStore::MatchesCode(const Tensor& t, DType dtype, uint32_t shape_code) {
+  return t.defined() && t.device().is_cpu() && t.dtype() == dtype &&
+         t.shape_code() == shape_code;
 }
 
 bool DistStore::MatchesShape(const Tensor& t, DType dtype, const int64_t* dims, size_t rank) {
@@ -1377,18 +1387,26 @@ DistStore::GroupCheck DistStore::CheckGroupTensors(const GroupPlan& group,
     const size_t rank = group.dims_at[1];
     const size_t bytes = group.uniform_bytes;
     const std::vector<size_t>& first = group.part_first;
+    // Consecutive keys: key k is key0 + k, computed rather than read from int_keys.
+    const int64_t* expected = group.consecutive ? nullptr : group.int_keys.data();
+    const int64_t key0 = group.int_keys[0];
+    // A small shape is compared through the handle's code, without reading its dimensions.
+    const uint32_t code = ShapeCode(Shape(dims, dims + rank));
     split_.Run(n, block, [&](size_t begin, size_t end) {
       Seen* mine = &seen[begin / block * parts];
       size_t p = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), begin) -
                                      first.begin()) - 1;
       for (size_t k = begin; k < end; ++k) {
         if (k == first[p + 1]) ++p;
-        if (!keys.empty() && (!keys[k].is_int() || keys[k].int_key() != group.int_keys[k])) {
+        if (!keys.empty() &&
+            (!keys[k].is_int() ||
+             keys[k].int_key() != (expected != nullptr ? expected[k]
+                                                       : key0 + static_cast<int64_t>(k)))) {
           other_keys.store(true, std::memory_order_relaxed);
           return;
         }
         const Tensor& t = tensor(k);
-        if (!MatchesShape(t, dtype, dims, rank)) {
+        if (code != 0 ? !MatchesCode(t, dtype, code) : !MatchesShape(t, dtype, dims, rank)) {
           mismatched.store(true, std::memory_order_relaxed);
           return;
         }

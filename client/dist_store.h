@@ -189,8 +189,10 @@ class DistStore final : public KVStore {
     // Uniform: integer keys, all of one dtype and shape and each one piece, and each part's
     // keys a stretch of the list (part p: keys [part_first[p], part_first[p + 1])). Key i of
     // part p is then at (i - part_first[p]) * uniform_bytes in its part, and a call's check
-    // reads only the call's keys and values and int_keys.
+    // reads only the call's keys and values and int_keys; when the keys are consecutive
+    // integers (key i is int_keys[0] + i), not even int_keys.
     bool uniform = false;
+    bool consecutive = false;
     size_t uniform_bytes = 0;
     std::vector<size_t> part_first;
     int64_t bytes = 0;
@@ -277,6 +279,8 @@ class DistStore final : public KVStore {
   // MatchesShape when it is one of `dtype` and the shape dims[0, rank).
   static bool Matches(const GroupPlan& group, size_t i, const Tensor& t);
   static bool MatchesShape(const Tensor& t, DType dtype, const int64_t* dims, size_t rank);
+  // MatchesCode: the same for a small shape, by its ShapeCode (nonzero).
+  static bool MatchesCode(const Tensor& t, DType dtype, uint32_t shape_code);
   // The outcome of checking a call against a group: kOtherKeys when the call's keys (compared
   // when the group came from RecentGroup) are not the group's list, kMismatch when a tensor
   // does not fit its key (the per-key path then reports it).

@@ -91,6 +91,28 @@ int64_t NumElements(const Shape& shape) {
   return n;
 }
 
+uint32_t ShapeCode(const Shape& shape) {
+  // The top two bits hold the rank plus one; the rest, the dimensions.
+  constexpr int64_t kVectorMax = int64_t{1} << 30;
+  constexpr int64_t kMatrixMax = int64_t{1} << 15;
+  switch (shape.size()) {
+    case 0:
+      return uint32_t{1} << 30;
+    case 1:
+      if (shape[0] >= 0 && shape[0] < kVectorMax) {
+        return (uint32_t{2} << 30) | static_cast<uint32_t>(shape[0]);
+      }
+      return 0;
+    case 2:
+      if (shape[0] >= 0 && shape[0] < kMatrixMax && shape[1] >= 0 && shape[1] < kMatrixMax) {
+        return (uint32_t{3} << 30) | static_cast<uint32_t>(shape[0] << 15 | shape[1]);
+      }
+      return 0;
+    default:
+      return 0;
+  }
+}
+
 std::string ShapeToString(const Shape& shape) {
   if (shape.size() == 1) return absl::StrCat("(", shape[0], ",)");
   return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
@@ -122,7 +144,8 @@ Tensor::Tensor(std::shared_ptr<void> holder, void* data, DType dtype, Shape shap
       device_(device),
       dtype_(dtype),
       owns_(owns),
-      defined_(true) {}
+      defined_(true),
+      shape_code_(ShapeCode(shape_)) {}
 
 Tensor Tensor::Zeros(DType dtype, Shape shape) {
   const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);

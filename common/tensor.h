@@ -72,6 +72,11 @@ using Shape = std::vector<int64_t>;
 
 // NumElements returns the product of the dimensions (1 for a scalar).
 int64_t NumElements(const Shape& shape);
+// ShapeCode names a small shape in 32 bits: a scalar, a vector of fewer than 2^30 elements, or
+// a matrix whose dimensions are both below 2^15. Two small shapes have the same code exactly
+// when they are equal; every other shape has code 0. A Tensor keeps its shape's code, so that
+// checking a long list of small tensors against a known shape reads no shape's heap array.
+uint32_t ShapeCode(const Shape& shape);
 // ShapeToString returns "(2, 3)" for {2, 3}, "()" for a scalar and "(5,)" for {5}.
 std::string ShapeToString(const Shape& shape);
 // ValidateShape returns InvalidArgument when a dimension is negative or the element count
@@ -117,6 +122,7 @@ class Tensor {
   }
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
+  uint32_t shape_code() const { return shape_code_; }  // ShapeCode(shape()).
   Device device() const { return device_; }
   int64_t num_elements() const { return NumElements(shape_); }
   size_t byte_size() const { return static_cast<size_t>(num_elements()) * DTypeSize(dtype_); }
@@ -155,6 +161,7 @@ class Tensor {
   DType dtype_ = DType::kFloat32;
   bool owns_ = false;
   bool defined_ = false;
+  uint32_t shape_code_ = uint32_t{1} << 30;  // ShapeCode of the empty shape.
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& tensor);

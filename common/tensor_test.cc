@@ -1,5 +1,6 @@
 #include "common/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -127,6 +128,70 @@ TEST_CASE("Tensor: Adopt releases once after the last handle", "[tensor]") {
   REQUIRE(borrowed.Description() == "float32(6,)@cpu");
   REQUIRE(Tensor::Borrow(storage, DType::kFloat32, {6}, Device::CUDA(1)).Description() ==
           "float32(6,)@cuda:1");
+}
+
+TEST_CASE("Tensor: ShapeCode names exactly the small shapes, and handles keep it", "[tensor]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  // Dimensions at and around the limits (2^15 for a matrix, 2^30 for a vector), small ones,
+  // and large ones.
+  auto dim = [&]() -> int64_t {
+    switch (rng.Int(0, 5)) {
+      case 0:
+        return rng.Int(0, 3);
+      case 1:
+        return (int64_t{1} << 15) - rng.Int(0, 1);
+      case 2:
+        return (int64_t{1} << 15) + rng.Int(0, 1);
+      case 3:
+        return (int64_t{1} << 30) - rng.Int(0, 1);
+      case 4:
+        return rng.Int(0, int64_t{1} << 40);
+      default:
+        return rng.Int(0, (int64_t{1} << 15) - 1);
+    }
+  };
+  auto small = [](const Shape& s) {  // The definition, written out.
+    if (s.size() == 0) return true;
+    if (s.size() == 1) return s[0] < (int64_t{1} << 30);
+    if (s.size() == 2) return s[0] < (int64_t{1} << 15) && s[1] < (int64_t{1} << 15);
+    return false;
+  };
+  std::vector<Shape> shapes;
+  for (int i = 0; i < 300; ++i) {
+    Shape s(static_cast<size_t>(rng.Int(0, 3)));
+    for (int64_t& d : s) d = dim();
+    shapes.push_back(s);
+    // A vector whose length reads like a matrix's two dimensions, and a copy.
+    if (s.size() == 2) shapes.push_back({s[0] << 15 | s[1]});
+    shapes.push_back(s);
+  }
+  shapes.push_back({-1});
+  shapes.push_back({2, -1});
+  for (const Shape& a : shapes) {
+    INFO("shape " << ShapeToString(a));
+    REQUIRE((ShapeCode(a) != 0) == (small(a) && std::all_of(a.begin(), a.end(), [](int64_t d) {
+                                      return d >= 0;
+                                    })));
+    for (const Shape& b : shapes) {
+      if (ShapeCode(a) == 0 || ShapeCode(b) == 0) continue;
+      INFO("and " << ShapeToString(b));
+      REQUIRE((ShapeCode(a) == ShapeCode(b)) == (a == b));
+    }
+  }
+  // Every way of making a handle keeps its shape's code.
+  const Shape matrix = {rng.Int(2, 5), rng.Int(2, 5)};  // Room for the view below.
+  const Tensor zeros = Tensor::Zeros(DType::kFloat32, matrix);
+  REQUIRE(zeros.shape_code() == ShapeCode(matrix));
+  REQUIRE(Tensor().shape_code() == ShapeCode(Shape{}));
+  REQUIRE(zeros.Clone().shape_code() == ShapeCode(matrix));
+  const Shape vector = {rng.Int(1, 4)};
+  REQUIRE(zeros.View(0, DType::kFloat32, vector)->shape_code() == ShapeCode(vector));
+  REQUIRE(zeros.View(0, DType::kFloat32, vector)->shape_code() != zeros.shape_code());
+  std::vector<float> storage(8);
+  REQUIRE(Tensor::Borrow(storage.data(), DType::kFloat32, {2, 2, 2}).shape_code() == 0);
+  REQUIRE(Tensor::Borrow(storage.data(), DType::kFloat32, {8}).shape_code() ==
+          ShapeCode(Shape{8}));
 }
 
 TEST_CASE("Tensor: views share the buffer, keep it alive and must fit", "[tensor]") {

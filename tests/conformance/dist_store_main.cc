@@ -18,7 +18,13 @@ constexpr char kType[] = "dist_sync_device";
 #else
 constexpr char kType[] = "dist_sync";
 #endif
+// And as "dist_store_one_server_test" with one server (KVSTORE_ONE_SERVER), where every call's
+// keys go to one server, as in kvbench's 1-worker 1-server cases.
+#ifdef KVSTORE_ONE_SERVER
+constexpr int kServers = 1;
+#else
 constexpr int kServers = 2;
+#endif
 
 struct Cluster {
   std::unique_ptr<SchedulerDaemon> scheduler;
@@ -40,7 +46,7 @@ absl::StatusOr<std::unique_ptr<KVStore>> NewJob() {
   auto started = SchedulerDaemon::Start(scheduler);
   if (!started.ok()) return started.status();
   cluster->scheduler = *std::move(started);
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < kServers; ++i) {
     KVServerOptions server;
     server.scheduler_address = cluster->scheduler->address();
     server.requested_rank = i;

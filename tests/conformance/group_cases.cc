@@ -291,9 +291,9 @@ TEST_CASE("Many keys: values and outputs that are views of one bucket", "[groups
 // Keys of one dtype, each at most 4 elements (whole on one server), ordered by server when
 // `by_server` (so that a distributed store sends each server's keys straight from a bucket).
 ManyKeys BucketKeys(TestRng& rng, KVStore& kv, int n, int first, DType dtype, bool by_server,
-                    bool one_shape = false) {
+                    bool one_shape = false, int step = 3) {
   ManyKeys m;
-  for (int i = 0; i < n; ++i) m.keys.push_back(int64_t{first + 3 * i});
+  for (int i = 0; i < n; ++i) m.keys.push_back(int64_t{first + step * i});
   const int servers = GetStoreUnderTest().num_servers;
   if (by_server && servers > 0) {
     auto partitioner = Partitioner::Create(servers);
@@ -305,7 +305,9 @@ ManyKeys BucketKeys(TestRng& rng, KVStore& kv, int n, int first, DType dtype, bo
   std::vector<Tensor> initial;
   // One shape: at most 12 bytes, so that no key is cut in chunks by a distributed store under
   // test (its chunk size).
-  const Shape shape = {1, rng.Int(1, std::max<int64_t>(1, 12 / DTypeSize(dtype)))};
+  // Of rank 1 to 3: a rank-3 shape has no ShapeCode, so its dimensions are compared.
+  Shape shape(static_cast<size_t>(rng.Int(1, 3)), 1);
+  shape.back() = rng.Int(1, std::max<int64_t>(1, 12 / DTypeSize(dtype)));
   for (int i = 0; i < n; ++i) {
     initial.push_back(rng.RandomTensor(dtype, one_shape ? shape : rng.AnyShape(2, 2)));
     m.like.push_back(initial.back());
@@ -508,15 +510,18 @@ TEST_CASE("Many keys: one bad value refuses the whole list", "[groups][errors]")
 TEST_CASE("Many keys: a list long enough to be checked on two threads", "[groups][bucket]") {
   // Over 16,384 keys a distributed store checks a call on two threads, block by block: each
   // block must see a view from another buffer, a key that is not the list's, or a bad value.
-  // Keys of one shape and dtype, grouped by server, are checked by a loop of their own.
+  // Keys of one shape and dtype, grouped by server, are checked by a loop of their own, which
+  // computes consecutive keys (step 1; with one server, still consecutive once grouped).
   TestRng rng;
   INFO(rng.Describe());
   const bool one_shape = GENERATE(false, true);
+  const int step = GENERATE(1, 3);
   auto kv = NewStore();
   const DType dtype = rng.AnyDType();
   const int n = static_cast<int>(rng.Int(20000, 30000));
-  ManyKeys m = BucketKeys(rng, *kv, n, 100000, dtype, true, one_shape);
-  INFO(n << " keys of " << DTypeName(dtype) << (one_shape ? ", one shape" : ", many shapes"));
+  ManyKeys m = BucketKeys(rng, *kv, n, 100000, dtype, true, one_shape, step);
+  INFO(n << " keys of " << DTypeName(dtype) << (one_shape ? ", one shape" : ", many shapes")
+         << ", keys " << step << " apart");
   // One key more, of the shape of the key it stands in for in a second list of n keys.
   const size_t swapped = static_cast<size_t>(rng.Int(0, n - 1));
   const Key extra = int64_t{99999};
