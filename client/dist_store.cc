@@ -1330,11 +1330,6 @@ bool DistStore::Matches(const GroupPlan& group, size_t i, const Tensor& t) {
                       group.dims_at[i + 1] - first);
 }
 
-bool DistStore::MatchesCode(const Tensor& t, DType dtype, uint32_t shape_code) {
-  return t.defined() && t.device().is_cpu() && t.dtype() == dtype &&
-         t.shape_code() == shape_code;
-}
-
 bool DistStore::MatchesShape(const Tensor& t, DType dtype, const int64_t* dims, size_t rank) {
   if (!t.defined() || !t.device().is_cpu() || t.dtype() != dtype) return false;
   // A loop, not std::equal: that becomes a call to memcmp per key, for one or two dimensions.
@@ -1350,6 +1345,54 @@ namespace {
 // Lists of at least this many pieces are checked on two threads, in blocks of kCheckBlock.
 constexpr size_t kSplitCheckPieces = 16384;
 constexpr size_t kCheckBlock = 4096;
+
+// What one block of a check found for one part: the start of the part that its pieces imply,
+// in the buffer of `head` (its first piece's tensor; null: the block has none), unless they
+// disagree (`scattered`).
+struct SeenPart {
+  uintptr_t base = 0;
+  const Tensor* head = nullptr;
+  bool scattered = false;
+};
+
+enum class BlockCheck { kOk, kMismatch, kOtherKeys };
+
+// Checks pieces [begin, end) of a uniform group (piece k is key k, of `bytes` bytes at
+// (k - first[p]) * bytes in part p, whose keys are [first[p], first[p + 1])), starting in part
+// p: key k must be integer key expected[k] (key0 + k when `expected` is null; not compared when
+// `keys` is null) and matches(tensor(k)) must hold. Records into mine[p] what each part's pieces
+// imply. Everything comes by value and the loop stores only to locals, so that the compiler
+// keeps it all in registers: this loop is the whole cost of a long list's check.
+template <typename TensorAt, typename Matches>
+BlockCheck CheckUniformBlock(size_t begin, size_t end, TensorAt tensor, Matches matches,
+                             const Key* keys, const int64_t* expected, int64_t key0,
+                             size_t bytes, const size_t* first, size_t p, SeenPart* mine) {
+  for (size_t k = begin; k < end; ++p) {
+    const size_t part_first = first[p];
+    const size_t stop = std::min(end, first[p + 1]);
+    uintptr_t base = mine[p].base;
+    const Tensor* head = mine[p].head;
+    bool scattered = mine[p].scattered;
+    for (; k < stop; ++k) {
+      if (keys != nullptr) {
+        const int64_t want = expected != nullptr ? expected[k] : key0 + static_cast<int64_t>(k);
+        if (!keys[k].is_int() || keys[k].int_key() != want) return BlockCheck::kOtherKeys;
+      }
+      const Tensor& t = tensor(k);
+      if (!matches(t)) return BlockCheck::kMismatch;
+      if (scattered) continue;
+      const uintptr_t implied = reinterpret_cast<uintptr_t>(t.data()) - (k - part_first) * bytes;
+      if (head == nullptr) {
+        head = &t;
+        base = implied;
+      } else if (implied != base || !t.SameBuffer(*head)) {
+        scattered = true;
+      }
+    }
+    mine[p] = SeenPart{base, head, scattered};
+  }
+  return BlockCheck::kOk;
+}
 }  // namespace
 
 template <typename TensorAt>
@@ -1361,11 +1404,7 @@ DistStore::GroupCheck DistStore::CheckGroupTensors(const GroupPlan& group,
   // pieces finds, per part, the start its pieces imply and whether they all agree; the blocks
   // are then merged in order.
   const size_t parts = group.parts.size();
-  struct Seen {
-    uintptr_t base = 0;
-    const Tensor* head = nullptr;  // The first piece's tensor; null: the block has none.
-    bool scattered = false;
-  };
+  using Seen = SeenPart;
   const size_t n = group.pieces.size();
   const size_t block = n >= kSplitCheckPieces ? kCheckBlock : std::max<size_t>(n, 1);
   const size_t blocks = (n + block - 1) / block;
@@ -1392,29 +1431,27 @@ DistStore::GroupCheck DistStore::CheckGroupTensors(const GroupPlan& group,
     const int64_t key0 = group.int_keys[0];
     // A small shape is compared through the handle's code, without reading its dimensions.
     const uint32_t code = ShapeCode(Shape(dims, dims + rank));
+    const Key* const key_list = keys.empty() ? nullptr : keys.data();
+    // A tensor of the group's small shape, dtype and device has this signature.
+    const uint64_t signature = Tensor::Signature(dtype, code, Device::CPU());
     split_.Run(n, block, [&](size_t begin, size_t end) {
+      const size_t p = static_cast<size_t>(
+          std::upper_bound(first.begin(), first.end(), begin) - first.begin()) - 1;
       Seen* mine = &seen[begin / block * parts];
-      size_t p = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), begin) -
-                                     first.begin()) - 1;
-      for (size_t k = begin; k < end; ++k) {
-        if (k == first[p + 1]) ++p;
-        if (!keys.empty() &&
-            (!keys[k].is_int() ||
-             keys[k].int_key() != (expected != nullptr ? expected[k]
-                                                       : key0 + static_cast<int64_t>(k)))) {
-          other_keys.store(true, std::memory_order_relaxed);
-          return;
-        }
-        const Tensor& t = tensor(k);
-        if (code != 0 ? !MatchesCode(t, dtype, code) : !MatchesShape(t, dtype, dims, rank)) {
-          mismatched.store(true, std::memory_order_relaxed);
-          return;
-        }
-        Seen& part = mine[p];
-        if (!part.scattered) {
-          agree(part, reinterpret_cast<uintptr_t>(t.data()) - (k - first[p]) * bytes, t);
-        }
-      }
+      const BlockCheck result =
+          code != 0
+              ? CheckUniformBlock(
+                    begin, end, tensor,
+                    [signature](const Tensor& t) { return t.signature() == signature; },
+                    key_list, expected, key0, bytes, first.data(), p, mine)
+              : CheckUniformBlock(
+                    begin, end, tensor,
+                    [dtype, dims, rank](const Tensor& t) {
+                      return MatchesShape(t, dtype, dims, rank);
+                    },
+                    key_list, expected, key0, bytes, first.data(), p, mine);
+      if (result == BlockCheck::kOtherKeys) other_keys.store(true, std::memory_order_relaxed);
+      if (result == BlockCheck::kMismatch) mismatched.store(true, std::memory_order_relaxed);
     });
   } else {
     split_.Run(n, block, [&](size_t begin, size_t end) {

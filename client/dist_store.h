@@ -279,8 +279,6 @@ class DistStore final : public KVStore {
   // MatchesShape when it is one of `dtype` and the shape dims[0, rank).
   static bool Matches(const GroupPlan& group, size_t i, const Tensor& t);
   static bool MatchesShape(const Tensor& t, DType dtype, const int64_t* dims, size_t rank);
-  // MatchesCode: the same for a small shape, by its ShapeCode (nonzero).
-  static bool MatchesCode(const Tensor& t, DType dtype, uint32_t shape_code);
   // The outcome of checking a call against a group: kOtherKeys when the call's keys (compared
   // when the group came from RecentGroup) are not the group's list, kMismatch when a tensor
   // does not fit its key (the per-key path then reports it).

@@ -78,6 +78,10 @@ absl::StatusOr<Tensor> FromDLPack(DLManagedTensor* managed) {
       device = Device::CPU();
       break;
     case kDLCUDA:
+      if (t.device.device_id < 0 || t.device.device_id > Device::kMaxId) {
+        return absl::InvalidArgumentError(absl::StrCat("DLPack CUDA device id ",
+                                                       t.device.device_id, " is out of range"));
+      }
       device = Device::CUDA(t.device.device_id);
       break;
     default:

@@ -63,6 +63,13 @@ TEST_CASE("DLPack: unsupported tensors are rejected with a reason", "[dlpack]") 
   managed.dl_tensor.device = DLDevice{kDLVulkan, 0};
   REQUIRE(absl::IsInvalidArgument(FromDLPack(&managed).status()));
 
+  for (int32_t id : {-1, Device::kMaxId + 1}) {
+    managed.dl_tensor.device = DLDevice{kDLCUDA, id};
+    auto out_of_range = FromDLPack(&managed);
+    REQUIRE(absl::IsInvalidArgument(out_of_range.status()));
+    REQUIRE(out_of_range.status().message().find(std::to_string(id)) != absl::string_view::npos);
+  }
+
   managed.dl_tensor.device = DLDevice{kDLCUDA, 2};
   Tensor cuda = FromDLPack(&managed).value();
   REQUIRE(cuda.device() == Device::CUDA(2));

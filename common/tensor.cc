@@ -1,5 +1,6 @@
 #include "common/tensor.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -18,12 +19,9 @@ namespace {
 
 constexpr std::align_val_t kAlignment{64};
 
-// Allocates a zero-filled, 64-byte aligned buffer of at least one byte.
-std::shared_ptr<void> AllocateZeroed(size_t bytes) {
-  const size_t size = bytes == 0 ? 1 : bytes;
-  void* data = ::operator new(size, kAlignment);
-  std::memset(data, 0, size);
-  return std::shared_ptr<void>(data, [](void* p) { ::operator delete(p, kAlignment); });
+const Shape& EmptyShape() {
+  static const Shape* const empty = new Shape();
+  return *empty;
 }
 
 }  // namespace
@@ -134,24 +132,99 @@ absl::Status ValidateShape(const Shape& shape) {
   return absl::OkStatus();
 }
 
-static_assert(sizeof(Tensor) <= 64, "a Tensor handle should fit one cache line");
+// An owned buffer. Zeros allocates it with its data, which start kHeader bytes after it (one
+// allocation, 64-byte aligned, freed with operator delete); an adopted buffer has a release
+// function instead, and the Buffer is allocated alone.
+struct Tensor::Buffer {
+  std::atomic<int64_t> refs{1};
+  std::function<void()> release;
+};
+constexpr size_t kHeader = 64;
 
-Tensor::Tensor(std::shared_ptr<void> holder, void* data, DType dtype, Shape shape, Device device,
-               bool owns)
-    : holder_(std::move(holder)),
+struct Tensor::Dims {
+  std::atomic<int64_t> refs{1};
+  Shape shape;
+};
+
+static_assert(sizeof(Tensor) <= 32, "a Tensor handle should fit half a cache line");
+
+Tensor::Tensor(Buffer* buffer, void* data, DType dtype, Shape shape, Device device, bool owns)
+    : buffer_(buffer),
       data_(data),
-      shape_(std::move(shape)),
-      device_(device),
-      dtype_(dtype),
-      owns_(owns),
-      defined_(true),
-      shape_code_(ShapeCode(shape_)) {}
+      dims_(shape.empty() ? nullptr : new Dims{{1}, std::move(shape)}),
+      kind_{dims_ == nullptr ? ShapeCode(Shape()) : ShapeCode(dims_->shape), dtype,
+            static_cast<uint8_t>(kDefined | (owns ? kOwns : 0) | (device.is_cpu() ? 0 : kCuda)),
+            static_cast<int16_t>(device.is_cpu() ? 0 : device.id)} {}
+
+Tensor::Tensor(const Tensor& other)
+    : buffer_(other.buffer_),
+      data_(other.data_),
+      dims_(other.dims_),
+      kind_(other.kind_) {
+  if (buffer_ != nullptr) buffer_->refs.fetch_add(1, std::memory_order_relaxed);
+  if (dims_ != nullptr) dims_->refs.fetch_add(1, std::memory_order_relaxed);
+}
+
+Tensor::Tensor(Tensor&& other) noexcept
+    : buffer_(std::exchange(other.buffer_, nullptr)),
+      data_(std::exchange(other.data_, nullptr)),
+      dims_(std::exchange(other.dims_, nullptr)),
+      kind_(std::exchange(other.kind_, Kind{})) {}
+
+Tensor& Tensor::operator=(const Tensor& other) {
+  if (this != &other) {
+    Tensor copy(other);
+    *this = std::move(copy);
+  }
+  return *this;
+}
+
+Tensor& Tensor::operator=(Tensor&& other) noexcept {
+  if (this != &other) {
+    Release();
+    buffer_ = std::exchange(other.buffer_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    dims_ = std::exchange(other.dims_, nullptr);
+    kind_ = std::exchange(other.kind_, Kind{});
+  }
+  return *this;
+}
+
+Tensor::~Tensor() { Release(); }
+
+void Tensor::Release() {
+  if (buffer_ != nullptr && buffer_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    if (buffer_->release) {
+      buffer_->release();
+      delete buffer_;
+    } else {
+      buffer_->~Buffer();
+      ::operator delete(static_cast<void*>(buffer_), kAlignment);
+    }
+  }
+  if (dims_ != nullptr && dims_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    delete dims_;
+  }
+  buffer_ = nullptr;
+  dims_ = nullptr;
+}
+
+const Shape& Tensor::shape() const { return dims_ == nullptr ? EmptyShape() : dims_->shape; }
+
+bool Tensor::shared() const {
+  return buffer_ != nullptr && buffer_->refs.load(std::memory_order_acquire) > 1;
+}
 
 Tensor Tensor::Zeros(DType dtype, Shape shape) {
   const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
-  std::shared_ptr<void> buffer = AllocateZeroed(bytes);
-  void* data = buffer.get();
-  return Tensor(std::move(buffer), data, dtype, std::move(shape), Device::CPU(), true);
+  static_assert(sizeof(Buffer) <= kHeader, "a Buffer must fit before its data");
+  // At least one byte of data, so that every tensor's data pointer is distinct.
+  const size_t size = bytes == 0 ? 1 : bytes;
+  void* block = ::operator new(kHeader + size, kAlignment);
+  Buffer* buffer = new (block) Buffer;
+  void* data = static_cast<uint8_t*>(block) + kHeader;
+  std::memset(data, 0, size);
+  return Tensor(buffer, data, dtype, std::move(shape), Device::CPU(), true);
 }
 
 Tensor Tensor::Full(DType dtype, Shape shape, double value) {
@@ -179,20 +252,20 @@ Tensor Tensor::Borrow(void* data, DType dtype, Shape shape, Device device) {
 
 Tensor Tensor::Adopt(void* data, DType dtype, Shape shape, Device device,
                      std::function<void()> release) {
-  std::shared_ptr<void> holder(data, [release = std::move(release)](void*) {
-    if (release) release();
-  });
-  return Tensor(std::move(holder), data, dtype, std::move(shape), device, true);
+  Buffer* buffer = new Buffer;
+  // An empty release function still marks the buffer as adopted: nothing is freed.
+  buffer->release = release ? std::move(release) : [] {};
+  return Tensor(buffer, data, dtype, std::move(shape), device, true);
 }
 
 Tensor Tensor::Clone() const {
-  Tensor copy = Zeros(dtype_, shape_);
+  Tensor copy = Zeros(kind_.dtype, shape());
   if (byte_size() > 0) std::memcpy(copy.data_, data_, byte_size());
   return copy;
 }
 
 absl::StatusOr<Tensor> Tensor::View(size_t byte_offset, DType dtype, Shape shape) const {
-  if (!defined_) return absl::InvalidArgumentError("View of an undefined tensor");
+  if (!defined()) return absl::InvalidArgumentError("View of an undefined tensor");
   RETURN_IF_ERROR(ValidateShape(shape));
   const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
   if (byte_offset > byte_size() || bytes > byte_size() - byte_offset) {
@@ -201,13 +274,13 @@ absl::StatusOr<Tensor> Tensor::View(size_t byte_offset, DType dtype, Shape shape
         " does not fit in ", Description(), " (", byte_size(), " bytes)"));
   }
   void* data = static_cast<uint8_t*>(data_) + byte_offset;
-  // The aliasing constructor shares the buffer's ownership and points at the view.
-  std::shared_ptr<void> holder = holder_ == nullptr ? nullptr : std::shared_ptr<void>(holder_, data);
-  return Tensor(std::move(holder), data, dtype, std::move(shape), device_, owns_);
+  // The view shares the buffer's ownership and points into it.
+  if (buffer_ != nullptr) buffer_->refs.fetch_add(1, std::memory_order_relaxed);
+  return Tensor(buffer_, data, dtype, std::move(shape), device(), owns_data());
 }
 
 double Tensor::GetAsDouble(int64_t i) const {
-  switch (dtype_) {
+  switch (kind_.dtype) {
     case DType::kFloat32:
       return static_cast<const float*>(data_)[i];
     case DType::kFloat16:
@@ -225,7 +298,7 @@ double Tensor::GetAsDouble(int64_t i) const {
 }
 
 void Tensor::SetFromDouble(int64_t i, double value) {
-  switch (dtype_) {
+  switch (kind_.dtype) {
     case DType::kFloat32:
       static_cast<float*>(data_)[i] = static_cast<float>(value);
       return;
@@ -282,8 +355,8 @@ void PrintDims(const Tensor& t, size_t dim, int64_t* index, std::ostringstream* 
 }  // namespace
 
 std::string Tensor::ToString() const {
-  if (!defined_) return "<undefined>";
-  if (!device_.is_cpu()) return absl::StrCat("<", Description(), ">");
+  if (!defined()) return "<undefined>";
+  if (!device().is_cpu()) return absl::StrCat("<", Description(), ">");
   std::ostringstream out;
   int64_t index = 0;
   PrintDims(*this, 0, &index, &out);
@@ -291,7 +364,7 @@ std::string Tensor::ToString() const {
 }
 
 std::string Tensor::Description() const {
-  return absl::StrCat(DTypeName(dtype_), ShapeToString(shape_), "@", device_.ToString());
+  return absl::StrCat(DTypeName(kind_.dtype), ShapeToString(shape()), "@", device().ToString());
 }
 
 std::ostream& operator<<(std::ostream& os, const Tensor& tensor) {

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -53,8 +54,11 @@ absl::StatusOr<DType> DTypeFromInt(int value);
 // Device: where a buffer lives.
 struct Device {
   enum class Type : uint8_t { kCPU = 0, kCUDA = 1 };
+  // The largest CUDA device ordinal a Tensor can name (its handle keeps the id in 16 bits).
+  static constexpr int kMaxId = 32767;
+
   Type type = Type::kCPU;
-  int id = 0;
+  int id = 0;  // 0 to kMaxId.
 
   static Device CPU() { return Device{Type::kCPU, 0}; }
   static Device CUDA(int id) { return Device{Type::kCUDA, id}; }
@@ -114,28 +118,43 @@ class Tensor {
   absl::StatusOr<Tensor> View(size_t byte_offset, DType dtype, Shape shape) const;
 
   // defined is false only for a default-constructed handle.
-  bool defined() const { return defined_; }
+  bool defined() const { return (kind_.flags & kDefined) != 0; }
   void* data() const { return data_; }
   template <typename T>
   T* data_as() const {
     return static_cast<T*>(data_);
   }
-  DType dtype() const { return dtype_; }
-  const Shape& shape() const { return shape_; }
-  uint32_t shape_code() const { return shape_code_; }  // ShapeCode(shape()).
-  Device device() const { return device_; }
-  int64_t num_elements() const { return NumElements(shape_); }
-  size_t byte_size() const { return static_cast<size_t>(num_elements()) * DTypeSize(dtype_); }
+  DType dtype() const { return kind_.dtype; }
+  const Shape& shape() const;
+  uint32_t shape_code() const { return kind_.shape_code; }  // ShapeCode(shape()).
+  // signature names a defined tensor's dtype, device and small shape in one word: two defined
+  // handles whose shapes are small (nonzero ShapeCode) have the same signature exactly when
+  // their dtypes, devices and shapes are equal. It equals Signature(dtype(), shape_code(),
+  // device()); an undefined handle's signature is no defined handle's. For checking long lists
+  // of small tensors against one kind.
+  uint64_t signature() const {
+    uint64_t word;  // Little-endian, as on x86-64 and ARM.
+    std::memcpy(&word, &kind_, sizeof(word));
+    return word & ~(uint64_t{kOwns} << 40);
+  }
+  static uint64_t Signature(DType dtype, uint32_t shape_code, Device device) {
+    return uint64_t{shape_code} | uint64_t{static_cast<uint8_t>(dtype)} << 32 |
+           uint64_t{static_cast<uint8_t>(kDefined | (device.is_cpu() ? 0 : kCuda))} << 40 |
+           uint64_t{static_cast<uint16_t>(device.is_cpu() ? 0 : device.id)} << 48;
+  }
+  Device device() const {
+    return (kind_.flags & kCuda) != 0 ? Device::CUDA(kind_.device_id) : Device::CPU();
+  }
+  int64_t num_elements() const { return NumElements(shape()); }
+  size_t byte_size() const { return static_cast<size_t>(num_elements()) * DTypeSize(kind_.dtype); }
   // SameBuffer is true when both handles keep the same owned buffer alive (e.g. views of one
   // bucket), or neither owns its memory (borrowed).
-  bool SameBuffer(const Tensor& other) const {
-    return !holder_.owner_before(other.holder_) && !other.holder_.owner_before(holder_);
-  }
+  bool SameBuffer(const Tensor& other) const { return buffer_ == other.buffer_; }
   // owns_data is false for Borrow()ed tensors.
-  bool owns_data() const { return owns_; }
+  bool owns_data() const { return (kind_.flags & kOwns) != 0; }
   // shared is true when another handle refers to this owned buffer (e.g. a reply still being
   // sent from it, or a View of it).
-  bool shared() const { return holder_ != nullptr && holder_.use_count() > 1; }
+  bool shared() const;
 
   // GetAsDouble / SetFromDouble read and write flattened element `i` of a CPU tensor, converting
   // through double. Meant for tests, examples and printing, not for hot paths.
@@ -148,20 +167,39 @@ class Tensor {
   // Description returns "float32(2, 3)@cpu" for error messages.
   std::string Description() const;
 
- private:
-  Tensor(std::shared_ptr<void> holder, void* data, DType dtype, Shape shape, Device device,
-         bool owns);
+ // Copying a handle shares the buffer and the shape (a reference count each); moving one leaves
+  // the source undefined.
+  Tensor(const Tensor& other);
+  Tensor(Tensor&& other) noexcept;
+  Tensor& operator=(const Tensor& other);
+  Tensor& operator=(Tensor&& other) noexcept;
+  ~Tensor();
 
-  // Ordered so that a handle is 64 bytes, one cache line: checking a list of 100,000 of them
-  // reads memory, not instructions, and a line less per handle is what counts.
-  std::shared_ptr<void> holder_;  // Keeps the buffer alive; null for borrowed tensors.
+ private:
+  struct Buffer;  // An owned buffer: its reference count and how to free it.
+  struct Dims;    // A shape shared by copies of a handle: its reference count and the Shape.
+
+  Tensor(Buffer* buffer, void* data, DType dtype, Shape shape, Device device, bool owns);
+  void Release();
+
+  enum Flags : uint8_t { kDefined = 1, kOwns = 2, kCuda = 4 };
+
+  // What a check of a tensor's kind compares, in one word (signature() reads it whole).
+  struct Kind {
+    uint32_t shape_code = uint32_t{1} << 30;  // ShapeCode of the empty shape.
+    DType dtype = DType::kFloat32;
+    uint8_t flags = 0;
+    int16_t device_id = 0;
+  };
+  static_assert(sizeof(Kind) == 8, "Kind is read as one word");
+
+  // 32 bytes, half a cache line: checking a list of 100,000 handles reads memory, not
+  // instructions, so what counts is the bytes read per handle. Everything such a check needs
+  // (the data pointer and the kind) is here; the shape itself is behind dims_.
+  Buffer* buffer_ = nullptr;  // Keeps an owned buffer alive; null for borrowed tensors.
   void* data_ = nullptr;
-  Shape shape_;
-  Device device_;
-  DType dtype_ = DType::kFloat32;
-  bool owns_ = false;
-  bool defined_ = false;
-  uint32_t shape_code_ = uint32_t{1} << 30;  // ShapeCode of the empty shape.
+  Dims* dims_ = nullptr;  // Null for the empty shape (a scalar).
+  Kind kind_;
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& tensor);

@@ -84,6 +84,82 @@ TEST_CASE("Tensor: copies share the buffer, Clone does not", "[tensor]") {
   }
 }
 
+TEST_CASE("Tensor: a handle is 32 bytes; copies, moves and assignments keep what they share",
+          "[tensor]") {
+  STATIC_REQUIRE(sizeof(Tensor) == 32);
+  TestRng rng;
+  INFO(rng.Describe());
+  for (int round = 0; round < 20; ++round) {
+    const Shape shape = round % 5 == 0 ? Shape{} : rng.AnyShape();  // Scalars too.
+    INFO("shape " << ShapeToString(shape));
+    int releases = 0;
+    std::vector<double> storage(static_cast<size_t>(NumElements(shape)) + 1);
+    for (double& x : storage) x = rng.Uniform(-9, 9);
+    const Device device = rng.Int(0, 1) == 0 ? Device::CPU() : Device::CUDA(rng.Int(0, 7));
+    Tensor copy;
+    {
+      Tensor a = Tensor::Adopt(storage.data(), DType::kFloat64, shape, device,
+                               [&releases] { ++releases; });
+      REQUIRE_FALSE(a.shared());
+      copy = a;
+      REQUIRE(a.shared());
+      Tensor moved = std::move(a);
+      REQUIRE_FALSE(a.defined());  // NOLINT: a moved-from handle is undefined.
+      REQUIRE(a.shape().empty());  // NOLINT
+      REQUIRE(moved.shape() == shape);
+      REQUIRE(moved.device() == device);
+      moved = moved;  // Self-assignment changes nothing.
+      REQUIRE(moved.data() == storage.data());
+      REQUIRE(moved.shared());
+    }
+    // The copy outlived every other handle: its shape, buffer and device are intact.
+    REQUIRE(releases == 0);
+    REQUIRE_FALSE(copy.shared());
+    REQUIRE(copy.shape() == shape);
+    REQUIRE(copy.shape_code() == ShapeCode(shape));
+    REQUIRE(copy.device() == device);
+    REQUIRE(copy.dtype() == DType::kFloat64);
+    if (device.is_cpu()) {
+      for (int64_t i = 0; i < copy.num_elements(); ++i) {
+        REQUIRE(copy.GetAsDouble(i) == storage[i]);
+      }
+    }
+    // Assigning over the last handle releases the buffer, once.
+    copy = Tensor::Zeros(DType::kInt32, {rng.Int(1, 5)});
+    REQUIRE(releases == 1);
+    REQUIRE(copy.dtype() == DType::kInt32);
+    REQUIRE(copy.owns_data());
+  }
+  // signature: equal exactly when dtype, device and (small) shape are, whether the handle owns
+  // its buffer or not; never an undefined handle's.
+  std::vector<Tensor> kinds;
+  std::vector<float> memory(64);
+  for (int i = 0; i < 40; ++i) {
+    const DType dtype = rng.Int(0, 1) == 0 ? DType::kFloat32 : DType::kInt32;
+    const Shape shape = rng.Int(0, 3) == 0 ? Shape{} : rng.AnyShape(2, 2);
+    const Device device = rng.Int(0, 2) == 0 ? Device::CUDA(rng.Int(0, 1)) : Device::CPU();
+    kinds.push_back(rng.Int(0, 1) == 0 ? Tensor::Borrow(memory.data(), dtype, shape, device)
+                                       : Tensor::Adopt(memory.data(), dtype, shape, device, {}));
+    REQUIRE(kinds.back().signature() ==
+            Tensor::Signature(dtype, ShapeCode(shape), device));
+  }
+  for (const Tensor& a : kinds) {
+    REQUIRE(a.signature() != Tensor().signature());
+    for (const Tensor& b : kinds) {
+      INFO(a.Description() << " and " << b.Description());
+      REQUIRE((a.signature() == b.signature()) ==
+              (a.dtype() == b.dtype() && a.device() == b.device() && a.shape() == b.shape()));
+    }
+  }
+  // The highest device id a handle can keep, and zero-element tensors with buffers of their own.
+  REQUIRE(Tensor::Borrow(nullptr, DType::kFloat32, {0}, Device::CUDA(Device::kMaxId)).device() ==
+          Device::CUDA(Device::kMaxId));
+  const Tensor empty1 = Tensor::Zeros(DType::kFloat32, {0});
+  const Tensor empty2 = Tensor::Zeros(DType::kFloat32, {0, 3});
+  REQUIRE(empty1.data() != empty2.data());
+  REQUIRE_FALSE(empty1.SameBuffer(empty2));
+}
+
 TEST_CASE("Tensor: set and get round trip through every dtype", "[tensor]") {
   TestRng rng;
   INFO(rng.Describe());
