@@ -509,7 +509,8 @@ TEST_CASE("Many keys: one bad value refuses the whole list", "[groups][errors]")
 
 TEST_CASE("Many keys: a list long enough to be checked on two threads", "[groups][bucket]") {
   // Over 16,384 keys a distributed store checks a call on two threads, block by block: each
-  // block must see a view from another buffer, a key that is not the list's, or a bad value.
+  // block must see a view from another buffer, a view out of place, a key that is not the
+  // list's, or a bad value.
   // Keys of one shape and dtype, grouped by server, are checked by a loop of their own, which
   // computes consecutive keys (step 1; with one server, still consecutive once grouped).
   TestRng rng;
@@ -533,7 +534,7 @@ TEST_CASE("Many keys: a list long enough to be checked on two threads", "[groups
   std::vector<Tensor> values = ViewsOfBucket(m.like, total);
   std::vector<Tensor> outs = ViewsOfBucket(m.like, total);
   const std::vector<Tensor*> ptrs = Pointers(outs);
-  for (int round = 0; round < 4; ++round) {
+  for (int round = 0; round < 5; ++round) {
     INFO("round " << round);
     const ManyKeys before = m;
     const std::vector<Tensor> next = m.Next(rng);
@@ -558,6 +559,19 @@ TEST_CASE("Many keys: a list long enough to be checked on two threads", "[groups
         m.reference[swapped] = before.reference[swapped];
         break;
       }
+      case 3: {  // Views of the one bucket, two of one shape swapped: the list is packed.
+        size_t other = at;
+        for (size_t j = 1; j < static_cast<size_t>(n) && other == at; ++j) {
+          const size_t c = (at + j) % n;
+          if (m.like[c].shape() == m.like[at].shape()) other = c;
+        }
+        REQUIRE(other != at);
+        INFO("swapped with " << m.keys[other].Quoted());
+        std::swap(listed[at], listed[other]);
+        m.Apply(at, next[other]);
+        m.Apply(other, next[at]);
+        break;
+      }
       default: {  // A value of the wrong shape: refused, nothing applied.
         Shape wrong = m.like[at].shape();
         wrong.push_back(3);
@@ -570,7 +584,7 @@ TEST_CASE("Many keys: a list long enough to be checked on two threads", "[groups
         break;
       }
     }
-    if (round < 3) REQUIRE(kv->Push(keys, listed).ok());
+    if (round < 4) REQUIRE(kv->Push(keys, listed).ok());
     REQUIRE(kv->Pull(m.keys, ptrs).ok());
     Tensor extra_out = Tensor::Zeros(dtype, m.like[swapped].shape());
     REQUIRE(kv->Pull(extra, &extra_out).ok());
