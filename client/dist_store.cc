@@ -1357,41 +1357,51 @@ struct SeenPart {
 
 enum class BlockCheck { kOk, kMismatch, kOtherKeys };
 
+// How a uniform check compares the call's keys: not at all (the call named no keys), as
+// consecutive integers from the group's first, or against the group's integer keys.
+enum class KeyCompare { kNone, kConsecutive, kListed };
+
 // Checks pieces [begin, end) of a uniform group (piece k is key k, of `bytes` bytes at
 // (k - first[p]) * bytes in part p, whose keys are [first[p], first[p + 1])), starting in part
-// p: key k must be integer key expected[k] (key0 + k when `expected` is null; not compared when
-// `keys` is null) and matches(tensor(k)) must hold. Records into mine[p] what each part's pieces
-// imply. Everything comes by value and the loop stores only to locals, so that the compiler
-// keeps it all in registers: this loop is the whole cost of a long list's check.
-template <typename TensorAt, typename Matches>
-BlockCheck CheckUniformBlock(size_t begin, size_t end, TensorAt tensor, Matches matches,
-                             const Key* keys, const int64_t* expected, int64_t key0,
-                             size_t bytes, const size_t* first, size_t p, SeenPart* mine) {
+// p: key k must be integer key listed[k] (key0 + k when consecutive) and differs(tensor(k))
+// must be 0. Records into mine[p] where each part's pieces imply the part starts, and whether
+// they agree. Other keys win over a tensor that does not match (the call then belongs to
+// another group, which checks it again).
+//
+// This loop is the whole cost of checking a long list, so it has no branch per piece: each
+// piece ORs what differs into three words, which are looked at once per part. Everything
+// comes by value and the loop stores only to locals, so that the compiler keeps it all in
+// registers.
+template <KeyCompare kKeys, typename TensorAt, typename Differs>
+BlockCheck CheckUniformBlock(size_t begin, size_t end, TensorAt tensor, Differs differs,
+                             const Key* keys, const int64_t* listed, int64_t key0, size_t bytes,
+                             const size_t* first, size_t p, SeenPart* mine) {
+  uint64_t keys_differ = 0;
+  uint64_t kinds_differ = 0;
   for (size_t k = begin; k < end; ++p) {
     const size_t part_first = first[p];
     const size_t stop = std::min(end, first[p + 1]);
-    uintptr_t base = mine[p].base;
-    const Tensor* head = mine[p].head;
-    bool scattered = mine[p].scattered;
+    if (k == stop) continue;  // A part without keys.
+    const Tensor& head = tensor(k);
+    const uintptr_t base =
+        reinterpret_cast<uintptr_t>(head.data()) - (k - part_first) * bytes;
+    uintptr_t apart = 0;
     for (; k < stop; ++k) {
-      if (keys != nullptr) {
-        const int64_t want = expected != nullptr ? expected[k] : key0 + static_cast<int64_t>(k);
-        if (!keys[k].is_int() || keys[k].int_key() != want) return BlockCheck::kOtherKeys;
+      if constexpr (kKeys != KeyCompare::kNone) {
+        const int64_t want =
+            kKeys == KeyCompare::kListed ? listed[k] : key0 + static_cast<int64_t>(k);
+        keys_differ |= static_cast<uint64_t>(!keys[k].is_int()) |
+                       static_cast<uint64_t>(keys[k].int_key() ^ want);
       }
       const Tensor& t = tensor(k);
-      if (!matches(t)) return BlockCheck::kMismatch;
-      if (scattered) continue;
-      const uintptr_t implied = reinterpret_cast<uintptr_t>(t.data()) - (k - part_first) * bytes;
-      if (head == nullptr) {
-        head = &t;
-        base = implied;
-      } else if (implied != base || !t.SameBuffer(*head)) {
-        scattered = true;
-      }
+      kinds_differ |= differs(t);
+      apart |= (reinterpret_cast<uintptr_t>(t.data()) - (k - part_first) * bytes) ^ base;
+      apart |= static_cast<uintptr_t>(!t.SameBuffer(head));
     }
-    mine[p] = SeenPart{base, head, scattered};
+    mine[p] = SeenPart{base, &head, apart != 0};
   }
-  return BlockCheck::kOk;
+  if (keys_differ != 0) return BlockCheck::kOtherKeys;
+  return kinds_differ != 0 ? BlockCheck::kMismatch : BlockCheck::kOk;
 }
 }  // namespace
 
@@ -1438,18 +1448,27 @@ DistStore::GroupCheck DistStore::CheckGroupTensors(const GroupPlan& group,
       const size_t p = static_cast<size_t>(
           std::upper_bound(first.begin(), first.end(), begin) - first.begin()) - 1;
       Seen* mine = &seen[begin / block * parts];
+      // One instantiation per way of comparing keys and tensors, each a loop of its own.
+      auto run = [&](auto differs) {
+        if (key_list == nullptr) {
+          return CheckUniformBlock<KeyCompare::kNone>(begin, end, tensor, differs, key_list,
+                                                      expected, key0, bytes, first.data(), p,
+                                                      mine);
+        }
+        if (expected == nullptr) {
+          return CheckUniformBlock<KeyCompare::kConsecutive>(begin, end, tensor, differs,
+                                                             key_list, expected, key0, bytes,
+                                                             first.data(), p, mine);
+        }
+        return CheckUniformBlock<KeyCompare::kListed>(begin, end, tensor, differs, key_list,
+                                                      expected, key0, bytes, first.data(), p,
+                                                      mine);
+      };
       const BlockCheck result =
-          code != 0
-              ? CheckUniformBlock(
-                    begin, end, tensor,
-                    [signature](const Tensor& t) { return t.signature() == signature; },
-                    key_list, expected, key0, bytes, first.data(), p, mine)
-              : CheckUniformBlock(
-                    begin, end, tensor,
-                    [dtype, dims, rank](const Tensor& t) {
-                      return MatchesShape(t, dtype, dims, rank);
-                    },
-                    key_list, expected, key0, bytes, first.data(), p, mine);
+          code != 0 ? run([signature](const Tensor& t) { return t.signature() ^ signature; })
+                    : run([dtype, dims, rank](const Tensor& t) {
+                        return static_cast<uint64_t>(!MatchesShape(t, dtype, dims, rank));
+                      });
       if (result == BlockCheck::kOtherKeys) other_keys.store(true, std::memory_order_relaxed);
       if (result == BlockCheck::kMismatch) mismatched.store(true, std::memory_order_relaxed);
     });
