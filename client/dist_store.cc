@@ -1497,8 +1497,9 @@ DistStore::GroupCheck DistStore::CheckGroupTensors(const GroupPlan& group,
       }
     });
   }
-  // A block stops at its first key that differs, so a tensor that did not match belongs to a
-  // key of the group's list: with other keys the call is checked again against their group.
+  // A block stops at its first key that differs (a uniform block looks at every key and
+  // reports other keys first), so a tensor that did not match belongs to a key of the group's
+  // list: with other keys the call is checked again against their group.
   if (other_keys.load(std::memory_order_relaxed)) return GroupCheck::kOtherKeys;
   if (mismatched.load(std::memory_order_relaxed)) return GroupCheck::kMismatch;
   bases->assign(parts, nullptr);

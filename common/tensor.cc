@@ -19,11 +19,6 @@ namespace {
 
 constexpr std::align_val_t kAlignment{64};
 
-const Shape& EmptyShape() {
-  static const Shape* const empty = new Shape();
-  return *empty;
-}
-
 }  // namespace
 
 size_t DTypeSize(DType dtype) {
@@ -141,12 +136,9 @@ struct Tensor::Buffer {
 };
 constexpr size_t kHeader = 64;
 
-struct Tensor::Dims {
-  std::atomic<int64_t> refs{1};
-  Shape shape;
-};
-
 static_assert(sizeof(Tensor) <= 32, "a Tensor handle should fit half a cache line");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "Tensor::Signature builds the word that signature() reads in little-endian order");
 
 Tensor::Tensor(Buffer* buffer, void* data, DType dtype, Shape shape, Device device, bool owns)
     : buffer_(buffer),
@@ -209,7 +201,10 @@ void Tensor::Release() {
   dims_ = nullptr;
 }
 
-const Shape& Tensor::shape() const { return dims_ == nullptr ? EmptyShape() : dims_->shape; }
+const Shape& Tensor::EmptyShape() {
+  static const Shape* const empty = new Shape();
+  return *empty;
+}
 
 bool Tensor::shared() const {
   return buffer_ != nullptr && buffer_->refs.load(std::memory_order_acquire) > 1;

@@ -10,6 +10,7 @@
 #ifndef KVSTORE_COMMON_TENSOR_H_
 #define KVSTORE_COMMON_TENSOR_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -125,7 +126,7 @@ class Tensor {
     return static_cast<T*>(data_);
   }
   DType dtype() const { return kind_.dtype; }
-  const Shape& shape() const;
+  const Shape& shape() const { return dims_ == nullptr ? EmptyShape() : dims_->shape; }
   uint32_t shape_code() const { return kind_.shape_code; }  // ShapeCode(shape()).
   // signature names a defined tensor's dtype, device and small shape in one word: two defined
   // handles whose shapes are small (nonzero ShapeCode) have the same signature exactly when
@@ -167,8 +168,8 @@ class Tensor {
   // Description returns "float32(2, 3)@cpu" for error messages.
   std::string Description() const;
 
- // Copying a handle shares the buffer and the shape (a reference count each); moving one leaves
-  // the source undefined.
+  // Copying a handle shares the buffer and the shape (a reference count each); moving one
+  // leaves the source undefined.
   Tensor(const Tensor& other);
   Tensor(Tensor&& other) noexcept;
   Tensor& operator=(const Tensor& other);
@@ -177,7 +178,12 @@ class Tensor {
 
  private:
   struct Buffer;  // An owned buffer: its reference count and how to free it.
-  struct Dims;    // A shape shared by copies of a handle: its reference count and the Shape.
+  // A shape shared by copies of a handle.
+  struct Dims {
+    std::atomic<int64_t> refs{1};
+    Shape shape;
+  };
+  static const Shape& EmptyShape();
 
   Tensor(Buffer* buffer, void* data, DType dtype, Shape shape, Device device, bool owns);
   void Release();
@@ -193,9 +199,8 @@ class Tensor {
   };
   static_assert(sizeof(Kind) == 8, "Kind is read as one word");
 
-  // 32 bytes, half a cache line: checking a list of 100,000 handles reads memory, not
-  // instructions, so what counts is the bytes read per handle. Everything such a check needs
-  // (the data pointer and the kind) is here; the shape itself is behind dims_.
+  // 32 bytes, half a cache line. Checking a long list of small tensors reads each handle's data
+  // pointer, buffer and kind, all of them here; the shape itself is behind dims_.
   Buffer* buffer_ = nullptr;  // Keeps an owned buffer alive; null for borrowed tensors.
   void* data_ = nullptr;
   Dims* dims_ = nullptr;  // Null for the empty shape (a scalar).
