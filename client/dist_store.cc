@@ -1414,14 +1414,13 @@ DistStore::GroupCheck DistStore::CheckGroupTensors(const GroupPlan& group,
   // pieces finds, per part, the start its pieces imply and whether they all agree; the blocks
   // are then merged in order.
   const size_t parts = group.parts.size();
-  using Seen = SeenPart;
   const size_t n = group.pieces.size();
   const size_t block = n >= kSplitCheckPieces ? kCheckBlock : std::max<size_t>(n, 1);
   const size_t blocks = (n + block - 1) / block;
-  std::vector<Seen> seen(blocks * parts);
+  std::vector<SeenPart> seen(blocks * parts);
   std::atomic<bool> mismatched{false};
   std::atomic<bool> other_keys{false};
-  auto agree = [](Seen& into, uintptr_t base, const Tensor& t) {
+  auto agree = [](SeenPart& into, uintptr_t base, const Tensor& t) {
     if (into.head == nullptr) {
       into.head = &t;
       into.base = base;
@@ -1447,7 +1446,7 @@ DistStore::GroupCheck DistStore::CheckGroupTensors(const GroupPlan& group,
     split_.Run(n, block, [&](size_t begin, size_t end) {
       const size_t p = static_cast<size_t>(
           std::upper_bound(first.begin(), first.end(), begin) - first.begin()) - 1;
-      Seen* mine = &seen[begin / block * parts];
+      SeenPart* mine = &seen[begin / block * parts];
       // One instantiation per way of comparing keys and tensors, each a loop of its own.
       auto run = [&](auto differs) {
         if (key_list == nullptr) {
@@ -1474,7 +1473,7 @@ DistStore::GroupCheck DistStore::CheckGroupTensors(const GroupPlan& group,
     });
   } else {
     split_.Run(n, block, [&](size_t begin, size_t end) {
-      Seen* mine = &seen[begin / block * parts];
+      SeenPart* mine = &seen[begin / block * parts];
       size_t checked = std::numeric_limits<size_t>::max();
       for (size_t k = begin; k < end; ++k) {
         const GroupPlan::Piece& piece = group.pieces[k];
@@ -1490,7 +1489,7 @@ DistStore::GroupCheck DistStore::CheckGroupTensors(const GroupPlan& group,
           }
           checked = piece.key;
         }
-        Seen& part = mine[piece.part];
+        SeenPart& part = mine[piece.part];
         if (part.scattered) continue;
         const uintptr_t data = reinterpret_cast<uintptr_t>(t.data());
         agree(part, data + piece.value_offset - piece.packed_offset, t);
@@ -1504,9 +1503,9 @@ DistStore::GroupCheck DistStore::CheckGroupTensors(const GroupPlan& group,
   if (mismatched.load(std::memory_order_relaxed)) return GroupCheck::kMismatch;
   bases->assign(parts, nullptr);
   for (size_t p = 0; p < parts; ++p) {
-    Seen whole;
+    SeenPart whole;
     for (size_t b = 0; b < blocks && !whole.scattered; ++b) {
-      const Seen& part = seen[b * parts + p];
+      const SeenPart& part = seen[b * parts + p];
       if (part.head == nullptr) continue;
       if (part.scattered) whole.scattered = true;
       agree(whole, part.base, *part.head);
