@@ -1,6 +1,7 @@
 #include "client/dist_store.h"
 
 #include <grpcpp/client_context.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -68,10 +69,23 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
   }
   std::unique_ptr<DistStore> store(new DistStore(std::move(type), options));
   RETURN_IF_ERROR(store->Join());
-  store->completer_ = std::thread([s = store.get()] { s->CompleteCalls(); });
-  store->dispatcher_ = std::thread([s = store.get()] { s->Dispatch(); });
-  store->timer_ = std::thread([s = store.get()] { s->TimerLoop(); });
-  store->heartbeat_ = std::thread([s = store.get()] { s->HeartbeatLoop(); });
+  // Named for profiles and traces (at most 15 characters).
+  store->completer_ = std::thread([s = store.get()] {
+    pthread_setname_np(pthread_self(), "kv-completion");
+    s->CompleteCalls();
+  });
+  store->dispatcher_ = std::thread([s = store.get()] {
+    pthread_setname_np(pthread_self(), "kv-dispatch");
+    s->Dispatch();
+  });
+  store->timer_ = std::thread([s = store.get()] {
+    pthread_setname_np(pthread_self(), "kv-timer");
+    s->TimerLoop();
+  });
+  store->heartbeat_ = std::thread([s = store.get()] {
+    pthread_setname_np(pthread_self(), "kv-heartbeat");
+    s->HeartbeatLoop();
+  });
   return store;
 }
 

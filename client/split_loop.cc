@@ -1,5 +1,7 @@
 #include "client/split_loop.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 
 namespace kvstore {
@@ -26,7 +28,10 @@ void SplitLoop::Run(size_t n, size_t block, absl::FunctionRef<void(size_t, size_
     for (size_t begin = 0; begin < n; begin += block) body(begin, std::min(n, begin + block));
     return;
   }
-  if (!helper_.joinable()) helper_ = std::thread([this] { HelperLoop(); });
+  if (!helper_.joinable()) helper_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "kv-split");
+      HelperLoop();
+    });
   Task task{n, block, body};
   {
     absl::MutexLock lock(&mu_);

@@ -1,5 +1,7 @@
 #include "server/grpc/kvserver_daemon.h"
 
+#include <pthread.h>
+
 #include <grpcpp/client_context.h>
 #include <grpcpp/server_builder.h>
 
@@ -53,7 +55,10 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
     return absl::UnavailableError(absl::StrCat("kvserver cannot listen on ", listen));
   }
   for (auto& cq : daemon->cqs_) {
-    daemon->serving_.emplace_back([d = daemon.get(), cq = cq.get()] { d->service_.Serve(cq); });
+    daemon->serving_.emplace_back([d = daemon.get(), cq = cq.get()] {
+      pthread_setname_np(pthread_self(), "kv-serve");
+      d->service_.Serve(cq);
+    });
   }
   spdlog::info("kvserver listening on {} ({} serving threads)", daemon->address(),
                daemon->serving_.size());
