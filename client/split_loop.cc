@@ -28,10 +28,12 @@ void SplitLoop::Run(size_t n, size_t block, absl::FunctionRef<void(size_t, size_
     for (size_t begin = 0; begin < n; begin += block) body(begin, std::min(n, begin + block));
     return;
   }
-  if (!helper_.joinable()) helper_ = std::thread([this] {
-      pthread_setname_np(pthread_self(), "kv-split");
+  if (!helper_.joinable()) {
+    helper_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "kv-split");  // For profiles and traces.
       HelperLoop();
     });
+  }
   Task task{n, block, body};
   {
     absl::MutexLock lock(&mu_);
