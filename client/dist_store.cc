@@ -1,7 +1,6 @@
 #include "client/dist_store.h"
 
 #include <grpcpp/client_context.h>
-#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -21,6 +20,7 @@
 #include "client/key_groups.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
+#include "common/named_thread.h"
 #include "common/proto_convert.h"
 #include "common/reduce.h"
 #include "common/row_sparse.h"
@@ -69,23 +69,10 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
   }
   std::unique_ptr<DistStore> store(new DistStore(std::move(type), options));
   RETURN_IF_ERROR(store->Join());
-  // Named for profiles and traces (at most 15 characters).
-  store->completer_ = std::thread([s = store.get()] {
-    pthread_setname_np(pthread_self(), "kv-completion");
-    s->CompleteCalls();
-  });
-  store->dispatcher_ = std::thread([s = store.get()] {
-    pthread_setname_np(pthread_self(), "kv-dispatch");
-    s->Dispatch();
-  });
-  store->timer_ = std::thread([s = store.get()] {
-    pthread_setname_np(pthread_self(), "kv-timer");
-    s->TimerLoop();
-  });
-  store->heartbeat_ = std::thread([s = store.get()] {
-    pthread_setname_np(pthread_self(), "kv-heartbeat");
-    s->HeartbeatLoop();
-  });
+  store->completer_ = NamedThread("kv-completion", [s = store.get()] { s->CompleteCalls(); });
+  store->dispatcher_ = NamedThread("kv-dispatch", [s = store.get()] { s->Dispatch(); });
+  store->timer_ = NamedThread("kv-timer", [s = store.get()] { s->TimerLoop(); });
+  store->heartbeat_ = NamedThread("kv-heartbeat", [s = store.get()] { s->HeartbeatLoop(); });
   return store;
 }
 

@@ -1,8 +1,8 @@
 #include "client/split_loop.h"
 
-#include <pthread.h>
-
 #include <algorithm>
+
+#include "common/named_thread.h"
 
 namespace kvstore {
 
@@ -29,10 +29,7 @@ void SplitLoop::Run(size_t n, size_t block, absl::FunctionRef<void(size_t, size_
     return;
   }
   if (!helper_.joinable()) {
-    helper_ = std::thread([this] {
-      pthread_setname_np(pthread_self(), "kv-split");  // For profiles and traces.
-      HelperLoop();
-    });
+    helper_ = NamedThread("kv-split", [this] { HelperLoop(); });
   }
   Task task{n, block, body};
   {

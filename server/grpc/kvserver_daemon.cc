@@ -1,7 +1,5 @@
 #include "server/grpc/kvserver_daemon.h"
 
-#include <pthread.h>
-
 #include <grpcpp/client_context.h>
 #include <grpcpp/server_builder.h>
 
@@ -13,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
+#include "common/named_thread.h"
 #include "common/status_macros.h"
 #include "server/core/optimizer.h"
 #include "server/core/sgd_updater.h"
@@ -55,10 +54,8 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
     return absl::UnavailableError(absl::StrCat("kvserver cannot listen on ", listen));
   }
   for (auto& cq : daemon->cqs_) {
-    daemon->serving_.emplace_back([d = daemon.get(), cq = cq.get()] {
-      pthread_setname_np(pthread_self(), "kv-serve");
-      d->service_.Serve(cq);
-    });
+    daemon->serving_.push_back(
+        NamedThread("kv-serve", [d = daemon.get(), cq = cq.get()] { d->service_.Serve(cq); }));
   }
   spdlog::info("kvserver listening on {} ({} serving threads)", daemon->address(),
                daemon->serving_.size());
