@@ -36,6 +36,10 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
     return absl::InvalidArgumentError(absl::StrCat(
         "serving_threads must be >= 0 (0: the default), not ", options.serving_threads));
   }
+  if (options.serving_poll < absl::ZeroDuration() || options.serving_poll > absl::Seconds(1)) {
+    return absl::InvalidArgumentError(absl::StrCat("serving_poll must be in [0, 1s], not ",
+                                                   absl::FormatDuration(options.serving_poll)));
+  }
   if (options.serving_threads == 0) {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     options.serving_threads = std::max(1, cores / 4);
@@ -55,7 +59,9 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
   }
   for (auto& cq : daemon->cqs_) {
     daemon->serving_.push_back(
-        NamedThread("kv-serve", [d = daemon.get(), cq = cq.get()] { d->service_.Serve(cq); }));
+        NamedThread("kv-serve", [d = daemon.get(), cq = cq.get()] {
+      d->service_.Serve(cq, d->options_.serving_poll);
+    }));
   }
   spdlog::info("kvserver listening on {} ({} serving threads)", daemon->address(),
                daemon->serving_.size());
@@ -91,6 +97,8 @@ absl::Status KVServerDaemon::Wait() {
 
 void KVServerDaemon::Shutdown() {
   if (!stop_.HasBeenNotified()) stop_.Notify();
+  absl::MutexLock lock(&registering_mu_);
+  if (registering_ != nullptr) registering_->TryCancel();
 }
 
 void KVServerDaemon::Run() {
@@ -116,7 +124,16 @@ absl::Status KVServerDaemon::RegisterAndServe() {
     grpc::ClientContext context;
     context.set_deadline(GrpcDeadline(give_up));
     context.set_wait_for_ready(true);  // Wait for a scheduler that is still starting.
+    {
+      absl::MutexLock lock(&registering_mu_);
+      if (stop_.HasBeenNotified()) return absl::CancelledError("kvserver stopped");
+      registering_ = &context;
+    }
     const grpc::Status status = stub->Register(&context, request, &registration);
+    {
+      absl::MutexLock lock(&registering_mu_);
+      registering_ = nullptr;
+    }
     if (!status.ok()) {
       if (stop_.HasBeenNotified()) return absl::CancelledError("kvserver stopped");
       return absl::Status(FromGrpcStatus(status).code(),

@@ -13,6 +13,7 @@
 #ifndef KVSTORE_SERVER_GRPC_KVSERVER_DAEMON_H_
 #define KVSTORE_SERVER_GRPC_KVSERVER_DAEMON_H_
 
+#include <grpcpp/client_context.h>
 #include <grpcpp/server.h>
 
 #include <memory>
@@ -22,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "server/core/controller.h"
@@ -56,6 +58,9 @@ struct KVServerOptions {
   // Threads that read, run and answer requests, each with a completion queue of its own (a
   // connection's calls all go to one of them); 0: one per 4 cores, at least one.
   int serving_threads = 0;
+  // After answering a call of under 64 KB each way, a serving thread polls its queue this long
+  // before it sleeps (see KVServerService::Serve); zero: never.
+  absl::Duration serving_poll = absl::Microseconds(250);
 };
 
 class KVServerDaemon {
@@ -90,6 +95,9 @@ class KVServerDaemon {
   std::unique_ptr<grpc::Server> server_;
   std::thread thread_;
   absl::Notification stop_;
+  // The registration call while it waits for the scheduler; Shutdown cancels it.
+  absl::Mutex registering_mu_;
+  grpc::ClientContext* registering_ ABSL_GUARDED_BY(registering_mu_) = nullptr;
   absl::Notification done_;
   absl::Status status_;  // Written before done_ is notified.
 };

@@ -1,6 +1,9 @@
 #include "server/grpc/kvserver_service.h"
 
+#include <grpc/support/time.h>
+
 #include <functional>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -350,12 +353,17 @@ class KVServerService::Call {
                                cq, call);
   }
 
-  // Proceed runs for each event of the call: its arrival, then its finish.
-  void Proceed(bool ok) {
+  enum class Event { kStarted, kSmallEnded, kEnded };
+
+  // Proceed runs for each event of the call: its arrival, then its finish, and says which it
+  // was (kSmallEnded: a call of under kSmallCallBytes each way has been answered).
+  Event Proceed(bool ok) {
     absl::ReaderMutexLock lock(&service_->serving_mu_);
     if (finishing_ || !ok || service_->stopped_) {  // Done, or the server is shutting down.
+      const bool small = finishing_ && ok && request_.Length() < kSmallCallBytes &&
+                         response_.Length() < kSmallCallBytes;
       delete this;
-      return;
+      return small ? Event::kSmallEnded : Event::kEnded;
     }
     Ask(service_, method_, cq_);  // The next call of this method.
     finishing_ = true;
@@ -368,13 +376,14 @@ class KVServerService::Call {
     };
     const KVServerService& handlers = *service_;
     switch (method_) {
-      case 0: return handlers.HandleInit(&request_, &response_, std::move(done));
-      case 1: return handlers.HandlePush(&request_, &response_, std::move(done));
-      case 2: return handlers.HandlePull(&request_, &response_, std::move(done));
-      case 3: return handlers.HandlePushPull(&request_, &response_, std::move(done));
-      case 4: return handlers.HandleRowSparsePull(&request_, &response_, std::move(done));
-      default: return handlers.HandleCommand(&request_, &response_, std::move(done));
+      case 0: handlers.HandleInit(&request_, &response_, std::move(done)); break;
+      case 1: handlers.HandlePush(&request_, &response_, std::move(done)); break;
+      case 2: handlers.HandlePull(&request_, &response_, std::move(done)); break;
+      case 3: handlers.HandlePushPull(&request_, &response_, std::move(done)); break;
+      case 4: handlers.HandleRowSparsePull(&request_, &response_, std::move(done)); break;
+      default: handlers.HandleCommand(&request_, &response_, std::move(done)); break;
     }
+    return Event::kStarted;
   }
 
  private:
@@ -391,7 +400,7 @@ class KVServerService::Call {
   bool finishing_ = false;
 };
 
-void KVServerService::Serve(grpc::ServerCompletionQueue* cq) {
+void KVServerService::Serve(grpc::ServerCompletionQueue* cq, absl::Duration poll) {
   {
     absl::ReaderMutexLock lock(&serving_mu_);
     if (!stopped_) {
@@ -400,7 +409,24 @@ void KVServerService::Serve(grpc::ServerCompletionQueue* cq) {
   }
   void* tag;
   bool ok;
-  while (cq->Next(&tag, &ok)) static_cast<Call*>(tag)->Proceed(ok);
+  absl::Time poll_until = absl::InfinitePast();
+  for (;;) {
+    if (poll_until != absl::InfinitePast() && absl::Now() < poll_until) {
+      const auto next = cq->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
+      if (next == grpc::CompletionQueue::SHUTDOWN) return;
+      if (next == grpc::CompletionQueue::TIMEOUT) {
+        std::this_thread::yield();  // Whatever else is runnable here goes first.
+        continue;
+      }
+    } else if (!cq->Next(&tag, &ok)) {
+      return;
+    }
+    switch (static_cast<Call*>(tag)->Proceed(ok)) {
+      case Call::Event::kStarted: break;  // Its finish follows.
+      case Call::Event::kSmallEnded: poll_until = absl::Now() + poll; break;
+      case Call::Event::kEnded: poll_until = absl::InfinitePast(); break;
+    }
+  }
 }
 
 void KVServerService::StopServing() {

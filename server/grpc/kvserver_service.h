@@ -21,6 +21,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/kvstore.grpc.pb.h"
 #include "server/core/controller.h"
 #include "server/core/server_engine.h"
@@ -47,8 +48,14 @@ class KVServerService final : public RawAsyncKVServerService {
   std::shared_ptr<ServerBackend> backend() const;
 
   // Serve asks for calls of every method on `cq` and runs them until the queue shuts down and
-  // is drained. The daemon runs it on one thread per completion queue.
-  void Serve(grpc::ServerCompletionQueue* cq);
+  // is drained. The daemon runs it on one thread per completion queue. After an event of a
+  // small call (under kSmallCallBytes each way) the thread polls `cq` for `poll` before it
+  // sleeps: where idle CPUs halt (virtual machines), waking a sleeping thread takes tens of
+  // microseconds, more than a small call's own work, and the next small call of a training
+  // loop tends to come within that time. Big calls never poll: their time goes to moving bytes,
+  // and a polling thread would take a CPU from that (docs/performance.md, entry 37).
+  void Serve(grpc::ServerCompletionQueue* cq, absl::Duration poll);
+  static constexpr size_t kSmallCallBytes = 64 << 10;
   // StopServing makes the serving threads drop every later event: once it returns, no call is
   // asked for or answered any more, and the completion queues may be shut down. Call it after
   // the server's Shutdown.

@@ -61,6 +61,8 @@ ABSL_FLAG(std::string, scheduler, "", "scheduler binary (default: from the runfi
 ABSL_FLAG(int64_t, chunk_bytes, 0, "Chunk size of the job (0: the scheduler's default).");
 ABSL_FLAG(int, connections, 0, "TCP connections per server (0: the SDK's default).");
 ABSL_FLAG(int, serving_threads, 0, "The kvservers' --serving_threads (0: their default).");
+ABSL_FLAG(std::string, serving_poll, "",
+          "The kvservers' --serving_poll, e.g. 0 (empty: their default).");
 ABSL_FLAG(int, seed, 0, "Random seed of the pushed values (0: from the clock).");
 ABSL_FLAG(int, reps, 0,
           "Timed repetitions of every case (0: the case's own, fewer with --quick).");
@@ -368,13 +370,15 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers) {
   }
   if (port == 0) Die(absl::StrCat("the scheduler (", scheduler, ") did not report its port"));
   for (int s = 0; s < servers; ++s) {
+    std::vector<std::string> argv = {
+        kvserver, absl::StrCat("--scheduler=127.0.0.1:", port), absl::StrCat("--rank=", s),
+        "--updater=sum",
+        absl::StrCat("--serving_threads=", absl::GetFlag(FLAGS_serving_threads)),
+        "--log_level=warn"};
+    const std::string poll = absl::GetFlag(FLAGS_serving_poll);
+    if (!poll.empty()) argv.push_back(absl::StrCat("--serving_poll=", poll));
     job->daemons.push_back(std::make_unique<Child>(
-        std::vector<std::string>{kvserver, absl::StrCat("--scheduler=127.0.0.1:", port),
-                                 absl::StrCat("--rank=", s), "--updater=sum",
-                                 absl::StrCat("--serving_threads=",
-                                              absl::GetFlag(FLAGS_serving_threads)),
-                                 "--log_level=warn"},
-        absl::StrCat(tmp, "/kvbench-server", s, "-", tag, ".log")));
+        std::move(argv), absl::StrCat(tmp, "/kvbench-server", s, "-", tag, ".log")));
   }
   job->workers.resize(workers);
   std::vector<std::thread> joining;

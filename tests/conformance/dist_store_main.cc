@@ -51,6 +51,8 @@ absl::StatusOr<std::unique_ptr<KVStore>> NewJob() {
     server.scheduler_address = cluster->scheduler->address();
     server.requested_rank = i;
     server.serving_threads = i + 1;  // One serving thread, and two (calls spread over queues).
+    // The first sleeps between calls, the second polls for the next small call.
+    server.serving_poll = i == 0 ? absl::ZeroDuration() : absl::Milliseconds(1);
     auto daemon = KVServerDaemon::Start(std::move(server));
     if (!daemon.ok()) return daemon.status();
     cluster->servers.push_back(*std::move(daemon));
