@@ -58,8 +58,7 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
     return absl::UnavailableError(absl::StrCat("kvserver cannot listen on ", listen));
   }
   for (auto& cq : daemon->cqs_) {
-    daemon->serving_.push_back(
-        NamedThread("kv-serve", [d = daemon.get(), cq = cq.get()] {
+    daemon->serving_.push_back(NamedThread("kv-serve", [d = daemon.get(), cq = cq.get()] {
       d->service_.Serve(cq, d->options_.serving_poll);
     }));
   }

@@ -1,3 +1,4 @@
+// KVServerDaemon's options and life cycle, without a job: its scheduler never answers.
 #include "server/grpc/kvserver_daemon.h"
 
 #include <catch2/catch.hpp>

@@ -48,7 +48,7 @@ class KVServerService final : public RawAsyncKVServerService {
   std::shared_ptr<ServerBackend> backend() const;
 
   // Serve asks for calls of every method on `cq` and runs them until the queue shuts down and
-  // is drained. The daemon runs it on one thread per completion queue. After an event of a
+  // is drained. The daemon runs it on one thread per completion queue. After answering a
   // small call (under kSmallCallBytes each way) the thread polls `cq` for `poll` before it
   // sleeps: where idle CPUs halt (virtual machines), waking a sleeping thread takes tens of
   // microseconds, more than a small call's own work, and the next small call of a training
