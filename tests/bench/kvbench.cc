@@ -15,13 +15,16 @@
 // raw-socket request/response moving the same bytes over loopback to an echo process (W
 // connections at once for W workers). `bytes` is the payload every worker together moves in
 // one repetition (a push+pull counts it once); gbps = bytes / median; ratio = gbps /
-// ceiling_gbps.
+// ceiling_gbps. Beside them, once per run: the raw 4 KB exchange with both ends pinned to one
+// CPU and to two (raw_4KB_one_cpu_us, raw_4KB_two_cpus_us), the two values an unpinned
+// ceiling of a small exchange lands near.
 //
 //   bazel run -c opt //tests/bench:kvbench -- [--quick] [--format=json] [--only=SUBSTRING]
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -263,11 +266,58 @@ class RawLink {
     }
   }
 
+  pid_t echo_pid() const { return pid_; }
+
  private:
   int fd_ = -1;
   pid_t pid_ = -1;
   std::vector<uint8_t> buffer_;
 };
+
+// The raw 4 KB exchange (4 KB each way) with both ends pinned to one CPU, then to two: where
+// idle CPUs halt, an exchange between two CPUs pays a wake-up per message that one CPU does
+// not, and an unpinned raw ceiling lands on either, run by run. Zero: not measured (one CPU).
+struct RawPlacements {
+  double one_cpu_s = 0;
+  double two_cpus_s = 0;
+};
+
+RawPlacements MeasureRawPlacements(const std::string& argv0, int reps) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return {};
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+  auto pin = [](pid_t pid, int cpu) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    return sched_setaffinity(pid, sizeof(one), &one) == 0;
+  };
+  auto time_on = [&](int mine, int echo) {
+    RawLink link(argv0);
+    double median = 0;
+    if (pin(0, mine) && pin(link.echo_pid(), echo)) {
+      for (int i = 0; i < 10; ++i) link.Exchange(4 * kKB, 4 * kKB);  // Warm up.
+      Timing t;
+      for (int r = 0; r < reps; ++r) {
+        const absl::Time start = absl::Now();
+        link.Exchange(4 * kKB, 4 * kKB);
+        t.seconds.push_back(Since(start));
+      }
+      median = t.median();
+    }
+    sched_setaffinity(0, sizeof(allowed), &allowed);
+    return median;
+  };
+  RawPlacements placements;
+  if (cpus.empty()) return placements;
+  placements.one_cpu_s = time_on(cpus[0], cpus[0]);
+  if (cpus.size() >= 2) placements.two_cpus_s = time_on(cpus[0], cpus[1]);
+  return placements;
+}
 
 // RawEcho is the echo process of a RawLink: it connects to `port` and answers until the
 // connection closes.
@@ -615,10 +665,12 @@ class Bench {
     }
   }
 
-  void Print(double memcpy_gbps, uint64_t seed) const {
+  void Print(double memcpy_gbps, const RawPlacements& raw, uint64_t seed) const {
     if (absl::GetFlag(FLAGS_format) == "json") {
       std::string out = absl::StrFormat(
-          "{\"seed\": %d, \"memcpy_gbps\": %.4f, \"cases\": [", seed, memcpy_gbps);
+          "{\"seed\": %d, \"memcpy_gbps\": %.4f, \"raw_4KB_one_cpu_us\": %.2f, "
+          "\"raw_4KB_two_cpus_us\": %.2f, \"cases\": [",
+          seed, memcpy_gbps, raw.one_cpu_s * 1e6, raw.two_cpus_s * 1e6);
       for (size_t i = 0; i < results_.size(); ++i) {
         const Result& r = results_[i];
         const double median = r.timing.median();
@@ -640,6 +692,8 @@ class Bench {
     }
     std::printf("memcpy (100 MiB, 1 thread): %.2f GB/s; seed %llu\n", memcpy_gbps,
                 static_cast<unsigned long long>(seed));
+    std::printf("raw 4 KB exchange, both ends pinned: %.1f us on one CPU, %.1f us on two\n",
+                raw.one_cpu_s * 1e6, raw.two_cpus_s * 1e6);
     std::printf("%-28s %10s %10s %10s %8s %9s %8s %12s %10s\n", "case", "median_ms", "min_ms",
                 "max_ms", "GB/s", "ceil GB/s", "ratio", "ops/s", "lat_us");
     for (const Result& r : results_) {
@@ -675,9 +729,11 @@ int main(int argc, char** argv) {
   uint64_t seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   if (seed == 0) seed = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
   const double memcpy_gbps = kvstore::bench::MemcpyGbps(absl::GetFlag(FLAGS_quick) ? 5 : 11);
+  const kvstore::bench::RawPlacements raw =
+      kvstore::bench::MeasureRawPlacements(argv[0], absl::GetFlag(FLAGS_quick) ? 100 : 500);
   kvstore::bench::Bench bench(argv[0], seed);
   bench.RunConfig(/*servers=*/1, /*workers=*/1);
   bench.RunConfig(/*servers=*/2, /*workers=*/2);
-  bench.Print(memcpy_gbps, seed);
+  bench.Print(memcpy_gbps, raw, seed);
   return 0;
 }

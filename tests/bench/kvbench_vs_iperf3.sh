@@ -50,6 +50,9 @@ if "pushpull_4KB_1w1s" in cases:
     c = cases["pushpull_4KB_1w1s"]
     # Goal: latency within 1.3x of the raw-socket round trip, i.e. raw/latency >= 1/1.3.
     row("pushpull_4KB_1w1s raw rtt / latency", c["latency_us"], c["ceiling_latency_us"] / c["latency_us"], round(1 / 1.3, 3), "us")
+    if run.get("raw_4KB_two_cpus_us"):
+        print(f"  raw 4 KB exchange: {c['ceiling_latency_us']:.1f} us in this case; pinned, "
+              f"{run['raw_4KB_one_cpu_us']:.1f} us on one CPU, {run['raw_4KB_two_cpus_us']:.1f} on two")
 if "small_4KB_inflight64_1w1s" in cases:
     c = cases["small_4KB_inflight64_1w1s"]
     row("small_4KB_inflight64_1w1s ops/s", c["ops_per_s"] / 1e3, c["ops_per_s"] / 140000, 1.0, "k/s")
