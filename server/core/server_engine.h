@@ -53,16 +53,15 @@
 #include "common/key.h"
 #include "common/partitioner.h"
 #include "common/tensor.h"
+#include "server/core/byte_chunks.h"
 #include "server/core/shard_store.h"
+#include "server/core/spare_buffer.h"
 #include "server/core/updater.h"
 
 namespace kvstore {
 
 // The scheduler's node id; it may send commands and data like a worker.
 inline constexpr uint64_t kSchedulerNodeId = 1;
-
-// Bytes as a chain of contiguous chunks (e.g. the slices a gRPC message arrived in).
-using ByteChunks = std::vector<absl::Span<const uint8_t>>;
 
 // ValueSlice: which part of which value a request refers to.
 struct ValueSlice {
@@ -225,7 +224,7 @@ class ServerEngine {
   // write); the previous one is kept for the chunk's next such update while the spares of the
   // whole process stay under kSpareBytes, and freed once the pull is sent otherwise (so that a
   // big value is not held twice). SpareBytesHeld returns the bytes kept.
-  static constexpr int64_t kSpareBytes = int64_t{64} << 20;
+  static constexpr int64_t kSpareBytes = SpareBuffer::kMaxBytes;
   static int64_t SpareBytesHeld();
 
  private:
@@ -243,23 +242,6 @@ class ServerEngine {
   struct Arena {
     absl::Mutex mu;
     Tensor buffer;
-  };
-  // SpareBuffer: a chunk's previous buffer, kept for the chunk's next copy on write (within
-  // kSpareBytes for the whole process).
-  class SpareBuffer {
-   public:
-    SpareBuffer() = default;
-    ~SpareBuffer() { Reset(); }
-    SpareBuffer(const SpareBuffer&) = delete;
-    SpareBuffer& operator=(const SpareBuffer&) = delete;
-    // TakeIfFree returns the kept buffer when nothing else holds it any more (else undefined).
-    Tensor TakeIfFree();
-    // Keep keeps `buffer` when no buffer is kept and the budget allows; else drops it.
-    void Keep(Tensor buffer);
-    void Reset();
-
-   private:
-    Tensor buffer_;
   };
   // Chunk: one chunk of a key's part, with its round. Its fields (all but offset and count)
   // are guarded by its lock, taken with ChunkLock: its own mutex, or its arena's.
@@ -407,15 +389,6 @@ class ServerEngine {
   int64_t open_rounds_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<Updater> pending_updater_ ABSL_GUARDED_BY(mu_);
 };
-
-// ForEachPiece calls fn(element_offset, piece) for the pieces of `bytes` that hold whole
-// elements of `element_size` bytes, in order; an element split between two chunks is copied
-// into a small buffer and passed as a piece of its own.
-void ForEachPiece(const ByteChunks& bytes, size_t element_size,
-                  const std::function<void(int64_t, const void*, int64_t)>& fn);
-
-// GatherBytes copies `bytes` (chunk after chunk) into `dst`, which must hold exactly as many.
-void GatherBytes(const ByteChunks& bytes, void* dst);
 
 }  // namespace kvstore
 

@@ -1,0 +1,277 @@
+// ServerEngine: key groups - registration, group pushes and pulls - and the arenas that hold
+// the values of a group's small members back to back.
+#include "server/core/server_engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace kvstore {
+namespace {
+
+// SubRange returns the parts of `bytes` that hold its bytes [begin, end).
+ByteChunks SubRange(const ByteChunks& bytes, size_t begin, size_t end) {
+  ByteChunks out;
+  size_t start = 0;
+  for (const absl::Span<const uint8_t>& chunk : bytes) {
+    const size_t stop = start + chunk.size();
+    if (stop > begin && start < end) {
+      const size_t from = std::max(begin, start) - start;
+      out.push_back(chunk.subspan(from, std::min(end, stop) - start - from));
+    }
+    start = stop;
+  }
+  return out;
+}
+
+// Members of a key group bigger than this keep buffers of their own.
+constexpr size_t kArenaMemberMaxBytes = 64 << 10;
+
+}  // namespace
+
+absl::Status ServerEngine::RegisterGroup(uint64_t node_id, uint64_t group_id,
+                                         absl::Span<const ValueSlice> members) {
+  RETURN_IF_ERROR(CheckSender(node_id));
+  auto group = std::make_shared<Group>();
+  group->keys.reserve(members.size());
+  group->chunks.reserve(members.size());
+  group->offsets.reserve(members.size() + 1);
+  size_t offset = 0;
+  absl::MutexLock lock(&mu_);
+  absl::flat_hash_set<Chunk*> seen;
+  seen.reserve(members.size());
+  for (const ValueSlice& member : members) {
+    ASSIGN_OR_RETURN(Chunk * chunk, FindChunk(member, "grouped"));
+    if (!seen.insert(chunk).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key ", member.key.Quoted(), ": elements [", member.offset, ", ",
+          member.offset + member.count, ") appear twice in key group ", group_id));
+    }
+    group->keys.push_back(member.key);
+    group->chunks.push_back(chunk);
+    group->offsets.push_back(offset);
+    offset += static_cast<size_t>(member.count) * DTypeSize(member.dtype);
+  }
+  group->offsets.push_back(offset);
+  PlaceInArena(group.get(), members);
+  NodeRequests& requests = requests_[node_id];
+  auto [it, inserted] = requests.groups.insert_or_assign(group_id, std::move(group));
+  if (inserted) {
+    requests.group_order.push_back(group_id);
+    while (requests.group_order.size() > kMaxGroupsPerNode) {
+      requests.groups.erase(requests.group_order.front());
+      requests.group_order.pop_front();
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ServerEngine::PlaceInArena(Group* group, absl::Span<const ValueSlice> members) {
+  const size_t n = group->chunks.size();
+  if (n == 0) return;
+  const std::shared_ptr<Arena> first = group->chunks[0]->arena;
+  if (first != nullptr) {
+    // Placed by an earlier group: usable when the members lie back to back in this order.
+    const size_t base = group->chunks[0]->arena_offset;
+    for (size_t i = 0; i < n; ++i) {
+      const Chunk& chunk = *group->chunks[i];
+      if (chunk.arena != first || chunk.arena_offset != base + group->offsets[i]) return;
+    }
+    group->arena = first;
+    group->arena_base = base;
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      const size_t size = group->offsets[i + 1] - group->offsets[i];
+      if (group->chunks[i]->arena != nullptr || size > kArenaMemberMaxBytes ||
+          group->offsets[i] % DTypeSize(members[i].dtype) != 0) {
+        return;
+      }
+    }
+    auto arena = std::make_shared<Arena>();
+    const int64_t words = static_cast<int64_t>((group->offsets.back() + 3) / 4);
+    arena->buffer = Tensor::Zeros(DType::kInt32, {std::max<int64_t>(words, 1)});
+    std::vector<Tensor> views(n);
+    for (size_t i = 0; i < n; ++i) {
+      ChunkLock lock(*group->chunks[i]);
+      absl::StatusOr<Tensor> view = arena->buffer.View(
+          group->offsets[i], members[i].dtype, group->chunks[i]->stored.shape());
+      if (!view.ok()) return;  // Not expected: the offsets were computed from these sizes.
+      views[i] = *std::move(view);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      Chunk* chunk = group->chunks[i];
+      ChunkLock lock(*chunk);
+      std::memcpy(views[i].data(), chunk->stored.data(), chunk->stored.byte_size());
+      chunk->stored = std::move(views[i]);
+      chunk->spare.Reset();
+      chunk->arena = arena;
+      chunk->arena_offset = group->offsets[i];
+      chunk->mu.store(&arena->mu);  // Waiters on the old lock follow (ChunkLock).
+    }
+    group->arena = std::move(arena);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (group->runs.empty() || group->runs.back().dtype != members[i].dtype) {
+      group->runs.push_back(Group::Run{members[i].dtype, group->offsets[i], group->offsets[i]});
+    }
+    group->runs.back().end = group->offsets[i + 1];
+  }
+}
+
+bool ServerEngine::GroupInArena(uint64_t node_id, uint64_t group_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  absl::StatusOr<std::shared_ptr<const Group>> group = FindGroup(node_id, group_id);
+  return group.ok() && (*group)->arena != nullptr;
+}
+
+absl::StatusOr<std::shared_ptr<const ServerEngine::Group>> ServerEngine::FindGroup(
+    uint64_t node_id, uint64_t group_id) const {
+  auto node = requests_.find(node_id);
+  if (node != requests_.end()) {
+    auto it = node->second.groups.find(group_id);
+    if (it != node->second.groups.end()) return it->second;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "node ", node_id, " has no key group ", group_id,
+      " on this server (a group is registered by sending its members with it)"));
+}
+
+void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t group_id,
+                             const ByteChunks& bytes, Done done, Ack ack) {
+  const std::shared_ptr<Updater> current = updater();
+  absl::Status error = CheckSender(node_id);
+  std::shared_ptr<const Group> group;
+  std::shared_ptr<PushCall> call;
+  // In place: applied straight into the group's arena. With Ack::kOrdered and an arena that
+  // is free, its lock is taken here and the call finished (its `done`s taken) before the update.
+  bool in_place = false;
+  bool arena_locked = false;
+  std::vector<Done> acked;
+  {
+    absl::MutexLock lock(&mu_);
+    if (error.ok()) {
+      absl::StatusOr<std::shared_ptr<const Group>> found = FindGroup(node_id, group_id);
+      error = found.status();
+      if (found.ok()) group = *std::move(found);
+    }
+    if (error.ok()) {
+      size_t received = 0;
+      for (const auto& chunk : bytes) received += chunk.size();
+      if (received != group->offsets.back()) {
+        error = absl::InvalidArgumentError(absl::StrCat(
+            received, " bytes received for key group ", group_id, " of ",
+            group->chunks.size(), " keys (", group->offsets.back(), " bytes)"));
+      }
+    }
+    for (size_t i = 0; rounds() && error.ok() && i < group->chunks.size(); ++i) {
+      error = CheckRound(group->keys[i], *group->chunks[i], node_id);
+    }
+    if (group != nullptr) call = BeginPush(node_id, request_id, group->chunks, &done, &error);
+    in_place = call != nullptr && group->arena != nullptr && !rounds() && current->piecewise();
+    // The engine's lock is taken before an arena's (RegisterGroup): only a TryLock here.
+    if (in_place && ack == Ack::kOrdered && group->arena->mu.TryLock()) {
+      arena_locked = true;
+      FinishCall(call.get(), &acked);
+    }
+  }
+  if (call == nullptr) {
+    if (done) done(error);
+    return;
+  }
+  for (Done& d : acked) d(absl::OkStatus());
+
+  if (in_place) {
+    // Each push is applied as it arrives: one update per run of one dtype, straight from the
+    // received slices into the arena.
+    if (!arena_locked) group->arena->mu.Lock();
+    auto* base = static_cast<uint8_t*>(group->arena->buffer.data()) + group->arena_base;
+    for (const Group::Run& run : group->runs) {
+      const size_t element = DTypeSize(run.dtype);
+      ForEachPiece(SubRange(bytes, run.begin, run.end), element,
+                   [&](int64_t e, const void* piece, int64_t count) {
+                     if (!error.ok()) return;
+                     uint8_t* stored = base + run.begin + static_cast<size_t>(e) * element;
+                     error = current->UpdateSpan(group->keys[0], 0, run.dtype, piece, stored,
+                                                 count);
+                   });
+    }
+    group->arena->mu.Unlock();
+    if (!arena_locked) {
+      EndPush(call, false, {}, error);
+    } else if (!error.ok()) {
+      spdlog::error("key group {} of node {}: the updater \"{}\" failed after the push was "
+                    "acknowledged: {}",
+                    group_id, node_id, std::string(current->name()), error.ToString());
+    }
+    return;
+  }
+  // Walk the received slices once; a member split between two slices is gathered first.
+  std::vector<Chunk*> completed;
+  std::vector<uint8_t> straddling;
+  size_t slice = 0, slice_start = 0;
+  for (size_t i = 0; i < group->chunks.size(); ++i) {
+    const size_t begin = group->offsets[i], size = group->offsets[i + 1] - begin;
+    while (slice < bytes.size() && slice_start + bytes[slice].size() <= begin && size > 0) {
+      slice_start += bytes[slice].size();
+      ++slice;
+    }
+    const void* data = nullptr;
+    if (size == 0) {
+      data = straddling.data();
+    } else if (begin + size <= slice_start + bytes[slice].size()) {
+      data = bytes[slice].data() + (begin - slice_start);
+    } else {
+      straddling.resize(size);
+      size_t copied = 0;
+      for (size_t k = slice, start = slice_start; copied < size; start += bytes[k].size(), ++k) {
+        const size_t from = begin + copied - start;
+        const size_t take = std::min(bytes[k].size() - from, size - copied);
+        std::memcpy(straddling.data() + copied, bytes[k].data() + from, take);
+        copied += take;
+      }
+      data = straddling.data();
+    }
+    absl::StatusOr<bool> merged = MergeSpan(group->keys[i], group->chunks[i], data, current);
+    if (!merged.ok() && error.ok()) error = merged.status();
+    if (!merged.ok() || *merged) completed.push_back(group->chunks[i]);
+  }
+  EndPush(call, group->chunks.empty(), completed, error);
+}
+
+absl::StatusOr<ServerEngine::PackedGroup> ServerEngine::PullGroup(uint64_t node_id, uint64_t group_id) const {
+  RETURN_IF_ERROR(CheckSender(node_id));
+  std::shared_ptr<const Group> group;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(group, FindGroup(node_id, group_id));
+  }
+  absl::MutexLock lock(&group->reply_mu);
+  const int64_t size = static_cast<int64_t>(group->offsets.back());
+  // The last reply may still be on its way out: then this one gets a buffer of its own.
+  if (!group->reply.defined() || group->reply.shared()) {
+    group->reply = Tensor::Zeros(DType::kInt32, {(size + 3) / 4});
+  }
+  auto* out = static_cast<uint8_t*>(group->reply.data());
+  if (group->arena != nullptr) {
+    absl::MutexLock arena_lock(&group->arena->mu);
+    std::memcpy(out, static_cast<const uint8_t*>(group->arena->buffer.data()) + group->arena_base,
+                static_cast<size_t>(size));
+    return PackedGroup{group->reply, static_cast<size_t>(size)};
+  }
+  for (size_t i = 0; i < group->chunks.size(); ++i) {
+    const Chunk& chunk = *group->chunks[i];
+    ChunkLock chunk_lock(chunk);
+    std::memcpy(out + group->offsets[i], chunk.stored.data(),
+                group->offsets[i + 1] - group->offsets[i]);
+  }
+  return PackedGroup{group->reply, static_cast<size_t>(size)};
+}
+
+}  // namespace kvstore
