@@ -1,14 +1,15 @@
 #include "common/state_file.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
-#include <array>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 
@@ -17,16 +18,6 @@ namespace {
 
 constexpr char kMagic[8] = {'K', 'V', 'S', 'T', 'A', 'T', 'E', '\0'};
 constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 4;
-
-std::array<uint32_t, 256> MakeCrcTable() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    table[i] = c;
-  }
-  return table;
-}
 
 void PutLE(std::string* out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
@@ -38,23 +29,17 @@ uint64_t GetLE(const char* p, int bytes) {
   return v;
 }
 
-absl::Status ErrnoError(absl::string_view what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
-
-std::string DirectoryOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
+// ErrorStatus maps `error` (an errno value, as std::filesystem's error codes hold too) to its
+// Abseil code, naming `what` and `path`.
+absl::Status ErrorStatus(int error, absl::string_view what, const std::filesystem::path& path) {
+  return absl::ErrnoToStatus(error, absl::StrCat(what, " ", path.string()));
 }
 
 }  // namespace
 
 uint32_t Crc32(absl::string_view data) {
-  static const std::array<uint32_t, 256> table = MakeCrcTable();
-  uint32_t c = 0xFFFFFFFFu;
-  for (unsigned char b : data) c = table[(c ^ b) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
+  return static_cast<uint32_t>(
+      crc32_z(crc32_z(0, Z_NULL, 0), reinterpret_cast<const Bytef*>(data.data()), data.size()));
 }
 
 absl::Status WriteStateFile(const std::string& path, StateKind kind, absl::string_view payload) {
@@ -63,35 +48,37 @@ absl::Status WriteStateFile(const std::string& path, StateKind kind, absl::strin
   PutLE(&header, static_cast<uint32_t>(kind), 4);
   PutLE(&header, payload.size(), 8);
   PutLE(&header, Crc32(payload), 4);
-  const std::string temp = absl::StrCat(path, ".tmp.", getpid());
+  const std::filesystem::path target(path);
+  const std::filesystem::path temp = absl::StrCat(path, ".tmp.", getpid());
   const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create", temp);
+  if (fd < 0) return ErrorStatus(errno, "cannot create", temp);
+  // Written with write(2), not a stream: the data must reach the disk (fsync) before the
+  // rename makes it the state file.
+  absl::Status written;
   for (absl::string_view part : {absl::string_view(header), payload}) {
-    while (!part.empty()) {
+    while (written.ok() && !part.empty()) {
       const ssize_t n = write(fd, part.data(), part.size());
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        const absl::Status error = ErrnoError("cannot write", temp);
-        close(fd);
-        unlink(temp.c_str());
-        return error;
+      if (n >= 0) {
+        part.remove_prefix(static_cast<size_t>(n));
+      } else if (errno != EINTR) {
+        written = ErrorStatus(errno, "cannot write", temp);
       }
-      part.remove_prefix(static_cast<size_t>(n));
     }
   }
-  if (fsync(fd) != 0) {
-    const absl::Status error = ErrnoError("cannot fsync", temp);
-    close(fd);
-    unlink(temp.c_str());
-    return error;
-  }
+  if (written.ok() && fsync(fd) != 0) written = ErrorStatus(errno, "cannot fsync", temp);
   close(fd);
-  if (rename(temp.c_str(), path.c_str()) != 0) {
-    const absl::Status error = ErrnoError("cannot rename into", path);
-    unlink(temp.c_str());
-    return error;
+  std::error_code error;
+  if (written.ok()) {
+    std::filesystem::rename(temp, target, error);
+    if (error) written = ErrorStatus(error.value(), "cannot rename into", target);
   }
-  const std::string dir = DirectoryOf(path);
+  if (!written.ok()) {
+    std::filesystem::remove(temp, error);
+    return written;
+  }
+  // The rename itself reaches the disk with an fsync of the directory.
+  const std::filesystem::path parent = target.parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
   const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd >= 0) {
     fsync(dir_fd);
@@ -101,13 +88,9 @@ absl::Status WriteStateFile(const std::string& path, StateKind kind, absl::strin
 }
 
 absl::Status MakeDirectories(const std::string& dir) {
-  for (size_t at = 1; at <= dir.size(); ++at) {
-    if (at != dir.size() && dir[at] != '/') continue;
-    const std::string prefix = dir.substr(0, at);
-    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-      return ErrnoError("cannot create directory", prefix);
-    }
-  }
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) return ErrorStatus(error.value(), "cannot create directory", dir);
   return absl::OkStatus();
 }
 

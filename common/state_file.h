@@ -27,14 +27,18 @@ enum class StateKind : uint32_t { kShardCheckpoint = 1, kUpdaterState = 2 };
 
 inline constexpr uint32_t kStateFileVersion = 1;
 
-// Crc32 returns the CRC-32 (IEEE 802.3, as zlib's crc32) of `data`.
+// Crc32 returns the CRC-32 (IEEE 802.3) of `data`, computed by zlib's crc32_z.
 uint32_t Crc32(absl::string_view data);
 
+// WriteStateFile writes `payload` as a state file of `kind` at `path`, atomically (above). An
+// error (its code mapped from errno) names the file that could not be written.
 absl::Status WriteStateFile(const std::string& path, StateKind kind, absl::string_view payload);
 
-// MakeDirectories creates `dir` and its missing parents (like mkdir -p); an error names the
-// directory that could not be made.
+// MakeDirectories creates `dir` and its missing parents (like mkdir -p); OK when `dir` is
+// already a directory. An error (a file of that name, no permission) names `dir` and the reason.
 absl::Status MakeDirectories(const std::string& dir);
+
+// ReadStateFile returns the payload of the state file of `kind` at `path`; errors as above.
 absl::StatusOr<std::string> ReadStateFile(const std::string& path, StateKind kind);
 
 }  // namespace kvstore

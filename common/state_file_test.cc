@@ -37,6 +37,41 @@ TEST_CASE("StateFile: CRC-32 matches the standard check value", "[state]") {
   CHECK(Crc32("") == 0u);
 }
 
+TEST_CASE("StateFile: the bytes of a state file are those of format version 1", "[state]") {
+  const std::string payload("optimizer states\x00\x01\xfe\xff", 20);
+  const std::string path = TempPath("state_file_format.bin");
+  REQUIRE(WriteStateFile(path, StateKind::kUpdaterState, payload).ok());
+  const std::string expected =
+      std::string("KVSTATE\0", 8) +
+      std::string("\x01\x00\x00\x00"  // version
+                  "\x02\x00\x00\x00"  // kind: updater state
+                  "\x14\x00\x00\x00\x00\x00\x00\x00"  // payload length
+                  "\x47\x92\xde\x61",  // CRC-32 of the payload
+                  20) +
+      payload;
+  CHECK(Slurp(path) == expected);
+  CHECK(Crc32(payload) == 0x61de9247u);
+}
+
+TEST_CASE("StateFile: MakeDirectories makes missing parents; a file in the way is an error",
+          "[state]") {
+  const std::string root = TempPath("make_directories");
+  const std::string nested = root + "/a/b/c";
+  REQUIRE(MakeDirectories(nested).ok());
+  REQUIRE(MakeDirectories(nested).ok());  // Already there.
+  REQUIRE(WriteStateFile(nested + "/x.bin", StateKind::kUpdaterState, "x").ok());
+  const std::string file = root + "/a/file";
+  Spit(file, "not a directory");
+  const absl::Status blocked = MakeDirectories(file);
+  INFO(blocked.ToString());
+  CHECK(!blocked.ok());
+  CHECK(Mentions(blocked, file));
+  const absl::Status below = MakeDirectories(file + "/d");
+  INFO(below.ToString());
+  CHECK(!below.ok());
+  CHECK(Mentions(below, file + "/d"));
+}
+
 TEST_CASE("StateFile: a written file reads back; damage is reported naming the file",
           "[state]") {
   testing::TestRng rng;

@@ -14,6 +14,7 @@ PACKAGES=(
   libabsl-dev
   libspdlog-dev
   libfmt-dev
+  zlib1g-dev
   catch2
   libdlpack-dev
   libtcmalloc-minimal4

@@ -5,18 +5,16 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/container/node_hash_map.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/half.h"
+#include "common/key_value_config.h"
 
 namespace kvstore {
 namespace {
@@ -570,45 +568,28 @@ absl::StatusOr<OptimizerConfig> ParseOptimizerText(absl::string_view name,
                                                    absl::string_view text) {
   OptimizerConfig c;
   c.name = std::string(name);
-  const std::map<std::string, std::optional<double>*> optional = {
-      {"momentum", &c.momentum},       {"beta1", &c.beta1},
-      {"beta2", &c.beta2},             {"epsilon", &c.epsilon},
-      {"rho", &c.rho},                 {"clip_weights", &c.clip_weights},
-      {"schedule_decay", &c.schedule_decay}, {"lamda1", &c.lamda1},
-      {"beta", &c.beta},               {"wd_lh", &c.wd_lh},
-      {"eta", &c.eta},                 {"lower_bound", &c.lower_bound},
-      {"upper_bound", &c.upper_bound}, {"learning_rate", &c.learning_rate},
-      {"lr", &c.learning_rate}};
-  const std::map<std::string, double*> plain = {
-      {"wd", &c.wd}, {"rescale_grad", &c.rescale_grad}, {"clip_gradient", &c.clip_gradient}};
-  const std::map<std::string, std::optional<bool>*> flags = {
-      {"centered", &c.centered}, {"bias_correction", &c.bias_correction}};
-  for (absl::string_view field :
-       absl::StrSplit(text, absl::ByAnyChar(" ,"), absl::SkipWhitespace())) {
-    const std::pair<std::string, std::string> kv = absl::StrSplit(field, absl::MaxSplits('=', 1));
-    double value = 0;
-    if (auto f = flags.find(kv.first); f != flags.end()) {
-      bool b;
-      if (!absl::SimpleAtob(kv.second, &b)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(name, " config field \"", field, "\" is not name=true|false"));
-      }
-      *f->second = b;
-      continue;
-    }
-    if (!absl::SimpleAtod(kv.second, &value)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " config field \"", field, "\" is not name=number"));
-    }
-    if (auto o = optional.find(kv.first); o != optional.end()) {
-      *o->second = value;
-    } else if (auto p = plain.find(kv.first); p != plain.end()) {
-      *p->second = value;
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " config has no field \"", kv.first, "\""));
-    }
-  }
+  KeyValueFields fields(absl::StrCat(name, " config"));
+  fields.Number("learning_rate", &c.learning_rate)
+      .Number("lr", &c.learning_rate)
+      .Number("wd", &c.wd)
+      .Number("rescale_grad", &c.rescale_grad)
+      .Number("clip_gradient", &c.clip_gradient)
+      .Number("momentum", &c.momentum)
+      .Number("beta1", &c.beta1)
+      .Number("beta2", &c.beta2)
+      .Number("epsilon", &c.epsilon)
+      .Number("rho", &c.rho)
+      .Flag("centered", &c.centered)
+      .Number("clip_weights", &c.clip_weights)
+      .Number("schedule_decay", &c.schedule_decay)
+      .Number("lamda1", &c.lamda1)
+      .Number("beta", &c.beta)
+      .Number("wd_lh", &c.wd_lh)
+      .Number("eta", &c.eta)
+      .Number("lower_bound", &c.lower_bound)
+      .Number("upper_bound", &c.upper_bound)
+      .Flag("bias_correction", &c.bias_correction);
+  if (absl::Status s = fields.Parse(text); !s.ok()) return s;
   if (absl::Status s = ValidateOptimizerConfig(c); !s.ok()) return s;
   return c;
 }

@@ -37,7 +37,7 @@ namespace kvstore {
 // after the optimizer.
 absl::StatusOr<std::unique_ptr<Updater>> MakeOptimizer(const OptimizerConfig& config);
 
-// ParseOptimizerText reads the text form "learning_rate=0.01 beta1=0.9 wd=1e-4" (spaces or
+// ParseOptimizerText reads the text form "learning_rate=0.01 beta1=0.9 wd=1e-4" (blanks or
 // commas between fields; `lr` is accepted for learning_rate; bools as true/false/1/0) of a
 // configuration of optimizer `name`. Schedules are typed-only (SetOptimizer). InvalidArgument
 // naming the field otherwise.

@@ -7,7 +7,7 @@
 // which is MXNet's `sgd_update` / `sgd_mom_update`, run by the "sgd" optimizer of
 // server/core/optimizer.h (state per key and chunk, created at the key's first update). This
 // is the text form of the controller's set-updater command; SetOptimizer is the typed one.
-// Configuration: "lr=0.1 momentum=0.9 wd=0.0001 rescale_grad=0.25 clip_gradient=0" (spaces or
+// Configuration: "lr=0.1 momentum=0.9 wd=0.0001 rescale_grad=0.25 clip_gradient=0" (blanks or
 // commas between the fields; every field optional; lr defaults to 0.01).
 // Float types only: float32 and float64 are updated in their own precision, float16 and
 // bfloat16 through float32; integer values are refused with InvalidArgument.
