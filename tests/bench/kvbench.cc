@@ -20,40 +20,35 @@
 // ceiling of a small exchange lands near.
 //
 //   bazel run -c opt //tests/bench:kvbench -- [--quick] [--format=json] [--only=SUBSTRING]
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/kvstore.h"
+#include "common/flags_usage.h"
+#include "tests/process.h"
+#include "tools/cpp/runfiles/runfiles.h"
 
 ABSL_FLAG(bool, quick, false, "Fewer repetitions: the whole run takes under a minute.");
 ABSL_FLAG(std::string, format, "text", "text or json.");
@@ -77,25 +72,23 @@ namespace {
 constexpr size_t kKB = 1000;
 constexpr size_t kMB = 1000 * 1000;
 
-// The daemons' process groups, killed if the benchmark dies.
-std::vector<pid_t>& Children() {
-  static auto* children = new std::vector<pid_t>;
-  return *children;
-}
+using testing::Process;
 
+// Die reports `message` and exits; the daemons and echo processes die with the benchmark
+// (tests/process.h).
 void Die(const std::string& message) {
   std::fprintf(stderr, "kvbench: %s\n", message.c_str());
-  for (pid_t child : Children()) kill(-child, SIGKILL);
   std::exit(1);
 }
 
-std::string Runfile(const char* argv0, const std::string& path) {
-  for (const char* var : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
-    if (const char* dir = std::getenv(var)) return absl::StrCat(dir, "/kvstore/", path);
-  }
-  const std::string beside = absl::StrCat(argv0, ".runfiles/kvstore/", path);
-  if (access(beside.c_str(), X_OK) == 0) return beside;
-  return path;  // `bazel run` starts in the runfiles tree.
+// Binary returns `flag` when set, else the runfile `path` of this binary.
+std::string Binary(const std::string& flag, const char* argv0, const std::string& path) {
+  if (!flag.empty()) return flag;
+  using bazel::tools::cpp::runfiles::Runfiles;
+  std::string error;
+  const std::unique_ptr<Runfiles> runfiles(Runfiles::Create(argv0, &error));
+  if (runfiles == nullptr) Die(absl::StrCat("no runfiles to find ", path, " in: ", error));
+  return runfiles->Rlocation("kvstore/" + path);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -230,18 +223,10 @@ class RawLink {
         getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
       Die("raw socket ceiling: cannot listen on 127.0.0.1");
     }
-    std::string program = argv0;
-    std::string flag = absl::StrCat("--raw_echo_port=", ntohs(addr.sin_port));
-    const pid_t parent = getpid();
-    pid_ = fork();
-    if (pid_ < 0) Die("raw socket ceiling: fork failed");
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);
-      char* args[] = {program.data(), flag.data(), nullptr};
-      execv(args[0], args);
-      _exit(127);
-    }
+    auto echo = Process::Start(
+        "raw socket echo", {argv0, absl::StrCat("--raw_echo_port=", ntohs(addr.sin_port))});
+    if (!echo.ok()) Die(absl::StrCat("raw socket ceiling: ", echo.status().ToString()));
+    echo_ = *std::move(echo);
     pollfd waiting{listener, POLLIN, 0};
     if (poll(&waiting, 1, /*timeout_ms=*/30000) != 1) {
       Die("raw socket ceiling: the echo process did not connect within 30 s");
@@ -254,7 +239,10 @@ class RawLink {
   ~RawLink() {
     shutdown(fd_, SHUT_RDWR);
     close(fd_);
-    waitpid(pid_, nullptr, 0);  // The echo process ends with the connection.
+    // The echo process ends with the connection.
+    if (absl::StatusOr<int> code = echo_->Wait(absl::Seconds(30)); !code.ok()) {
+      std::fprintf(stderr, "kvbench: %s\n", code.status().ToString().c_str());
+    }
   }
   // Exchange sends `request` bytes and reads `response` bytes back.
   void Exchange(size_t request, size_t response) {
@@ -266,11 +254,11 @@ class RawLink {
     }
   }
 
-  pid_t echo_pid() const { return pid_; }
+  pid_t echo_pid() const { return echo_->pid(); }
 
  private:
   int fd_ = -1;
-  pid_t pid_ = -1;
+  std::unique_ptr<Process> echo_;
   std::vector<uint8_t> buffer_;
 };
 
@@ -344,47 +332,25 @@ int RawEcho(int port) {
 // ---------------------------------------------------------------------------------------------
 // The job
 
-class Child {
- public:
-  Child(std::vector<std::string> argv, const std::string& log) {
-    const pid_t parent = getpid();
-    pid_ = fork();
-    if (pid_ < 0) Die("fork failed");
-    if (pid_ > 0) {
-      setpgid(pid_, pid_);  // Also here, so that a kill never races the child's own call.
-      Children().push_back(pid_);
-    }
-    if (pid_ == 0) {
-      setpgid(0, 0);
-      // Dies with its parent: a killed test or benchmark leaves no daemons behind.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      std::vector<char*> args;
-      for (std::string& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-  }
-  ~Child() {
-    // The job ends when every worker has finished; give the daemons a moment, then make sure.
-    for (int i = 0; i < 100; ++i) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) return;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    kill(-pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-  }
-
- private:
-  pid_t pid_ = -1;
-};
+// StartDaemon starts a scheduler or kvserver, its output in `log`.
+std::unique_ptr<Process> StartDaemon(const std::string& name, std::vector<std::string> argv,
+                                     const std::string& log) {
+  testing::ProcessOptions options;
+  options.log_path = log;
+  auto daemon = Process::Start(name, std::move(argv), std::move(options));
+  if (!daemon.ok()) Die(daemon.status().ToString());
+  return *std::move(daemon);
+}
 
 struct Job {
-  std::vector<std::unique_ptr<Child>> daemons;
+  // The job ends when every worker has finished; the daemons get a moment to exit on their own
+  // before they are killed.
+  ~Job() {
+    workers.clear();
+    for (auto& daemon : daemons) daemon->Wait(absl::Seconds(2)).IgnoreError();
+  }
+
+  std::vector<std::unique_ptr<Process>> daemons;
   std::vector<std::unique_ptr<KVStore>> workers;
 };
 
@@ -399,26 +365,20 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers) {
   const std::string tag = absl::StrCat(getpid(), "-", servers, "s", workers, "w");
   const std::string port_file = absl::StrCat(tmp, "/kvbench-port-", tag);
   unlink(port_file.c_str());
-  std::string scheduler = absl::GetFlag(FLAGS_scheduler);
-  if (scheduler.empty()) scheduler = Runfile(argv0, "server/scheduler/scheduler");
-  std::string kvserver = absl::GetFlag(FLAGS_kvserver);
-  if (kvserver.empty()) kvserver = Runfile(argv0, "server/kvserver");
-  job->daemons.push_back(std::make_unique<Child>(
+  const std::string scheduler =
+      Binary(absl::GetFlag(FLAGS_scheduler), argv0, "server/scheduler/scheduler");
+  const std::string kvserver = Binary(absl::GetFlag(FLAGS_kvserver), argv0, "server/kvserver");
+  job->daemons.push_back(StartDaemon(
+      "scheduler",
       std::vector<std::string>{scheduler, "--port=0", "--port_file=" + port_file,
                                absl::StrCat("--num_servers=", servers),
                                absl::StrCat("--num_workers=", workers),
                                "--register_timeout=60s", "--log_level=warn", ChunkFlag()},
       absl::StrCat(tmp, "/kvbench-scheduler-", tag, ".log")));
-  int port = 0;
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  while (port == 0 && absl::Now() < give_up) {
-    std::ifstream in(port_file);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text.str()), &port)) port = 0;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  if (port == 0) Die(absl::StrCat("the scheduler (", scheduler, ") did not report its port"));
+  const absl::StatusOr<int> reported =
+      job->daemons.back()->WaitForPortFile(port_file, absl::Seconds(30));
+  if (!reported.ok()) Die(absl::StrCat(scheduler, ": ", reported.status().ToString()));
+  const int port = *reported;
   for (int s = 0; s < servers; ++s) {
     std::vector<std::string> argv = {
         kvserver, absl::StrCat("--scheduler=127.0.0.1:", port), absl::StrCat("--rank=", s),
@@ -427,8 +387,8 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers) {
         "--log_level=warn"};
     const std::string poll = absl::GetFlag(FLAGS_serving_poll);
     if (!poll.empty()) argv.push_back(absl::StrCat("--serving_poll=", poll));
-    job->daemons.push_back(std::make_unique<Child>(
-        std::move(argv), absl::StrCat(tmp, "/kvbench-server", s, "-", tag, ".log")));
+    job->daemons.push_back(StartDaemon(absl::StrCat("server ", s), std::move(argv),
+                                       absl::StrCat(tmp, "/kvbench-server", s, "-", tag, ".log")));
   }
   job->workers.resize(workers);
   std::vector<std::thread> joining;
@@ -716,7 +676,11 @@ class Bench {
 }  // namespace kvstore::bench
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  kvstore::InitFlags(argc, argv,
+                     "push / pull throughput and latency of a real job over 127.0.0.1, next to "
+                     "the machine's\nown ceilings measured in the same run.\n\n"
+                     "  kvbench [--quick] [--format=json] [--only=SUBSTRING]",
+                     __FILE__);
   if (absl::GetFlag(FLAGS_raw_echo_port) > 0) {
     return kvstore::bench::RawEcho(absl::GetFlag(FLAGS_raw_echo_port));
   }

@@ -1,33 +1,37 @@
 // Multi-process tests: a real scheduler, real kvservers and real workers (test_worker), each its
 // own process, talking over 127.0.0.1 with ports chosen by the OS.
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
-#include <optional>
+#include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "tests/process.h"
+#include "tools/cpp/runfiles/runfiles.h"
 
 namespace kvstore::testing {
 namespace {
 
+using Variables = std::vector<std::pair<std::string, std::string>>;
+
 std::string Runfile(const std::string& path) {
-  const char* root = std::getenv("TEST_SRCDIR");
-  return root != nullptr ? absl::StrCat(root, "/kvstore/", path) : path;
+  using bazel::tools::cpp::runfiles::Runfiles;
+  static Runfiles* const runfiles = [] {
+    std::string error;
+    Runfiles* created = Runfiles::CreateForTest(&error);
+    INFO(error);
+    REQUIRE(created != nullptr);
+    return created;
+  }();
+  return runfiles->Rlocation("kvstore/" + path);
 }
 
 std::string TempDir() {
@@ -35,99 +39,19 @@ std::string TempDir() {
   return dir != nullptr ? dir : "/tmp";
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+// StartProcess starts `argv` as `name`, its output in a log file of its own.
+std::unique_ptr<Process> StartProcess(const std::string& name, std::vector<std::string> argv,
+                                      Variables env) {
+  static int counter = 0;
+  ProcessOptions options;
+  options.env = std::move(env);
+  options.log_path = absl::StrReplaceAll(
+      absl::StrCat(TempDir(), "/", name, "-", getpid(), "-", counter++, ".log"), {{" ", "_"}});
+  auto process = Process::Start(name, std::move(argv), std::move(options));
+  INFO(process.status().ToString());
+  REQUIRE(process.ok());
+  return *std::move(process);
 }
-
-// Process: a child in its own process group, its output in a log file.
-class Process {
- public:
-  Process(std::string name, std::vector<std::string> argv,
-          std::vector<std::pair<std::string, std::string>> env)
-      : name_(std::move(name)) {
-    static int counter = 0;
-    log_ = absl::StrCat(TempDir(), "/", name_, "-", getpid(), "-", counter++, ".log");
-    for (char& c : log_) c = c == ' ' ? '_' : c;
-    const pid_t parent = getpid();
-    pid_ = fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      setpgid(0, 0);
-      // Dies with its parent: a killed test or benchmark leaves no daemons behind.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);
-      const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-      std::vector<char*> args;
-      for (std::string& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-  }
-  ~Process() { Kill(); }
-
-  // Wait returns the exit code, or nullopt (after killing it) when it runs past `timeout`.
-  std::optional<int> Wait(absl::Duration timeout) {
-    if (!Exited(timeout)) {
-      Kill();
-      return std::nullopt;
-    }
-    return exit_code_;
-  }
-
-  // Exited waits up to `timeout` for the process to exit, and leaves it running if it does not.
-  bool Exited(absl::Duration timeout) {
-    const absl::Time give_up = absl::Now() + timeout;
-    while (!exit_code_) {
-      int status = 0;
-      struct rusage usage = {};
-      if (wait4(pid_, &status, WNOHANG, &usage) == pid_) {
-        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        peak_rss_kib_ = usage.ru_maxrss;
-        break;
-      }
-      if (absl::Now() >= give_up) return false;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return true;
-  }
-
-  void Kill() {
-    if (exit_code_ || pid_ <= 0) return;
-    kill(-pid_, SIGKILL);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    exit_code_ = 128 + SIGKILL;
-  }
-
-  // WaitForOutput polls the log for `text` (bounded); false when it never appears.
-  bool WaitForOutput(absl::string_view text, absl::Duration timeout) {
-    const absl::Time give_up = absl::Now() + timeout;
-    while (absl::Now() < give_up) {
-      if (output().find(std::string(text)) != std::string::npos) return true;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return false;
-  }
-
-  std::string output() const { return ReadFile(log_); }
-  const std::string& name() const { return name_; }
-  // The peak resident memory of the process, in KiB, once Wait has seen it exit (else 0).
-  long peak_rss_kib() const { return peak_rss_kib_; }
-
- private:
-  std::string name_;
-  std::string log_;
-  pid_t pid_ = -1;
-  std::optional<int> exit_code_;
-  long peak_rss_kib_ = 0;
-};
 
 // Cluster: a scheduler and its kvservers; workers are added by the test.
 class Cluster {
@@ -145,29 +69,22 @@ class Cluster {
                                      "--heartbeat_interval=100ms",
                                      "--register_timeout=30s"};
     argv.insert(argv.end(), scheduler_args.begin(), scheduler_args.end());
-    scheduler_ = std::make_unique<Process>("scheduler", argv,
-                                           std::vector<std::pair<std::string, std::string>>{
-                                               {"DMLC_ROLE", "scheduler"}});
-    const absl::Time give_up = absl::Now() + absl::Seconds(20);
-    while (port_ == 0 && absl::Now() < give_up) {
-      std::string text = ReadFile(port_file);
-      int port;
-      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &port)) port_ = port;
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    INFO(scheduler_->output());
-    REQUIRE(port_ > 0);
+    scheduler_ = StartProcess("scheduler", argv, {{"DMLC_ROLE", "scheduler"}});
+    const absl::StatusOr<int> port = scheduler_->WaitForPortFile(port_file, absl::Seconds(20));
+    INFO(port.status().ToString() << "\n" << scheduler_->output());
+    REQUIRE(port.ok());
+    port_ = *port;
     for (int i = 0; i < servers; ++i) {
       std::vector<std::string> server = {Runfile(server_binary),
                                          absl::StrCat("--scheduler=127.0.0.1:", port_),
                                          absl::StrCat("--rank=", i)};
       server.insert(server.end(), server_args.begin(), server_args.end());
       servers_.push_back(
-          std::make_unique<Process>(absl::StrCat("server ", i), server, Env("server", i)));
+          StartProcess(absl::StrCat("server ", i), server, Env("server", i)));
     }
   }
 
-  std::vector<std::pair<std::string, std::string>> Env(const std::string& role, int rank) const {
+  Variables Env(const std::string& role, int rank) const {
     return {{"DMLC_ROLE", role},
             {"DMLC_PS_ROOT_URI", "127.0.0.1"},
             {"DMLC_PS_ROOT_PORT", absl::StrCat(port_)},
@@ -178,7 +95,7 @@ class Cluster {
   Process& AddWorker(int rank, std::vector<std::string> args) {
     args.insert(args.begin(), Runfile("tests/integration/test_worker"));
     workers_list_.push_back(
-        std::make_unique<Process>(absl::StrCat("worker ", rank), args, Env("worker", rank)));
+        StartProcess(absl::StrCat("worker ", rank), args, Env("worker", rank)));
     return *workers_list_.back();
   }
 
@@ -186,10 +103,9 @@ class Cluster {
     std::vector<std::string> argv = {Runfile("client/kvctl/kvctl"),
                                      absl::StrCat("--scheduler=127.0.0.1:", port_)};
     argv.insert(argv.end(), args.begin(), args.end());
-    Process kvctl("kvctl", argv, {});
-    const auto code = kvctl.Wait(absl::Seconds(20));
-    *exit_code = code.value_or(-1);
-    return kvctl.output();
+    std::unique_ptr<Process> kvctl = StartProcess("kvctl", argv, {});
+    *exit_code = kvctl->Wait(absl::Seconds(20)).value_or(-1);
+    return kvctl->output();
   }
 
   // ExpectCleanExit requires every worker, server and the scheduler to exit 0 in time.
@@ -200,9 +116,10 @@ class Cluster {
   }
 
   static void ExpectExit(Process& process, int code) {
-    const auto exit_code = process.Wait(absl::Seconds(60));
+    const absl::StatusOr<int> exit_code = process.Wait(absl::Seconds(60));
     INFO(process.name() << " output:\n" << process.output());
-    REQUIRE(exit_code.has_value());
+    INFO(exit_code.status().ToString());
+    REQUIRE(exit_code.ok());
     REQUIRE(*exit_code == code);
   }
 
@@ -321,7 +238,7 @@ TEST_CASE("Cluster: checkpoint, kill -9, restore: training continues bit-exactly
     }
     cluster.ExpectCleanExit();
   }
-  const std::string a = ReadFile(uninterrupted), b = ReadFile(resumed);
+  const std::string a = ReadTextFile(uninterrupted), b = ReadTextFile(resumed);
   REQUIRE(a.size() == (600 * 5 + 7) * sizeof(float));
   REQUIRE(a == b);
 }
@@ -335,7 +252,7 @@ TEST_CASE("Cluster: a damaged checkpoint stops the restoring server, naming the 
     REQUIRE(worker.WaitForOutput("CHECKPOINTED", absl::Seconds(60)));
   }
   const std::string path = dir + "/server-0.ckpt";
-  std::string bytes = ReadFile(path);
+  std::string bytes = ReadTextFile(path);
   REQUIRE(bytes.size() > 100);
   bytes[bytes.size() / 2] ^= 0x40;
   {
@@ -378,7 +295,14 @@ TEST_CASE("Cluster: kvctl status, command fan-out and shutdown", "[cluster][kvct
   const std::string json = cluster.Kvctl({"--json", "status"}, &code);
   INFO(json);
   REQUIRE(code == 0);
-  REQUIRE(json.find("\"num_dead\": 0") != std::string::npos);
+  // With or without blanks between the tokens.
+  REQUIRE(absl::StrReplaceAll(json, {{" ", ""}}).find("\"num_dead\":0") != std::string::npos);
+  REQUIRE(json.find("\"role\":\"SERVER\"") != std::string::npos);
+  const std::string json_replies = cluster.Kvctl({"--json", "command", "2", "hello"}, &code);
+  INFO(json_replies);
+  REQUIRE(code == 0);
+  REQUIRE(json_replies.find("{\"head\":2,\"replies\":[\"server 0: hello\",\"server 1: hello\"]}") !=
+          std::string::npos);
   const std::string replies = cluster.Kvctl({"command", "2", "hello"}, &code);
   INFO(replies);
   REQUIRE(code == 0);
@@ -391,7 +315,7 @@ TEST_CASE("Cluster: kvctl status, command fan-out and shutdown", "[cluster][kvct
   for (int s = 0; s < 2; ++s) {
     const std::string path = absl::StrCat(dir, "/server-", s, ".ckpt");
     REQUIRE(written.find(absl::StrCat("server ", s, ": ", path)) != std::string::npos);
-    REQUIRE(ReadFile(path).rfind(std::string("KVSTATE\0", 8), 0) == 0);
+    REQUIRE(ReadTextFile(path).rfind(std::string("KVSTATE\0", 8), 0) == 0);
   }
   const std::string bad = cluster.Kvctl({"command", "9", "x"}, &code);
   REQUIRE(code == 1);
@@ -462,9 +386,9 @@ TEST_CASE("Launcher: runs a job with prefixed output, exits with the workers' st
   SECTION("a clean job exits 0") {
     std::vector<std::string> argv = launch;
     argv.insert(argv.end(), {Runfile("tests/integration/test_worker"), "rounds", "dist_sync", "2"});
-    Process launcher("launch", argv, {});
-    Cluster::ExpectExit(launcher, 0);
-    const std::string output = launcher.output();
+    std::unique_ptr<Process> launcher = StartProcess("launch", argv, {});
+    Cluster::ExpectExit(*launcher, 0);
+    const std::string output = launcher->output();
     INFO(output);
     REQUIRE(output.find("[worker 0] worker 0: 2 rounds of dist_sync checked") != std::string::npos);
     REQUIRE(output.find("[worker 1] worker 1: 2 rounds of dist_sync checked") != std::string::npos);
@@ -474,9 +398,9 @@ TEST_CASE("Launcher: runs a job with prefixed output, exits with the workers' st
   SECTION("a failing worker fails the job with its status") {
     std::vector<std::string> argv = launch;
     argv.insert(argv.end(), {Runfile("tests/integration/test_worker"), "no_such_scenario"});
-    Process launcher("launch", argv, {});
-    Cluster::ExpectExit(launcher, 1);
-    const std::string output = launcher.output();
+    std::unique_ptr<Process> launcher = StartProcess("launch", argv, {});
+    Cluster::ExpectExit(*launcher, 1);
+    const std::string output = launcher->output();
     INFO(output);
     REQUIRE(output.find("unknown scenario no_such_scenario") != std::string::npos);
     REQUIRE(output.find("exited with status 1") != std::string::npos);
