@@ -4,10 +4,10 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "common/environment.h"
+#include "common/flags_usage.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "server/grpc/kvserver_daemon.h"
@@ -72,7 +72,12 @@ absl::Status Run(const KVServerCustomizer& customize) {
 }  // namespace
 
 int KVServerMain(int argc, char** argv, const KVServerCustomizer& customize) {
-  absl::ParseCommandLine(argc, argv);
+  InitFlags(argc, argv,
+            "serves one shard of the keys of a KVStore job; exits 0 when the job is over.\n"
+            "Flags left unset come from the launch environment (DMLC_PS_ROOT_URI/PORT,\n"
+            "DMLC_SERVER_ID or their KV_ names).\n\n"
+            "  kvserver --scheduler=HOST:PORT [--port=0] [--updater=NAME] [--restore=DIR]",
+            __FILE__);
   // A kvserver holds a lock per chunk; Abseil's debug-build deadlock detection would track each
   // one in a global graph (measured: 10% of the CPU of a 100,000-key push).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);

@@ -16,8 +16,9 @@
 // Flags (all optional; unset ones come from the launch environment, DMLC_PS_ROOT_URI/PORT,
 // DMLC_SERVER_ID or their KV_ names, see common/environment.h): --host, --port, --scheduler,
 // --rank, --updater, --updater_config, --restore, --register_timeout,
-// --scheduler_lost_timeout, --log_level. The process exits 0 when the job is over, non-zero
-// with a one-line reason otherwise.
+// --scheduler_lost_timeout, --serving_threads, --serving_poll, --log_level; `--help` lists them
+// with their defaults, `--version` prints the version. The process exits 0 when the job is
+// over, non-zero with a one-line reason otherwise.
 #ifndef KVSTORE_SERVER_KVSERVER_LIB_H_
 #define KVSTORE_SERVER_KVSERVER_LIB_H_
 

@@ -5,6 +5,10 @@
 //   kvctl [--scheduler=HOST:PORT] checkpoint DIR
 //   kvctl [--scheduler=HOST:PORT] shutdown [REASON]
 //
+// --json prints the reply as one line of JSON: protobuf's JSON mapping of the Kvctl* messages
+// of proto/kvstore.proto (proto field names, every field, 64-bit integers as strings, enums by
+// name). --help lists the flags, --version prints the version.
+//
 // Without --scheduler the address comes from DMLC_PS_ROOT_URI / DMLC_PS_ROOT_PORT (or the KV_
 // names). Exits 0 on success; on error prints one line "kvctl: reason" and exits 1 (2 for a
 // usage error).
@@ -14,14 +18,15 @@
 #include <string>
 #include <vector>
 
+#include <google/protobuf/message.h>
+#include <google/protobuf/util/json_util.h>
+
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "common/environment.h"
+#include "common/flags_usage.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
@@ -44,23 +49,19 @@ constexpr char kUsage[] =
     "                       machine (between rounds); restart with kvserver --restore DIR\n"
     "  shutdown [REASON]    end the job: servers, scheduler and workers exit";
 
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out += c;
-        }
-    }
+// PrintJson prints `message` as one line of JSON (see the top of this file). Fails with
+// Internal when protobuf cannot print it.
+absl::Status PrintJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  const auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
+  if (!status.ok()) {
+    return absl::InternalError(absl::StrCat("cannot print JSON: ", status.ToString()));
   }
-  return out + "\"";
+  std::printf("%s\n", json.c_str());
+  return absl::OkStatus();
 }
 
 std::string HumanBytes(int64_t bytes) {
@@ -103,24 +104,11 @@ absl::Status Status(proto::Scheduler::Stub& stub, const std::string& address) {
   const grpc::Status status = stub.ClusterStatus(&context, request, &reply);
   if (!status.ok()) return Failed(status, "status", address);
   if (absl::GetFlag(FLAGS_json)) {
-    std::vector<std::string> nodes;
-    for (const proto::NodeStatus& node : reply.nodes()) {
-      const bool server = node.role() == proto::SERVER;
-      nodes.push_back(absl::StrFormat(
-          "{\"role\": %s, \"rank\": %d, \"node_id\": %d, \"address\": %s, \"hostname\": %s, "
-          "\"alive\": %s, \"finished\": %s, \"last_heartbeat_age_s\": %.3f%s}",
-          JsonString(server ? "server" : "worker"), node.rank(), node.node_id(),
-          JsonString(node.address()), JsonString(node.hostname()),
-          node.alive() ? "true" : "false", node.finished() ? "true" : "false",
-          node.last_heartbeat_age_s(),
-          server ? absl::StrFormat(", \"num_keys\": %d, \"num_bytes\": %d", node.num_keys(),
-                                   node.num_bytes())
-                 : std::string()));
-    }
-    std::printf("{\"scheduler\": %s, \"num_dead\": %d, \"nodes\": [%s]}\n",
-                JsonString(address).c_str(), reply.num_dead(),
-                absl::StrJoin(nodes, ", ").c_str());
-    return absl::OkStatus();
+    proto::KvctlStatus out;
+    out.set_scheduler(address);
+    out.set_num_dead(reply.num_dead());
+    out.mutable_nodes()->Swap(reply.mutable_nodes());
+    return PrintJson(out);
   }
   std::printf("scheduler %s: %d nodes, %d dead\n", address.c_str(), reply.nodes_size(),
               reply.num_dead());
@@ -163,10 +151,10 @@ absl::Status Command(proto::Scheduler::Stub& stub, const std::string& address,
   const grpc::Status status = stub.Command(&context, request, &reply);
   if (!status.ok()) return Failed(status, absl::StrCat("command ", head), address);
   if (absl::GetFlag(FLAGS_json)) {
-    std::vector<std::string> replies;
-    for (const std::string& r : reply.replies()) replies.push_back(JsonString(r));
-    std::printf("{\"head\": %d, \"replies\": [%s]}\n", head, absl::StrJoin(replies, ", ").c_str());
-    return absl::OkStatus();
+    proto::KvctlCommand out;
+    out.set_head(head);
+    out.mutable_replies()->Swap(reply.mutable_replies());
+    return PrintJson(out);
   }
   for (int i = 0; i < reply.replies_size(); ++i) {
     std::printf("server %d: %s\n", i, reply.replies(i).c_str());
@@ -184,10 +172,11 @@ absl::Status Shutdown(proto::Scheduler::Stub& stub, const std::string& address,
   const grpc::Status status = stub.Shutdown(&context, request, &reply);
   if (!status.ok()) return Failed(status, "shutdown", address);
   if (absl::GetFlag(FLAGS_json)) {
-    std::printf("{\"shutdown\": true}\n");
-  } else {
-    std::printf("the job at %s is shutting down\n", address.c_str());
+    proto::KvctlShutdown out;
+    out.set_shutdown(true);
+    return PrintJson(out);
   }
+  std::printf("the job at %s is shutting down\n", address.c_str());
   return absl::OkStatus();
 }
 
@@ -222,7 +211,9 @@ int Run(const std::vector<char*>& args) {
 }  // namespace kvstore
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kvstore::kUsage);
-  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  const std::vector<char*> args = kvstore::InitFlags(
+      argc, argv,
+      absl::StrCat("the controller CLI of a KVStore job: asks its scheduler.\n\n", kvstore::kUsage),
+      __FILE__);
   return kvstore::Run(args);
 }

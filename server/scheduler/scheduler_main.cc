@@ -4,17 +4,18 @@
 //
 // Flags left unset are taken from the launch environment (DMLC_PS_ROOT_URI/PORT,
 // DMLC_NUM_SERVER, DMLC_NUM_WORKER or their KV_ names; see common/environment.h). --port=0 lets
-// the OS choose; --port_file then tells launchers which port was bound. Exits 0 when the job
-// is over, non-zero with a one-line reason otherwise.
+// the OS choose; --port_file then tells launchers which port was bound. `--help` lists the
+// flags, `--version` prints the version. Exits 0 when the job is over, non-zero with a one-line
+// reason otherwise.
 #include <cstdio>
 #include <fstream>
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "common/environment.h"
+#include "common/flags_usage.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "server/scheduler/scheduler_daemon.h"
@@ -86,7 +87,12 @@ absl::Status Run() {
 }  // namespace kvstore
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  kvstore::InitFlags(argc, argv,
+                     "coordinates a KVStore job; exits 0 when the job is over.\n"
+                     "Flags left unset come from the launch environment (DMLC_PS_ROOT_URI/PORT,\n"
+                     "DMLC_NUM_SERVER, DMLC_NUM_WORKER or their KV_ names).\n\n"
+                     "  scheduler --num_servers=2 --num_workers=2 --port=9091",
+                     __FILE__);
   // A kvserver holds a lock per chunk; Abseil's debug-build deadlock detection would track each
   // one in a global graph (measured: 10% of the CPU of a 100,000-key push).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/time/clock.h"
 #include "common/compression.h"
+#include "common/flags_usage.h"
 
 ABSL_FLAG(int64_t, elements, 16 << 20, "float32 values per gradient");
 ABSL_FLAG(int, reps, 9, "repetitions per case; the median is reported");
@@ -133,6 +133,9 @@ int Main() {
 }  // namespace kvstore::bench
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  kvstore::InitFlags(argc, argv,
+                     "speed of gradient compression (2bit, 1bit) next to memcpy.\n\n"
+                     "  compressbench [--elements=N] [--reps=R] [--seed=S] [--format=json]",
+                     __FILE__);
   return kvstore::bench::Main();
 }

@@ -19,11 +19,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/gpu/cuda_reduce.h"
 #include "client/gpu/device_info.h"
+#include "common/flags_usage.h"
 #include "common/reduce.h"
 
 ABSL_FLAG(int, reps, 7, "repetitions per case; the median is reported");
@@ -139,6 +139,10 @@ int Main() {
 }  // namespace kvstore::bench
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  kvstore::InitFlags(argc, argv,
+                     "speed of the reductions that sum k buffers into one, on the GPU (when "
+                     "there is one)\nand on the CPU.\n\n"
+                     "  gpubench [--reps=N] [--gpu_max_mb=N] [--cpu_max_mb=N] [--format=json]",
+                     __FILE__);
   return kvstore::bench::Main();
 }

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/time/clock.h"
+#include "common/flags_usage.h"
 #include "server/core/optimizer.h"
 
 ABSL_FLAG(int64_t, elements, 25000000, "float32 values per update");
@@ -134,6 +134,9 @@ int Main() {
 }  // namespace kvstore::bench
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  kvstore::InitFlags(argc, argv,
+                     "speed of the server-side optimizers next to memcpy.\n\n"
+                     "  optbench [--elements=N] [--reps=R] [--only=SUBSTRING] [--format=json]",
+                     __FILE__);
   return kvstore::bench::Main();
 }
