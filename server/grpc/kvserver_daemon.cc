@@ -14,6 +14,7 @@
 #include "common/named_thread.h"
 #include "common/status_macros.h"
 #include "server/core/optimizer.h"
+#include "server/core/server_backend.h"
 #include "server/core/sgd_updater.h"
 
 namespace kvstore {
@@ -141,27 +142,19 @@ absl::Status KVServerDaemon::RegisterAndServe() {
     }
   }
   const proto::ClusterView& view = registration.view();
-  ServerEngineOptions engine_options;
-  engine_options.sync = view.mode() != "dist_async";
-  if (view.chunk_bytes() > 0) engine_options.chunk_bytes = view.chunk_bytes();
-  const int64_t chunk_bytes = engine_options.chunk_bytes;
-  engine_options.worker_node_ids.assign(view.worker_node_ids().begin(),
-                                        view.worker_node_ids().end());
-  ASSIGN_OR_RETURN(std::unique_ptr<Updater> updater,
-                   options_.registry.Create(options_.updater, options_.updater_config));
-  auto backend = std::make_shared<ServerBackend>();
-  ASSIGN_OR_RETURN(backend->engine,
-                   ServerEngine::Create(std::move(engine_options), std::move(updater)));
-  backend->controller = std::make_unique<Controller>(backend->engine.get(), &options_.registry,
-                                                     options_.custom_controller,
-                                                     registration.rank());
-  backend->controller->SetJob(JobShape{view.num_servers(), view.mode(), chunk_bytes});
-  proto::UpdaterSpec spec;
-  spec.set_registry_name(options_.updater);
-  spec.set_registry_config(options_.updater_config);
-  backend->controller->SetUpdaterSpec(std::move(spec));
+  BackendSpec spec;
+  spec.rank = registration.rank();
+  spec.num_servers = view.num_servers();
+  spec.mode = view.mode();
+  spec.chunk_bytes = view.chunk_bytes();
+  spec.worker_node_ids.assign(view.worker_node_ids().begin(), view.worker_node_ids().end());
+  spec.updater = options_.updater;
+  spec.updater_config = options_.updater_config;
+  spec.registry = &options_.registry;
+  spec.custom_controller = options_.custom_controller;
+  spec.restore_dir = options_.restore_dir;
+  ASSIGN_OR_RETURN(std::shared_ptr<ServerBackend> backend, MakeServerBackend(spec));
   if (!options_.restore_dir.empty()) {
-    RETURN_IF_ERROR(backend->controller->Restore(options_.restore_dir));
     spdlog::info("kvserver rank {} restored {} keys from {}", registration.rank(),
                  backend->engine->stats().num_keys,
                  CheckpointPath(options_.restore_dir, registration.rank()));

@@ -1,5 +1,6 @@
-// KVServerService: the gRPC adapter of a kvserver. It decodes requests, calls the ServerEngine
-// and the Controller, and encodes replies; nothing else.
+// KVServerService: the gRPC adapter of a kvserver. It receives calls and hands each to the
+// transport-neutral request handler (request_handler.h), which decodes it, runs it on the
+// ServerEngine or the Controller and encodes the reply; nothing else.
 //
 // Every method is a raw method of gRPC's async API: tensor-carrying requests arrive as the
 // framed ByteBuffer described in proto/kvstore.proto, and the engine reads the payload from the
@@ -23,16 +24,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/kvstore.grpc.pb.h"
-#include "server/core/controller.h"
-#include "server/core/server_engine.h"
+#include "server/grpc/request_handler.h"
 
 namespace kvstore {
-
-// What the service serves with, once the job is assembled.
-struct ServerBackend {
-  std::unique_ptr<ServerEngine> engine;
-  std::unique_ptr<Controller> controller;
-};
 
 using RawAsyncKVServerService = proto::KVServer::WithRawMethod_Init<
     proto::KVServer::WithRawMethod_Push<proto::KVServer::WithRawMethod_Pull<
@@ -61,24 +55,8 @@ class KVServerService final : public RawAsyncKVServerService {
   // the server's Shutdown.
   void StopServing();
 
-  // Done receives a call's outcome, exactly once, possibly later on another serving thread;
-  // the response must stay valid until then.
-  using Done = std::function<void(absl::Status)>;
-
  private:
   class Call;
-
-  // The methods, run by Call: each decodes `request`, runs it, and fills `response` before
-  // calling `done` with OK.
-  void HandleInit(const grpc::ByteBuffer* request, grpc::ByteBuffer* response, Done done) const;
-  void HandlePush(const grpc::ByteBuffer* request, grpc::ByteBuffer* response, Done done) const;
-  void HandlePull(const grpc::ByteBuffer* request, grpc::ByteBuffer* response, Done done) const;
-  void HandlePushPull(const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
-                      Done done) const;
-  void HandleRowSparsePull(const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
-                           Done done) const;
-  void HandleCommand(const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
-                     Done done) const;
 
   mutable absl::Mutex mu_;
   std::shared_ptr<ServerBackend> backend_ ABSL_GUARDED_BY(mu_);

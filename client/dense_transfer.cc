@@ -1,0 +1,315 @@
+#include "client/dense_transfer.h"
+
+#include <grpcpp/support/byte_buffer.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/gpu/staging.h"
+#include "client/request_header.h"
+#include "common/reduce.h"
+#include "common/row_sparse.h"
+#include "common/wire_frame.h"
+#include "proto/kvstore.pb.h"
+
+namespace kvstore {
+
+void TransferDense(const TransferContext& ctx, Kind kind, std::vector<KeyWork> work,
+                   const CompressionParams& compression, OpDone done) {
+  struct Target {
+    size_t work_index;
+    Slice chunk;
+  };
+  // One request: the small values bound for a server together, or one chunk of a cut value.
+  struct Request {
+    int server = 0;
+    bool deferred = false;  // An Init of parts whose bytes follow (kInitFill).
+    std::vector<proto::TensorHeader> headers;
+    std::vector<PayloadPart> parts;
+    uint64_t payload_bytes = 0;
+    std::vector<Target> targets;
+  };
+  struct State : Replies {
+    std::vector<KeyWork> work;
+    OpDone done;
+    std::vector<std::function<void()>> launches;  // One per request, started in order.
+    size_t next_launch = 0;
+  };
+  auto state = std::make_shared<State>();
+  state->work = std::move(work);
+  state->done = std::move(done);
+  const bool sends = kind != Kind::kPull;
+  const bool receives = kind == Kind::kPull || kind == Kind::kPushPull;
+  if (receives) {
+    for (KeyWork& entry : state->work) {
+      if (!entry.via_host) continue;
+      Tensor& staging = entry.info->pull_staging;
+      if (!staging.defined()) {
+        absl::StatusOr<Tensor> pinned = gpu::Pinned(entry.info->dtype, entry.info->shape);
+        if (!pinned.ok()) {
+          state->done(pinned.status());
+          return;
+        }
+        staging = *std::move(pinned);
+      }
+    }
+  }
+
+  // The value each key sends: the one pushed, or the sum of several (in the reused buffer).
+  std::vector<Tensor> sent(state->work.size());
+  if (sends) {
+    for (size_t i = 0; i < state->work.size(); ++i) {
+      KeyWork& entry = state->work[i];
+      if (!entry.values.front().device().is_cpu()) {
+        // Summed on the GPU, staged into pinned host memory once.
+        const absl::Status status = gpu::SumToHost(entry.key, entry.values,
+                                                   &entry.info->gpu_scratch,
+                                                   &entry.info->gpu_staging);
+        if (!status.ok()) {
+          state->done(status);
+          return;
+        }
+        sent[i] = entry.info->gpu_staging;
+        continue;
+      }
+      if (entry.values.size() == 1) {
+        sent[i] = entry.values[0];
+        continue;
+      }
+      Tensor& buffer = entry.info->merge_buffer;
+      if (!buffer.defined()) buffer = Tensor::Zeros(entry.info->dtype, entry.info->shape);
+      const absl::Status status = SumInto(entry.values, &buffer);
+      if (!status.ok()) {
+        state->done(status);
+        return;
+      }
+      sent[i] = buffer;
+    }
+  }
+  // Compressed pushes: each chunk's codes, quantised with the key's residual, in the key's
+  // reused code buffer. code_offset[i][c] is where chunk c's codes start.
+  std::vector<std::vector<size_t>> code_offset(state->work.size());
+  if (sends && kind != Kind::kInit && compression.enabled()) {
+    for (size_t i = 0; i < state->work.size(); ++i) {
+      KeyInfo& info = *state->work[i].info;
+      if (info.dtype != DType::kFloat32) continue;
+      if (!info.residual.defined() || info.residual_params != compression) {
+        info.residual = Tensor::Zeros(DType::kFloat32, {static_cast<int64_t>(info.bytes / 4)});
+        info.residual_params = compression;
+      }
+      size_t total = 0;
+      for (const Slice& chunk : info.chunks) {
+        code_offset[i].push_back(total);
+        total += CompressedBytes(compression.type, chunk.count);
+      }
+      const int64_t words = static_cast<int64_t>(total / 4);
+      if (!info.codes.defined() || info.codes.num_elements() != words) {
+        info.codes = Tensor::Zeros(DType::kInt32, {words});
+      }
+      const auto* grad = sent[i].data_as<const float>();
+      auto* residual = info.residual.data_as<float>();
+      auto* codes = info.codes.data_as<uint8_t>();
+      for (size_t c = 0; c < info.chunks.size(); ++c) {
+        const Slice& chunk = info.chunks[c];
+        Quantize(compression, grad + chunk.offset, residual + chunk.offset, chunk.count,
+                 codes + code_offset[i][c]);
+      }
+    }
+  }
+
+  std::vector<Request> requests;
+  std::vector<int> shared_request(static_cast<size_t>(ctx.caller->num_servers()), -1);  // Per server: its shared request.
+  std::vector<int> deferred_request(static_cast<size_t>(ctx.caller->num_servers()), -1);  // Per server: its deferred Init.
+  for (size_t i = 0; i < state->work.size(); ++i) {
+    const KeyWork& entry = state->work[i];
+    const KeyInfo& info = *entry.info;
+    const size_t element = DTypeSize(info.dtype);
+    // Init sends each server its whole part, which the server cuts into chunks itself; a part
+    // cut in several chunks goes as a deferred header, its chunks then as fills, one request
+    // each (so that no request holds a whole big value).
+    const bool init = kind == Kind::kInit;
+    const std::vector<Slice>& chunks = init ? info.slices : info.chunks;
+    auto cut = [&](int server) {
+      for (size_t c = 0; c < info.chunks.size(); ++c) {
+        if (info.chunks[c].server == server && info.alone[c]) return true;
+      }
+      return false;
+    };
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      const Slice& chunk = chunks[c];
+      if (kind == Kind::kInitFill && !info.alone[c]) continue;  // Sent whole by the Init.
+      const bool deferred = init && cut(chunk.server);
+      Request* request;
+      if (!init && info.alone[c]) {
+        requests.emplace_back();
+        request = &requests.back();
+        request->server = chunk.server;
+      } else {
+        int& index = (deferred ? deferred_request : shared_request)[chunk.server];
+        if (index < 0) {
+          index = static_cast<int>(requests.size());
+          requests.emplace_back();
+          requests.back().server = chunk.server;
+          requests.back().deferred = deferred;
+        }
+        request = &requests[index];
+      }
+      proto::TensorHeader& header = request->headers.emplace_back();
+      FillHeader(entry.key, info.dtype, info.shape, chunk, &header);
+      if (sends && !code_offset[i].empty()) {
+        const size_t bytes = CompressedBytes(compression.type, chunk.count);
+        header.set_compression(static_cast<proto::Compression>(compression.type));
+        header.set_compression_threshold(compression.threshold);
+        header.set_payload_offset(request->payload_bytes);
+        header.set_payload_bytes(bytes);
+        request->parts.push_back(PayloadPart{info.codes, code_offset[i][c], bytes});
+        request->payload_bytes += bytes;
+      } else if (sends && !deferred) {
+        const size_t bytes = static_cast<size_t>(chunk.count) * element;
+        header.set_payload_offset(request->payload_bytes);
+        header.set_payload_bytes(bytes);
+        request->parts.push_back(
+            PayloadPart{sent[i], static_cast<size_t>(chunk.offset) * element, bytes});
+        request->payload_bytes += bytes;
+      }
+      request->targets.push_back(Target{i, chunk});
+    }
+  }
+
+  std::vector<std::shared_ptr<const grpc::ByteBuffer>> frames;
+  for (Request& request : requests) {
+    absl::StatusOr<grpc::ByteBuffer> frame;
+    auto encode = [&](auto message, bool with_request_id) {
+      message.set_node_id(ctx.node_id);
+      if constexpr (!std::is_same_v<decltype(message), proto::PullRequest> &&
+                    !std::is_same_v<decltype(message), proto::InitRequest>) {
+        if (with_request_id) message.set_request_id((*ctx.next_request_id)++);
+      }
+      message.mutable_tensors()->Reserve(static_cast<int>(request.headers.size()));
+      for (proto::TensorHeader& header : request.headers) {
+        *message.add_tensors() = std::move(header);
+      }
+      return sends ? EncodeFrame(message, request.parts) : EncodeMessage(message);
+    };
+    proto::InitRequest init;
+    init.set_deferred(request.deferred);
+    init.set_fill(kind == Kind::kInitFill);
+    switch (kind) {
+      case Kind::kInit:
+      case Kind::kInitFill: frame = encode(init, false); break;
+      case Kind::kPush: frame = encode(proto::PushRequest(), true); break;
+      case Kind::kPull: frame = encode(proto::PullRequest(), false); break;
+      case Kind::kPushPull: frame = encode(proto::PushPullRequest(), true); break;
+    }
+    if (!frame.ok()) {
+      state->done(frame.status());
+      return;
+    }
+    frames.push_back(std::make_shared<grpc::ByteBuffer>(*std::move(frame)));
+    if (kind == Kind::kPush || kind == Kind::kPushPull) {
+      *ctx.push_payload_bytes += static_cast<int64_t>(request.payload_bytes);
+    }
+  }
+  state->remaining = requests.size();
+  if (requests.empty()) {
+    state->done(absl::OkStatus());
+    return;
+  }
+  static constexpr ServerMethod kMethods[] = {ServerMethod::kInit, ServerMethod::kPush,
+                                              ServerMethod::kPull, ServerMethod::kPushPull};
+  const ServerMethod method =
+      kind == Kind::kInitFill ? ServerMethod::kInit : kMethods[static_cast<int>(kind)];
+  // Requests start in order, at most `window` at a time: chunks then arrive one after another
+  // (rather than all interleaved and complete only at the end), so the server sums and updates
+  // each while the next is on the wire.
+  const size_t window = ctx.window;
+  state->launches.resize(requests.size());
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const int s = requests[r].server;
+    state->launches[r] = [ctx, state, s, method, frame = frames[r], receives,
+                          targets = std::move(requests[r].targets)]() mutable {
+    ctx.caller->Call(s, method, std::move(frame),
+         [ctx, state, s, receives, targets = std::move(targets)](
+             absl::Status status, grpc::ByteBuffer* reply) {
+           if (status.ok() && receives) {
+             // Copy each returned chunk from the received bytes into the first output.
+             proto::PullResponse header;
+             absl::StatusOr<Payload> payload = DecodeFrame(*reply, &header);
+             status = payload.status();
+             if (status.ok() && header.tensors_size() != static_cast<int>(targets.size())) {
+               status = absl::InternalError(absl::StrCat("asked for ", targets.size(),
+                                                         " values, got ", header.tensors_size()));
+             }
+             for (size_t t = 0; status.ok() && t < targets.size(); ++t) {
+               const proto::TensorHeader& got = header.tensors(static_cast<int>(t));
+               KeyWork& entry = state->work[targets[t].work_index];
+               Tensor* out = entry.via_host ? &entry.info->pull_staging : entry.outs.front();
+               const size_t element = DTypeSize(entry.info->dtype);
+               const Slice& chunk = targets[t].chunk;
+               const size_t bytes = static_cast<size_t>(chunk.count) * element;
+               if (got.element_offset() != chunk.offset || got.payload_bytes() != bytes) {
+                 status = absl::InternalError(absl::StrCat(
+                     "key ", entry.key.Quoted(), ": reply holds elements from ",
+                     got.element_offset(), " in ", got.payload_bytes(), " bytes, expected ",
+                     chunk.offset, " in ", bytes));
+                 break;
+               }
+               status = payload->CopyTo(
+                   got.payload_offset(), bytes,
+                   static_cast<uint8_t*>(out->data()) + chunk.offset * element);
+             }
+             if (!status.ok()) status = ctx.caller->ServerError(s, status);
+           }
+           bool last;
+           std::function<void()> next;
+           {
+             absl::MutexLock lock(&state->mu);
+             if (!status.ok() && state->error.ok()) state->error = status;
+             last = --state->remaining == 0;
+             if (state->next_launch < state->launches.size()) {
+               next = std::move(state->launches[state->next_launch++]);
+             }
+           }
+           if (next) next();
+           if (!last) return;
+           if (state->error.ok() && receives) {
+             // One key pulled into several outputs: copy the first into the others; with
+             // outputs on GPUs, copy the pinned buffer into every output.
+             for (KeyWork& entry : state->work) {
+               if (entry.via_host) {
+                 for (Tensor* out : entry.outs) {
+                   const absl::Status copied =
+                       gpu::CopyTo(entry.key, entry.info->pull_staging, out);
+                   if (!copied.ok() && state->error.ok()) state->error = copied;
+                 }
+                 continue;
+               }
+               for (size_t o = 1; o < entry.outs.size(); ++o) {
+                 if (entry.outs[o]->data() == entry.outs[0]->data()) continue;
+                 const absl::Status copied = CopyInto(*entry.outs[0], entry.outs[o]);
+                 if (!copied.ok() && state->error.ok()) state->error = copied;
+               }
+             }
+           }
+           state->done(state->error);
+         });
+    };
+  }
+  std::vector<std::function<void()>> first;
+  {
+    absl::MutexLock lock(&state->mu);
+    while (state->next_launch < std::min(window, state->launches.size())) {
+      first.push_back(std::move(state->launches[state->next_launch++]));
+    }
+  }
+  for (auto& launch : first) launch();
+}
+
+}  // namespace kvstore

@@ -1,0 +1,107 @@
+#include "client/grpc_scheduler_link.h"
+
+#include <grpcpp/client_context.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_channel.h"
+#include "common/grpc_status.h"
+
+namespace kvstore {
+namespace {
+
+// A client context with `deadline`.
+struct Context : grpc::ClientContext {
+  explicit Context(absl::Time deadline) { set_deadline(GrpcDeadline(deadline)); }
+};
+
+}  // namespace
+
+GrpcSchedulerLink::GrpcSchedulerLink(std::string address)
+    : address_(std::move(address)), stub_(proto::Scheduler::NewStub(MakeChannel(address_))) {}
+
+std::string GrpcSchedulerLink::name() const { return absl::StrCat("the scheduler at ", address_); }
+
+absl::StatusOr<JobView> GrpcSchedulerLink::Register(const std::string& mode, int requested_rank,
+                                                    absl::Time deadline) {
+  proto::RegisterRequest request;
+  request.set_role(proto::WORKER);
+  request.set_requested_rank(requested_rank);
+  request.set_hostname(LocalHostname());
+  request.set_mode(mode);
+  proto::RegisterResponse reply;
+  Context context(deadline);
+  context.set_wait_for_ready(true);  // The scheduler may still be starting.
+  const grpc::Status status = stub_->Register(&context, request, &reply);
+  if (!status.ok()) return FromGrpcStatus(status);
+  const proto::ClusterView& view = reply.view();
+  JobView job;
+  job.node_id = reply.node_id();
+  job.rank = reply.rank();
+  job.num_workers = view.num_workers();
+  job.mode = view.mode();
+  job.heartbeat_interval = absl::Milliseconds(view.heartbeat_interval_ms());
+  for (const proto::ServerInfo& info : view.servers()) {
+    job.servers.push_back(ServerAddress{info.rank(), info.address()});
+  }
+  job.big_value_bound = view.big_value_bound();
+  job.chunk_bytes = view.chunk_bytes();
+  return job;
+}
+
+absl::StatusOr<bool> GrpcSchedulerLink::Heartbeat(uint64_t node_id, absl::Time deadline) {
+  proto::HeartbeatRequest request;
+  request.set_node_id(node_id);
+  proto::HeartbeatResponse reply;
+  Context context(deadline);
+  const grpc::Status status = stub_->Heartbeat(&context, request, &reply);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return reply.shutdown();
+}
+
+absl::Status GrpcSchedulerLink::Barrier(uint64_t node_id, absl::Time deadline) {
+  proto::BarrierRequest request;
+  request.set_node_id(node_id);
+  request.set_group(proto::GROUP_WORKERS);
+  proto::BarrierResponse reply;
+  Context context(deadline);
+  return FromGrpcStatus(stub_->Barrier(&context, request, &reply));
+}
+
+absl::Status GrpcSchedulerLink::Finish(uint64_t node_id, absl::Time deadline) {
+  proto::FinishRequest request;
+  request.set_node_id(node_id);
+  proto::FinishResponse reply;
+  Context context(deadline);
+  return FromGrpcStatus(stub_->Finish(&context, request, &reply));
+}
+
+absl::StatusOr<std::vector<std::string>> GrpcSchedulerLink::Command(uint64_t node_id, int head,
+                                                                    const std::string& body,
+                                                                    absl::Time deadline) {
+  proto::CommandRequest request;
+  request.set_node_id(node_id);
+  request.set_head(head);
+  request.set_body(body);
+  proto::CommandResponse reply;
+  Context context(deadline);
+  const grpc::Status status = stub_->Command(&context, request, &reply);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return std::vector<std::string>(reply.replies().begin(), reply.replies().end());
+}
+
+absl::StatusOr<int> GrpcSchedulerLink::NumDeadNodes(uint64_t node_id, int group, int timeout_s,
+                                                    absl::Time deadline) {
+  proto::ClusterStatusRequest request;
+  request.set_node_id(node_id);
+  request.set_group(static_cast<proto::Group>(group));
+  request.set_timeout_s(timeout_s);
+  proto::ClusterStatusResponse reply;
+  Context context(deadline);
+  const grpc::Status status = stub_->ClusterStatus(&context, request, &reply);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return reply.num_dead();
+}
+
+}  // namespace kvstore

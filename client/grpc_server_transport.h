@@ -1,0 +1,62 @@
+// GrpcServerTransport: the ServerTransport of a distributed job - each request a raw unary call
+// of proto/kvstore.proto's KVServer service, its frame the call's message as it is.
+//
+// Each server gets `connections` channels, each its own TCP connection, which requests take in
+// turn: big values then move in parallel chunks. Calls complete on one completion queue that a
+// single thread of the transport's own ("kv-completion") polls and runs `done` on - gRPC's
+// async API; its callback API keeps two threads polling, each event waking the other
+// (docs/performance.md).
+//
+// Threading: as ServerTransport. Close shuts the queue down and joins the thread.
+#ifndef KVSTORE_CLIENT_GRPC_SERVER_TRANSPORT_H_
+#define KVSTORE_CLIENT_GRPC_SERVER_TRANSPORT_H_
+
+#include <grpcpp/completion_queue.h>
+#include <grpcpp/generic/generic_stub.h>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/server_caller.h"
+#include "client/server_transport.h"
+
+namespace kvstore {
+
+class GrpcServerTransport final : public ServerTransport {
+ public:
+  // Create opens `connections` (>= 1) channels to each server (they connect lazily) and starts
+  // the completion thread.
+  static absl::StatusOr<std::unique_ptr<GrpcServerTransport>> Create(
+      const std::vector<ServerAddress>& servers, int connections);
+  ~GrpcServerTransport() override;
+
+  void Send(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
+            absl::Time deadline, Done done) override;
+  absl::Status Probe(int s, ServerMethod method, const grpc::ByteBuffer& request,
+                     absl::Time deadline) override;
+  void Close() override;
+
+ private:
+  struct Server {
+    std::vector<std::unique_ptr<grpc::GenericStub>> stubs;  // One per connection.
+    std::unique_ptr<std::atomic<uint64_t>> next_stub;
+  };
+  // One unary call in flight on cq_.
+  struct Rpc;
+
+  GrpcServerTransport() = default;
+  // CompleteCalls runs every call's completion until cq_ shuts down.
+  void CompleteCalls();
+
+  std::vector<Server> servers_;
+  grpc::CompletionQueue cq_;
+  std::thread completer_;
+  bool closed_ = false;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_CLIENT_GRPC_SERVER_TRANSPORT_H_

@@ -1,0 +1,101 @@
+#include "client/membership.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/named_thread.h"
+
+namespace kvstore {
+
+absl::StatusOr<std::unique_ptr<Membership>> Membership::Join(std::unique_ptr<SchedulerLink> link,
+                                                             const std::string& mode,
+                                                             const MembershipOptions& options) {
+  std::unique_ptr<Membership> member(new Membership(std::move(link), options));
+  absl::StatusOr<JobView> view = member->link_->Register(
+      mode, options.requested_rank, absl::Now() + options.register_timeout);
+  if (!view.ok()) return member->Named(view.status(), "joining the job through");
+  member->view_ = *std::move(view);
+  member->view_.heartbeat_interval =
+      std::max(absl::Milliseconds(10), member->view_.heartbeat_interval);
+  if (member->view_.servers.empty()) {
+    return absl::InternalError("the cluster view lists no servers");
+  }
+  member->heartbeat_ = NamedThread("kv-heartbeat", [m = member.get()] { m->HeartbeatLoop(); });
+  return member;
+}
+
+Membership::~Membership() { Leave(); }
+
+absl::Status Membership::Named(const absl::Status& status, const std::string& what) const {
+  return absl::Status(status.code(),
+                      absl::StrCat(what, " ", link_->name(), ": ", status.message()));
+}
+
+absl::Status Membership::JobOver() const {
+  if (!job_over_) return absl::OkStatus();
+  return absl::CancelledError(absl::StrCat("the job run by ", link_->name(), " is over"));
+}
+
+void Membership::Leave() {
+  if (left_) return;
+  left_ = true;
+  if (!job_over_) {
+    const absl::Status status =
+        link_->Finish(view_.node_id, absl::Now() + absl::Seconds(10));
+    if (!status.ok()) {
+      spdlog::warn("worker {}: telling {} that it finished: {}", view_.rank, link_->name(),
+                   std::string(status.message()));
+    }
+  }
+  if (!stop_heartbeat_.HasBeenNotified()) stop_heartbeat_.Notify();
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+void Membership::HeartbeatLoop() {
+  bool warned = false;
+  const absl::Duration interval = view_.heartbeat_interval;
+  while (!stop_heartbeat_.WaitForNotificationWithTimeout(interval)) {
+    const absl::StatusOr<bool> over = link_->Heartbeat(
+        view_.node_id, absl::Now() + std::max(interval, absl::Seconds(2)));
+    if (!over.ok()) {
+      if (!warned) {
+        spdlog::warn("worker {}: heartbeat to {} failed: {}", view_.rank, link_->name(),
+                     std::string(over.status().message()));
+      }
+      warned = true;
+      continue;
+    }
+    warned = false;
+    if (*over) {
+      job_over_ = true;
+      return;
+    }
+  }
+}
+
+absl::Status Membership::Barrier() {
+  const absl::Status status =
+      link_->Barrier(view_.node_id, absl::Now() + options_.barrier_timeout);
+  return status.ok() ? status : Named(status, "barrier at");
+}
+
+absl::StatusOr<std::vector<std::string>> Membership::Command(int head, const std::string& body) {
+  absl::StatusOr<std::vector<std::string>> replies =
+      link_->Command(view_.node_id, head, body, absl::Now() + options_.command_timeout);
+  if (replies.ok()) return replies;
+  return Named(replies.status(), absl::StrCat("command ", head, " through"));
+}
+
+absl::StatusOr<int> Membership::NumDeadNodes(int group, absl::Duration timeout) {
+  const int timeout_s = static_cast<int>(std::max<int64_t>(
+      1, absl::ToInt64Seconds(absl::Ceil(timeout, absl::Seconds(1)))));
+  absl::StatusOr<int> dead =
+      link_->NumDeadNodes(view_.node_id, group, timeout_s, absl::Now() + absl::Seconds(30));
+  if (dead.ok()) return dead;
+  return Named(dead.status(), "counting dead nodes through");
+}
+
+}  // namespace kvstore

@@ -1,0 +1,81 @@
+// Membership: a worker's place in its job - joining, heartbeats, barriers, controller commands,
+// dead-node counts and leaving - over a SchedulerLink.
+//
+// Join registers and blocks until the job has assembled (bounded by register_timeout), then
+// sends a heartbeat every interval the scheduler published, on a thread of its own
+// ("kv-heartbeat"). When a heartbeat's answer says the job is over (kvctl shutdown, or every
+// worker finished), JobOver turns into Cancelled and the worker's later operations fail with
+// it. Leave tells the scheduler this worker has finished (unless the job is already over) and
+// stops the heartbeats; the destructor leaves if that has not happened. Every error names the
+// scheduler.
+//
+// Threading: thread-safe.
+#ifndef KVSTORE_CLIENT_MEMBERSHIP_H_
+#define KVSTORE_CLIENT_MEMBERSHIP_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "client/scheduler_link.h"
+
+namespace kvstore {
+
+struct MembershipOptions {
+  int requested_rank = -1;
+  absl::Duration register_timeout = absl::Seconds(120);
+  absl::Duration barrier_timeout = absl::Seconds(660);
+  // Deadline of a controller command (every server runs it).
+  absl::Duration command_timeout = absl::Seconds(120);
+};
+
+class Membership {
+ public:
+  // Join registers through `link` as a worker of `mode` ("dist_sync" or "dist_async").
+  // DeadlineExceeded / Unavailable naming the scheduler when it cannot be reached or the job
+  // does not assemble in time; Internal when the job has no servers.
+  static absl::StatusOr<std::unique_ptr<Membership>> Join(std::unique_ptr<SchedulerLink> link,
+                                                          const std::string& mode,
+                                                          const MembershipOptions& options);
+  ~Membership();
+  Membership(const Membership&) = delete;
+  Membership& operator=(const Membership&) = delete;
+
+  const JobView& view() const { return view_; }
+  // JobOver returns Cancelled naming the scheduler once it has said the job is over; OK before.
+  absl::Status JobOver() const;
+  bool job_over() const { return job_over_; }
+
+  // Barrier blocks until every worker has entered it (bounded by barrier_timeout).
+  absl::Status Barrier();
+  // Command runs a controller command on every server and returns their replies.
+  absl::StatusOr<std::vector<std::string>> Command(int head, const std::string& body);
+  // NumDeadNodes counts the nodes of `group` silent for longer than `timeout`.
+  absl::StatusOr<int> NumDeadNodes(int group, absl::Duration timeout);
+  // Leave tells the scheduler this worker finished and stops the heartbeats. Once only.
+  void Leave();
+
+ private:
+  Membership(std::unique_ptr<SchedulerLink> link, MembershipOptions options)
+      : link_(std::move(link)), options_(options) {}
+  void HeartbeatLoop();
+  // Named prefixes `status`'s message with what was done and the scheduler's name.
+  absl::Status Named(const absl::Status& status, const std::string& what) const;
+
+  const std::unique_ptr<SchedulerLink> link_;
+  const MembershipOptions options_;
+  JobView view_;
+  std::atomic<bool> job_over_{false};
+  absl::Notification stop_heartbeat_;
+  std::thread heartbeat_;
+  bool left_ = false;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_CLIENT_MEMBERSHIP_H_

@@ -1,0 +1,65 @@
+// SchedulerLink: how a worker reaches its job's scheduler - the calls of proto/kvstore.proto's
+// Scheduler service, as plain C++.
+//
+// Membership (membership.h) decides when to call what and names the scheduler in its errors;
+// a link only carries the calls. Two implementations: GrpcSchedulerLink
+// (grpc_scheduler_link.h) and the in-process job's (in_process_job.h), which calls the
+// scheduler's core directly.
+//
+// Threading: every call may be made from any thread, concurrently; each blocks until its answer
+// or its deadline (DeadlineExceeded then).
+#ifndef KVSTORE_CLIENT_SCHEDULER_LINK_H_
+#define KVSTORE_CLIENT_SCHEDULER_LINK_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/server_caller.h"
+
+namespace kvstore {
+
+// JobView: what a worker learns when it joins: its identity and the job's shape.
+struct JobView {
+  uint64_t node_id = 0;
+  int rank = 0;
+  int num_workers = 1;
+  std::string mode;  // "dist_sync" or "dist_async".
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  std::vector<ServerAddress> servers;  // In rank order.
+  int64_t big_value_bound = 0;
+  int64_t chunk_bytes = 0;  // 0: the default.
+};
+
+class SchedulerLink {
+ public:
+  virtual ~SchedulerLink() = default;
+
+  // name says which scheduler this is, for messages ("the scheduler at HOST:PORT").
+  virtual std::string name() const = 0;
+
+  // Register joins the job as a worker of `mode` with `requested_rank` (-1: any) and blocks
+  // until every node of the job has registered; waits for a scheduler still starting.
+  virtual absl::StatusOr<JobView> Register(const std::string& mode, int requested_rank,
+                                           absl::Time deadline) = 0;
+  // Heartbeat reports that the worker is alive; returns whether the job is over.
+  virtual absl::StatusOr<bool> Heartbeat(uint64_t node_id, absl::Time deadline) = 0;
+  // Barrier blocks until every worker of the job has entered the barrier.
+  virtual absl::Status Barrier(uint64_t node_id, absl::Time deadline) = 0;
+  // Finish records that the worker is done.
+  virtual absl::Status Finish(uint64_t node_id, absl::Time deadline) = 0;
+  // Command runs a controller command on every server; returns their replies in rank order.
+  virtual absl::StatusOr<std::vector<std::string>> Command(uint64_t node_id, int head,
+                                                           const std::string& body,
+                                                           absl::Time deadline) = 0;
+  // NumDeadNodes counts the nodes of `group` (bits: servers 2, workers 4) silent for longer
+  // than `timeout` (whole seconds, at least one).
+  virtual absl::StatusOr<int> NumDeadNodes(uint64_t node_id, int group, int timeout_s,
+                                           absl::Time deadline) = 0;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_CLIENT_SCHEDULER_LINK_H_

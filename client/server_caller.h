@@ -1,0 +1,102 @@
+// ServerCaller: a worker's calls to its servers, over a ServerTransport, with the job's policy:
+// a deadline on every call, retries of an unreachable server, and errors that name the server.
+//
+// A call that fails with UNAVAILABLE is sent again - the same bytes, so a push keeps its request
+// id and the server applies it once - after a backoff that doubles from retry_backoff up to
+// 2 s, until max_retries; it then fails naming the server's rank and address and the number of
+// attempts. Every error a call returns is prefixed with "server R at ADDRESS: ".
+//
+// TransferContext bundles what every transfer (dense_transfer.h, row_sparse_transfer.h,
+// group_transfer.h) needs besides its operation: the caller, this worker's node id and the
+// counters of request ids and pushed bytes.
+//
+// Threading: thread-safe. `done` runs on the transport's completion thread (or the timer's,
+// for a call that gives up after a retry).
+#ifndef KVSTORE_CLIENT_SERVER_CALLER_H_
+#define KVSTORE_CLIENT_SERVER_CALLER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/server_transport.h"
+#include "client/timer.h"
+
+namespace kvstore {
+
+// ServerAddress: a server of the job as the scheduler published it.
+struct ServerAddress {
+  int rank = 0;
+  std::string address;
+};
+
+struct CallPolicy {
+  absl::Duration rpc_timeout = absl::Seconds(120);
+  int max_retries = 8;
+  absl::Duration retry_backoff = absl::Milliseconds(50);
+};
+
+class ServerCaller {
+ public:
+  // The transport and the timer must outlive the caller.
+  ServerCaller(ServerTransport* transport, std::vector<ServerAddress> servers, CallPolicy policy,
+               Timer* timer)
+      : transport_(transport), servers_(std::move(servers)), policy_(policy), timer_(timer) {}
+
+  int num_servers() const { return static_cast<int>(servers_.size()); }
+
+  // Call sends `request` to server `s`, retrying UNAVAILABLE; `done` runs exactly once.
+  void Call(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
+            ServerTransport::Done done);
+
+  // WaitForServers returns once every server answers an empty pull from `node_id` (a server
+  // answers UNAVAILABLE until it has set itself up after the job assembled, and restored its
+  // checkpoint); the error naming the first server that is not ready within `timeout`.
+  absl::Status WaitForServers(uint64_t node_id, absl::Duration timeout);
+
+  // ServerError prefixes `status`'s message with server `s`'s rank and address.
+  absl::Status ServerError(int s, const absl::Status& status) const;
+
+ private:
+  void Attempt(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
+               ServerTransport::Done done, int attempt);
+
+  ServerTransport* const transport_;
+  const std::vector<ServerAddress> servers_;
+  const CallPolicy policy_;
+  Timer* const timer_;
+};
+
+// Replies: an operation's requests still unanswered and the first error among the answers; a
+// transfer's shared state derives from it.
+struct Replies {
+  absl::Mutex mu;
+  size_t remaining = 0;  // Guarded by mu.
+  absl::Status error;    // Guarded by mu until the last reply.
+  // Record records one answer; true for the last.
+  bool Record(const absl::Status& status) {
+    absl::MutexLock lock(&mu);
+    if (!status.ok() && error.ok()) error = status;
+    return --remaining == 0;
+  }
+};
+
+struct TransferContext {
+  ServerCaller* caller = nullptr;
+  uint64_t node_id = 0;
+  // Push request ids, unique per worker; a retried request keeps its own.
+  std::atomic<uint64_t>* next_request_id = nullptr;
+  // Tensor bytes sent by pushes (codes, when compressed), not counting headers.
+  std::atomic<int64_t>* push_payload_bytes = nullptr;
+  // Requests of one dense operation in flight at once (connections per server x servers).
+  size_t window = 1;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_CLIENT_SERVER_CALLER_H_

@@ -1,0 +1,25 @@
+// ServerMethod: the kvserver's request methods, named once for every transport.
+//
+// The gRPC transport sends each as the raw method of proto/kvstore.proto's KVServer service
+// (GrpcMethodPath); the in-process transport hands it to the same request handler the gRPC
+// service runs. The order is the service's.
+#ifndef KVSTORE_COMMON_SERVER_METHODS_H_
+#define KVSTORE_COMMON_SERVER_METHODS_H_
+
+namespace kvstore {
+
+enum class ServerMethod { kInit, kPush, kPull, kPushPull, kRowSparsePull, kCommand };
+inline constexpr int kNumServerMethods = 6;
+
+// GrpcMethodPath returns the method's full gRPC name, e.g. "/kvstore.proto.KVServer/Push".
+inline const char* GrpcMethodPath(ServerMethod method) {
+  static constexpr const char* kPaths[kNumServerMethods] = {
+      "/kvstore.proto.KVServer/Init",     "/kvstore.proto.KVServer/Push",
+      "/kvstore.proto.KVServer/Pull",     "/kvstore.proto.KVServer/PushPull",
+      "/kvstore.proto.KVServer/RowSparsePull", "/kvstore.proto.KVServer/Command"};
+  return kPaths[static_cast<int>(method)];
+}
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_COMMON_SERVER_METHODS_H_

@@ -1,0 +1,31 @@
+#include "server/core/server_backend.h"
+
+#include <utility>
+
+#include "common/status_macros.h"
+
+namespace kvstore {
+
+absl::StatusOr<std::shared_ptr<ServerBackend>> MakeServerBackend(const BackendSpec& spec) {
+  ServerEngineOptions engine_options;
+  engine_options.sync = spec.mode != "dist_async";
+  if (spec.chunk_bytes > 0) engine_options.chunk_bytes = spec.chunk_bytes;
+  const int64_t chunk_bytes = engine_options.chunk_bytes;
+  engine_options.worker_node_ids = spec.worker_node_ids;
+  ASSIGN_OR_RETURN(std::unique_ptr<Updater> updater,
+                   spec.registry->Create(spec.updater, spec.updater_config));
+  auto backend = std::make_shared<ServerBackend>();
+  ASSIGN_OR_RETURN(backend->engine,
+                   ServerEngine::Create(std::move(engine_options), std::move(updater)));
+  backend->controller = std::make_unique<Controller>(backend->engine.get(), spec.registry,
+                                                     spec.custom_controller, spec.rank);
+  backend->controller->SetJob(JobShape{spec.num_servers, spec.mode, chunk_bytes});
+  proto::UpdaterSpec updater_spec;
+  updater_spec.set_registry_name(spec.updater);
+  updater_spec.set_registry_config(spec.updater_config);
+  backend->controller->SetUpdaterSpec(std::move(updater_spec));
+  if (!spec.restore_dir.empty()) RETURN_IF_ERROR(backend->controller->Restore(spec.restore_dir));
+  return backend;
+}
+
+}  // namespace kvstore

@@ -1,0 +1,48 @@
+// ServerBackend: what a kvserver serves with once its job has assembled - the engine holding its
+// shard and the controller running commands on it - and MakeServerBackend, which builds them
+// from the cluster view the scheduler published. The kvserver daemon and the SDK's in-process
+// job (client/in_process_job.h) build their servers with it alike.
+#ifndef KVSTORE_SERVER_CORE_SERVER_BACKEND_H_
+#define KVSTORE_SERVER_CORE_SERVER_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/core/controller.h"
+#include "server/core/server_engine.h"
+#include "server/core/updater.h"
+
+namespace kvstore {
+
+struct ServerBackend {
+  std::unique_ptr<ServerEngine> engine;
+  std::unique_ptr<Controller> controller;
+};
+
+// BackendSpec: one server's place in the job and how it starts.
+struct BackendSpec {
+  int rank = 0;
+  int num_servers = 1;
+  std::string mode = "dist_sync";  // Or "dist_async".
+  int64_t chunk_bytes = 0;         // 0: kDefaultChunkBytes.
+  std::vector<uint64_t> worker_node_ids;
+  // The updater applied until a worker sets another, by its name in `registry`.
+  std::string updater = "assign";
+  std::string updater_config;
+  const UpdaterRegistry* registry = nullptr;  // Must outlive the backend.
+  CustomController custom_controller;
+  // When set, the checkpoint of this rank in this directory is restored first.
+  std::string restore_dir;
+};
+
+// MakeServerBackend builds the engine and the controller of one server and restores its
+// checkpoint when asked. NotFound for an unknown updater; the engine's and the restore's
+// errors (naming the file) otherwise.
+absl::StatusOr<std::shared_ptr<ServerBackend>> MakeServerBackend(const BackendSpec& spec);
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_SERVER_CORE_SERVER_BACKEND_H_

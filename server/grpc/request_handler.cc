@@ -1,0 +1,338 @@
+#include "server/grpc/request_handler.h"
+
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/proto_convert.h"
+#include "common/status_macros.h"
+#include "common/wire_frame.h"
+#include "proto/kvstore.pb.h"
+
+namespace kvstore {
+
+using Done = std::function<void(absl::Status)>;
+
+namespace {
+
+absl::StatusOr<ValueSlice> SliceFromHeader(const proto::TensorHeader& header) {
+  ValueSlice slice;
+  ASSIGN_OR_RETURN(slice.key, KeyFromProto(header.key()));
+  ASSIGN_OR_RETURN(slice.dtype, DTypeFromProto(header.dtype()));
+  slice.shape.assign(header.shape().begin(), header.shape().end());
+  slice.offset = header.element_offset();
+  slice.count = header.element_count();
+  if (header.num_rows() != 0 || header.row_sparse()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key ", slice.key.Quoted(), ": row-sparse values are accepted by Push only"));
+  }
+  return slice;
+}
+
+// CompressionFromHeader validates a header's compression fields.
+absl::StatusOr<CompressionParams> CompressionFromHeader(const proto::TensorHeader& header,
+                                                        const Key& key) {
+  absl::StatusOr<CompressionType> type = CompressionFromInt(header.compression());
+  absl::StatusOr<CompressionParams> params =
+      type.ok() ? MakeCompressionParams(CompressionName(*type), header.compression_threshold())
+                : type.status();
+  if (!params.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key ", key.Quoted(), ": ", params.status().message()));
+  }
+  return params;
+}
+
+// IncomingValues reads the headers and points each value at its bytes in the payload.
+absl::StatusOr<std::vector<IncomingValue>> IncomingValues(
+    const google::protobuf::RepeatedPtrField<proto::TensorHeader>& headers,
+    const Payload& payload, bool row_sparse_allowed) {
+  std::vector<IncomingValue> values;
+  values.reserve(headers.size());
+  for (const proto::TensorHeader& header : headers) {
+    IncomingValue value;
+    if (header.row_sparse() && row_sparse_allowed) {
+      proto::TensorHeader dense = header;
+      dense.set_row_sparse(false);
+      dense.set_num_rows(0);
+      ASSIGN_OR_RETURN(value.slice, SliceFromHeader(dense));
+      value.row_sparse = true;
+      value.num_rows = header.num_rows();
+    } else {
+      ASSIGN_OR_RETURN(value.slice, SliceFromHeader(header));
+    }
+    ASSIGN_OR_RETURN(value.compression, CompressionFromHeader(header, value.slice.key));
+    auto chunks = payload.Chunks(header.payload_offset(), header.payload_bytes());
+    if (!chunks.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("key ", value.slice.key.Quoted(), ": ", chunks.status().message()));
+    }
+    value.bytes = *std::move(chunks);
+    values.push_back(std::move(value));
+  }
+  return values;
+}
+
+absl::StatusOr<std::vector<ValueSlice>> SlicesFromHeaders(
+    const google::protobuf::RepeatedPtrField<proto::TensorHeader>& headers);
+
+// RegisterListedGroup registers the group a request lists the members of, if it does.
+template <typename Request>
+absl::Status RegisterListedGroup(const Request& header, ServerEngine* engine) {
+  if (header.tensors_size() == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<ValueSlice> members, SlicesFromHeaders(header.tensors()));
+  return engine->RegisterGroup(header.node_id(), header.group_id(), members);
+}
+
+// PullGroupInto frames a group's packed values (no headers) into `*response`.
+absl::Status PullGroupInto(const ServerEngine& engine, uint64_t node_id, uint64_t group_id,
+                           grpc::ByteBuffer* response) {
+  ASSIGN_OR_RETURN(ServerEngine::PackedGroup packed, engine.PullGroup(node_id, group_id));
+  const PayloadPart part{packed.buffer, 0, packed.bytes};
+  ASSIGN_OR_RETURN(*response, EncodeFrame(proto::PullResponse(), absl::MakeConstSpan(&part, 1)));
+  return absl::OkStatus();
+}
+
+// Decoded: a framed request's values, pointing into `payload` (which keeps their bytes alive).
+struct Decoded {
+  Payload payload;
+  std::vector<IncomingValue> values;
+};
+
+// DecodeValues parses a framed request (Init) into its header and values.
+// Only Push takes row-sparse values.
+template <typename Request>
+absl::StatusOr<Decoded> DecodeValues(const grpc::ByteBuffer& request, Request* header) {
+  Decoded decoded;
+  ASSIGN_OR_RETURN(decoded.payload, DecodeFrame(request, header));
+  ASSIGN_OR_RETURN(decoded.values,
+                   IncomingValues(header->tensors(), decoded.payload,
+                                  std::is_same_v<Request, proto::PushRequest>));
+  return decoded;
+}
+
+// EncodePulled frames the pulled tensors after their headers.
+absl::StatusOr<grpc::ByteBuffer> EncodePulled(absl::Span<const ValueSlice> slices,
+                                              const std::vector<Tensor>& tensors) {
+  proto::PullResponse reply;
+  std::vector<PayloadPart> parts;
+  uint64_t offset = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    proto::TensorHeader* header = reply.add_tensors();
+    KeyToProto(slices[i].key, header->mutable_key());
+    header->set_dtype(DTypeToProto(slices[i].dtype));
+    for (int64_t d : slices[i].shape) header->add_shape(d);
+    header->set_element_offset(slices[i].offset);
+    header->set_element_count(slices[i].count);
+    header->set_payload_offset(offset);
+    header->set_payload_bytes(tensors[i].byte_size());
+    parts.push_back(PayloadPart{tensors[i], 0, tensors[i].byte_size()});
+    offset += tensors[i].byte_size();
+  }
+  return EncodeFrame(reply, parts);
+}
+
+absl::StatusOr<std::vector<ValueSlice>> SlicesFromHeaders(
+    const google::protobuf::RepeatedPtrField<proto::TensorHeader>& headers) {
+  std::vector<ValueSlice> slices;
+  for (const proto::TensorHeader& header : headers) {
+    ASSIGN_OR_RETURN(ValueSlice slice, SliceFromHeader(header));
+    if (header.compression() != proto::COMPRESSION_NONE) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("key ", slice.key.Quoted(), ": pulls are never compressed"));
+    }
+    slices.push_back(std::move(slice));
+  }
+  return slices;
+}
+
+// StartGroupPush registers the group a Push or PushPull lists (if it does) and pushes the
+// packed values; `done` runs at once with the error, or when `ack` says (ServerEngine::PushGroup).
+template <typename Request>
+void StartGroupPush(ServerEngine* engine, const Request& header, const Payload& payload,
+                    ServerEngine::Ack ack, Done done) {
+  absl::Status status = RegisterListedGroup(header, engine);
+  absl::StatusOr<ByteChunks> bytes = status.ok() ? payload.Chunks(0, payload.size()) : status;
+  if (!bytes.ok()) return done(bytes.status());
+  engine->PushGroup(header.node_id(), header.request_id(), header.group_id(), *bytes,
+                    std::move(done), ack);
+}
+
+}  // namespace
+
+namespace {
+
+
+void HandleInit(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
+                grpc::ByteBuffer* response, Done done) {
+  proto::InitRequest header;
+  auto decoded = DecodeValues(*request, &header);
+  if (!decoded.ok()) return done(decoded.status());
+  const std::vector<IncomingValue>& values = decoded->values;
+  absl::Status status;
+  if (header.deferred() && header.fill()) {
+    status = absl::InvalidArgumentError("an Init request is deferred or a fill, not both");
+  } else if (header.fill()) {
+    status = backend->engine->InitFill(header.node_id(), values);
+  } else {
+    status = backend->engine->Init(header.node_id(), values, header.deferred());
+  }
+  if (status.ok()) *response = EncodeMessage(proto::InitResponse());
+  return done(status);
+}
+
+void HandlePush(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
+                grpc::ByteBuffer* response, Done done) {
+  proto::PushRequest header;
+  absl::StatusOr<Payload> payload = DecodeFrame(*request, &header);
+  if (!payload.ok()) return done(payload.status());
+  // `done` may run later, on the thread whose push completes the round; `response` stays
+  // valid until then.
+  auto finish = [response, done = std::move(done)](absl::Status status) {
+    if (status.ok()) *response = EncodeMessage(proto::PushResponse());
+    done(status);
+  };
+  if (header.group_id() != 0) {
+    // The reply may leave before the sum is done: a later reader waits for it (PushGroup).
+    return StartGroupPush(backend->engine.get(), header, *payload, ServerEngine::Ack::kOrdered,
+                          std::move(finish));
+  }
+  auto values = IncomingValues(header.tensors(), *payload, /*row_sparse_allowed=*/true);
+  if (!values.ok()) return finish(values.status());
+  // The engine reads the payload during the call.
+  backend->engine->Push(header.node_id(), header.request_id(), *values, std::move(finish));
+}
+
+void HandlePull(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
+                grpc::ByteBuffer* response, Done done) {
+  proto::PullRequest header;
+  absl::Status status = DecodeMessage(*request, &header);
+  if (!status.ok()) return done(status);
+  if (header.group_id() != 0) {
+    status = RegisterListedGroup(header, backend->engine.get());
+    if (status.ok()) {
+      status = PullGroupInto(*backend->engine, header.node_id(), header.group_id(), response);
+    }
+    return done(status);
+  }
+  auto slices = SlicesFromHeaders(header.tensors());
+  if (!slices.ok()) return done(slices.status());
+  auto pulled = backend->engine->Pull(header.node_id(), *slices);
+  if (!pulled.ok()) return done(pulled.status());
+  auto frame = EncodePulled(*slices, *pulled);
+  if (frame.ok()) *response = *std::move(frame);
+  return done(frame.status());
+}
+
+void HandlePushPull(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
+                    grpc::ByteBuffer* response, Done done) {
+  proto::PushPullRequest header;
+  absl::StatusOr<Payload> payload = DecodeFrame(*request, &header);
+  if (!payload.ok()) return done(payload.status());
+  const uint64_t node_id = header.node_id();
+  const uint64_t group_id = header.group_id();
+  if (group_id != 0) {
+    return StartGroupPush(
+        backend->engine.get(), header, *payload, ServerEngine::Ack::kApplied,
+        [response, backend, node_id, group_id, done = std::move(done)](absl::Status status) {
+          if (status.ok()) status = PullGroupInto(*backend->engine, node_id, group_id, response);
+          done(status);
+        });
+  }
+  auto decoded = IncomingValues(header.tensors(), *payload, /*row_sparse_allowed=*/false);
+  if (!decoded.ok()) return done(decoded.status());
+  const std::vector<IncomingValue>& values = *decoded;
+  std::vector<ValueSlice> slices;
+  for (const IncomingValue& value : values) slices.push_back(value.slice);
+  backend->engine->Push(
+      node_id, header.request_id(), values,
+      [response, backend, node_id, slices = std::move(slices),
+       done = std::move(done)](absl::Status status) {
+        if (status.ok()) {
+          auto pulled = backend->engine->Pull(node_id, slices);
+          status = pulled.status();
+          if (status.ok()) {
+            auto frame = EncodePulled(slices, *pulled);
+            status = frame.status();
+            if (status.ok()) *response = *std::move(frame);
+          }
+        }
+        done(status);
+      });
+}
+
+void HandleRowSparsePull(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
+                         grpc::ByteBuffer* response, Done done) {
+  proto::PullRequest header;
+  absl::Status status = DecodeMessage(*request, &header);
+  if (!status.ok()) return done(status);
+  if (header.row_ids_size() != header.tensors_size()) {
+    return done(absl::InvalidArgumentError(absl::StrCat(
+                              "RowSparsePull of ", header.tensors_size(), " values with ",
+                              header.row_ids_size(), " row id lists")));
+  }
+  auto slices = SlicesFromHeaders(header.tensors());
+  if (!slices.ok()) return done(slices.status());
+  proto::PullResponse reply;
+  std::vector<PayloadPart> parts;
+  uint64_t offset = 0;
+  for (int i = 0; i < header.tensors_size(); ++i) {
+    const ValueSlice& slice = (*slices)[i];
+    const auto& ids = header.row_ids(i).ids();
+    auto rows = backend->engine->PullRows(header.node_id(), slice,
+                                          absl::MakeConstSpan(ids.data(), ids.size()));
+    if (!rows.ok()) return done(rows.status());
+    proto::TensorHeader* out = reply.add_tensors();
+    *out = header.tensors(i);
+    out->set_row_sparse(true);
+    out->set_num_rows(ids.size());
+    out->set_payload_offset(offset);
+    out->set_payload_bytes(rows->byte_size());
+    parts.push_back(PayloadPart{*rows, 0, rows->byte_size()});
+    offset += rows->byte_size();
+  }
+  auto frame = EncodeFrame(reply, parts);
+  if (frame.ok()) *response = *std::move(frame);
+  return done(frame.status());
+}
+
+void HandleCommand(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
+                   grpc::ByteBuffer* response, Done done) {
+  proto::ServerCommandRequest command;
+  absl::Status status = DecodeMessage(*request, &command);
+  if (status.ok()) status = backend->engine->CheckSender(command.node_id());
+  if (!status.ok()) return done(status);
+  auto reply = backend->controller->Run(command.head(), command.body());
+  if (reply.ok()) {
+    proto::ServerCommandResponse message;
+    message.set_reply(*reply);
+    *response = EncodeMessage(message);
+  }
+  return done(reply.status());
+}
+
+}  // namespace
+
+void HandleServerRequest(const std::shared_ptr<ServerBackend>& backend, ServerMethod method,
+                         const grpc::ByteBuffer& request, grpc::ByteBuffer* response,
+                         Done done) {
+  if (backend == nullptr) {
+    return done(absl::UnavailableError("this server is waiting for the job's nodes to register"));
+  }
+  switch (method) {
+    case ServerMethod::kInit: return HandleInit(backend, &request, response, std::move(done));
+    case ServerMethod::kPush: return HandlePush(backend, &request, response, std::move(done));
+    case ServerMethod::kPull: return HandlePull(backend, &request, response, std::move(done));
+    case ServerMethod::kPushPull:
+      return HandlePushPull(backend, &request, response, std::move(done));
+    case ServerMethod::kRowSparsePull:
+      return HandleRowSparsePull(backend, &request, response, std::move(done));
+    case ServerMethod::kCommand:
+      return HandleCommand(backend, &request, response, std::move(done));
+  }
+  done(absl::InvalidArgumentError(
+      absl::StrCat("unknown kvserver method ", static_cast<int>(method))));
+}
+
+}  // namespace kvstore
