@@ -12,6 +12,8 @@
 #include "client/grpc_server_transport.h"
 #include "client/group_transfer.h"
 #include "client/row_sparse_transfer.h"
+#include "common/grpc_channel.h"
+#include "common/job_auth.h"
 #include "common/proto_convert.h"
 #include "common/status_macros.h"
 #include "proto/kvstore.pb.h"
@@ -35,13 +37,21 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
         "scheduler port ", options.scheduler_port, " is not in 1..65535"));
   }
   const int connections = options.connections_per_server;
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   ChannelCredentialsFor(options.security.tls));
+  const bool secured = !options.security.secret.empty();
   return Connect(
       std::move(type), options,
       std::make_unique<GrpcSchedulerLink>(
-          absl::StrCat(options.scheduler_host, ":", options.scheduler_port)),
-      [connections](const JobView& view) -> absl::StatusOr<std::unique_ptr<ServerTransport>> {
-        ASSIGN_OR_RETURN(std::unique_ptr<GrpcServerTransport> transport,
-                         GrpcServerTransport::Create(view.servers, connections));
+          absl::StrCat(options.scheduler_host, ":", options.scheduler_port), credentials,
+          options.security.secret),
+      [connections, credentials, secured](
+          const JobView& view) -> absl::StatusOr<std::unique_ptr<ServerTransport>> {
+        ASSIGN_OR_RETURN(
+            std::unique_ptr<GrpcServerTransport> transport,
+            GrpcServerTransport::Create(
+                view.servers, connections, credentials,
+                secured ? NodeCredential(view.node_id, view.node_token) : ""));
         return std::unique_ptr<ServerTransport>(std::move(transport));
       });
 }
@@ -379,8 +389,15 @@ absl::Status DistStore::LoadOptimizerStates(const std::string& path) {
   ASSIGN_OR_RETURN(UpdaterStateData state, LoadOptimizerStateFile(path));
   proto::UpdaterState message;
   UpdaterStateToProto(state, &message);
-  const absl::Status status = membership_->Command(kLoadStatesCommand, message.SerializeAsString()).status();
+  const std::string body = message.SerializeAsString();
+  const absl::Status status = membership_->Command(kLoadStatesCommand, body).status();
   if (status.ok()) return status;
+  if (absl::IsResourceExhausted(status)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        path, ": the saved optimizer state is ", body.size(),
+        " bytes, more than the scheduler accepts in one request; start it with a larger "
+        "--max_request_bytes (", status.message(), ")"));
+  }
   return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
 }
 

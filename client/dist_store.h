@@ -84,8 +84,10 @@ class DistStore final : public KVStore {
   absl::Status LoadOptimizerStates(const std::string& path) override;
   absl::Status Checkpoint(const std::string& dir) override;
 
-  // node_id returns the id the scheduler issued to this worker.
+  // node_id returns the id the scheduler issued to this worker; node_token its token, which
+  // its calls carry in a job with a secret (common/job_auth.h; empty otherwise).
   uint64_t node_id() const { return membership_->view().node_id; }
+  const std::string& node_token() const { return membership_->view().node_token; }
   // push_payload_bytes returns the tensor bytes sent by pushes so far (the codes, when
   // compressed), not counting headers.
   int64_t push_payload_bytes() const { return push_payload_bytes_.load(); }

@@ -7,19 +7,23 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
+#include "common/job_auth.h"
 
 namespace kvstore {
-namespace {
 
-// A client context with `deadline`.
-struct Context : grpc::ClientContext {
-  explicit Context(absl::Time deadline) { set_deadline(GrpcDeadline(deadline)); }
+struct GrpcSchedulerLink::Context : grpc::ClientContext {
+  Context(absl::Time deadline, const std::string& credential) {
+    set_deadline(GrpcDeadline(deadline));
+    if (!credential.empty()) AddMetadata(kNodeTokenKey, credential);
+  }
 };
 
-}  // namespace
-
-GrpcSchedulerLink::GrpcSchedulerLink(std::string address)
-    : address_(std::move(address)), stub_(proto::Scheduler::NewStub(MakeChannel(address_))) {}
+GrpcSchedulerLink::GrpcSchedulerLink(std::string address,
+                                     std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                     const std::string& secret)
+    : address_(std::move(address)),
+      stub_(proto::Scheduler::NewStub(MakeChannel(address_, std::move(credentials)))),
+      job_token_(secret.empty() ? "" : JobToken(secret)) {}
 
 std::string GrpcSchedulerLink::name() const { return absl::StrCat("the scheduler at ", address_); }
 
@@ -31,8 +35,9 @@ absl::StatusOr<JobView> GrpcSchedulerLink::Register(const std::string& mode, int
   request.set_hostname(LocalHostname());
   request.set_mode(mode);
   proto::RegisterResponse reply;
-  Context context(deadline);
+  Context context(deadline, "");
   context.set_wait_for_ready(true);  // The scheduler may still be starting.
+  if (!job_token_.empty()) context.AddMetadata(kJobTokenKey, job_token_);
   const grpc::Status status = stub_->Register(&context, request, &reply);
   if (!status.ok()) return FromGrpcStatus(status);
   const proto::ClusterView& view = reply.view();
@@ -47,6 +52,8 @@ absl::StatusOr<JobView> GrpcSchedulerLink::Register(const std::string& mode, int
   }
   job.big_value_bound = view.big_value_bound();
   job.chunk_bytes = view.chunk_bytes();
+  job.node_token = reply.node_token();
+  if (!job_token_.empty()) node_credential_ = NodeCredential(job.node_id, job.node_token);
   return job;
 }
 
@@ -54,7 +61,7 @@ absl::StatusOr<bool> GrpcSchedulerLink::Heartbeat(uint64_t node_id, absl::Time d
   proto::HeartbeatRequest request;
   request.set_node_id(node_id);
   proto::HeartbeatResponse reply;
-  Context context(deadline);
+  Context context(deadline, node_credential_);
   const grpc::Status status = stub_->Heartbeat(&context, request, &reply);
   if (!status.ok()) return FromGrpcStatus(status);
   return reply.shutdown();
@@ -65,7 +72,7 @@ absl::Status GrpcSchedulerLink::Barrier(uint64_t node_id, absl::Time deadline) {
   request.set_node_id(node_id);
   request.set_group(proto::GROUP_WORKERS);
   proto::BarrierResponse reply;
-  Context context(deadline);
+  Context context(deadline, node_credential_);
   return FromGrpcStatus(stub_->Barrier(&context, request, &reply));
 }
 
@@ -73,7 +80,7 @@ absl::Status GrpcSchedulerLink::Finish(uint64_t node_id, absl::Time deadline) {
   proto::FinishRequest request;
   request.set_node_id(node_id);
   proto::FinishResponse reply;
-  Context context(deadline);
+  Context context(deadline, node_credential_);
   return FromGrpcStatus(stub_->Finish(&context, request, &reply));
 }
 
@@ -85,7 +92,7 @@ absl::StatusOr<std::vector<std::string>> GrpcSchedulerLink::Command(uint64_t nod
   request.set_head(head);
   request.set_body(body);
   proto::CommandResponse reply;
-  Context context(deadline);
+  Context context(deadline, node_credential_);
   const grpc::Status status = stub_->Command(&context, request, &reply);
   if (!status.ok()) return FromGrpcStatus(status);
   return std::vector<std::string>(reply.replies().begin(), reply.replies().end());
@@ -98,7 +105,7 @@ absl::StatusOr<int> GrpcSchedulerLink::NumDeadNodes(uint64_t node_id, int group,
   request.set_group(static_cast<proto::Group>(group));
   request.set_timeout_s(timeout_s);
   proto::ClusterStatusResponse reply;
-  Context context(deadline);
+  Context context(deadline, node_credential_);
   const grpc::Status status = stub_->ClusterStatus(&context, request, &reply);
   if (!status.ok()) return FromGrpcStatus(status);
   return reply.num_dead();

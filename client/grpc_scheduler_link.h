@@ -1,12 +1,16 @@
 // GrpcSchedulerLink: the SchedulerLink of a distributed job - unary calls of the Scheduler
-// service (proto/kvstore.proto) on one channel, each with its deadline.
+// service (proto/kvstore.proto) on one channel, each with its deadline. With a job secret,
+// Register carries the job token and every later call the node token registration returned
+// (common/job_auth.h).
 //
-// Threading: thread-safe (gRPC stubs are).
+// Threading: thread-safe once Register has returned (gRPC stubs are).
 #ifndef KVSTORE_CLIENT_GRPC_SCHEDULER_LINK_H_
 #define KVSTORE_CLIENT_GRPC_SCHEDULER_LINK_H_
 
 #include <memory>
 #include <string>
+
+#include <grpcpp/security/credentials.h>
 
 #include "client/scheduler_link.h"
 #include "proto/kvstore.grpc.pb.h"
@@ -15,8 +19,10 @@ namespace kvstore {
 
 class GrpcSchedulerLink final : public SchedulerLink {
  public:
-  // The channel connects lazily, to "host:port".
-  explicit GrpcSchedulerLink(std::string address);
+  // The channel connects lazily, to "host:port", over `credentials` (null: plaintext).
+  // `secret` is the job secret, or empty.
+  GrpcSchedulerLink(std::string address, std::shared_ptr<grpc::ChannelCredentials> credentials,
+                    const std::string& secret);
 
   std::string name() const override;
   absl::StatusOr<JobView> Register(const std::string& mode, int requested_rank,
@@ -31,8 +37,13 @@ class GrpcSchedulerLink final : public SchedulerLink {
                                    absl::Time deadline) override;
 
  private:
+  // Context is a client context with `deadline` and this node's credential.
+  struct Context;
+
   const std::string address_;
   std::unique_ptr<proto::Scheduler::Stub> stub_;
+  const std::string job_token_;  // Empty without a secret.
+  std::string node_credential_;  // Set by Register, with a secret.
 };
 
 }  // namespace kvstore

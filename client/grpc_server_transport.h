@@ -13,9 +13,11 @@
 
 #include <grpcpp/completion_queue.h>
 #include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/credentials.h>
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -27,10 +29,13 @@ namespace kvstore {
 
 class GrpcServerTransport final : public ServerTransport {
  public:
-  // Create opens `connections` (>= 1) channels to each server (they connect lazily) and starts
-  // the completion thread.
+  // Create opens `connections` (>= 1) channels to each server over `credentials` (null:
+  // plaintext; they connect lazily) and starts the completion thread. Every call carries
+  // `node_credential` (common/job_auth.h) when it is not empty.
   static absl::StatusOr<std::unique_ptr<GrpcServerTransport>> Create(
-      const std::vector<ServerAddress>& servers, int connections);
+      const std::vector<ServerAddress>& servers, int connections,
+      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+      std::string node_credential = "");
   ~GrpcServerTransport() override;
 
   void Send(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
@@ -52,6 +57,7 @@ class GrpcServerTransport final : public ServerTransport {
   void CompleteCalls();
 
   std::vector<Server> servers_;
+  std::string node_credential_;
   grpc::CompletionQueue cq_;
   std::thread completer_;
   bool closed_ = false;

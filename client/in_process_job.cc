@@ -6,6 +6,7 @@
 #include "client/dist_store.h"
 #include "common/named_thread.h"
 #include "common/status_macros.h"
+#include "server/core/checkpoint_root.h"
 #include "server/core/optimizer.h"
 #include "server/core/server_backend.h"
 #include "server/core/sgd_updater.h"
@@ -124,6 +125,7 @@ absl::StatusOr<std::unique_ptr<InProcessJob>> InProcessJob::Start(InProcessJobOp
   RETURN_IF_ERROR(RegisterOptimizers(&job->registry_));
   RETURN_IF_ERROR(
       job->registry_.Create(job->options_.updater, job->options_.updater_config).status());
+  ASSIGN_OR_RETURN(job->checkpoint_root_, CheckpointRoot::Open(job->options_.checkpoint_root));
   SchedulerOptions scheduler;
   scheduler.num_servers = job->options_.num_servers;
   scheduler.num_workers = job->options_.num_workers;
@@ -154,6 +156,7 @@ absl::StatusOr<std::unique_ptr<InProcessJob>> InProcessJob::Start(InProcessJobOp
           spec.updater = raw->options_.updater;
           spec.updater_config = raw->options_.updater_config;
           spec.registry = &raw->registry_;
+          spec.checkpoint_root = raw->checkpoint_root_;
           absl::StatusOr<std::shared_ptr<ServerBackend>> backend = MakeServerBackend(spec);
           absl::MutexLock lock(&raw->mu_);
           raw->server_node_ids_.push_back(registration->node_id);

@@ -36,6 +36,7 @@
 
 namespace kvstore {
 
+class CheckpointRoot;
 class SchedulerCore;
 
 struct InProcessJobOptions {
@@ -49,6 +50,9 @@ struct InProcessJobOptions {
   // assign, sum, sgd and every optimizer).
   std::string updater = "assign";
   std::string updater_config;
+  // The servers write checkpoints (KVStore::Checkpoint(dir)) under this directory only, `dir`
+  // relative to it (server/core/checkpoint_root.h); empty: the working directory at Start.
+  std::string checkpoint_root;
   absl::Duration register_timeout = absl::Seconds(60);
   absl::Duration barrier_timeout = absl::Seconds(300);
   absl::Duration heartbeat_interval = absl::Milliseconds(100);
@@ -57,7 +61,8 @@ struct InProcessJobOptions {
 class InProcessJob {
  public:
   // Start creates the scheduler's core and registers the servers. InvalidArgument for bad
-  // options (no server or worker, a bad bound, chunk size or timeout, an unknown updater).
+  // options (no server or worker, a bad bound, chunk size or timeout, an unknown updater); a
+  // checkpoint root that cannot be made or opened is an error naming it.
   static absl::StatusOr<std::unique_ptr<InProcessJob>> Start(InProcessJobOptions options);
   // Every worker must have been destroyed first.
   ~InProcessJob();
@@ -77,6 +82,7 @@ class InProcessJob {
 
   InProcessJobOptions options_;
   UpdaterRegistry registry_ = UpdaterRegistry::WithBuiltins();
+  std::shared_ptr<const CheckpointRoot> checkpoint_root_;
   std::unique_ptr<SchedulerCore> core_;
   std::vector<std::unique_ptr<InProcessServer>> servers_;
   absl::Mutex mu_;

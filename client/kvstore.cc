@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/dist_store.h"
+#include "common/job_auth.h"
 #include "client/local_store.h"
 #include "common/environment.h"
 
@@ -48,6 +49,14 @@ absl::StatusOr<DistOptions> DistOptions::FromEnvironment() {
   options.scheduler_host = env->scheduler_host.value_or("127.0.0.1");
   options.scheduler_port = *env->scheduler_port;
   options.requested_rank = env->rank.value_or(-1);
+  if (env->secret_file.has_value()) {
+    absl::StatusOr<std::string> secret = ReadSecretFile(*env->secret_file);
+    if (!secret.ok()) return secret.status();
+    options.security.secret = *std::move(secret);
+  }
+  options.security.tls.ca_file = env->tls_ca.value_or("");
+  options.security.tls.cert_file = env->tls_cert.value_or("");
+  options.security.tls.key_file = env->tls_key.value_or("");
   return options;
 }
 

@@ -61,6 +61,7 @@
 #include "common/key.h"
 #include "common/optimizer_config.h"
 #include "common/row_sparse.h"
+#include "common/security_options.h"
 #include "common/tensor.h"
 
 namespace kvstore {
@@ -113,11 +114,16 @@ struct DistOptions {
   // first call with a list registers it with the servers; later calls with the same list send
   // only its id and the values (docs/performance.md). 0 turns key groups off.
   int group_min_keys = 64;
+  // The job secret and TLS files (common/security_options.h): with a secret, every call carries
+  // the job's credentials; with TLS, every link is encrypted and the servers are verified.
+  SecurityOptions security;
 
   // FromEnvironment reads the scheduler address, the job size and the rank from the launch
   // environment (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_WORKER_ID or the KV_ names, see
-  // common/environment.h). InvalidArgument naming the variable when one is malformed or the
-  // scheduler's port is missing.
+  // common/environment.h), and the job secret from the file KV_SECRET_FILE names and the TLS
+  // files from KV_TLS_CA, KV_TLS_CERT and KV_TLS_KEY. InvalidArgument naming the variable when
+  // one is malformed or the scheduler's port is missing; the secret file's error when it cannot
+  // be read.
   static absl::StatusOr<DistOptions> FromEnvironment();
 };
 
@@ -278,10 +284,13 @@ class KVStore {
   virtual absl::Status LoadOptimizerStates(const std::string& path) = 0;
 
   // Checkpoint makes every server write its shard - values, updater, updater state - to
-  // DIR/server-R.ckpt on its own machine (atomically, versioned and checksummed); `kvserver
-  // --restore DIR` resumes from it and training continues with identical numbers. Call it
-  // between rounds (after WaitAll and Barrier on every worker). In-process stores have no
-  // servers: FailedPrecondition (use Pull and SaveOptimizerStates).
+  // ROOT/DIR/server-R.ckpt on its own machine (atomically, versioned and checksummed), ROOT
+  // being the server's --checkpoint_root; `kvserver --restore DIR` resumes from it and
+  // training continues with identical numbers. A `dir` that is absolute, has a ".." component
+  // or goes through a symbolic link is refused: InvalidArgument or PermissionDenied naming it
+  // and the root (docs/security.md). Call it between rounds (after WaitAll and Barrier on
+  // every worker). In-process stores have no servers: FailedPrecondition (use Pull and
+  // SaveOptimizerStates).
   virtual absl::Status Checkpoint(const std::string& dir) = 0;
 
   // SendCommandToServers runs controller command (head, body) on every server and returns after

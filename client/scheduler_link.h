@@ -31,6 +31,8 @@ struct JobView {
   std::vector<ServerAddress> servers;  // In rank order.
   int64_t big_value_bound = 0;
   int64_t chunk_bytes = 0;  // 0: the default.
+  // With a job secret: this node's token, which every call to the servers carries.
+  std::string node_token;
 };
 
 class SchedulerLink {

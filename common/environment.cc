@@ -64,6 +64,14 @@ absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv_or_null) 
                      kMaxCount, &env.rank);
   }
   if (!status.ok()) return status;
+  const std::pair<const char*, std::optional<std::string>*> paths[] = {
+      {"KV_SECRET_FILE", &env.secret_file},
+      {"KV_TLS_CA", &env.tls_ca},
+      {"KV_TLS_CERT", &env.tls_cert},
+      {"KV_TLS_KEY", &env.tls_key}};
+  for (const auto& [name, field] : paths) {
+    if (const auto value = Lookup(getenv, {name})) *field = value->second;
+  }
   return env;
 }
 

@@ -12,6 +12,10 @@
 //   KV_NUM_SERVERS      DMLC_NUM_SERVER          servers in the job
 //   KV_NUM_WORKERS      DMLC_NUM_WORKER          workers in the job
 //   KV_RANK             DMLC_SERVER_ID / DMLC_WORKER_ID   requested rank of this node
+//   KV_SECRET_FILE      -                        the job secret's file (common/job_auth.h)
+//   KV_TLS_CA           -                        TLS: the job's CA certificate (PEM file)
+//   KV_TLS_CERT         -                        TLS: this node's certificate (PEM file)
+//   KV_TLS_KEY          -                        TLS: this node's private key (PEM file)
 //
 // The project's name wins when both are set.
 #ifndef KVSTORE_COMMON_ENVIRONMENT_H_
@@ -32,6 +36,10 @@ struct JobEnvironment {
   std::optional<int> num_servers;
   std::optional<int> num_workers;
   std::optional<int> rank;
+  std::optional<std::string> secret_file;
+  std::optional<std::string> tls_ca;
+  std::optional<std::string> tls_cert;
+  std::optional<std::string> tls_key;
 };
 
 // Getenv returns the value of a variable, or nullptr when it is unset.

@@ -20,6 +20,14 @@ uint64_t Key::StableHash() const {
   return h;
 }
 
+std::string Key::Quoted() const {
+  if (is_int()) return ToString();
+  constexpr size_t kShown = 64;  // A key from a request may be of any length.
+  const std::string& text = str_key();
+  if (text.size() <= kShown) return "\"" + text + "\"";
+  return "\"" + text.substr(0, kShown) + "...\" (" + std::to_string(text.size()) + " bytes)";
+}
+
 std::ostream& operator<<(std::ostream& os, const Key& key) { return os << key.ToString(); }
 
 }  // namespace kvstore

@@ -60,8 +60,9 @@ class Key {
 
   // ToString returns the integer in decimal or the string as it is.
   std::string ToString() const { return is_int() ? std::to_string(int_key()) : str_key(); }
-  // Quoted returns the key as it appears in error messages: 3 or "weight".
-  std::string Quoted() const { return is_int() ? ToString() : "\"" + str_key() + "\""; }
+  // Quoted returns the key as it appears in error messages: 3 or "weight"; a string key of
+  // more than 64 bytes shows its first 64 and its length.
+  std::string Quoted() const;
 
   // Integer keys order before string keys; each kind in its natural order.
   friend bool operator==(const Key& a, const Key& b) {

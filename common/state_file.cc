@@ -4,12 +4,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <system_error>
 
 #include "absl/strings/str_cat.h"
 
@@ -29,8 +29,7 @@ uint64_t GetLE(const char* p, int bytes) {
   return v;
 }
 
-// ErrorStatus maps `error` (an errno value, as std::filesystem's error codes hold too) to its
-// Abseil code, naming `what` and `path`.
+// ErrorStatus maps `error` (an errno value) to its Abseil code, naming `what` and `path`.
 absl::Status ErrorStatus(int error, absl::string_view what, const std::filesystem::path& path) {
   return absl::ErrnoToStatus(error, absl::StrCat(what, " ", path.string()));
 }
@@ -42,16 +41,25 @@ uint32_t Crc32(absl::string_view data) {
       crc32_z(crc32_z(0, Z_NULL, 0), reinterpret_cast<const Bytef*>(data.data()), data.size()));
 }
 
-absl::Status WriteStateFile(const std::string& path, StateKind kind, absl::string_view payload) {
+absl::Status WriteStateFileAt(int dir_fd, const std::string& name, const std::string& path,
+                              StateKind kind, absl::string_view payload) {
   std::string header(kMagic, sizeof(kMagic));
   PutLE(&header, kStateFileVersion, 4);
   PutLE(&header, static_cast<uint32_t>(kind), 4);
   PutLE(&header, payload.size(), 8);
   PutLE(&header, Crc32(payload), 4);
-  const std::filesystem::path target(path);
-  const std::filesystem::path temp = absl::StrCat(path, ".tmp.", getpid());
-  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrorStatus(errno, "cannot create", temp);
+  static std::atomic<uint64_t> counter{0};
+  const std::string suffix = absl::StrCat(".tmp.", getpid(), ".", counter++);
+  const std::string temp = name + suffix;
+  const std::string temp_path = path + suffix;
+  // O_EXCL: the temporary is a new file, never an existing one or a link's target. One left
+  // behind by a crashed process of the same id is removed first.
+  constexpr int kCreate = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
+  int fd = openat(dir_fd, temp.c_str(), kCreate, 0644);
+  if (fd < 0 && errno == EEXIST && unlinkat(dir_fd, temp.c_str(), 0) == 0) {
+    fd = openat(dir_fd, temp.c_str(), kCreate, 0644);
+  }
+  if (fd < 0) return ErrorStatus(errno, "cannot create", temp_path);
   // Written with write(2), not a stream: the data must reach the disk (fsync) before the
   // rename makes it the state file.
   absl::Status written;
@@ -61,37 +69,34 @@ absl::Status WriteStateFile(const std::string& path, StateKind kind, absl::strin
       if (n >= 0) {
         part.remove_prefix(static_cast<size_t>(n));
       } else if (errno != EINTR) {
-        written = ErrorStatus(errno, "cannot write", temp);
+        written = ErrorStatus(errno, "cannot write", temp_path);
       }
     }
   }
-  if (written.ok() && fsync(fd) != 0) written = ErrorStatus(errno, "cannot fsync", temp);
+  if (written.ok() && fsync(fd) != 0) written = ErrorStatus(errno, "cannot fsync", temp_path);
   close(fd);
-  std::error_code error;
-  if (written.ok()) {
-    std::filesystem::rename(temp, target, error);
-    if (error) written = ErrorStatus(error.value(), "cannot rename into", target);
+  if (written.ok() && renameat(dir_fd, temp.c_str(), dir_fd, name.c_str()) != 0) {
+    written = ErrorStatus(errno, "cannot rename into", path);
   }
   if (!written.ok()) {
-    std::filesystem::remove(temp, error);
+    unlinkat(dir_fd, temp.c_str(), 0);
     return written;
   }
   // The rename itself reaches the disk with an fsync of the directory.
-  const std::filesystem::path parent = target.parent_path();
-  const std::string dir = parent.empty() ? "." : parent.string();
-  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    fsync(dir_fd);
-    close(dir_fd);
-  }
+  fsync(dir_fd);
   return absl::OkStatus();
 }
 
-absl::Status MakeDirectories(const std::string& dir) {
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  if (error) return ErrorStatus(error.value(), "cannot create directory", dir);
-  return absl::OkStatus();
+absl::Status WriteStateFile(const std::string& path, StateKind kind, absl::string_view payload) {
+  const std::filesystem::path target(path);
+  const std::filesystem::path parent = target.parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return ErrorStatus(errno, "cannot open the directory of", target);
+  absl::Status status =
+      WriteStateFileAt(dir_fd, target.filename().string(), path, kind, payload);
+  close(dir_fd);
+  return status;
 }
 
 absl::StatusOr<std::string> ReadStateFile(const std::string& path, StateKind kind) {
@@ -99,7 +104,11 @@ absl::StatusOr<std::string> ReadStateFile(const std::string& path, StateKind kin
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open state file ", path));
   std::ostringstream buffer;
   buffer << in.rdbuf();
-  const std::string bytes = buffer.str();
+  return ParseStateFile(buffer.str(), path, kind);
+}
+
+absl::StatusOr<std::string> ParseStateFile(absl::string_view bytes, const std::string& path,
+                                           StateKind kind) {
   if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
     if (bytes.size() < kHeaderBytes && bytes.size() >= 1 &&
         std::memcmp(bytes.data(), kMagic, std::min(bytes.size(), sizeof(kMagic))) == 0) {
@@ -127,7 +136,7 @@ absl::StatusOr<std::string> ReadStateFile(const std::string& path, StateKind kin
                                             length, " payload bytes, the file holds ",
                                             bytes.size() - kHeaderBytes));
   }
-  std::string payload = bytes.substr(kHeaderBytes);
+  std::string payload(bytes.substr(kHeaderBytes));
   if (Crc32(payload) != crc) {
     return absl::DataLossError(absl::StrCat(path, ": checksum mismatch (the file is corrupted)"));
   }

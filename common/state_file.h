@@ -34,12 +34,20 @@ uint32_t Crc32(absl::string_view data);
 // error (its code mapped from errno) names the file that could not be written.
 absl::Status WriteStateFile(const std::string& path, StateKind kind, absl::string_view payload);
 
-// MakeDirectories creates `dir` and its missing parents (like mkdir -p); OK when `dir` is
-// already a directory. An error (a file of that name, no permission) names `dir` and the reason.
-absl::Status MakeDirectories(const std::string& dir);
+// WriteStateFileAt writes the state file `name` (a file name, no '/') in the directory open as
+// `dir_fd` (opened for reading), atomically as WriteStateFile does; errors name `path`. It
+// follows no link: the temporary file is created new (O_EXCL), and the rename replaces the
+// entry `name` itself, even when that entry is a symbolic link.
+absl::Status WriteStateFileAt(int dir_fd, const std::string& name, const std::string& path,
+                              StateKind kind, absl::string_view payload);
 
 // ReadStateFile returns the payload of the state file of `kind` at `path`; errors as above.
 absl::StatusOr<std::string> ReadStateFile(const std::string& path, StateKind kind);
+
+// ParseStateFile returns the payload of `bytes`, the contents of the state file `path` (named
+// in errors), checked as ReadStateFile checks a file.
+absl::StatusOr<std::string> ParseStateFile(absl::string_view bytes, const std::string& path,
+                                           StateKind kind);
 
 }  // namespace kvstore
 

@@ -53,25 +53,6 @@ TEST_CASE("StateFile: the bytes of a state file are those of format version 1", 
   CHECK(Crc32(payload) == 0x61de9247u);
 }
 
-TEST_CASE("StateFile: MakeDirectories makes missing parents; a file in the way is an error",
-          "[state]") {
-  const std::string root = TempPath("make_directories");
-  const std::string nested = root + "/a/b/c";
-  REQUIRE(MakeDirectories(nested).ok());
-  REQUIRE(MakeDirectories(nested).ok());  // Already there.
-  REQUIRE(WriteStateFile(nested + "/x.bin", StateKind::kUpdaterState, "x").ok());
-  const std::string file = root + "/a/file";
-  Spit(file, "not a directory");
-  const absl::Status blocked = MakeDirectories(file);
-  INFO(blocked.ToString());
-  CHECK(!blocked.ok());
-  CHECK(Mentions(blocked, file));
-  const absl::Status below = MakeDirectories(file + "/d");
-  INFO(below.ToString());
-  CHECK(!below.ok());
-  CHECK(Mentions(below, file + "/d"));
-}
-
 TEST_CASE("StateFile: a written file reads back; damage is reported naming the file",
           "[state]") {
   testing::TestRng rng;

@@ -108,6 +108,11 @@ uint32_t ShapeCode(const Shape& shape) {
 
 std::string ShapeToString(const Shape& shape) {
   if (shape.size() == 1) return absl::StrCat("(", shape[0], ",)");
+  constexpr size_t kShown = 16;  // A shape from a request may have any number of dimensions.
+  if (shape.size() > kShown) {
+    return absl::StrCat("(", absl::StrJoin(shape.begin(), shape.begin() + kShown, ", "),
+                        ", ...: ", shape.size(), " dimensions)");
+  }
   return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
 }
 

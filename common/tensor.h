@@ -82,7 +82,8 @@ int64_t NumElements(const Shape& shape);
 // when they are equal; every other shape has code 0. A Tensor keeps its shape's code, so that
 // checking a long list of small tensors against a known shape reads no shape's heap array.
 uint32_t ShapeCode(const Shape& shape);
-// ShapeToString returns "(2, 3)" for {2, 3}, "()" for a scalar and "(5,)" for {5}.
+// ShapeToString returns "(2, 3)" for {2, 3}, "()" for a scalar and "(5,)" for {5}; a shape of
+// more than 16 dimensions shows its first 16 and the number of dimensions.
 std::string ShapeToString(const Shape& shape);
 // ValidateShape returns InvalidArgument when a dimension is negative or the element count
 // overflows.

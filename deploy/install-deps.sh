@@ -15,6 +15,8 @@ PACKAGES=(
   libspdlog-dev
   libfmt-dev
   zlib1g-dev
+  libssl-dev
+  openssl
   catch2
   libdlpack-dev
   libtcmalloc-minimal4

@@ -4,13 +4,24 @@
 Usage:
   python3 deploy/launch.py -n W [-s S] [--scheduler BIN] [--kvserver BIN]
       [--scheduler-arg=ARG ...] [--server-arg=ARG ...]
-      [--timeout SECONDS] [--shutdown-timeout SECONDS]
+      [--timeout SECONDS] [--shutdown-timeout SECONDS] [--tls [--tls-mutual]]
       -- worker_command [args ...]
 
 The scheduler is started with --port=0 and reports the port it bound through a
 file; the kvservers are then pointed at it, and W copies of the worker command
 are run with the usual DMLC_* variables set (DMLC_ROLE=worker, DMLC_PS_ROOT_URI,
 DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER, DMLC_NUM_WORKER, DMLC_WORKER_ID).
+
+Every process also gets KV_SECRET_FILE: a fresh job secret (mode 600, in the
+launcher's temporary folder, deleted with it), so every call of the job is
+authenticated. A KV_SECRET_FILE already set is used as it is.
+
+With --tls, every link of the job is TLS: deploy/make-certs.sh makes a fresh CA
+and a node certificate for 127.0.0.1 and localhost in the temporary folder, and
+every process gets KV_TLS_CA, KV_TLS_CERT and KV_TLS_KEY naming them. With
+--tls-mutual (implies --tls) the daemons also get --tls_mutual: they require a
+client certificate signed by that CA, so only the job's own processes connect.
+Without --tls, KV_TLS_* already set in the environment are passed on as they are.
 
 Every line a process prints is relayed to stdout, prefixed with its role and
 rank ("[scheduler] ", "[server 0] ", "[worker 1] ").
@@ -160,29 +171,65 @@ def wait_for_port(job, sched, port_file):
         time.sleep(POLL_S)
 
 
+def write_secret(tmpdir):
+    """Writes a fresh random job secret to a file only this user can read; returns its path."""
+    path = os.path.join(tmpdir, "job.secret")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(os.urandom(32).hex() + "\n")
+    return path
+
+
+def make_certs(tmpdir):
+    """Makes a CA and node certificate with make-certs.sh; returns the KV_TLS_* variables."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "make-certs.sh")
+    certs = os.path.join(tmpdir, "tls")
+    done = subprocess.run(["bash", script, certs, HOST, "localhost"], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise JobEnd(1, f"cannot make the job's TLS certificates ({script}): "
+                        f"{done.stdout.decode(errors='replace').strip()}")
+    return {"KV_TLS_CA": os.path.join(certs, "ca.pem"),
+            "KV_TLS_CERT": os.path.join(certs, "node.pem"),
+            "KV_TLS_KEY": os.path.join(certs, "node.key")}
+
+
 def run(args, worker_cmd, job, tmpdir):
     """Runs the job; returns normally only if everything succeeded."""
     ns, nw = args.num_servers, args.num_workers
     base = {k: v for k, v in os.environ.items()
             if k not in ("DMLC_ROLE", "DMLC_WORKER_ID", "DMLC_SERVER_ID", "DMLC_PS_ROOT_PORT")}
     common = {"DMLC_PS_ROOT_URI": HOST, "DMLC_NUM_SERVER": str(ns), "DMLC_NUM_WORKER": str(nw)}
+    # A fresh job secret, readable by this user only: every process of the job finds it
+    # through KV_SECRET_FILE, so every call is authenticated (docs/security.md).
+    if "KV_SECRET_FILE" not in os.environ:
+        common["KV_SECRET_FILE"] = write_secret(tmpdir)
+    # TLS on every link (docs/security.md): the job's own CA and certificate.
+    tls_args = []
+    if args.tls:
+        common.update(make_certs(tmpdir))
+        if args.tls_mutual:
+            tls_args = ["--tls_mutual"]
 
     port_file = os.path.join(tmpdir, "scheduler.port")
     sched = job.start("scheduler",
                       [args.scheduler, f"--host={HOST}", "--port=0", f"--port_file={port_file}",
-                       f"--num_servers={ns}", f"--num_workers={nw}", *args.scheduler_arg],
+                       f"--num_servers={ns}", f"--num_workers={nw}", *tls_args,
+                       *args.scheduler_arg],
                       {**base, **common, "DMLC_ROLE": "scheduler"})
     port = wait_for_port(job, sched, port_file)
     common["DMLC_PS_ROOT_PORT"] = str(port)
     with job.lock:
-        print(f"{PROG}: scheduler at {HOST}:{port}, {ns} servers, {nw} workers", flush=True)
+        transport = ", mutual TLS" if args.tls_mutual else ", TLS" if args.tls else ""
+        print(f"{PROG}: scheduler at {HOST}:{port}, {ns} servers, {nw} workers{transport}",
+              flush=True)
 
     daemons = [("scheduler", sched)]
     for i in range(ns):
         daemons.append((f"server {i}", job.start(
             f"server {i}",
             [args.kvserver, f"--host={HOST}", "--port=0", f"--scheduler={HOST}:{port}",
-             f"--rank={i}", *args.server_arg],
+             f"--rank={i}", *tls_args, *args.server_arg],
             {**base, **common, "DMLC_ROLE": "server", "DMLC_SERVER_ID": str(i)})))
     workers = [job.start(f"worker {j}", worker_cmd,
                          {**base, **common, "DMLC_ROLE": "worker", "DMLC_WORKER_ID": str(j)})
@@ -244,7 +291,12 @@ def parse_args(argv):
                    "and exit 124 (default: %(default)s)")
     p.add_argument("--shutdown-timeout", type=float, default=20, help="how long the daemons may take "
                    "to exit after the workers finish (default: %(default)s)")
+    p.add_argument("--tls", action="store_true", help="TLS on every link, with a fresh CA and "
+                   "certificate made by make-certs.sh")
+    p.add_argument("--tls-mutual", action="store_true", help="like --tls, and the daemons "
+                   "require client certificates (--tls_mutual)")
     args = p.parse_args(own)
+    args.tls = args.tls or args.tls_mutual
     if args.num_servers is None:
         args.num_servers = args.num_workers
     if not cmd:

@@ -7,6 +7,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "common/environment.h"
+#include "common/security_flags.h"
 #include "common/flags_usage.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -25,9 +26,14 @@ ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(120),
           "How long to wait for the scheduler and the rest of the job.");
 ABSL_FLAG(absl::Duration, scheduler_lost_timeout, absl::Seconds(30),
           "How long the scheduler may be unreachable before the server exits.");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "Checkpoints are written under this directory and restored from it only: the DIR of "
+          "`kvctl checkpoint DIR`, the SDK's Checkpoint(dir) and --restore is relative to it, "
+          "and one that leaves it (absolute, '..', a symbolic link) is refused. Created when "
+          "missing; empty: the working directory at start.");
 ABSL_FLAG(std::string, restore, "",
-          "Resume from the checkpoint in this directory (written by `kvctl checkpoint DIR` or "
-          "the SDK's Checkpoint): DIR/server-RANK.ckpt.");
+          "Resume from the checkpoint in this directory below --checkpoint_root (written by "
+          "`kvctl checkpoint DIR` or the SDK's Checkpoint): ROOT/DIR/server-RANK.ckpt.");
 ABSL_FLAG(int, serving_threads, 0,
           "Threads that read, run and answer requests, each with its own completion queue; 0: one "
           "per 4 cores, at least one.");
@@ -35,6 +41,14 @@ ABSL_FLAG(absl::Duration, serving_poll, absl::Microseconds(250),
           "After answering a call of under 64 KB each way, a serving thread polls for the next "
           "one this long before it sleeps (spares a wake-up on machines whose idle CPUs halt); "
           "0: never.");
+ABSL_FLAG(int64_t, max_value_bytes, kvstore::kDefaultMaxValueBytes,
+          "The largest value a worker may store, in bytes (the whole value, over every server); "
+          "a bigger one is refused with RESOURCE_EXHAUSTED. A request may carry at most this "
+          "plus 16 MiB (and at most 2 GiB).");
+ABSL_FLAG(int64_t, memory_budget_bytes, 0,
+          "The most bytes this server holds (values, plus a few hundred bytes per key and chunk, "
+          "and key groups); an Init beyond it is refused with RESOURCE_EXHAUSTED. 0: half of the "
+          "machine's physical memory.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off.");
 
 namespace kvstore {
@@ -59,11 +73,16 @@ absl::Status Run(const KVServerCustomizer& customize) {
   if (options.requested_rank == -1 && env.rank) options.requested_rank = *env.rank;
   options.updater = absl::GetFlag(FLAGS_updater);
   options.updater_config = absl::GetFlag(FLAGS_updater_config);
+  options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   options.restore_dir = absl::GetFlag(FLAGS_restore);
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
   options.scheduler_lost_timeout = absl::GetFlag(FLAGS_scheduler_lost_timeout);
   options.serving_threads = absl::GetFlag(FLAGS_serving_threads);
   options.serving_poll = absl::GetFlag(FLAGS_serving_poll);
+  options.max_value_bytes = absl::GetFlag(FLAGS_max_value_bytes);
+  options.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget_bytes);
+  ASSIGN_OR_RETURN(options.security,
+                   SecurityFromFlags(env, SecurityRole{/*daemon=*/true, options.host}));
   if (customize) RETURN_IF_ERROR(customize(&options));
   ASSIGN_OR_RETURN(auto daemon, KVServerDaemon::Start(std::move(options)));
   return daemon->Wait();
@@ -76,7 +95,8 @@ int KVServerMain(int argc, char** argv, const KVServerCustomizer& customize) {
             "serves one shard of the keys of a KVStore job; exits 0 when the job is over.\n"
             "Flags left unset come from the launch environment (DMLC_PS_ROOT_URI/PORT,\n"
             "DMLC_SERVER_ID or their KV_ names).\n\n"
-            "  kvserver --scheduler=HOST:PORT [--port=0] [--updater=NAME] [--restore=DIR]",
+            "  kvserver --scheduler=HOST:PORT [--port=0] [--updater=NAME]\n"
+            "           [--checkpoint_root=ROOT] [--restore=DIR]",
             __FILE__);
   // A kvserver holds a lock per chunk; Abseil's debug-build deadlock detection would track each
   // one in a global graph (measured: 10% of the CPU of a 100,000-key push).

@@ -2,7 +2,7 @@
 //
 //   kvctl [--scheduler=HOST:PORT] [--json] [--timeout=10s] status
 //   kvctl [--scheduler=HOST:PORT] command HEAD BODY
-//   kvctl [--scheduler=HOST:PORT] checkpoint DIR
+//   kvctl [--scheduler=HOST:PORT] checkpoint DIR   (DIR below each kvserver's --checkpoint_root)
 //   kvctl [--scheduler=HOST:PORT] shutdown [REASON]
 //
 // --json prints the reply as one line of JSON: protobuf's JSON mapping of the Kvctl* messages
@@ -29,6 +29,8 @@
 #include "common/flags_usage.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
+#include "common/job_auth.h"
+#include "common/security_flags.h"
 #include "common/status_macros.h"
 #include "proto/kvstore.grpc.pb.h"
 
@@ -45,8 +47,10 @@ constexpr char kUsage[] =
     "                       keys and bytes held by each server\n"
     "  command HEAD BODY    run controller command HEAD (0 set updater, 1 stats, 2 ping, 16+\n"
     "                       custom) with BODY on every server; prints each server's reply\n"
-    "  checkpoint DIR       every server writes its shard to DIR/server-RANK.ckpt on its own\n"
-    "                       machine (between rounds); restart with kvserver --restore DIR\n"
+    "  checkpoint DIR       every server writes its shard to ROOT/DIR/server-RANK.ckpt on its\n"
+    "                       own machine (between rounds), ROOT its --checkpoint_root; DIR must\n"
+    "                       stay below ROOT (no absolute path, '..' or symbolic link); restart\n"
+    "                       with kvserver --checkpoint_root=ROOT --restore=DIR\n"
     "  shutdown [REASON]    end the job: servers, scheduler and workers exit";
 
 // PrintJson prints `message` as one line of JSON (see the top of this file). Fails with
@@ -88,6 +92,15 @@ absl::StatusOr<std::string> SchedulerAddress() {
   return absl::StrCat(env.scheduler_host.value_or("127.0.0.1"), ":", *env.scheduler_port);
 }
 
+// Context: a call's context, with the command's deadline and, when the job has a secret, its
+// job token.
+struct Context : grpc::ClientContext {
+  explicit Context(const std::string& job_token) {
+    set_deadline(GrpcDeadline(absl::Now() + absl::GetFlag(FLAGS_timeout)));
+    if (!job_token.empty()) AddMetadata(kJobTokenKey, job_token);
+  }
+};
+
 absl::Status Failed(const grpc::Status& status, absl::string_view what,
                     absl::string_view address) {
   const absl::Status error = FromGrpcStatus(status);
@@ -95,12 +108,12 @@ absl::Status Failed(const grpc::Status& status, absl::string_view what,
                                                  error.message()));
 }
 
-absl::Status Status(proto::Scheduler::Stub& stub, const std::string& address) {
+absl::Status Status(proto::Scheduler::Stub& stub, const std::string& address,
+                    const std::string& job_token) {
   proto::ClusterStatusRequest request;
   request.set_group(proto::GROUP_SERVERS_AND_WORKERS);
   proto::ClusterStatusResponse reply;
-  grpc::ClientContext context;
-  context.set_deadline(GrpcDeadline(absl::Now() + absl::GetFlag(FLAGS_timeout)));
+  Context context(job_token);
   const grpc::Status status = stub.ClusterStatus(&context, request, &reply);
   if (!status.ok()) return Failed(status, "status", address);
   if (absl::GetFlag(FLAGS_json)) {
@@ -128,7 +141,7 @@ absl::Status Status(proto::Scheduler::Stub& stub, const std::string& address) {
 }
 
 absl::Status Command(proto::Scheduler::Stub& stub, const std::string& address,
-                     const std::vector<char*>& args) {
+                     const std::string& job_token, const std::vector<char*>& args) {
   int head;
   std::string body;
   if (std::string(args[1]) == "checkpoint") {
@@ -146,8 +159,7 @@ absl::Status Command(proto::Scheduler::Stub& stub, const std::string& address,
   request.set_head(head);
   request.set_body(body);
   proto::CommandResponse reply;
-  grpc::ClientContext context;
-  context.set_deadline(GrpcDeadline(absl::Now() + absl::GetFlag(FLAGS_timeout)));
+  Context context(job_token);
   const grpc::Status status = stub.Command(&context, request, &reply);
   if (!status.ok()) return Failed(status, absl::StrCat("command ", head), address);
   if (absl::GetFlag(FLAGS_json)) {
@@ -163,12 +175,11 @@ absl::Status Command(proto::Scheduler::Stub& stub, const std::string& address,
 }
 
 absl::Status Shutdown(proto::Scheduler::Stub& stub, const std::string& address,
-                      const std::vector<char*>& args) {
+                      const std::string& job_token, const std::vector<char*>& args) {
   proto::ShutdownRequest request;
   request.set_reason(args.size() > 2 ? args[2] : "kvctl shutdown");
   proto::ShutdownResponse reply;
-  grpc::ClientContext context;
-  context.set_deadline(GrpcDeadline(absl::Now() + absl::GetFlag(FLAGS_timeout)));
+  Context context(job_token);
   const grpc::Status status = stub.Shutdown(&context, request, &reply);
   if (!status.ok()) return Failed(status, "shutdown", address);
   if (absl::GetFlag(FLAGS_json)) {
@@ -192,14 +203,23 @@ int Run(const std::vector<char*>& args) {
   }
   absl::StatusOr<std::string> address = SchedulerAddress();
   absl::Status status = address.status();
+  absl::StatusOr<JobEnvironment> env = ReadJobEnvironment();
+  if (status.ok()) status = env.status();
+  absl::StatusOr<SecurityOptions> security =
+      status.ok() ? SecurityFromFlags(*env, SecurityRole()) : status;
+  if (status.ok()) status = security.status();
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      status.ok() ? ChannelCredentialsFor(security->tls) : status;
+  if (status.ok()) status = credentials.status();
   if (status.ok()) {
-    auto stub = proto::Scheduler::NewStub(MakeChannel(*address));
+    auto stub = proto::Scheduler::NewStub(MakeChannel(*address, *credentials));
+    const std::string job_token = security->secret.empty() ? "" : JobToken(security->secret);
     if (verb == "status") {
-      status = Status(*stub, *address);
+      status = Status(*stub, *address, job_token);
     } else if (verb == "command" || verb == "checkpoint") {
-      status = Command(*stub, *address, args);
+      status = Command(*stub, *address, job_token, args);
     } else {
-      status = Shutdown(*stub, *address, args);
+      status = Shutdown(*stub, *address, job_token, args);
     }
   }
   if (status.ok()) return 0;

@@ -78,8 +78,19 @@ absl::StatusOr<std::string> Controller::Run(int head, absl::string_view body) {
   }
 }
 
+std::string CheckpointFileName(int rank) { return absl::StrCat("server-", rank, ".ckpt"); }
+
 std::string CheckpointPath(const std::string& dir, int rank) {
-  return absl::StrCat(dir, dir.empty() || dir.back() == '/' ? "" : "/", "server-", rank, ".ckpt");
+  return absl::StrCat(dir, dir.empty() || dir.back() == '/' ? "" : "/", CheckpointFileName(rank));
+}
+
+absl::StatusOr<ConfinedDirectory> Controller::CheckpointDirectory(const std::string& dir,
+                                                                  bool create) const {
+  if (checkpoint_root_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this server has no checkpoint root: it neither writes nor restores checkpoints");
+  }
+  return checkpoint_root_->OpenDirectory(dir, create);
 }
 
 void Controller::SetUpdaterSpec(proto::UpdaterSpec spec) {
@@ -94,8 +105,7 @@ absl::StatusOr<std::unique_ptr<Updater>> Controller::MakeUpdater(
 }
 
 absl::StatusOr<std::string> Controller::Checkpoint(const std::string& dir) {
-  if (dir.empty()) return absl::InvalidArgumentError("checkpoint: the directory is empty");
-  RETURN_IF_ERROR(MakeDirectories(dir));
+  ASSIGN_OR_RETURN(const ConfinedDirectory directory, CheckpointDirectory(dir, /*create=*/true));
   ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->Snapshot());
   proto::ShardCheckpoint checkpoint;
   checkpoint.set_server_rank(rank_);
@@ -117,15 +127,15 @@ absl::StatusOr<std::string> Controller::Checkpoint(const std::string& dir) {
     *checkpoint.mutable_updater() = spec_;
   }
   UpdaterStateToProto(snapshot.updater_state, checkpoint.mutable_updater_state());
-  const std::string path = CheckpointPath(dir, rank_);
-  RETURN_IF_ERROR(WriteStateFile(path, StateKind::kShardCheckpoint,
-                                 checkpoint.SerializeAsString()));
-  return path;
+  return directory.WriteStateFile(CheckpointFileName(rank_), StateKind::kShardCheckpoint,
+                                  checkpoint.SerializeAsString());
 }
 
 absl::Status Controller::Restore(const std::string& dir) {
-  const std::string path = CheckpointPath(dir, rank_);
-  ASSIGN_OR_RETURN(std::string payload, ReadStateFile(path, StateKind::kShardCheckpoint));
+  ASSIGN_OR_RETURN(const ConfinedDirectory directory, CheckpointDirectory(dir, /*create=*/false));
+  const std::string path = directory.PathOf(CheckpointFileName(rank_));
+  ASSIGN_OR_RETURN(std::string payload,
+                   directory.ReadStateFile(CheckpointFileName(rank_), StateKind::kShardCheckpoint));
   proto::ShardCheckpoint checkpoint;
   if (!checkpoint.ParseFromString(payload)) {
     return absl::DataLossError(absl::StrCat(path, ": the checkpoint does not parse"));

@@ -9,10 +9,11 @@
 //   3  kCommandSetOptimizer body: a serialized proto::OptimizerConfig (the SDK's SetOptimizer);
 //                          replaces the updater with that optimizer (between dist_sync
 //                          rounds); replies with the optimizer's name.
-//   4  kCommandCheckpoint  body: a directory on the server's machine. Writes the shard -
-//                          values, updater and its state - to DIR/server-R.ckpt atomically
-//                          (common/state_file.h); replies with the path. `kvserver --restore
-//                          DIR` resumes from it.
+//   4  kCommandCheckpoint  body: a directory DIR relative to the server's checkpoint root
+//                          (server/core/checkpoint_root.h). Writes the shard - values,
+//                          updater and its state - to ROOT/DIR/server-R.ckpt atomically
+//                          (common/state_file.h); replies with that path. `kvserver --restore
+//                          DIR` resumes from it. A DIR that would leave the root is refused.
 //   5  kCommandSaveOptimizerStates  replies with the serialized proto::UpdaterState.
 //   6  kCommandLoadOptimizerStates  body: a serialized proto::UpdaterState; the server keeps
 //                          the parts of the keys it holds.
@@ -27,12 +28,14 @@
 #define KVSTORE_SERVER_CORE_CONTROLLER_H_
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/kvstore.pb.h"
+#include "server/core/checkpoint_root.h"
 #include "server/core/server_engine.h"
 #include "server/core/updater.h"
 
@@ -46,6 +49,8 @@ inline constexpr int kCommandCheckpoint = 4;
 inline constexpr int kCommandSaveOptimizerStates = 5;
 inline constexpr int kCommandLoadOptimizerStates = 6;
 
+// CheckpointFileName returns "server-RANK.ckpt", the name of a server's checkpoint file.
+std::string CheckpointFileName(int rank);
 // CheckpointPath returns DIR/server-RANK.ckpt.
 std::string CheckpointPath(const std::string& dir, int rank);
 
@@ -73,12 +78,18 @@ class Controller {
 
   // SetJob records what checkpoints write about the job (the daemon calls it once).
   void SetJob(JobShape job) { job_ = std::move(job); }
+  // SetCheckpointRoot sets the directory checkpoints are written under and restored from (the
+  // daemon calls it once, before serving). Without one, both are FailedPrecondition.
+  void SetCheckpointRoot(std::shared_ptr<const CheckpointRoot> root) {
+    checkpoint_root_ = std::move(root);
+  }
   // SetUpdaterSpec records how the current updater was made (the daemon's --updater).
   void SetUpdaterSpec(proto::UpdaterSpec spec);
 
-  // Restore reads CheckpointPath(dir, rank), checks it against the job, restores the values
-  // into the engine and installs the checkpoint's updater with its state. Errors name the
-  // file and what does not match.
+  // Restore reads the checkpoint of this rank in `dir` below the checkpoint root, checks it
+  // against the job, restores the values into the engine and installs the checkpoint's
+  // updater with its state. Errors name the file and what does not match; a `dir` that would
+  // leave the root is InvalidArgument or PermissionDenied naming it and the root.
   absl::Status Restore(const std::string& dir);
 
   // MakeUpdater builds the updater `spec` describes.
@@ -86,11 +97,14 @@ class Controller {
 
  private:
   absl::StatusOr<std::string> Checkpoint(const std::string& dir);
+  absl::StatusOr<ConfinedDirectory> CheckpointDirectory(const std::string& dir,
+                                                        bool create) const;
   ServerEngine* engine_;
   const UpdaterRegistry* registry_;
   CustomController custom_;
   int rank_;
   JobShape job_;
+  std::shared_ptr<const CheckpointRoot> checkpoint_root_;
   absl::Mutex spec_mu_;
   proto::UpdaterSpec spec_ ABSL_GUARDED_BY(spec_mu_);
 };

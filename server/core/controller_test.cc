@@ -68,22 +68,31 @@ TEST_CASE("Controller: a checkpoint restores into the same job only", "[server][
   TestRng rng;
   INFO(rng.Describe());
   const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/engine-ckpt/nested";
+  auto root = CheckpointRoot::Open(tmp != nullptr ? tmp : "/tmp");
+  REQUIRE(root.ok());
+  const std::string dir = "engine-ckpt/nested";
   UpdaterRegistry registry = UpdaterRegistry::WithBuiltins();
   auto engine = NewEngine(true, {2});
   Controller controller(engine.get(), &registry, nullptr, /*rank=*/0);
   controller.SetJob(JobShape{2, "dist_sync", 1 << 20});
   const Tensor init = rng.RandomTensor(DType::kFloat32, {2, 3});
   REQUIRE(engine->Init(2, {Incoming("w", init)}).ok());
+  // Without a root a server neither writes nor restores checkpoints.
+  CHECK(absl::IsFailedPrecondition(controller.Run(kCommandCheckpoint, dir).status()));
+  CHECK(absl::IsFailedPrecondition(controller.Restore(dir)));
+  controller.SetCheckpointRoot(*root);
+  CHECK(absl::IsInvalidArgument(controller.Run(kCommandCheckpoint, "../up").status()));
+  CHECK(absl::IsInvalidArgument(controller.Run(kCommandCheckpoint, " ").status()));
   auto path = controller.Run(kCommandCheckpoint, dir);
   INFO(path.status().ToString());
   REQUIRE(path.ok());
-  REQUIRE(*path == dir + "/server-0.ckpt");
+  REQUIRE(*path == (*root)->path() + "/" + dir + "/server-0.ckpt");
 
   // The same job: the value comes back, and a matching Init keeps it.
   auto restored = NewEngine(true, {2});
   Controller same(restored.get(), &registry, nullptr, 0);
   same.SetJob(JobShape{2, "dist_sync", 1 << 20});
+  same.SetCheckpointRoot(*root);
   const absl::Status restore = same.Restore(dir);
   INFO(restore.ToString());
   REQUIRE(restore.ok());
@@ -96,11 +105,13 @@ TEST_CASE("Controller: a checkpoint restores into the same job only", "[server][
   auto other = NewEngine(true, {2});
   Controller three(other.get(), &registry, nullptr, 0);
   three.SetJob(JobShape{3, "dist_sync", 1 << 20});
+  three.SetCheckpointRoot(*root);
   absl::Status s = three.Restore(dir);
   CHECK(absl::IsFailedPrecondition(s));
   CHECK(s.message().find(*path) != absl::string_view::npos);
   Controller rank1(other.get(), &registry, nullptr, 1);
   rank1.SetJob(JobShape{2, "dist_sync", 1 << 20});
+  rank1.SetCheckpointRoot(*root);
   CHECK(absl::IsNotFound(rank1.Restore(dir)));
   CHECK(other->stats().num_keys == 0);
 }

@@ -12,6 +12,8 @@ absl::StatusOr<std::shared_ptr<ServerBackend>> MakeServerBackend(const BackendSp
   if (spec.chunk_bytes > 0) engine_options.chunk_bytes = spec.chunk_bytes;
   const int64_t chunk_bytes = engine_options.chunk_bytes;
   engine_options.worker_node_ids = spec.worker_node_ids;
+  engine_options.max_value_bytes = spec.max_value_bytes;
+  engine_options.memory_budget_bytes = spec.memory_budget_bytes;
   ASSIGN_OR_RETURN(std::unique_ptr<Updater> updater,
                    spec.registry->Create(spec.updater, spec.updater_config));
   auto backend = std::make_shared<ServerBackend>();
@@ -20,6 +22,7 @@ absl::StatusOr<std::shared_ptr<ServerBackend>> MakeServerBackend(const BackendSp
   backend->controller = std::make_unique<Controller>(backend->engine.get(), spec.registry,
                                                      spec.custom_controller, spec.rank);
   backend->controller->SetJob(JobShape{spec.num_servers, spec.mode, chunk_bytes});
+  backend->controller->SetCheckpointRoot(spec.checkpoint_root);
   proto::UpdaterSpec updater_spec;
   updater_spec.set_registry_name(spec.updater);
   updater_spec.set_registry_config(spec.updater_config);

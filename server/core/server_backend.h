@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/core/checkpoint_root.h"
 #include "server/core/controller.h"
 #include "server/core/server_engine.h"
 #include "server/core/updater.h"
@@ -28,13 +29,19 @@ struct BackendSpec {
   int num_servers = 1;
   std::string mode = "dist_sync";  // Or "dist_async".
   int64_t chunk_bytes = 0;         // 0: kDefaultChunkBytes.
+  // ServerEngineOptions::max_value_bytes and memory_budget_bytes.
+  int64_t max_value_bytes = kDefaultMaxValueBytes;
+  int64_t memory_budget_bytes = kUnlimitedBytes;
   std::vector<uint64_t> worker_node_ids;
   // The updater applied until a worker sets another, by its name in `registry`.
   std::string updater = "assign";
   std::string updater_config;
   const UpdaterRegistry* registry = nullptr;  // Must outlive the backend.
   CustomController custom_controller;
-  // When set, the checkpoint of this rank in this directory is restored first.
+  // Where checkpoints are written and restored from (CheckpointRoot::Open); null: the
+  // server refuses both.
+  std::shared_ptr<const CheckpointRoot> checkpoint_root;
+  // When set, the checkpoint of this rank in this directory below the root is restored first.
   std::string restore_dir;
 };
 

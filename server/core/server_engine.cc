@@ -15,7 +15,9 @@
 namespace kvstore {
 namespace {
 
+using server_engine_internal::ElementRange;
 using server_engine_internal::NumElementsOf;
+using server_engine_internal::SaturatingAdd;
 
 // CopyBytes copies bytes [offset, offset + n) of `bytes` into `dst`.
 void CopyBytes(const ByteChunks& bytes, size_t offset, size_t n, void* dst) {
@@ -44,6 +46,11 @@ absl::StatusOr<std::unique_ptr<ServerEngine>> ServerEngine::Create(
   if (options.chunk_bytes < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk size must be positive, got ", options.chunk_bytes));
+  }
+  if (options.max_value_bytes < 1 || options.memory_budget_bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the largest value and the memory budget must be positive, got ",
+        options.max_value_bytes, " and ", options.memory_budget_bytes, " bytes"));
   }
   if (updater == nullptr) updater = MakeAssignUpdater();
   return std::unique_ptr<ServerEngine>(new ServerEngine(std::move(options), std::move(updater)));
@@ -79,6 +86,32 @@ ShardStore::Stats ServerEngine::stats() const {
   return ShardStore::Stats{static_cast<int64_t>(parts_.size()), num_bytes_};
 }
 
+int64_t ServerEngine::held_bytes() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return held_bytes_;
+}
+
+int64_t ServerEngine::PartHeldBytes(const ValueSlice& slice) const {
+  const auto element = static_cast<int64_t>(DTypeSize(slice.dtype));
+  const int64_t per_chunk = ChunkElements(static_cast<size_t>(element), options_.chunk_bytes);
+  const int64_t chunks =
+      std::max<int64_t>(1, slice.count / per_chunk + (slice.count % per_chunk != 0));
+  const int64_t key_bytes =
+      slice.key.is_int() ? 0 : static_cast<int64_t>(slice.key.str_key().size());
+  const int64_t chunk_bytes = chunks > kUnlimitedBytes / kChunkOverheadBytes
+                                  ? kUnlimitedBytes
+                                  : chunks * kChunkOverheadBytes;
+  return SaturatingAdd(SaturatingAdd(slice.count * element, kPartOverheadBytes + key_bytes),
+                       chunk_bytes);
+}
+
+absl::Status ServerEngine::CheckBudget(int64_t bytes, absl::string_view what) const {
+  if (bytes <= options_.memory_budget_bytes - held_bytes_) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      what, " would take this server's memory (", held_bytes_, " bytes held) over its budget of ",
+      options_.memory_budget_bytes, " bytes"));
+}
+
 absl::Status ServerEngine::CheckSender(uint64_t node_id) const {
   if (senders_.contains(node_id)) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat(
@@ -90,6 +123,7 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
   RETURN_IF_ERROR(CheckSender(node_id));
   absl::MutexLock lock(&mu_);
   absl::flat_hash_set<Key> seen;
+  int64_t needed = 0;  // What the new parts count against the memory budget.
   for (const IncomingValue& value : values) {
     const Key& key = value.slice.key;
     if (value.compression.enabled()) {
@@ -134,6 +168,11 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
     if (parts_.contains(key) || !seen.insert(key).second) {
       return absl::AlreadyExistsError(absl::StrCat("key ", key.Quoted(), " is already initialised"));
     }
+    needed = SaturatingAdd(needed, PartHeldBytes(value.slice));
+    RETURN_IF_ERROR(CheckBudget(
+        needed, absl::StrCat("key ", key.Quoted(), ": a ", DTypeName(value.slice.dtype),
+                             ShapeToString(value.slice.shape), " part of ", value.slice.count,
+                             " elements (with the call's other values, ", needed, " bytes)")));
   }
   for (const IncomingValue& value : values) {
     const ValueSlice& slice = value.slice;
@@ -165,6 +204,7 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
       part->unfilled = part->chunks.size();
     }
     num_bytes_ += static_cast<int64_t>(static_cast<size_t>(slice.count) * element);
+    held_bytes_ += PartHeldBytes(slice);
     parts_.emplace(slice.key, std::move(part));
   }
   if (!values.empty()) int_keys_ = values.front().slice.key.is_int();
@@ -196,8 +236,8 @@ absl::Status ServerEngine::InitFill(uint64_t node_id, absl::Span<const IncomingV
     if (s.offset < layout.offset || s.count < 0 ||
         s.count > layout.offset + layout.count - s.offset) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "key ", s.key.Quoted(), ": stretch [", s.offset, ", ", s.offset + s.count,
-          ") lies outside this server's part [", layout.offset, ", ",
+          "key ", s.key.Quoted(), ": stretch ", ElementRange(s.offset, s.count),
+          " lies outside this server's part [", layout.offset, ", ",
           layout.offset + layout.count, ")"));
     }
     RETURN_IF_ERROR(CheckBytes(value));

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -96,6 +97,12 @@ struct EngineSnapshot {
   UpdaterStateData updater_state;
 };
 
+// kDefaultMaxValueBytes: the largest value (in bytes, over every server) an engine accepts
+// unless its options say otherwise.
+inline constexpr int64_t kDefaultMaxValueBytes = int64_t{4} << 30;
+// kUnlimitedBytes: a memory budget without a limit.
+inline constexpr int64_t kUnlimitedBytes = std::numeric_limits<int64_t>::max();
+
 struct ServerEngineOptions {
   // dist_sync (one update per round over every worker's push) or dist_async.
   bool sync = true;
@@ -106,20 +113,30 @@ struct ServerEngineOptions {
   // A key's part bigger than this is held, pushed, pulled and updated in chunks of this many
   // bytes (ChunkSlice); every request names exactly one chunk of it.
   int64_t chunk_bytes = kDefaultChunkBytes;
+  // The largest value, in bytes: the whole value of a key, over every server. A request naming
+  // a bigger one (Init, fill, push), or a row-sparse pull whose reply would be bigger, is
+  // refused with ResourceExhausted before anything is allocated.
+  int64_t max_value_bytes = kDefaultMaxValueBytes;
+  // The most bytes the engine may hold (held_bytes): an Init or a key group registration that
+  // would take it further is refused with ResourceExhausted, changing nothing.
+  int64_t memory_budget_bytes = kUnlimitedBytes;
 };
 
 class ServerEngine {
  public:
   using Done = std::function<void(absl::Status)>;
 
-  // Create validates the options (at least one worker id, a positive chunk size).
+  // Create validates the options (at least one worker id, a positive chunk size, value limit
+  // and budget).
   static absl::StatusOr<std::unique_ptr<ServerEngine>> Create(ServerEngineOptions options,
                                                               std::unique_ptr<Updater> updater);
 
   // Init stores the values (each a server's whole part of a key). AlreadyExists for a key
   // already stored or repeated in the call; InvalidArgument for an inconsistent slice or byte
-  // count or mixed key kinds; PermissionDenied for a sender that is not a worker of this job.
-  // All-or-nothing. With `deferred` the values carry no bytes: the parts hold zeros until
+  // count, a negative dimension, a shape whose element count overflows int64, or mixed key
+  // kinds; ResourceExhausted for a value over max_value_bytes or values that would take the
+  // engine over its memory budget; PermissionDenied for a sender that is not a worker of this
+  // job. All-or-nothing. With `deferred` the values carry no bytes: the parts hold zeros until
   // InitFill of the same node fills them.
   absl::Status Init(uint64_t node_id, absl::Span<const IncomingValue> values,
                     bool deferred = false);
@@ -149,7 +166,9 @@ class ServerEngine {
   // are what it saves.
   static constexpr size_t kMaxGroupsPerNode = 256;
   // RegisterGroup: NotFound / InvalidArgument naming the key as for Push, InvalidArgument for a
-  // repeated member; nothing is registered then.
+  // repeated member, ResourceExhausted when the group would take the engine over its memory
+  // budget (a group holds its members' list and, once pulled, a buffer of its packed size);
+  // nothing is registered then.
   absl::Status RegisterGroup(uint64_t node_id, uint64_t group_id,
                              absl::Span<const ValueSlice> members);
   // PushGroup: as Push; FailedPrecondition naming the group when the node has not registered
@@ -187,9 +206,12 @@ class ServerEngine {
   // PullRows returns rows `row_ids` (indices of the first dimension, in order; repeats allowed)
   // of the part `part` names - the server's whole part of the key, as Init stored it - as one
   // tensor of shape {row_ids.size(), shape[1:]...}. InvalidArgument naming the key for an id
-  // outside the part or a part that does not match; NotFound for an unknown key.
+  // outside the part or a part that does not match; NotFound for an unknown key;
+  // ResourceExhausted when those rows, after `reply_bytes` bytes already in the same reply,
+  // would make a reply bigger than max_value_bytes.
   absl::StatusOr<Tensor> PullRows(uint64_t node_id, const ValueSlice& part,
-                                  absl::Span<const int64_t> row_ids) const;
+                                  absl::Span<const int64_t> row_ids,
+                                  int64_t reply_bytes = 0) const;
 
   // Snapshot copies every stored part and the updater's state. FailedPrecondition while a
   // dist_sync round is open (a checkpoint is taken between rounds); the engine's lock is held
@@ -211,6 +233,13 @@ class ServerEngine {
   void SetUpdater(std::unique_ptr<Updater> updater);
   std::string updater_name() const;
   ShardStore::Stats stats() const;
+  // held_bytes returns what the memory budget counts: the stored values' bytes, plus
+  // kPartOverheadBytes (and the key's text) per key, kChunkOverheadBytes per chunk, and per key
+  // group kGroupMemberOverheadBytes per member plus its packed size.
+  int64_t held_bytes() const;
+  static constexpr int64_t kPartOverheadBytes = 256;
+  static constexpr int64_t kChunkOverheadBytes = 512;
+  static constexpr int64_t kGroupMemberOverheadBytes = 64;
   bool sync() const { return options_.sync; }
   // rounds is true when a push waits for the other workers' pushes (dist_sync with several
   // workers); otherwise each push is applied as it arrives and tracked by its request id only.
@@ -285,6 +314,7 @@ class ServerEngine {
     size_t unfilled = 0;
   };
   struct Group {
+    int64_t held_bytes = 0;  // What the group counts against the memory budget.
     std::vector<Key> keys;
     std::vector<Chunk*> chunks;
     std::vector<size_t> offsets;  // Member i's bytes start at offsets[i]; the last is the size.
@@ -327,9 +357,17 @@ class ServerEngine {
   // FindChunk checks `slice` against what Init stored and returns the chunk it names.
   absl::StatusOr<Chunk*> FindChunk(const ValueSlice& slice, absl::string_view verb) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // CheckSlice checks a slice against its shape; CheckBytes also the bytes received for it.
-  static absl::Status CheckSlice(const ValueSlice& slice);
-  static absl::Status CheckBytes(const IncomingValue& value);
+  // CheckSlice checks a slice against its shape and the shape against max_value_bytes;
+  // CheckBytes also the bytes received for it.
+  absl::Status CheckSlice(const ValueSlice& slice) const;
+  absl::Status CheckBytes(const IncomingValue& value) const;
+  // PartHeldBytes returns what a part of `slice`'s layout counts against the memory budget
+  // (the slice is valid: CheckSlice).
+  int64_t PartHeldBytes(const ValueSlice& slice) const;
+  // CheckBudget refuses `bytes` more when they would take held_bytes_ over the budget, naming
+  // `what` would take them.
+  absl::Status CheckBudget(int64_t bytes, absl::string_view what) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // CheckRound refuses a second push of `chunk` by `node_id` in one open dist_sync round.
   absl::Status CheckRound(const Key& key, const Chunk& chunk, uint64_t node_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -383,6 +421,7 @@ class ServerEngine {
   std::optional<bool> int_keys_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Key, std::unique_ptr<Part>> parts_ ABSL_GUARDED_BY(mu_);
   int64_t num_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, NodeRequests> requests_ ABSL_GUARDED_BY(mu_);
   // Chunks whose dist_sync round has started and not completed, and an updater waiting for
   // their number to reach zero.

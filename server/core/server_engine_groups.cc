@@ -60,12 +60,23 @@ absl::Status ServerEngine::RegisterGroup(uint64_t node_id, uint64_t group_id,
     offset += static_cast<size_t>(member.count) * DTypeSize(member.dtype);
   }
   group->offsets.push_back(offset);
-  PlaceInArena(group.get(), members);
+  // The members' list, and the buffer a pull of the group packs them into.
+  group->held_bytes = static_cast<int64_t>(members.size()) * kGroupMemberOverheadBytes +
+                      static_cast<int64_t>(offset);
   NodeRequests& requests = requests_[node_id];
+  const auto replaced = requests.groups.find(group_id);
+  const int64_t freed = replaced != requests.groups.end() ? replaced->second->held_bytes : 0;
+  RETURN_IF_ERROR(CheckBudget(
+      group->held_bytes - freed,
+      absl::StrCat("key group ", group_id, " of ", members.size(), " keys (", offset,
+                   " bytes packed)")));
+  held_bytes_ += group->held_bytes - freed;
+  PlaceInArena(group.get(), members);
   auto [it, inserted] = requests.groups.insert_or_assign(group_id, std::move(group));
   if (inserted) {
     requests.group_order.push_back(group_id);
     while (requests.group_order.size() > kMaxGroupsPerNode) {
+      held_bytes_ -= requests.groups.at(requests.group_order.front())->held_bytes;
       requests.groups.erase(requests.group_order.front());
       requests.group_order.pop_front();
     }

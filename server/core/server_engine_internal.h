@@ -4,7 +4,10 @@
 #define KVSTORE_SERVER_CORE_SERVER_ENGINE_INTERNAL_H_
 
 #include <cstdint>
+#include <limits>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/tensor.h"
 
 namespace kvstore::server_engine_internal {
@@ -19,6 +22,23 @@ inline int64_t NumElementsOf(const Shape& shape) {
   int64_t total = 1;
   for (int64_t d : shape) total *= d;
   return total;
+}
+
+// ElementRange returns "[offset, offset + count)" for messages, without overflowing int64 when
+// the two come from a request.
+inline std::string ElementRange(int64_t offset, int64_t count) {
+  const __int128 end = static_cast<__int128>(offset) + count;
+  if (end > std::numeric_limits<int64_t>::max() || end < std::numeric_limits<int64_t>::min()) {
+    return absl::StrCat("[", offset, ", ", offset, " + ", count, ")");
+  }
+  return absl::StrCat("[", offset, ", ", static_cast<int64_t>(end), ")");
+}
+
+// SaturatingAdd returns a + b for non-negative a and b, or the largest int64 when that
+// overflows.
+inline int64_t SaturatingAdd(int64_t a, int64_t b) {
+  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max()
+                                                     : a + b;
 }
 
 }  // namespace kvstore::server_engine_internal

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,8 +17,32 @@
 namespace kvstore {
 namespace {
 
-using server_engine_internal::NumElementsOf;
+using server_engine_internal::ElementRange;
 using server_engine_internal::View;
+
+// ValueElements returns the number of elements of a value of `shape`. InvalidArgument naming
+// the key for a negative dimension, or for dimensions whose product overflows int64; zeros
+// are left out of that product, so that every part of it (a row's size) fits too.
+absl::StatusOr<int64_t> ValueElements(const Key& key, const Shape& shape) {
+  int64_t product = 1;
+  bool empty = false;
+  for (int64_t d : shape) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key ", key.Quoted(), ": negative dimension in shape ", ShapeToString(shape)));
+    }
+    if (d == 0) {
+      empty = true;
+    } else if (product > std::numeric_limits<int64_t>::max() / d) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("key ", key.Quoted(), ": shape ", ShapeToString(shape),
+                       " has more elements than an int64 counts"));
+    } else {
+      product *= d;
+    }
+  }
+  return empty ? 0 : product;
+}
 
 // RowRange returns the rows [first, end) a part of `layout` holds.
 std::pair<int64_t, int64_t> RowRange(const ValueSlice& layout) {
@@ -40,24 +65,24 @@ absl::Status CheckPartRows(const Key& key, absl::Span<const int64_t> ids,
 
 }  // namespace
 
-absl::Status ServerEngine::CheckSlice(const ValueSlice& s) {
-  for (int64_t d : s.shape) {
-    if (d < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("key ", s.key.Quoted(), ": negative dimension in shape ",
-                       ShapeToString(s.shape)));
-    }
+absl::Status ServerEngine::CheckSlice(const ValueSlice& s) const {
+  ASSIGN_OR_RETURN(const int64_t total, ValueElements(s.key, s.shape));
+  const auto element = static_cast<int64_t>(DTypeSize(s.dtype));
+  if (total > options_.max_value_bytes / element) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "key ", s.key.Quoted(), ": a ", DTypeName(s.dtype), ShapeToString(s.shape), " value of ",
+        total, " elements is bigger than the largest value this server accepts, ",
+        options_.max_value_bytes, " bytes"));
   }
-  const int64_t total = NumElementsOf(s.shape);
   if (s.offset < 0 || s.count < 0 || s.offset > total || s.count > total - s.offset) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "key ", s.key.Quoted(), ": slice [", s.offset, ", ", s.offset + s.count,
-        ") lies outside a value of shape ", ShapeToString(s.shape)));
+        "key ", s.key.Quoted(), ": slice ", ElementRange(s.offset, s.count),
+        " lies outside a value of shape ", ShapeToString(s.shape)));
   }
   return absl::OkStatus();
 }
 
-absl::Status ServerEngine::CheckBytes(const IncomingValue& value) {
+absl::Status ServerEngine::CheckBytes(const IncomingValue& value) const {
   const ValueSlice& s = value.slice;
   RETURN_IF_ERROR(CheckSlice(s));
   size_t received = 0;
@@ -103,9 +128,8 @@ absl::StatusOr<ServerEngine::Chunk*> ServerEngine::FindChunk(const ValueSlice& s
   ASSIGN_OR_RETURN(const Part* found, FindPart(slice, verb));
   const Part& part = *found;
   const ValueSlice& stored = part.layout;
-  const int64_t relative = slice.offset - stored.offset;
-  if (relative >= 0 && relative % part.chunk_elements == 0) {
-    const size_t index = static_cast<size_t>(relative / part.chunk_elements);
+  if (slice.offset >= stored.offset && (slice.offset - stored.offset) % part.chunk_elements == 0) {
+    const auto index = static_cast<size_t>((slice.offset - stored.offset) / part.chunk_elements);
     if (index < part.chunks.size() && part.chunks[index]->count == slice.count) {
       return part.chunks[index].get();
     }
@@ -115,9 +139,8 @@ absl::StatusOr<ServerEngine::Chunk*> ServerEngine::FindChunk(const ValueSlice& s
     chunks = absl::StrCat(" in chunks of ", part.chunk_elements, " elements");
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "key ", slice.key.Quoted(), ": ", verb, " elements [", slice.offset, ", ",
-      slice.offset + slice.count, ") but this server holds [", stored.offset, ", ",
-      stored.offset + stored.count, ")", chunks));
+      "key ", slice.key.Quoted(), ": ", verb, " elements ", ElementRange(slice.offset, slice.count),
+      " but this server holds [", stored.offset, ", ", stored.offset + stored.count, ")", chunks));
 }
 
 absl::StatusOr<const ServerEngine::Part*> ServerEngine::FindRowPart(
@@ -132,8 +155,8 @@ absl::StatusOr<const ServerEngine::Part*> ServerEngine::FindRowPart(
   if (slice.offset != stored.offset || slice.count != stored.count ||
       (row > 0 && (stored.offset % row != 0 || stored.count % row != 0))) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "key ", slice.key.Quoted(), ": ", verb, " rows of elements [", slice.offset, ", ",
-        slice.offset + slice.count, ") but this server holds [", stored.offset, ", ",
+        "key ", slice.key.Quoted(), ": ", verb, " rows of elements ",
+        ElementRange(slice.offset, slice.count), " but this server holds [", stored.offset, ", ",
         stored.offset + stored.count, ") in rows of ", row, " elements"));
   }
   return part;
@@ -157,19 +180,22 @@ absl::Status ServerEngine::ExpandRowSparse(absl::Span<const IncomingValue> value
       return absl::InvalidArgumentError(
           absl::StrCat("key ", slice.key.Quoted(), ": row-sparse pushes are never compressed"));
     }
+    // The shape is the stored one: its rows' sizes fit (Init checked it).
     const int64_t row = RowElements(slice.shape);
     const size_t element = DTypeSize(slice.dtype);
     size_t received = 0;
     for (const auto& chunk : value.bytes) received += chunk.size();
-    const size_t rows = static_cast<size_t>(std::max<int64_t>(0, value.num_rows));
-    const size_t expected = rows * (sizeof(int64_t) + static_cast<size_t>(row) * element);
-    if (value.num_rows < 0 || received != expected) {
+    // Each row travels as its id and its elements: the bytes received say how many there are.
+    const size_t per_row = sizeof(int64_t) + static_cast<size_t>(row) * element;
+    if (value.num_rows < 0 || received % per_row != 0 ||
+        static_cast<uint64_t>(value.num_rows) != received / per_row) {
       return absl::InvalidArgumentError(absl::StrCat(
           "key ", slice.key.Quoted(), ": ", received, " bytes received for ", value.num_rows,
-          " row ids and rows of ", row, " ", DTypeName(slice.dtype), " elements (", expected,
-          " bytes)"));
+          " row ids and rows of ", row, " ", DTypeName(slice.dtype), " elements (", per_row,
+          " bytes per row with its id)"));
     }
-    std::vector<uint8_t> payload(expected);
+    const auto rows = static_cast<size_t>(value.num_rows);
+    std::vector<uint8_t> payload(received);
     GatherBytes(value.bytes, payload.data());
     std::vector<int64_t> ids(rows);
     if (rows > 0) std::memcpy(ids.data(), payload.data(), rows * sizeof(int64_t));
@@ -200,7 +226,8 @@ absl::Status ServerEngine::ExpandRowSparse(absl::Span<const IncomingValue> value
 }
 
 absl::StatusOr<Tensor> ServerEngine::PullRows(uint64_t node_id, const ValueSlice& slice,
-                                              absl::Span<const int64_t> row_ids) const {
+                                              absl::Span<const int64_t> row_ids,
+                                              int64_t reply_bytes) const {
   RETURN_IF_ERROR(CheckSender(node_id));
   const Part* part;
   {
@@ -210,6 +237,16 @@ absl::StatusOr<Tensor> ServerEngine::PullRows(uint64_t node_id, const ValueSlice
   RETURN_IF_ERROR(CheckPartRows(slice.key, row_ids, part->layout));
   const int64_t row = RowElements(slice.shape);
   const size_t element = DTypeSize(slice.dtype);
+  // Ids may repeat: the reply's size is bounded by the request's length only.
+  const int64_t row_bytes = row * static_cast<int64_t>(element);
+  const int64_t room =
+      std::max<int64_t>(0, options_.max_value_bytes - std::max<int64_t>(0, reply_bytes));
+  if (row_bytes > 0 && static_cast<int64_t>(row_ids.size()) > room / row_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "key ", slice.key.Quoted(), ": ", row_ids.size(), " rows of a ", DTypeName(slice.dtype),
+        ShapeToString(slice.shape), " value (", row_bytes, " bytes each) make a reply bigger "
+        "than the largest value this server sends, ", options_.max_value_bytes, " bytes"));
+  }
   Tensor rows = Tensor::Zeros(slice.dtype, RowShape(slice.shape,
                                                     static_cast<int64_t>(row_ids.size())));
   auto* out = static_cast<uint8_t*>(rows.data());

@@ -67,8 +67,9 @@ absl::Status ServerEngine::LoadUpdaterState(const UpdaterStateData& state) {
     auto it = parts_.find(part.key);
     if (it == parts_.end()) continue;
     const Part& held = *it->second;
+    if (part.offset < held.layout.offset) continue;  // Another server's.
     const int64_t relative = part.offset - held.layout.offset;
-    if (relative < 0 || relative >= std::max<int64_t>(1, held.layout.count)) continue;  // Another server's.
+    if (relative >= std::max<int64_t>(1, held.layout.count)) continue;  // Another server's.
     if (relative % held.chunk_elements != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "saved optimizer state of key ", part.key.Quoted(), " starts at element ", part.offset,

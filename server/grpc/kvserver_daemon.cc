@@ -4,13 +4,16 @@
 #include <grpcpp/server_builder.h>
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
+#include "common/job_auth.h"
 #include "common/named_thread.h"
 #include "common/status_macros.h"
 #include "server/core/optimizer.h"
@@ -18,6 +21,17 @@
 #include "server/core/sgd_updater.h"
 
 namespace kvstore {
+namespace {
+
+// HalfPhysicalMemory returns half of this machine's memory (no limit when it cannot be read).
+int64_t HalfPhysicalMemory() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return kUnlimitedBytes;
+  return static_cast<int64_t>(pages) / 2 * page_size;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOptions options) {
   if (options.scheduler_address.empty()) {
@@ -45,11 +59,32 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     options.serving_threads = std::max(1, cores / 4);
   }
+  if (options.max_value_bytes < 1 || options.memory_budget_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_value_bytes must be positive and memory_budget_bytes >= 0 (0: half of the "
+        "machine's memory), not ", options.max_value_bytes, " and ", options.memory_budget_bytes));
+  }
+  if (options.memory_budget_bytes == 0) options.memory_budget_bytes = HalfPhysicalMemory();
+  ASSIGN_OR_RETURN(std::shared_ptr<const CheckpointRoot> checkpoint_root,
+                   CheckpointRoot::Open(options.checkpoint_root));
+  // A restore directory that would leave the root, or does not exist, stops the server now.
+  if (!options.restore_dir.empty()) {
+    RETURN_IF_ERROR(checkpoint_root->OpenDirectory(options.restore_dir, false).status());
+  }
   std::unique_ptr<KVServerDaemon> daemon(new KVServerDaemon(std::move(options)));
+  daemon->checkpoint_root_ = std::move(checkpoint_root);
   grpc::ServerBuilder builder;
-  ConfigureServer(&builder);
+  const int64_t max_request =
+      daemon->options_.max_value_bytes >
+              std::numeric_limits<int64_t>::max() - KVServerOptions::kRequestHeaderBytes
+          ? std::numeric_limits<int64_t>::max()
+          : daemon->options_.max_value_bytes + KVServerOptions::kRequestHeaderBytes;
+  const ServerLimits limits = ServerLimits::ForRequests(max_request);
+  ConfigureServer(&builder, limits);
   const std::string listen = absl::StrCat(daemon->options_.host, ":", daemon->options_.port);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &daemon->port_);
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   ServerCredentialsFor(daemon->options_.security.tls));
+  builder.AddListeningPort(listen, credentials, &daemon->port_);
   builder.RegisterService(&daemon->service_);
   for (int i = 0; i < daemon->options_.serving_threads; ++i) {
     daemon->cqs_.push_back(builder.AddCompletionQueue());
@@ -63,8 +98,19 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
       d->service_.Serve(cq, d->options_.serving_poll);
     }));
   }
-  spdlog::info("kvserver listening on {} ({} serving threads)", daemon->address(),
-               daemon->serving_.size());
+  spdlog::info("kvserver listening on {} ({}, {} serving threads)", daemon->address(),
+               daemon->options_.security.tls.transport(), daemon->serving_.size());
+  spdlog::info("kvserver limits: values up to {} bytes, {} bytes held at most, requests up to "
+               "{} bytes, {} bytes of gRPC buffers",
+               daemon->options_.max_value_bytes, daemon->options_.memory_budget_bytes,
+               limits.max_receive_bytes, limits.memory_quota_bytes);
+  const std::string& root = daemon->checkpoint_root_->path();
+  if (root == "/") {
+    spdlog::warn("kvserver checkpoint root is /: checkpoints may go anywhere this user can "
+                 "write; set --checkpoint_root");
+  } else {
+    spdlog::info("kvserver checkpoint root {}", root);
+  }
   daemon->thread_ = std::thread([d = daemon.get()] { d->Run(); });
   return daemon;
 }
@@ -112,7 +158,10 @@ void KVServerDaemon::Run() {
 }
 
 absl::Status KVServerDaemon::RegisterAndServe() {
-  auto stub = proto::Scheduler::NewStub(MakeChannel(options_.scheduler_address));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> to_scheduler,
+                   ChannelCredentialsFor(options_.security.tls));
+  auto stub = proto::Scheduler::NewStub(MakeChannel(options_.scheduler_address, to_scheduler));
+  const bool secured = !options_.security.secret.empty();
   proto::RegisterRequest request;
   request.set_role(proto::SERVER);
   request.set_address(address());
@@ -124,6 +173,7 @@ absl::Status KVServerDaemon::RegisterAndServe() {
     grpc::ClientContext context;
     context.set_deadline(GrpcDeadline(give_up));
     context.set_wait_for_ready(true);  // Wait for a scheduler that is still starting.
+    if (secured) context.AddMetadata(kJobTokenKey, JobToken(options_.security.secret));
     {
       absl::MutexLock lock(&registering_mu_);
       if (stop_.HasBeenNotified()) return absl::CancelledError("kvserver stopped");
@@ -152,15 +202,25 @@ absl::Status KVServerDaemon::RegisterAndServe() {
   spec.updater_config = options_.updater_config;
   spec.registry = &options_.registry;
   spec.custom_controller = options_.custom_controller;
+  spec.max_value_bytes = options_.max_value_bytes;
+  spec.memory_budget_bytes = options_.memory_budget_bytes;
+  spec.checkpoint_root = checkpoint_root_;
   spec.restore_dir = options_.restore_dir;
   ASSIGN_OR_RETURN(std::shared_ptr<ServerBackend> backend, MakeServerBackend(spec));
   if (!options_.restore_dir.empty()) {
     spdlog::info("kvserver rank {} restored {} keys from {}", registration.rank(),
                  backend->engine->stats().num_keys,
-                 CheckpointPath(options_.restore_dir, registration.rank()));
+                 CheckpointPath(checkpoint_root_->PathOf(options_.restore_dir),
+                                registration.rank()));
   }
   ServerEngine* engine = backend->engine.get();
-  service_.SetBackend(std::move(backend));
+  std::shared_ptr<const KVServerService::PeerTokens> peers;
+  if (secured) {
+    peers = std::make_shared<const KVServerService::PeerTokens>(
+        registration.peer_tokens().begin(), registration.peer_tokens().end());
+  }
+  const std::string credential = NodeCredential(registration.node_id(), registration.node_token());
+  service_.SetBackend(std::move(backend), std::move(peers));
   spdlog::info("kvserver rank {} (node {}) serving {} for {} workers", registration.rank(),
               registration.node_id(), view.mode(), view.num_workers());
 
@@ -174,6 +234,7 @@ absl::Status KVServerDaemon::RegisterAndServe() {
     beat.set_num_bytes(stats.num_bytes);
     proto::HeartbeatResponse reply;
     grpc::ClientContext context;
+    if (secured) context.AddMetadata(kNodeTokenKey, credential);
     context.set_deadline(GrpcDeadline(absl::Now() + std::max(interval, absl::Seconds(2))));
     const grpc::Status status = stub->Heartbeat(&context, beat, &reply);
     if (status.ok()) {

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/security_options.h"
 #include "server/core/controller.h"
 #include "server/core/updater.h"
 #include "server/grpc/kvserver_service.h"
@@ -45,10 +46,17 @@ struct KVServerOptions {
   std::string updater_config;
   // Updaters a worker may select by name. Start adds "sgd" when it is missing.
   UpdaterRegistry registry = UpdaterRegistry::WithBuiltins();
-  // When set: resume from the checkpoint DIR/server-RANK.ckpt (controller command 4) - its
-  // values, updater and updater state - before serving. A mismatched job (servers, mode, chunk
-  // size) or a damaged file stops the server with an error naming the file.
+  // The directory checkpoints are written under and restored from
+  // (server/core/checkpoint_root.h); empty: the working directory when Start runs. Start
+  // creates it when missing and resolves it once.
+  std::string checkpoint_root;
+  // When set: resume from the checkpoint ROOT/DIR/server-RANK.ckpt (controller command 4) - its
+  // values, updater and updater state - before serving; DIR is relative to checkpoint_root. A
+  // DIR that would leave the root stops Start; a mismatched job (servers, mode, chunk size) or
+  // a damaged file stops the server with an error naming the file.
   std::string restore_dir;
+  // The job secret (calls unchecked without one) and TLS (common/security_options.h).
+  SecurityOptions security;
   // Heads >= kFirstCustomCommand go here (optional).
   CustomController custom_controller;
   // How long to wait for the scheduler and the rest of the job.
@@ -61,6 +69,15 @@ struct KVServerOptions {
   // After answering a call of under 64 KB each way, a serving thread polls its queue this long
   // before it sleeps (see KVServerService::Serve); zero: never.
   absl::Duration serving_poll = absl::Microseconds(250);
+  // The largest value, in bytes (ServerEngineOptions::max_value_bytes). It bounds requests
+  // too: gRPC receives at most max_value_bytes + kRequestHeaderBytes in one request (and at
+  // most 2 GiB), and buffers at most about twice that for all connections together
+  // (ServerLimits::ForRequests).
+  int64_t max_value_bytes = kDefaultMaxValueBytes;
+  static constexpr int64_t kRequestHeaderBytes = 16 << 20;
+  // The most bytes the server holds (ServerEngineOptions::memory_budget_bytes); 0: half of the
+  // machine's physical memory.
+  int64_t memory_budget_bytes = 0;
 };
 
 class KVServerDaemon {
@@ -87,6 +104,7 @@ class KVServerDaemon {
   absl::Status RegisterAndServe();
 
   KVServerOptions options_;
+  std::shared_ptr<const CheckpointRoot> checkpoint_root_;  // Opened by Start.
   int port_ = 0;
   KVServerService service_;
   // One serving thread per completion queue.

@@ -37,6 +37,18 @@ TEST_CASE("KVServerDaemon: serving options out of range are refused, naming the 
   }
 }
 
+TEST_CASE("KVServerDaemon: limits out of range are refused, naming them", "[kvserver][limits]") {
+  for (const auto& [max_value_bytes, budget] :
+       {std::pair<int64_t, int64_t>{0, 0}, {-1, 0}, {1 << 20, -1}}) {
+    KVServerOptions options = Unregistered();
+    options.max_value_bytes = max_value_bytes;
+    options.memory_budget_bytes = budget;
+    auto daemon = KVServerDaemon::Start(options);
+    REQUIRE(absl::IsInvalidArgument(daemon.status()));
+    CHECK(absl::StrContains(daemon.status().message(), "max_value_bytes"));
+  }
+}
+
 TEST_CASE("KVServerDaemon: serving_poll from zero to one second starts a server", "[kvserver]") {
   for (const absl::Duration poll : {absl::ZeroDuration(), absl::Microseconds(250),
                                     absl::Seconds(1)}) {

@@ -7,16 +7,47 @@
 #include <utility>
 
 #include "common/grpc_status.h"
+#include "common/job_auth.h"
 
 namespace kvstore {
-void KVServerService::SetBackend(std::shared_ptr<ServerBackend> backend) {
+
+void KVServerService::SetBackend(std::shared_ptr<ServerBackend> backend,
+                                 std::shared_ptr<const PeerTokens> peers) {
   absl::MutexLock lock(&mu_);
   backend_ = std::move(backend);
+  peers_ = std::move(peers);
 }
 
 std::shared_ptr<ServerBackend> KVServerService::backend() const {
   absl::MutexLock lock(&mu_);
   return backend_;
+}
+
+absl::StatusOr<std::optional<uint64_t>> KVServerService::Authenticate(
+    const grpc::ServerContext& context, std::shared_ptr<ServerBackend>* backend) const {
+  std::shared_ptr<const PeerTokens> peers;
+  {
+    absl::MutexLock lock(&mu_);
+    *backend = backend_;
+    peers = peers_;
+  }
+  if (peers == nullptr) return std::nullopt;
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kNodeTokenKey);
+  if (it == metadata.end()) {
+    return absl::UnauthenticatedError(
+        "the call carries no node token (issued by the scheduler at registration)");
+  }
+  const std::optional<ParsedCredential> credential =
+      ParseNodeCredential(absl::string_view(it->second.data(), it->second.size()));
+  if (credential.has_value()) {
+    auto peer = peers->find(credential->node_id);
+    if (peer != peers->end() && TokensEqual(credential->token, peer->second)) {
+      return std::optional<uint64_t>(credential->node_id);
+    }
+  }
+  return absl::UnauthenticatedError(
+      "the call's node token is not one this job's scheduler issued to a worker");
 }
 
 // One call of one method: asked for, then run, then finished. Every step runs on a serving
@@ -55,8 +86,14 @@ class KVServerService::Call {
         responder_.FinishWithError(ToGrpcStatus(status), this);
       }
     };
-    HandleServerRequest(service_->backend(), static_cast<ServerMethod>(method_), request_,
-                        &response_, std::move(done));
+    std::shared_ptr<ServerBackend> backend;
+    absl::StatusOr<std::optional<uint64_t>> caller = service_->Authenticate(context_, &backend);
+    if (!caller.ok()) {
+      done(caller.status());
+      return Event::kStarted;
+    }
+    HandleServerRequest(backend, static_cast<ServerMethod>(method_), request_, &response_,
+                        std::move(done), *caller);
     return Event::kStarted;
   }
 

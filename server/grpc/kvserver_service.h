@@ -19,8 +19,12 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/kvstore.grpc.pb.h"
@@ -37,8 +41,14 @@ class KVServerService final : public RawAsyncKVServerService {
  public:
   KVServerService() = default;
 
-  // SetBackend starts serving with `backend`. Thread-safe.
-  void SetBackend(std::shared_ptr<ServerBackend> backend);
+  // PeerTokens: the nodes that may call this server (the job's workers and its scheduler) and
+  // their tokens, by node id (common/job_auth.h).
+  using PeerTokens = absl::flat_hash_map<uint64_t, std::string>;
+  // SetBackend starts serving with `backend`. With `peers`, every call must carry the node
+  // credential of one of them (UNAUTHENTICATED otherwise) and name that node; without, calls
+  // are not checked. Thread-safe.
+  void SetBackend(std::shared_ptr<ServerBackend> backend,
+                  std::shared_ptr<const PeerTokens> peers = nullptr);
   std::shared_ptr<ServerBackend> backend() const;
 
   // Serve asks for calls of every method on `cq` and runs them until the queue shuts down and
@@ -58,8 +68,14 @@ class KVServerService final : public RawAsyncKVServerService {
  private:
   class Call;
 
+  // Authenticate returns the backend and the node the call's credential proves (nothing when
+  // calls are not checked); UNAUTHENTICATED when the credential is missing or wrong.
+  absl::StatusOr<std::optional<uint64_t>> Authenticate(
+      const grpc::ServerContext& context, std::shared_ptr<ServerBackend>* backend) const;
+
   mutable absl::Mutex mu_;
   std::shared_ptr<ServerBackend> backend_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const PeerTokens> peers_ ABSL_GUARDED_BY(mu_);
   absl::Mutex serving_mu_;
   bool stopped_ ABSL_GUARDED_BY(serving_mu_) = false;
 };

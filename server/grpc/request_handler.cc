@@ -44,12 +44,16 @@ absl::StatusOr<CompressionParams> CompressionFromHeader(const proto::TensorHeade
   return params;
 }
 
-// IncomingValues reads the headers and points each value at its bytes in the payload.
+// IncomingValues reads the headers and points each value at its bytes in the payload, which
+// must hold exactly the values' bytes back to back in header order: InvalidArgument naming the
+// key for a value whose bytes do not start where the previous one's end or exceed the payload,
+// and for bytes left over after the last.
 absl::StatusOr<std::vector<IncomingValue>> IncomingValues(
     const google::protobuf::RepeatedPtrField<proto::TensorHeader>& headers,
     const Payload& payload, bool row_sparse_allowed) {
   std::vector<IncomingValue> values;
   values.reserve(headers.size());
+  uint64_t next = 0;  // Where the next value's bytes start.
   for (const proto::TensorHeader& header : headers) {
     IncomingValue value;
     if (header.row_sparse() && row_sparse_allowed) {
@@ -63,13 +67,27 @@ absl::StatusOr<std::vector<IncomingValue>> IncomingValues(
       ASSIGN_OR_RETURN(value.slice, SliceFromHeader(header));
     }
     ASSIGN_OR_RETURN(value.compression, CompressionFromHeader(header, value.slice.key));
+    if (header.payload_offset() != next) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key ", value.slice.key.Quoted(), ": its bytes start at payload byte ",
+          header.payload_offset(), " but the values before it end at byte ", next));
+    }
     auto chunks = payload.Chunks(header.payload_offset(), header.payload_bytes());
     if (!chunks.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("key ", value.slice.key.Quoted(), ": ", chunks.status().message()));
     }
+    next += header.payload_bytes();  // Within the payload's size: no overflow.
     value.bytes = *std::move(chunks);
     values.push_back(std::move(value));
+  }
+  if (next != payload.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the payload holds ", payload.size(), " bytes but its ", values.size(), " values",
+        values.empty() ? std::string()
+                       : absl::StrCat(" (the last key ", values.back().slice.key.Quoted(), ", ",
+                                      ShapeToString(values.back().slice.shape), ")"),
+        " end at byte ", next));
   }
   return values;
 }
@@ -141,6 +159,12 @@ absl::StatusOr<std::vector<ValueSlice>> SlicesFromHeaders(
     if (header.compression() != proto::COMPRESSION_NONE) {
       return absl::InvalidArgumentError(
           absl::StrCat("key ", slice.key.Quoted(), ": pulls are never compressed"));
+    }
+    if (header.payload_offset() != 0 || header.payload_bytes() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key ", slice.key.Quoted(), ": a value pulled or listed in a key group has no bytes "
+          "in the request, but its header declares ", header.payload_bytes(), " at byte ",
+          header.payload_offset()));
     }
     slices.push_back(std::move(slice));
   }
@@ -266,6 +290,7 @@ void HandleRowSparsePull(const std::shared_ptr<ServerBackend>& backend, const gr
                          grpc::ByteBuffer* response, Done done) {
   proto::PullRequest header;
   absl::Status status = DecodeMessage(*request, &header);
+  if (status.ok()) status = backend->engine->CheckSender(header.node_id());
   if (!status.ok()) return done(status);
   if (header.row_ids_size() != header.tensors_size()) {
     return done(absl::InvalidArgumentError(absl::StrCat(
@@ -281,7 +306,8 @@ void HandleRowSparsePull(const std::shared_ptr<ServerBackend>& backend, const gr
     const ValueSlice& slice = (*slices)[i];
     const auto& ids = header.row_ids(i).ids();
     auto rows = backend->engine->PullRows(header.node_id(), slice,
-                                          absl::MakeConstSpan(ids.data(), ids.size()));
+                                          absl::MakeConstSpan(ids.data(), ids.size()),
+                                          static_cast<int64_t>(offset));
     if (!rows.ok()) return done(rows.status());
     proto::TensorHeader* out = reply.add_tensors();
     *out = header.tensors(i);
@@ -314,11 +340,41 @@ void HandleCommand(const std::shared_ptr<ServerBackend>& backend, const grpc::By
 
 }  // namespace
 
+namespace {
+
+// CheckCaller refuses a request that names another node than `caller`, or a command from any
+// node but the scheduler.
+absl::Status CheckCaller(ServerMethod method, const grpc::ByteBuffer& request, uint64_t caller) {
+  proto::RequestNode header;
+  const bool framed = method == ServerMethod::kInit || method == ServerMethod::kPush ||
+                      method == ServerMethod::kPushPull;
+  const absl::Status parsed =
+      framed ? DecodeFrame(request, &header).status() : DecodeMessage(request, &header);
+  if (!parsed.ok()) return parsed;
+  if (header.node_id() != caller) {
+    return absl::PermissionDeniedError(absl::StrCat("the request names node ", header.node_id(),
+                                                    " but its credential is node ", caller,
+                                                    "'s"));
+  }
+  if (method == ServerMethod::kCommand && caller != kSchedulerNodeId) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "node ", caller, " sent a server command; commands come through the scheduler"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 void HandleServerRequest(const std::shared_ptr<ServerBackend>& backend, ServerMethod method,
                          const grpc::ByteBuffer& request, grpc::ByteBuffer* response,
-                         Done done) {
+                         Done done, std::optional<uint64_t> caller) {
   if (backend == nullptr) {
     return done(absl::UnavailableError("this server is waiting for the job's nodes to register"));
+  }
+  if (caller.has_value()) {
+    if (absl::Status status = CheckCaller(method, request, *caller); !status.ok()) {
+      return done(status);
+    }
   }
   switch (method) {
     case ServerMethod::kInit: return HandleInit(backend, &request, response, std::move(done));

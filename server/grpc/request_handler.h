@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "common/server_methods.h"
@@ -21,13 +22,17 @@ namespace kvstore {
 // HandleServerRequest runs `request`, a request of `method`, against `backend`, and calls `done`
 // exactly once: with OK once `*response` holds the reply, or with the error (UNAVAILABLE while
 // `backend` is null: the server has not received the cluster view yet, and clients retry).
+// `caller` is the node the call's credential proved (common/job_auth.h), or nothing when the
+// transport checks none: a request naming another node is then PERMISSION_DENIED, and a
+// Command from any node but the scheduler too; nothing is run.
 // `done` may run later on another thread (a dist_sync push is answered when its round is
 // complete, on the thread of the push that completes it); `request` is read only during the
 // call, and `*response` must stay valid until `done` has run. Never blocks waiting for other
 // nodes. Thread-safe.
 void HandleServerRequest(const std::shared_ptr<ServerBackend>& backend, ServerMethod method,
                          const grpc::ByteBuffer& request, grpc::ByteBuffer* response,
-                         std::function<void(absl::Status)> done);
+                         std::function<void(absl::Status)> done,
+                         std::optional<uint64_t> caller = std::nullopt);
 
 }  // namespace kvstore
 

@@ -14,21 +14,34 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("port ", options.port, " is not in 0..65535"));
   }
+  if (options.max_request_bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_request_bytes must be positive, not ",
+                                                   options.max_request_bytes));
+  }
   std::unique_ptr<SchedulerDaemon> daemon(new SchedulerDaemon(std::move(options)));
   ASSIGN_OR_RETURN(daemon->core_, SchedulerCore::Create(daemon->options_.job));
-  daemon->service_ =
-      std::make_unique<SchedulerService>(daemon->core_.get(), daemon->options_.command_timeout);
+  const TlsOptions& tls = daemon->options_.security.tls;
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> to_servers,
+                   ChannelCredentialsFor(tls));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   ServerCredentialsFor(tls));
+  daemon->service_ = std::make_unique<SchedulerService>(
+      daemon->core_.get(), daemon->options_.command_timeout, daemon->options_.security.secret,
+      std::move(to_servers));
   grpc::ServerBuilder builder;
-  ConfigureServer(&builder);
+  ServerLimits limits = ServerLimits::ForRequests(daemon->options_.max_request_bytes);
+  limits.max_concurrent_calls = SchedulerDaemonOptions::kMaxCallsPerConnection;
+  ConfigureServer(&builder, limits);
   const std::string listen = absl::StrCat(daemon->options_.host, ":", daemon->options_.port);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &daemon->port_);
+  builder.AddListeningPort(listen, credentials, &daemon->port_);
   builder.RegisterService(daemon->service_.get());
   daemon->server_ = builder.BuildAndStart();
   if (daemon->server_ == nullptr || daemon->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("scheduler cannot listen on ", listen));
   }
-  spdlog::info("scheduler listening on {} for {} servers and {} workers", daemon->address(),
-               daemon->options_.job.num_servers, daemon->options_.job.num_workers);
+  spdlog::info("scheduler listening on {} ({}) for {} servers and {} workers",
+               daemon->address(), tls.transport(), daemon->options_.job.num_servers,
+               daemon->options_.job.num_workers);
   daemon->ticker_ = std::thread([d = daemon.get()] {
     const absl::Status status = d->Tick();
     d->server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));

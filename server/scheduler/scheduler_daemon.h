@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "common/security_options.h"
 #include "server/scheduler/scheduler_core.h"
 #include "server/scheduler/scheduler_service.h"
 
@@ -31,6 +32,17 @@ struct SchedulerDaemonOptions {
   absl::Duration shutdown_grace = absl::Seconds(10);
   // Deadline of each command sent to a server.
   absl::Duration command_timeout = absl::Seconds(60);
+  // The job secret (calls unchecked without one) and TLS (common/security_options.h).
+  SecurityOptions security;
+  // The largest request the scheduler receives, in bytes; gRPC buffers at most about twice
+  // that, and 64 MiB at least, for all connections together (ServerLimits::ForRequests). The
+  // scheduler's requests are small, except the optimizer states a worker loads
+  // (LoadOptimizerStates), which travel through it in one request.
+  int64_t max_request_bytes = kDefaultMaxRequestBytes;
+  static constexpr int64_t kDefaultMaxRequestBytes = 64 << 20;
+  // A node has a few calls open at once (a register or barrier, heartbeats, a command); more
+  // wait at the client.
+  static constexpr int kMaxCallsPerConnection = 32;
 };
 
 class SchedulerDaemon {

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "common/environment.h"
+#include "common/security_flags.h"
 #include "common/flags_usage.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -39,6 +40,10 @@ ABSL_FLAG(absl::Duration, workers_lost_timeout, absl::Minutes(5),
           "End the job (the servers exit, the scheduler exits 1) once every worker that has not "
           "finished has sent no heartbeat for this long; inf: never.");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Heartbeat period of every node.");
+ABSL_FLAG(int64_t, max_request_bytes, kvstore::SchedulerDaemonOptions::kDefaultMaxRequestBytes,
+          "The largest request the scheduler accepts, in bytes; a bigger one is refused with "
+          "RESOURCE_EXHAUSTED. Raise it when workers load optimizer states bigger than this "
+          "(LoadOptimizerStates sends them through the scheduler).");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off.");
 
 namespace kvstore {
@@ -73,9 +78,12 @@ absl::Status Run() {
   options.job.barrier_timeout = absl::GetFlag(FLAGS_barrier_timeout);
   options.job.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.job.workers_lost_timeout = absl::GetFlag(FLAGS_workers_lost_timeout);
+  options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   if (options.job.heartbeat_interval < absl::Milliseconds(10)) {
     return absl::InvalidArgumentError("--heartbeat_interval must be at least 10ms");
   }
+  ASSIGN_OR_RETURN(options.security,
+                   SecurityFromFlags(env, SecurityRole{/*daemon=*/true, options.host}));
   ASSIGN_OR_RETURN(auto daemon, SchedulerDaemon::Start(options));
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     RETURN_IF_ERROR(WritePortFile(absl::GetFlag(FLAGS_port_file), daemon->port()));

@@ -2,6 +2,7 @@
 
 #include <grpcpp/client_context.h>
 
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -12,11 +13,8 @@
 namespace kvstore {
 namespace {
 
-grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
+// The scheduler's own node id (SchedulerCore issues 2, 3, ... to the others).
+constexpr uint64_t kSchedulerNodeId = 1;
 
 void ViewToProto(const ClusterView& view, proto::ClusterView* out) {
   out->set_num_servers(view.num_servers);
@@ -35,57 +33,99 @@ void ViewToProto(const ClusterView& view, proto::ClusterView* out) {
   for (uint64_t id : view.worker_node_ids) out->add_worker_node_ids(id);
 }
 
+// Metadata returns the value of `key` in the call's metadata, or nothing.
+std::optional<absl::string_view> Metadata(const grpc::CallbackServerContext& context,
+                                          const char* key) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(key);
+  if (it == metadata.end()) return std::nullopt;
+  return absl::string_view(it->second.data(), it->second.size());
+}
+
+// Serve parses a raw request as a `Request`, runs `handle(request, &response, done)`, and
+// finishes the call when `done` runs: with the serialized response, or the error.
+template <typename Request, typename Response, typename Handle>
+grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context,
+                                const grpc::ByteBuffer* raw_request,
+                                grpc::ByteBuffer* raw_response, const char* method,
+                                Handle handle) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  struct Call {
+    Request request;
+    Response response;
+  };
+  auto call = std::make_shared<Call>();
+  const absl::Status parsed = DecodeMessage(*raw_request, &call->request);
+  if (!parsed.ok()) {
+    reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("malformed ", method, " request: ", parsed.message()))));
+    return reactor;
+  }
+  handle(call->request, &call->response,
+         [reactor, raw_response, call](absl::Status status) {
+           if (status.ok()) *raw_response = EncodeMessage(call->response);
+           reactor->Finish(ToGrpcStatus(status));
+         });
+  return reactor;
+}
+
 }  // namespace
 
-grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext* context,
-                                                     const proto::RegisterRequest* request,
-                                                     proto::RegisterResponse* response) {
-  NodeRole role;
-  if (request->role() == proto::SERVER) {
-    role = NodeRole::kServer;
-  } else if (request->role() == proto::WORKER) {
-    role = NodeRole::kWorker;
-  } else {
-    return Reply(context, absl::InvalidArgumentError(absl::StrCat(
-                              "only servers and workers register; got role ", request->role())));
+SchedulerService::SchedulerService(SchedulerCore* core, absl::Duration command_timeout,
+                                   const std::string& secret,
+                                   std::shared_ptr<grpc::ChannelCredentials> server_credentials)
+    : core_(core),
+      command_timeout_(command_timeout),
+      server_credentials_(std::move(server_credentials)) {
+  if (!secret.empty()) {
+    job_token_ = JobToken(secret);
+    node_key_ = NodeKey::Random();
   }
-  if (role == NodeRole::kWorker && !request->mode().empty() && request->mode() != "dist_sync" &&
-      request->mode() != "dist_async") {
-    return Reply(context, absl::InvalidArgumentError(absl::StrCat(
-                              "unknown mode \"", request->mode(),
-                              "\" (dist_sync or dist_async)")));
+}
+
+absl::Status SchedulerService::Check(const grpc::CallbackServerContext& context,
+                                     Allowed allowed, uint64_t node_id) const {
+  if (!job_token_.has_value()) return absl::OkStatus();
+  const bool job_allowed = allowed != Allowed::kSelf;
+  if (job_allowed) {
+    if (auto token = Metadata(context, kJobTokenKey); token && TokensEqual(*token, *job_token_)) {
+      return absl::OkStatus();
+    }
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  core_->Register(
-      role, request->requested_rank(), request->address(), request->hostname(), absl::Now(),
-      [reactor, response](absl::StatusOr<Registration> registration) {
-        if (registration.ok()) {
-          response->set_node_id(registration->node_id);
-          response->set_rank(registration->rank);
-          ViewToProto(registration->view, response->mutable_view());
+  if (allowed != Allowed::kJob) {
+    if (auto credential = Metadata(context, kNodeTokenKey)) {
+      const std::optional<ParsedCredential> parsed = ParseNodeCredential(*credential);
+      if (parsed && TokensEqual(parsed->token, node_key_->TokenFor(parsed->node_id))) {
+        if (parsed->node_id != node_id) {
+          return absl::PermissionDeniedError(absl::StrCat(
+              "the request names node ", node_id, " but its credential is node ",
+              parsed->node_id, "'s"));
         }
-        reactor->Finish(ToGrpcStatus(registration.status()));
-      },
-      request->mode());
-  return reactor;
-}
-
-grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContext* context,
-                                                      const proto::HeartbeatRequest* request,
-                                                      proto::HeartbeatResponse* response) {
-  const absl::StatusOr<bool> over = core_->Heartbeat(
-      request->node_id(), absl::Now(), ServerLoad{request->num_keys(), request->num_bytes()});
-  if (over.ok()) response->set_shutdown(*over);
-  return Reply(context, over.status());
-}
-
-grpc::ServerUnaryReactor* SchedulerService::Barrier(grpc::CallbackServerContext* context,
-                                                    const proto::BarrierRequest* request,
-                                                    proto::BarrierResponse* /*response*/) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  core_->Barrier(request->node_id(), request->group(), absl::Now(),
-                 [reactor](absl::Status status) { reactor->Finish(ToGrpcStatus(status)); });
-  return reactor;
+        if (allowed == Allowed::kJobOrWorker) {
+          for (const NodeInfo& node : core_->Nodes()) {
+            if (node.node_id == node_id && node.role != NodeRole::kWorker) {
+              return absl::PermissionDeniedError(absl::StrCat(
+                  "node ", node_id, " is a server; only workers and controllers may do this"));
+            }
+          }
+        }
+        return absl::OkStatus();
+      }
+    }
+  }
+  switch (allowed) {
+    case Allowed::kJob:
+      return absl::UnauthenticatedError(
+          "the call carries no valid job token (made from the job's secret file)");
+    case Allowed::kSelf:
+      return absl::UnauthenticatedError(absl::StrCat(
+          "the call carries no valid node token for node ", node_id,
+          " (issued at registration)"));
+    default:
+      return absl::UnauthenticatedError(
+          "the call carries neither a valid job token (made from the job's secret file) nor a "
+          "valid node token (issued at registration)");
+  }
 }
 
 absl::Status SchedulerService::CheckCaller(uint64_t node_id) const {
@@ -100,26 +140,117 @@ absl::Status SchedulerService::CheckCaller(uint64_t node_id) const {
 std::shared_ptr<grpc::GenericStub> SchedulerService::ServerStub(const std::string& address) {
   absl::MutexLock lock(&mu_);
   auto& stub = stubs_[address];
-  if (!stub) stub = std::make_shared<grpc::GenericStub>(MakeChannel(address));
+  if (!stub) stub = std::make_shared<grpc::GenericStub>(MakeChannel(address, server_credentials_));
   return stub;
 }
 
-grpc::ServerUnaryReactor* SchedulerService::Command(grpc::CallbackServerContext* context,
-                                                    const proto::CommandRequest* request,
-                                                    proto::CommandResponse* response) {
-  absl::Status status = CheckCaller(request->node_id());
-  if (!status.ok()) return Reply(context, status);
-  absl::StatusOr<ClusterView> view = core_->view();
-  if (!view.ok()) return Reply(context, view.status());
+grpc::ServerUnaryReactor* SchedulerService::Register(grpc::CallbackServerContext* context,
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response) {
+  return Serve<proto::RegisterRequest, proto::RegisterResponse>(
+      context, request, response, "Register",
+      [this, context](const proto::RegisterRequest& request, proto::RegisterResponse* response,
+                      Done done) {
+        const absl::Status status = Check(*context, Allowed::kJob, 0);
+        if (!status.ok()) return done(status);
+        HandleRegister(request, response, std::move(done));
+      });
+}
 
-  // One raw call per server; the last to complete finishes the reactor.
+void SchedulerService::HandleRegister(const proto::RegisterRequest& request,
+                                      proto::RegisterResponse* response, Done done) {
+  NodeRole role;
+  if (request.role() == proto::SERVER) {
+    role = NodeRole::kServer;
+  } else if (request.role() == proto::WORKER) {
+    role = NodeRole::kWorker;
+  } else {
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("only servers and workers register; got role ", request.role())));
+  }
+  if (role == NodeRole::kWorker && !request.mode().empty() && request.mode() != "dist_sync" &&
+      request.mode() != "dist_async") {
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("unknown mode \"", request.mode(), "\" (dist_sync or dist_async)")));
+  }
+  core_->Register(
+      role, request.requested_rank(), request.address(), request.hostname(), absl::Now(),
+      [this, role, response, done = std::move(done)](absl::StatusOr<Registration> registration) {
+        if (registration.ok()) {
+          response->set_node_id(registration->node_id);
+          response->set_rank(registration->rank);
+          ViewToProto(registration->view, response->mutable_view());
+          if (node_key_.has_value()) {
+            response->set_node_token(node_key_->TokenFor(registration->node_id));
+            if (role == NodeRole::kServer) {
+              auto& peers = *response->mutable_peer_tokens();
+              peers[kSchedulerNodeId] = node_key_->TokenFor(kSchedulerNodeId);
+              for (uint64_t id : registration->view.worker_node_ids) {
+                peers[id] = node_key_->TokenFor(id);
+              }
+            }
+          }
+        }
+        done(registration.status());
+      },
+      request.mode());
+}
+
+grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContext* context,
+                                                      const grpc::ByteBuffer* request,
+                                                      grpc::ByteBuffer* response) {
+  return Serve<proto::HeartbeatRequest, proto::HeartbeatResponse>(
+      context, request, response, "Heartbeat",
+      [this, context](const proto::HeartbeatRequest& request,
+                      proto::HeartbeatResponse* response, Done done) {
+        absl::Status status = Check(*context, Allowed::kSelf, request.node_id());
+        if (!status.ok()) return done(status);
+        const absl::StatusOr<bool> over =
+            core_->Heartbeat(request.node_id(), absl::Now(),
+                             ServerLoad{request.num_keys(), request.num_bytes()});
+        if (over.ok()) response->set_shutdown(*over);
+        done(over.status());
+      });
+}
+
+grpc::ServerUnaryReactor* SchedulerService::Barrier(grpc::CallbackServerContext* context,
+                                                    const grpc::ByteBuffer* request,
+                                                    grpc::ByteBuffer* response) {
+  return Serve<proto::BarrierRequest, proto::BarrierResponse>(
+      context, request, response, "Barrier",
+      [this, context](const proto::BarrierRequest& request, proto::BarrierResponse*, Done done) {
+        const absl::Status status = Check(*context, Allowed::kSelf, request.node_id());
+        if (!status.ok()) return done(status);
+        core_->Barrier(request.node_id(), request.group(), absl::Now(), std::move(done));
+      });
+}
+
+grpc::ServerUnaryReactor* SchedulerService::Command(grpc::CallbackServerContext* context,
+                                                    const grpc::ByteBuffer* request,
+                                                    grpc::ByteBuffer* response) {
+  return Serve<proto::CommandRequest, proto::CommandResponse>(
+      context, request, response, "Command",
+      [this, context](const proto::CommandRequest& request, proto::CommandResponse* response,
+                      Done done) {
+        absl::Status status = Check(*context, Allowed::kJobOrWorker, request.node_id());
+        if (status.ok()) status = CheckCaller(request.node_id());
+        if (!status.ok()) return done(status);
+        HandleCommand(request, response, std::move(done));
+      });
+}
+
+void SchedulerService::HandleCommand(const proto::CommandRequest& request,
+                                     proto::CommandResponse* response, Done done) {
+  absl::StatusOr<ClusterView> view = core_->view();
+  if (!view.ok()) return done(view.status());
+  // One raw call per server; the last to complete answers.
   struct FanOut {
     absl::Mutex mu;
     int remaining = 0;
     std::vector<std::string> replies;
     absl::Status first_error;
     proto::CommandResponse* response = nullptr;
-    grpc::ServerUnaryReactor* reactor = nullptr;
+    Done done;
   };
   struct Call {
     grpc::ClientContext context;
@@ -130,17 +261,21 @@ grpc::ServerUnaryReactor* SchedulerService::Command(grpc::CallbackServerContext*
   fan_out->remaining = static_cast<int>(view->servers.size());
   fan_out->replies.resize(view->servers.size());
   fan_out->response = response;
-  fan_out->reactor = context->DefaultReactor();
+  fan_out->done = std::move(done);
   proto::ServerCommandRequest command;
-  command.set_node_id(1);
-  command.set_head(request->head());
-  command.set_body(request->body());
+  command.set_node_id(kSchedulerNodeId);
+  command.set_head(request.head());
+  command.set_body(request.body());
   const grpc::ByteBuffer encoded = EncodeMessage(command);
   for (size_t i = 0; i < view->servers.size(); ++i) {
     const ServerEntry server = view->servers[i];
     auto call = std::make_shared<Call>();
     call->request = encoded;
     call->context.set_deadline(GrpcDeadline(absl::Now() + command_timeout_));
+    if (node_key_.has_value()) {
+      call->context.AddMetadata(
+          kNodeTokenKey, NodeCredential(kSchedulerNodeId, node_key_->TokenFor(kSchedulerNodeId)));
+    }
     ServerStub(server.address)
         ->UnaryCall(&call->context, "/kvstore.proto.KVServer/Command", grpc::StubOptions(),
                     &call->request, &call->reply,
@@ -162,20 +297,31 @@ grpc::ServerUnaryReactor* SchedulerService::Command(grpc::CallbackServerContext*
                       }
                       if (!last) return;
                       for (std::string& r : fan_out->replies) fan_out->response->add_replies(r);
-                      fan_out->reactor->Finish(ToGrpcStatus(fan_out->first_error));
+                      fan_out->done(fan_out->first_error);
                     });
   }
-  return fan_out->reactor;
 }
 
-grpc::ServerUnaryReactor* SchedulerService::ClusterStatus(
-    grpc::CallbackServerContext* context, const proto::ClusterStatusRequest* request,
-    proto::ClusterStatusResponse* response) {
-  const absl::Status status = CheckCaller(request->node_id());
-  if (!status.ok()) return Reply(context, status);
+grpc::ServerUnaryReactor* SchedulerService::ClusterStatus(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* response) {
+  return Serve<proto::ClusterStatusRequest, proto::ClusterStatusResponse>(
+      context, request, response, "ClusterStatus",
+      [this, context](const proto::ClusterStatusRequest& request,
+                      proto::ClusterStatusResponse* response, Done done) {
+        absl::Status status = Check(*context, Allowed::kJobOrSelf, request.node_id());
+        if (status.ok()) status = HandleClusterStatus(request, response);
+        done(status);
+      });
+}
+
+absl::Status SchedulerService::HandleClusterStatus(const proto::ClusterStatusRequest& request,
+                                                   proto::ClusterStatusResponse* response) {
+  const absl::Status status = CheckCaller(request.node_id());
+  if (!status.ok()) return status;
   const absl::Time now = absl::Now();
   const absl::Duration timeout =
-      request->timeout_s() > 0 ? absl::Seconds(request->timeout_s()) : absl::Seconds(5);
+      request.timeout_s() > 0 ? absl::Seconds(request.timeout_s()) : absl::Seconds(5);
   for (const NodeInfo& node : core_->Nodes()) {
     proto::NodeStatus* out = response->add_nodes();
     out->set_node_id(node.node_id);
@@ -189,26 +335,39 @@ grpc::ServerUnaryReactor* SchedulerService::ClusterStatus(
     out->set_num_keys(node.num_keys);
     out->set_num_bytes(node.num_bytes);
   }
-  const int group = request->group() == proto::GROUP_UNSPECIFIED ? kGroupAll : request->group();
+  const int group = request.group() == proto::GROUP_UNSPECIFIED ? kGroupAll : request.group();
   response->set_num_dead(core_->NumDeadNodes(group, timeout, now));
-  return Reply(context, absl::OkStatus());
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* SchedulerService::Finish(grpc::CallbackServerContext* context,
-                                                   const proto::FinishRequest* request,
-                                                   proto::FinishResponse* /*response*/) {
-  return Reply(context, core_->Finish(request->node_id(), absl::Now()));
+                                                   const grpc::ByteBuffer* request,
+                                                   grpc::ByteBuffer* response) {
+  return Serve<proto::FinishRequest, proto::FinishResponse>(
+      context, request, response, "Finish",
+      [this, context](const proto::FinishRequest& request, proto::FinishResponse*, Done done) {
+        absl::Status status = Check(*context, Allowed::kSelf, request.node_id());
+        if (status.ok()) status = core_->Finish(request.node_id(), absl::Now());
+        done(status);
+      });
 }
 
 grpc::ServerUnaryReactor* SchedulerService::Shutdown(grpc::CallbackServerContext* context,
-                                                     const proto::ShutdownRequest* request,
-                                                     proto::ShutdownResponse* /*response*/) {
-  const absl::Status status = CheckCaller(request->node_id());
-  if (status.ok()) {
-    core_->RequestShutdown(request->reason().empty() ? "shutdown requested by a controller"
-                                                     : request->reason());
-  }
-  return Reply(context, status);
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response) {
+  return Serve<proto::ShutdownRequest, proto::ShutdownResponse>(
+      context, request, response, "Shutdown",
+      [this, context](const proto::ShutdownRequest& request, proto::ShutdownResponse*,
+                      Done done) {
+        absl::Status status = Check(*context, Allowed::kJobOrWorker, request.node_id());
+        if (status.ok()) status = CheckCaller(request.node_id());
+        if (status.ok()) {
+          core_->RequestShutdown(request.reason().empty()
+                                     ? "shutdown requested by a controller"
+                                     : request.reason());
+        }
+        done(status);
+      });
 }
 
 }  // namespace kvstore

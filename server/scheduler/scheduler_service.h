@@ -1,5 +1,17 @@
-// SchedulerService: the gRPC adapter of the scheduler. It converts requests to SchedulerCore
-// calls and back, and fans controller commands out to the servers.
+// SchedulerService: the gRPC adapter of the scheduler. It parses requests, checks the caller's
+// credentials, converts requests to SchedulerCore calls and back, and fans controller commands
+// out to the servers.
+//
+// Every method is a raw callback method: a request that does not parse is answered
+// INVALID_ARGUMENT naming the method. With a job secret (common/job_auth.h), every call must
+// carry a credential, else UNAUTHENTICATED and nothing changes:
+//   Register                         the job token (proof of the secret);
+//   Heartbeat, Barrier, Finish       the node token of the node the request names;
+//   Command, Shutdown                the job token (kvctl) or a worker's node token (its own id);
+//   ClusterStatus                    the job token or any node's token (its own id).
+// A credential for another node than the request names, or a server sending a command, is
+// PERMISSION_DENIED. Registration returns the node's token, and to servers the tokens of the
+// nodes that may call them (the workers and the scheduler).
 //
 // Waiting calls (Register, Barrier) finish from the core's completion callbacks, so no reaction
 // blocks; Command finishes when the last server has answered.
@@ -7,55 +19,90 @@
 #define KVSTORE_SERVER_SCHEDULER_SCHEDULER_SERVICE_H_
 
 #include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/credentials.h>
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/job_auth.h"
 #include "proto/kvstore.grpc.pb.h"
 #include "server/scheduler/scheduler_core.h"
 
 namespace kvstore {
 
-class SchedulerService final : public proto::Scheduler::CallbackService {
+using RawSchedulerService = proto::Scheduler::WithRawCallbackMethod_Register<
+    proto::Scheduler::WithRawCallbackMethod_Heartbeat<
+        proto::Scheduler::WithRawCallbackMethod_Barrier<
+            proto::Scheduler::WithRawCallbackMethod_Command<
+                proto::Scheduler::WithRawCallbackMethod_ClusterStatus<
+                    proto::Scheduler::WithRawCallbackMethod_Finish<
+                        proto::Scheduler::WithRawCallbackMethod_Shutdown<
+                            proto::Scheduler::Service>>>>>>>;
+
+class SchedulerService final : public RawSchedulerService {
  public:
-  // `core` must outlive the service. Commands to servers time out after `command_timeout`.
-  SchedulerService(SchedulerCore* core, absl::Duration command_timeout)
-      : core_(core), command_timeout_(command_timeout) {}
+  // `core` must outlive the service. Commands to servers time out after `command_timeout` and
+  // travel over `server_credentials` (common/grpc_channel.h; null: plaintext). With `secret`
+  // empty, no call is checked.
+  SchedulerService(SchedulerCore* core, absl::Duration command_timeout,
+                   const std::string& secret,
+                   std::shared_ptr<grpc::ChannelCredentials> server_credentials = nullptr);
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
-                                     const proto::RegisterRequest* request,
-                                     proto::RegisterResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
-                                      const proto::HeartbeatRequest* request,
-                                      proto::HeartbeatResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* context,
-                                    const proto::BarrierRequest* request,
-                                    proto::BarrierResponse* response) override;
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Command(grpc::CallbackServerContext* context,
-                                    const proto::CommandRequest* request,
-                                    proto::CommandResponse* response) override;
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ClusterStatus(grpc::CallbackServerContext* context,
-                                          const proto::ClusterStatusRequest* request,
-                                          proto::ClusterStatusResponse* response) override;
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
-                                   const proto::FinishRequest* request,
-                                   proto::FinishResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* context,
-                                     const proto::ShutdownRequest* request,
-                                     proto::ShutdownResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
 
  private:
+  using Done = std::function<void(absl::Status)>;
+  // Who may make a call.
+  enum class Allowed { kJob, kSelf, kJobOrWorker, kJobOrSelf };
+
+  // Check returns OK when the call's credential is allowed `allowed` for a request naming
+  // `node_id`; UNAUTHENTICATED or PERMISSION_DENIED otherwise.
+  absl::Status Check(const grpc::CallbackServerContext& context, Allowed allowed,
+                     uint64_t node_id) const;
+  // CheckCaller accepts node id 0 (a controller such as kvctl) or an issued node id.
+  absl::Status CheckCaller(uint64_t node_id) const;
   // ServerStub returns the (cached) raw stub for a server's address.
   std::shared_ptr<grpc::GenericStub> ServerStub(const std::string& address);
-  // CheckController accepts node id 0 (a controller such as kvctl) or an issued node id.
-  absl::Status CheckCaller(uint64_t node_id) const;
+
+  void HandleRegister(const proto::RegisterRequest& request, proto::RegisterResponse* response,
+                      Done done);
+  void HandleCommand(const proto::CommandRequest& request, proto::CommandResponse* response,
+                     Done done);
+  absl::Status HandleClusterStatus(const proto::ClusterStatusRequest& request,
+                                   proto::ClusterStatusResponse* response);
 
   SchedulerCore* core_;
   const absl::Duration command_timeout_;
+  // With a secret: the job token and the key of node tokens.
+  std::optional<std::string> job_token_;
+  std::optional<NodeKey> node_key_;
+  std::shared_ptr<grpc::ChannelCredentials> server_credentials_;  // Calls to the servers.
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<grpc::GenericStub>> stubs_ ABSL_GUARDED_BY(mu_);
 };

@@ -19,6 +19,9 @@
 // CPU and to two (raw_4KB_one_cpu_us, raw_4KB_two_cpus_us), the two values an unpinned
 // ceiling of a small exchange lands near.
 //
+// With the job secret by default (--secret=false: none, the daemons run --insecure); --tls puts
+// every link of the job on TLS (tests/bench/kvbench_security.sh compares the three).
+//
 //   bazel run -c opt //tests/bench:kvbench -- [--quick] [--format=json] [--only=SUBSTRING]
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -31,6 +34,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <random>
@@ -47,6 +51,8 @@
 #include "absl/time/clock.h"
 #include "client/kvstore.h"
 #include "common/flags_usage.h"
+#include "common/job_auth.h"
+#include "tests/job_secret.h"
 #include "tests/process.h"
 #include "tools/cpp/runfiles/runfiles.h"
 
@@ -62,6 +68,12 @@ ABSL_FLAG(int, serving_threads, 0, "The kvservers' --serving_threads (0: their d
 ABSL_FLAG(std::string, serving_poll, "",
           "The kvservers' --serving_poll, e.g. 0 (empty: their default).");
 ABSL_FLAG(int, seed, 0, "Random seed of the pushed values (0: from the clock).");
+ABSL_FLAG(bool, secret, true,
+          "Authenticate every call with a fresh job secret, as a launched job does (false: the "
+          "daemons run --insecure).");
+ABSL_FLAG(bool, tls, false,
+          "TLS on every link of the job, with a CA and certificate made by "
+          "deploy/make-certs.sh for the job.");
 ABSL_FLAG(int, reps, 0,
           "Timed repetitions of every case (0: the case's own, fewer with --quick).");
 ABSL_FLAG(int, raw_echo_port, 0, "Internal: run as the echo process of a raw-socket ceiling.");
@@ -332,11 +344,60 @@ int RawEcho(int port) {
 // ---------------------------------------------------------------------------------------------
 // The job
 
+// JobSecurity: what the processes of a job are given, from --secret and --tls.
+struct JobSecurity {
+  std::string secret_file;   // Empty: the daemons run --insecure.
+  std::string certificates;  // The folder of the TLS files; empty: no TLS.
+  SecurityOptions workers;   // The secret and the TLS files, for the in-process workers.
+};
+
+// MakeJobSecurity writes a fresh job secret into `tmp` (with --secret) and makes a CA and a
+// certificate for 127.0.0.1 with deploy/make-certs.sh into tmp/kvbench-tls-TAG (with --tls).
+JobSecurity MakeJobSecurity(const char* argv0, const std::string& tmp, const std::string& tag) {
+  JobSecurity security;
+  if (absl::GetFlag(FLAGS_secret)) {
+    security.secret_file = testing::WriteJobSecret(tmp);
+    absl::StatusOr<std::string> read = ReadSecretFile(security.secret_file);
+    if (!read.ok()) Die(read.status().ToString());
+    security.workers.secret = *read;
+  }
+  if (absl::GetFlag(FLAGS_tls)) {
+    const std::string script = Binary("", argv0, "deploy/make-certs.sh");
+    security.certificates = absl::StrCat(tmp, "/kvbench-tls-", tag);
+    std::filesystem::remove_all(security.certificates);
+    std::filesystem::create_directories(security.certificates);
+    testing::ProcessOptions quiet;
+    quiet.log_path = security.certificates + "/make-certs.log";
+    auto maker = Process::Start("make-certs.sh", {"/bin/bash", script, security.certificates,
+                                                  "127.0.0.1"}, quiet);
+    const absl::StatusOr<int> code =
+        maker.ok() ? (*maker)->Wait(absl::Seconds(60)) : maker.status();
+    if (!code.ok() || *code != 0) {
+      Die(absl::StrCat("cannot make TLS certificates with ", script, ": ",
+                       code.ok() ? (*maker)->output() : code.status().ToString()));
+    }
+    security.workers.tls.ca_file = security.certificates + "/ca.pem";
+    security.workers.tls.cert_file = security.certificates + "/node.pem";
+    security.workers.tls.key_file = security.certificates + "/node.key";
+  }
+  return security;
+}
+
 // StartDaemon starts a scheduler or kvserver, its output in `log`.
 std::unique_ptr<Process> StartDaemon(const std::string& name, std::vector<std::string> argv,
-                                     const std::string& log) {
+                                     const std::string& log, const JobSecurity& security) {
   testing::ProcessOptions options;
   options.log_path = log;
+  if (security.secret_file.empty()) {
+    argv.push_back("--insecure");
+  } else {
+    options.env.emplace_back("KV_SECRET_FILE", security.secret_file);
+  }
+  if (security.workers.tls.enabled()) {
+    options.env.emplace_back("KV_TLS_CA", security.workers.tls.ca_file);
+    options.env.emplace_back("KV_TLS_CERT", security.workers.tls.cert_file);
+    options.env.emplace_back("KV_TLS_KEY", security.workers.tls.key_file);
+  }
   auto daemon = Process::Start(name, std::move(argv), std::move(options));
   if (!daemon.ok()) Die(daemon.status().ToString());
   return *std::move(daemon);
@@ -348,8 +409,10 @@ struct Job {
   ~Job() {
     workers.clear();
     for (auto& daemon : daemons) daemon->Wait(absl::Seconds(2)).IgnoreError();
+    if (!security.certificates.empty()) std::filesystem::remove_all(security.certificates);
   }
 
+  JobSecurity security;
   std::vector<std::unique_ptr<Process>> daemons;
   std::vector<std::unique_ptr<KVStore>> workers;
 };
@@ -368,13 +431,14 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers) {
   const std::string scheduler =
       Binary(absl::GetFlag(FLAGS_scheduler), argv0, "server/scheduler/scheduler");
   const std::string kvserver = Binary(absl::GetFlag(FLAGS_kvserver), argv0, "server/kvserver");
+  job->security = MakeJobSecurity(argv0, tmp, tag);
   job->daemons.push_back(StartDaemon(
       "scheduler",
       std::vector<std::string>{scheduler, "--port=0", "--port_file=" + port_file,
                                absl::StrCat("--num_servers=", servers),
                                absl::StrCat("--num_workers=", workers),
                                "--register_timeout=60s", "--log_level=warn", ChunkFlag()},
-      absl::StrCat(tmp, "/kvbench-scheduler-", tag, ".log")));
+      absl::StrCat(tmp, "/kvbench-scheduler-", tag, ".log"), job->security));
   const absl::StatusOr<int> reported =
       job->daemons.back()->WaitForPortFile(port_file, absl::Seconds(30));
   if (!reported.ok()) Die(absl::StrCat(scheduler, ": ", reported.status().ToString()));
@@ -388,7 +452,8 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers) {
     const std::string poll = absl::GetFlag(FLAGS_serving_poll);
     if (!poll.empty()) argv.push_back(absl::StrCat("--serving_poll=", poll));
     job->daemons.push_back(StartDaemon(absl::StrCat("server ", s), std::move(argv),
-                                       absl::StrCat(tmp, "/kvbench-server", s, "-", tag, ".log")));
+                                       absl::StrCat(tmp, "/kvbench-server", s, "-", tag, ".log"),
+                                       job->security));
   }
   job->workers.resize(workers);
   std::vector<std::thread> joining;
@@ -396,6 +461,7 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers) {
     joining.emplace_back([&job, w, port] {
       DistOptions options;
       options.scheduler_port = port;
+      options.security = job->security.workers;
       options.requested_rank = w;
       options.register_timeout = absl::Seconds(60);
       if (absl::GetFlag(FLAGS_connections) > 0) {
@@ -679,7 +745,8 @@ int main(int argc, char** argv) {
   kvstore::InitFlags(argc, argv,
                      "push / pull throughput and latency of a real job over 127.0.0.1, next to "
                      "the machine's\nown ceilings measured in the same run.\n\n"
-                     "  kvbench [--quick] [--format=json] [--only=SUBSTRING]",
+                     "  kvbench [--quick] [--format=json] [--only=SUBSTRING] [--secret=false] "
+                     "[--tls]",
                      __FILE__);
   if (absl::GetFlag(FLAGS_raw_echo_port) > 0) {
     return kvstore::bench::RawEcho(absl::GetFlag(FLAGS_raw_echo_port));

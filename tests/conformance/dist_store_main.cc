@@ -2,6 +2,7 @@
 // scheduler and two kvservers listening on 127.0.0.1 with OS-chosen ports, in this process -
 // and joins it as its only worker. The big-value bound is lowered to 8 elements so that most
 // random values are split over both servers.
+#include <cstdlib>
 #include <memory>
 
 #include "server/grpc/kvserver_daemon.h"
@@ -53,6 +54,9 @@ absl::StatusOr<std::unique_ptr<KVStore>> NewJob() {
     server.serving_threads = i + 1;  // One serving thread, and two (calls spread over queues).
     // The first sleeps between calls, the second polls for the next small call.
     server.serving_poll = i == 0 ? absl::ZeroDuration() : absl::Milliseconds(1);
+    // Checkpoints go below the test's scratch directory (optimizer_cases.cc).
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    server.checkpoint_root = tmp != nullptr ? tmp : "/tmp";
     auto daemon = KVServerDaemon::Start(std::move(server));
     if (!daemon.ok()) return daemon.status();
     cluster->servers.push_back(*std::move(daemon));

@@ -4,6 +4,7 @@
 // to the scheduler and the servers differ. As in dist_store_main.cc, the big-value bound is 8
 // elements and the chunk size 12 bytes, so that most random values are split over both servers
 // and cut in chunks.
+#include <cstdlib>
 #include <memory>
 
 #include "client/in_process_job.h"
@@ -25,6 +26,9 @@ absl::StatusOr<std::unique_ptr<KVStore>> NewJob() {
   options.chunk_bytes = 12;
   options.register_timeout = absl::Seconds(30);
   options.heartbeat_interval = absl::Milliseconds(50);
+  // Checkpoints go below the test's scratch directory (optimizer_cases.cc).
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  options.checkpoint_root = tmp != nullptr ? tmp : "/tmp";
   auto started = InProcessJob::Start(options);
   if (!started.ok()) return started.status();
   job = *std::move(started);

@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "server/core/optimizer.h"
 #include "tests/conformance/store_under_test.h"
 #include "tests/test_util.h"
@@ -193,11 +194,21 @@ TEST_CASE("Optimizers: SaveOptimizerStates and LoadOptimizerStates continue bit-
 
 TEST_CASE("Optimizers: Checkpoint is for stores with servers", "[optimizer][state]") {
   auto kv = NewStore();
-  const absl::Status status = kv->Checkpoint(StatePath("ckpt"));
+  const absl::Status status = kv->Checkpoint("ckpt");
   if (kv->type().rfind("dist", 0) == 0) {
-    // The servers of the dist test job run in this process and write into TEST_TMPDIR.
+    // The servers of the dist test job run in this process, their checkpoint root TEST_TMPDIR.
     INFO(status.ToString());
     CHECK(status.ok());
+    for (int server = 0; server < GetStoreUnderTest().num_servers; ++server) {
+      CHECK(std::ifstream(StatePath(absl::StrCat("ckpt/server-", server, ".ckpt"))).good());
+    }
+    // A directory that would leave the root is refused, naming it.
+    for (const std::string& dir : {StatePath("elsewhere"), std::string("../elsewhere")}) {
+      const absl::Status refused = kv->Checkpoint(dir);
+      INFO(refused.ToString());
+      CHECK(absl::IsInvalidArgument(refused));
+      CHECK(refused.message().find(dir) != absl::string_view::npos);
+    }
   } else {
     CHECK(absl::IsFailedPrecondition(status));
   }

@@ -2,7 +2,9 @@
 // own process, talking over 127.0.0.1 with ports chosen by the OS.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -14,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "tests/job_secret.h"
 #include "tests/process.h"
 #include "tools/cpp/runfiles/runfiles.h"
 
@@ -39,11 +42,32 @@ std::string TempDir() {
   return dir != nullptr ? dir : "/tmp";
 }
 
+// FreshCheckpointRoot makes an empty directory for the kvservers' --checkpoint_root and returns
+// its canonical path, the one the servers name in their replies and errors.
+std::string FreshCheckpointRoot(const std::string& name) {
+  const std::filesystem::path root =
+      std::filesystem::path(TempDir()) / absl::StrCat(name, "-", getpid());
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  return std::filesystem::canonical(root).string();
+}
+
+// JobSecret is the secret file every process of these tests gets (KV_SECRET_FILE): calls are
+// authenticated as in a launched job.
+const std::string& JobSecret() {
+  static const std::string* path = new std::string(WriteJobSecret(TempDir()));
+  return *path;
+}
+
 // StartProcess starts `argv` as `name`, its output in a log file of its own.
 std::unique_ptr<Process> StartProcess(const std::string& name, std::vector<std::string> argv,
                                       Variables env) {
   static int counter = 0;
   ProcessOptions options;
+  const bool own_secret = std::any_of(env.begin(), env.end(), [](const auto& variable) {
+    return variable.first == "KV_SECRET_FILE";
+  });
+  if (!own_secret) env.emplace_back("KV_SECRET_FILE", JobSecret());
   options.env = std::move(env);
   options.log_path = absl::StrReplaceAll(
       absl::StrCat(TempDir(), "/", name, "-", getpid(), "-", counter++, ".log"), {{" ", "_"}});
@@ -208,21 +232,22 @@ TEST_CASE("Cluster: checkpoint, kill -9, restore: training continues bit-exactly
   const std::string uninterrupted = absl::StrCat(dir, "-uninterrupted.bin");
   const std::string resumed = absl::StrCat(dir, "-resumed.bin");
   const std::vector<std::string> job = {"--big_value_bound=100", "--chunk_bytes=1000"};
+  const std::string root = "--checkpoint_root=" + FreshCheckpointRoot("ckpt-root");
   {
     // The reference: rounds 1..6 without interruption.
     Cluster cluster(2, 2, job);
     for (int r = 0; r < 2; ++r) {
-      cluster.AddWorker(r, {"train", absl::StrCat(seed), "1", "6", "0", dir, uninterrupted});
+      cluster.AddWorker(r, {"train", absl::StrCat(seed), "1", "6", "0", "run", uninterrupted});
     }
     cluster.ExpectCleanExit();
   }
   {
     // Rounds 1..3, checkpoint, then server 0 is killed with SIGKILL and the job torn down.
-    Cluster cluster(2, 2, job);
+    Cluster cluster(2, 2, job, {root});
     std::vector<Process*> workers;
     for (int r = 0; r < 2; ++r) {
       workers.push_back(
-          &cluster.AddWorker(r, {"train", absl::StrCat(seed), "1", "3", "3", dir, "-"}));
+          &cluster.AddWorker(r, {"train", absl::StrCat(seed), "1", "3", "3", "run", "-"}));
     }
     for (Process* worker : workers) {
       INFO(worker->output());
@@ -232,9 +257,10 @@ TEST_CASE("Cluster: checkpoint, kill -9, restore: training continues bit-exactly
   }
   {
     // A new job whose servers restore the checkpoint runs rounds 4..6.
-    Cluster cluster(2, 2, job, {"--restore=" + dir});
+    Cluster cluster(2, 2, job, {root, "--restore=run"});
     for (int r = 0; r < 2; ++r) {
-      cluster.AddWorker(r, {"train", absl::StrCat(seed), "4", "6", "0", dir, resumed, "restored"});
+      cluster.AddWorker(r,
+                        {"train", absl::StrCat(seed), "4", "6", "0", "run", resumed, "restored"});
     }
     cluster.ExpectCleanExit();
   }
@@ -245,26 +271,106 @@ TEST_CASE("Cluster: checkpoint, kill -9, restore: training continues bit-exactly
 
 TEST_CASE("Cluster: a damaged checkpoint stops the restoring server, naming the file",
           "[cluster][checkpoint]") {
-  const std::string dir = absl::StrCat(TempDir(), "/damaged-", getpid());
+  const std::string dir = FreshCheckpointRoot("damaged");
   {
-    Cluster cluster(1, 1);
-    Process& worker = cluster.AddWorker(0, {"train", "7", "1", "1", "1", dir, "-"});
+    Cluster cluster(1, 1, {}, {"--checkpoint_root=" + dir});
+    Process& worker = cluster.AddWorker(0, {"train", "7", "1", "1", "1", "run", "-"});
     REQUIRE(worker.WaitForOutput("CHECKPOINTED", absl::Seconds(60)));
   }
-  const std::string path = dir + "/server-0.ckpt";
+  const std::string path = dir + "/run/server-0.ckpt";
   std::string bytes = ReadTextFile(path);
   REQUIRE(bytes.size() > 100);
   bytes[bytes.size() / 2] ^= 0x40;
   {
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
   }
-  Cluster cluster(1, 1, {}, {"--restore=" + dir});
-  cluster.AddWorker(0, {"train", "7", "2", "2", "0", dir, "-", "restored"});
+  Cluster cluster(1, 1, {}, {"--checkpoint_root=" + dir, "--restore=run"});
+  cluster.AddWorker(0, {"train", "7", "2", "2", "0", "run", "-", "restored"});
   Cluster::ExpectExit(cluster.server(0), 1);
   const std::string log = cluster.server(0).output();
   INFO(log);
   REQUIRE(log.find(path) != std::string::npos);
   REQUIRE(log.find("checksum") != std::string::npos);
+}
+
+TEST_CASE("Cluster: checkpoints stay below --checkpoint_root; escapes are refused, naming both",
+          "[cluster][checkpoint]") {
+  const std::string base = FreshCheckpointRoot("confined");
+  const std::string root = base + "/root", outside = base + "/outside";
+  std::filesystem::create_directories(root + "/trap");
+  std::filesystem::create_directories(outside);
+  std::ofstream(outside + "/victim") << "precious";
+  std::filesystem::create_directory_symlink(outside, root + "/link");
+  std::filesystem::create_symlink(outside + "/victim", root + "/trap/server-0.ckpt");
+  // not_root lists what lies below `base` outside the root: nothing may be written there.
+  auto not_root = [&] {
+    std::vector<std::string> found;
+    for (auto it = std::filesystem::recursive_directory_iterator(base);
+         it != std::filesystem::recursive_directory_iterator(); ++it) {
+      if (it->path() == root) it.disable_recursion_pending();
+      found.push_back(it->path().string());
+    }
+    std::sort(found.begin(), found.end());
+    return found;
+  };
+  const std::vector<std::string> before = not_root();
+  // DIR, the status code, and what the refusal says (it also names the root).
+  struct Escape {
+    std::string dir, code, why;
+  };
+  const std::string link = root + "/link is a symbolic link";
+  const std::vector<Escape> escapes = {
+      {"../escape", "INVALID_ARGUMENT", "\"../escape\" has a \"..\" component"},
+      {outside + "/absolute", "INVALID_ARGUMENT", "\"" + outside + "/absolute\" is absolute"},
+      {"link", "PERMISSION_DENIED", "\"link\": " + link},
+      {"link/below", "PERMISSION_DENIED", "\"link/below\": " + link},
+  };
+  const std::string server_root = "--checkpoint_root=" + root;
+  {
+    Cluster cluster(1, 1, {}, {server_root});
+    Process& worker = cluster.AddWorker(0, {"train", "11", "1", "2", "2", "run", "-"});
+    REQUIRE(worker.WaitForOutput("CHECKPOINTED", absl::Seconds(60)));
+    std::vector<Escape> refused = escapes;
+    refused.push_back({"trap", "", root + "/trap/server-0.ckpt is a symbolic link"});
+    int code = 0;
+    for (const Escape& escape : refused) {
+      const std::string output = cluster.Kvctl({"checkpoint", escape.dir}, &code);
+      INFO("kvctl checkpoint " << escape.dir << ": " << output);
+      CHECK(code == 1);
+      CHECK(output.find(escape.why) != std::string::npos);
+      CHECK(output.find("checkpoint root " + root) != std::string::npos);
+    }
+    CHECK(not_root() == before);
+    CHECK(ReadTextFile(outside + "/victim") == "precious");
+    const std::string written = cluster.Kvctl({"checkpoint", "./again/"}, &code);
+    INFO(written);
+    CHECK(code == 0);
+    CHECK(written.find("server 0: " + root + "/again/server-0.ckpt") != std::string::npos);
+    cluster.Kvctl({"shutdown"}, &code);
+    Cluster::ExpectExit(cluster.server(0), 0);
+    Cluster::ExpectExit(cluster.scheduler(), 0);
+    worker.Kill();
+  }
+  // A kvserver asked to restore from outside the root stops at once, naming both.
+  for (const Escape& escape : escapes) {
+    std::unique_ptr<Process> server =
+        StartProcess("kvserver", {Runfile("server/kvserver"), "--scheduler=127.0.0.1:1",
+                                  server_root, "--restore=" + escape.dir}, {});
+    Cluster::ExpectExit(*server, 1);
+    const std::string output = server->output();
+    INFO("kvserver --restore=" << escape.dir << ": " << output);
+    CHECK(output.find(escape.code + ": checkpoint directory " + escape.why) != std::string::npos);
+    CHECK(output.find("checkpoint root " + root) != std::string::npos);
+  }
+  // The checkpoint below the root restores.
+  Cluster cluster(1, 1, {}, {server_root, "--restore=run"});
+  cluster.AddWorker(0, {"train", "11", "3", "3", "0", "run", base + "/resumed.bin", "restored"});
+  cluster.ExpectCleanExit();
+  CHECK(ReadTextFile(base + "/resumed.bin").size() == (600 * 5 + 7) * sizeof(float));
+  std::vector<std::string> after = before;
+  after.push_back(base + "/resumed.bin");
+  std::sort(after.begin(), after.end());
+  CHECK(not_root() == after);
 }
 
 TEST_CASE("Cluster: a kvserver built with its own updater and controller",
@@ -282,7 +388,8 @@ TEST_CASE("Cluster: a kvserver built with its own updater and controller",
 }
 
 TEST_CASE("Cluster: kvctl status, command fan-out and shutdown", "[cluster][kvctl]") {
-  Cluster cluster(2, 1);
+  const std::string root = FreshCheckpointRoot("kvctl-ckpt");
+  Cluster cluster(2, 1, {}, {"--checkpoint_root=" + root});
   Process& worker = cluster.AddWorker(0, {"dead_server"});
   REQUIRE(worker.WaitForOutput("READY", absl::Seconds(30)));
   int code = 0;
@@ -308,12 +415,11 @@ TEST_CASE("Cluster: kvctl status, command fan-out and shutdown", "[cluster][kvct
   REQUIRE(code == 0);
   REQUIRE(replies.find("server 0: server 0: hello") != std::string::npos);
   REQUIRE(replies.find("server 1: server 1: hello") != std::string::npos);
-  const std::string dir = absl::StrCat(TempDir(), "/kvctl-ckpt-", getpid());
-  const std::string written = cluster.Kvctl({"checkpoint", dir}, &code);
+  const std::string written = cluster.Kvctl({"checkpoint", "snapshot"}, &code);
   INFO(written);
   REQUIRE(code == 0);
   for (int s = 0; s < 2; ++s) {
-    const std::string path = absl::StrCat(dir, "/server-", s, ".ckpt");
+    const std::string path = absl::StrCat(root, "/snapshot/server-", s, ".ckpt");
     REQUIRE(written.find(absl::StrCat("server ", s, ": ", path)) != std::string::npos);
     REQUIRE(ReadTextFile(path).rfind(std::string("KVSTATE\0", 8), 0) == 0);
   }
@@ -361,6 +467,34 @@ TEST_CASE("Cluster: once every worker is gone, the scheduler ends the job and na
 TEST_CASE("Cluster: malformed, mismatched and foreign requests are refused; state unchanged",
           "[cluster][errors]") {
   Cluster cluster(1, 1);
+  cluster.AddWorker(0, {"bad_input"});
+  cluster.ExpectCleanExit();
+}
+
+TEST_CASE("Cluster: without the job's secret, a kvserver or kvctl is refused; the job goes on",
+          "[cluster][auth]") {
+  Cluster cluster(1, 1);
+  const std::string other_secret = WriteJobSecret(TempDir());
+  // Another job's kvserver (or an attacker's) cannot take a server slot.
+  Variables env = cluster.Env("server", 1);
+  env.emplace_back("KV_SECRET_FILE", other_secret);
+  std::unique_ptr<Process> impostor =
+      StartProcess("impostor", {Runfile("server/kvserver"), "--register_timeout=10s"}, env);
+  const absl::StatusOr<int> impostor_exit = impostor->Wait(absl::Seconds(30));
+  INFO(impostor->output());
+  REQUIRE(impostor_exit.ok());
+  CHECK(*impostor_exit != 0);
+  CHECK(impostor->output().find("UNAUTHENTICATED") != std::string::npos);
+  // Nor can a kvctl without the secret shut the job down.
+  const std::vector<std::string> shutdown = {
+      Runfile("client/kvctl/kvctl"),
+      absl::StrCat("--scheduler=127.0.0.1:", cluster.Env("worker", 0)[2].second), "shutdown"};
+  std::unique_ptr<Process> kvctl =
+      StartProcess("kvctl", shutdown, {{"KV_SECRET_FILE", other_secret}});
+  CHECK(kvctl->Wait(absl::Seconds(20)).value_or(-1) == 1);
+  CHECK(kvctl->output().find("job token") != std::string::npos);
+  // The worker's raw attacks on the server and the scheduler are refused too, and the job
+  // ends cleanly with the key unchanged.
   cluster.AddWorker(0, {"bad_input"});
   cluster.ExpectCleanExit();
 }

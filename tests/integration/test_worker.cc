@@ -31,9 +31,10 @@
 //                   `restored`; rounds FIRST..LAST of dist_sync pushes of gradients drawn from
 //                   SEED, the round and the rank, to a key split over the servers and a small
 //                   one. After round CKPT_ROUND (0: never) every worker waits for the others,
-//                   rank 0 makes the servers checkpoint into DIR, and "CHECKPOINTED" is
-//                   printed. Rank 0 writes the final values to OUT. A `restored` job (servers
-//                   started with --restore DIR) initialises the keys (kept from the
+//                   rank 0 makes the servers checkpoint into DIR (relative to their
+//                   --checkpoint_root), and "CHECKPOINTED" is printed. Rank 0 writes the final
+//                   values to OUT. A `restored` job (servers started with --restore DIR)
+//                   initialises the keys (kept from the
 //                   checkpoint) and goes on from FIRST. With OUT "-" the worker holds on
 //                   after its last round (up to 60 s) so that the test can kill the job.
 //   clipped_sum     For examples/custom_kvserver: selects its "clipped_sum" updater with limit
@@ -69,6 +70,7 @@
 #include "client/kvstore.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
+#include "common/job_auth.h"
 #include "common/proto_convert.h"
 #include "common/status_macros.h"
 #include "common/wire_frame.h"
@@ -276,24 +278,35 @@ absl::Status DeadServer(KVStore& kv) {
   return absl::OkStatus();
 }
 
-// Raw requests to server 0, bypassing the SDK's own checks.
-absl::Status BadInput(KVStore& kv, uint64_t node_id, const std::string& server) {
+// RawCall sends `request` as a raw call of `method` on `stub`, with `credential` (a node
+// credential, "NODE_ID:TOKEN") unless it is empty, and returns the call's status; the reply,
+// when there is one, goes to `*reply`.
+grpc::Status RawCall(grpc::GenericStub& stub, const char* method, const grpc::ByteBuffer& request,
+                     const std::string& credential, grpc::ByteBuffer* reply) {
+  grpc::ClientContext context;
+  context.set_deadline(GrpcDeadline(absl::Now() + absl::Seconds(10)));
+  if (!credential.empty()) context.AddMetadata(kNodeTokenKey, credential);
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, reply, [&](grpc::Status s) {
+    status = s;
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
+}
+
+// Raw requests to server 0, bypassing the SDK's own checks, with this worker's credential
+// (`credential`, "NODE_ID:TOKEN"; empty in a job without a secret).
+absl::Status BadInput(KVStore& kv, uint64_t node_id, const std::string& server,
+                      const std::string& credential) {
   const Tensor init = Base(6, 4);
   RETURN_IF_ERROR(kv.Init(5, init));  // Small key: lives on one server; with one server, here.
   grpc::GenericStub stub(MakeChannel(server));
+  std::string sent_credential = credential;  // What `call` sends; the attacks change it.
   auto call = [&](const char* method, const grpc::ByteBuffer& request) {
-    grpc::ClientContext context;
-    context.set_deadline(GrpcDeadline(absl::Now() + absl::Seconds(10)));
     grpc::ByteBuffer reply;
-    absl::Notification done;
-    grpc::Status status;
-    stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &reply,
-                   [&](grpc::Status s) {
-                     status = s;
-                     done.Notify();
-                   });
-    done.WaitForNotification();
-    return FromGrpcStatus(status);
+    return FromGrpcStatus(RawCall(stub, method, request, sent_credential, &reply));
   };
   auto push = [&](uint64_t node, std::vector<int64_t> shape, DType dtype, int64_t count,
                   uint64_t payload_bytes, const Tensor& data, int64_t key = 5) {
@@ -352,15 +365,116 @@ absl::Status BadInput(KVStore& kv, uint64_t node_id, const std::string& server) 
       {"a deferred Init with bytes", init_request(true, false, 24, other),
        absl::StatusCode::kInvalidArgument},
   };
-  for (const Case& c : cases) {
-    RETURN_IF_ERROR(Expect(c.status.code() == c.code,
-                           absl::StrCat(c.name, ": got ", c.status.ToString())));
-    std::printf("refused %s: %s\n", c.name, c.status.ToString().c_str());
+  std::vector<Case> attacks;
+  if (!credential.empty()) {
+    // A job with a secret: requests without this worker's credential, or naming another node.
+    const Tensor zeros = Tensor::Zeros(DType::kFloat32, {6});
+    proto::ServerCommandRequest command;
+    command.set_node_id(node_id);
+    command.set_head(0);
+    command.set_body("sum");
+    attacks.push_back({"a push naming the scheduler's node (1)",
+                       push(1, {6}, DType::kFloat32, 6, 24, zeros),
+                       absl::StatusCode::kPermissionDenied});
+    attacks.push_back({"a push naming another worker's node",
+                       push(node_id + 1, {6}, DType::kFloat32, 6, 24, zeros),
+                       absl::StatusCode::kPermissionDenied});
+    attacks.push_back({"a command sent straight to a server",
+                       call("/kvstore.proto.KVServer/Command", EncodeMessage(command)),
+                       absl::StatusCode::kPermissionDenied});
+    sent_credential = "";
+    attacks.push_back({"a push without a credential", push(node_id, {6}, DType::kFloat32, 6, 24, zeros),
+                       absl::StatusCode::kUnauthenticated});
+    sent_credential = absl::StrCat(node_id, ":", JobToken(NewSecret()));
+    attacks.push_back({"a push with a forged node token",
+                       push(node_id, {6}, DType::kFloat32, 6, 24, zeros),
+                       absl::StatusCode::kUnauthenticated});
+    sent_credential = absl::StrCat(1, ":", credential.substr(credential.find(':') + 1));
+    attacks.push_back({"a push with this node's token claimed for node 1",
+                       push(1, {6}, DType::kFloat32, 6, 24, zeros),
+                       absl::StatusCode::kUnauthenticated});
+    sent_credential = credential;
+  }
+  for (const std::vector<Case>* list : {&cases, static_cast<const std::vector<Case>*>(&attacks)}) {
+    for (const Case& c : *list) {
+      RETURN_IF_ERROR(Expect(c.status.code() == c.code,
+                             absl::StrCat(c.name, ": got ", c.status.ToString())));
+      std::printf("refused %s: %s\n", c.name, c.status.ToString().c_str());
+    }
   }
   Tensor out = Tensor::Zeros(DType::kFloat32, {6});
   RETURN_IF_ERROR(kv.Pull(5, &out));
   RETURN_IF_ERROR(kv.WaitAll());
   return ExpectEqual(out, init, "key 5 after the refused requests");
+}
+
+// Raw calls to the scheduler at `address` without the job's credentials, or with this
+// worker's (`credential`) for another node: each must be refused, and the job go on.
+absl::Status SchedulerAttacks(const std::string& address, uint64_t node_id,
+                              const std::string& credential) {
+  grpc::GenericStub stub(MakeChannel(address));
+  auto call = [&](const char* method, const google::protobuf::MessageLite& message,
+                  const std::string& sent_credential) {
+    grpc::ByteBuffer reply;
+    return FromGrpcStatus(
+        RawCall(stub, method, EncodeMessage(message), sent_credential, &reply));
+  };
+  proto::RegisterRequest fake_server;
+  fake_server.set_role(proto::SERVER);
+  fake_server.set_address("127.0.0.1:1");
+  proto::ShutdownRequest shutdown;
+  proto::CommandRequest command;
+  command.set_head(0);
+  command.set_body("sum");
+  proto::ClusterStatusRequest status;
+  proto::HeartbeatRequest other_heartbeat;
+  other_heartbeat.set_node_id(node_id + 1);
+  proto::BarrierRequest other_barrier;
+  other_barrier.set_node_id(node_id + 1);
+  other_barrier.set_group(proto::GROUP_WORKERS);
+  struct Case {
+    const char* name;
+    absl::Status status;
+    absl::StatusCode code;
+  };
+  const std::vector<Case> cases = {
+      {"a registration without the job token",
+       call("/kvstore.proto.Scheduler/Register", fake_server, ""),
+       absl::StatusCode::kUnauthenticated},
+      {"a registration with a node token", call("/kvstore.proto.Scheduler/Register", fake_server,
+                                                credential),
+       absl::StatusCode::kUnauthenticated},
+      {"a shutdown without a credential", call("/kvstore.proto.Scheduler/Shutdown", shutdown, ""),
+       absl::StatusCode::kUnauthenticated},
+      {"an updater command without a credential",
+       call("/kvstore.proto.Scheduler/Command", command, ""),
+       absl::StatusCode::kUnauthenticated},
+      {"a status request without a credential",
+       call("/kvstore.proto.Scheduler/ClusterStatus", status, ""),
+       absl::StatusCode::kUnauthenticated},
+      {"a heartbeat for another node", call("/kvstore.proto.Scheduler/Heartbeat",
+                                            other_heartbeat, credential),
+       absl::StatusCode::kPermissionDenied},
+      {"a barrier entered as another node", call("/kvstore.proto.Scheduler/Barrier",
+                                                 other_barrier, credential),
+       absl::StatusCode::kPermissionDenied},
+  };
+  for (const Case& c : cases) {
+    RETURN_IF_ERROR(Expect(c.status.code() == c.code,
+                           absl::StrCat(c.name, ": got ", c.status.ToString())));
+    std::printf("refused %s: %s\n", c.name, c.status.ToString().c_str());
+  }
+  // Bytes that do not parse: INVALID_ARGUMENT with a message, not an empty UNIMPLEMENTED.
+  grpc::Slice garbage(std::string("\x0a\xff\xff\xff\xff\xff garbage"));
+  grpc::ByteBuffer reply;
+  const grpc::Status malformed = RawCall(stub, "/kvstore.proto.Scheduler/Heartbeat",
+                                         grpc::ByteBuffer(&garbage, 1), credential, &reply);
+  RETURN_IF_ERROR(Expect(malformed.error_code() == grpc::StatusCode::INVALID_ARGUMENT &&
+                             !malformed.error_message().empty(),
+                         absl::StrCat("a malformed heartbeat: got ", malformed.error_code(), " ",
+                                      malformed.error_message())));
+  std::printf("refused a malformed heartbeat: %s\n", malformed.error_message().c_str());
+  return absl::OkStatus();
 }
 
 // Gradient of `worker` in `round` for a key of `n` elements: uniform in [-1, 1).
@@ -683,15 +797,28 @@ absl::Status Run(int argc, char** argv) {
     proto::ClusterStatusRequest request;
     request.set_node_id(dist->node_id());
     proto::ClusterStatusResponse reply;
+    const std::string credential =
+        options.security.secret.empty() ? "" : NodeCredential(dist->node_id(), dist->node_token());
     grpc::ClientContext context;
     context.set_deadline(GrpcDeadline(absl::Now() + absl::Seconds(10)));
+    if (!credential.empty()) context.AddMetadata(kNodeTokenKey, credential);
     RETURN_IF_ERROR(FromGrpcStatus(scheduler->ClusterStatus(&context, request, &reply)));
     std::string server;
     for (const proto::NodeStatus& node : reply.nodes()) {
       if (node.role() == proto::SERVER && node.rank() == 0) server = node.address();
     }
     RETURN_IF_ERROR(Expect(!server.empty(), "the scheduler lists no server 0"));
-    return BadInput(*kv, dist->node_id(), server);
+    RETURN_IF_ERROR(BadInput(*kv, dist->node_id(), server, credential));
+    if (credential.empty()) return absl::OkStatus();
+    RETURN_IF_ERROR(SchedulerAttacks(
+        absl::StrCat(options.scheduler_host, ":", options.scheduler_port), dist->node_id(),
+        credential));
+    // The job went on: the key is intact, and a barrier and a pull still work.
+    RETURN_IF_ERROR(kv->Barrier());
+    Tensor out = Tensor::Zeros(DType::kFloat32, {6});
+    RETURN_IF_ERROR(kv->Pull(5, &out));
+    RETURN_IF_ERROR(kv->WaitAll());
+    return ExpectEqual(out, Base(6, 4), "key 5 after the refused calls");
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown scenario ", scenario));
 }
