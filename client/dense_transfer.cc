@@ -187,7 +187,7 @@ void TransferDense(const TransferContext& ctx, Kind kind, std::vector<KeyWork> w
   for (Request& request : requests) {
     absl::StatusOr<grpc::ByteBuffer> frame;
     auto encode = [&](auto message, bool with_request_id) {
-      message.set_node_id(ctx.node_id);
+      SetSender(ctx, &message);
       if constexpr (!std::is_same_v<decltype(message), proto::PullRequest> &&
                     !std::is_same_v<decltype(message), proto::InitRequest>) {
         if (with_request_id) message.set_request_id((*ctx.next_request_id)++);

@@ -39,19 +39,15 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
   const int connections = options.connections_per_server;
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                    ChannelCredentialsFor(options.security.tls));
-  const bool secured = !options.security.secret.empty();
   return Connect(
       std::move(type), options,
       std::make_unique<GrpcSchedulerLink>(
           absl::StrCat(options.scheduler_host, ":", options.scheduler_port), credentials,
           options.security.secret),
-      [connections, credentials, secured](
+      [connections, credentials](
           const JobView& view) -> absl::StatusOr<std::unique_ptr<ServerTransport>> {
-        ASSIGN_OR_RETURN(
-            std::unique_ptr<GrpcServerTransport> transport,
-            GrpcServerTransport::Create(
-                view.servers, connections, credentials,
-                secured ? NodeCredential(view.node_id, view.node_token) : ""));
+        ASSIGN_OR_RETURN(std::unique_ptr<GrpcServerTransport> transport,
+                         GrpcServerTransport::Create(view.servers, connections, credentials));
         return std::unique_ptr<ServerTransport>(std::move(transport));
       });
 }
@@ -97,9 +93,11 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
       partitioner, view.chunk_bytes > 0 ? view.chunk_bytes : kDefaultChunkBytes);
   store->groups_ = std::make_unique<GroupCache>(servers);
   store->context_ = TransferContext{
-      store->caller_.get(), view.node_id, &store->next_request_id_, &store->push_payload_bytes_,
+      store->caller_.get(), view.node_id,
+      options.security.secret.empty() ? "" : NodeCredential(view.node_id, view.node_token),
+      &store->next_request_id_, &store->push_payload_bytes_,
       static_cast<size_t>(options.connections_per_server) * static_cast<size_t>(servers)};
-  RETURN_IF_ERROR(store->caller_->WaitForServers(view.node_id, options.register_timeout));
+  RETURN_IF_ERROR(store->caller_->WaitForServers(store->context_, options.register_timeout));
   store->queue_ = std::make_unique<OpQueue>(
       OpQueue::Options{options.max_inflight, options.fusion_bytes},
       [s = store.get()](Op op, OpDone done) { s->Start(std::move(op), std::move(done)); });

@@ -49,7 +49,7 @@ void TransferGroup(const TransferContext& ctx, Kind kind, std::shared_ptr<GroupP
     const GroupPlan& g = *state->group;
     const GroupPlan::Part& part = g.parts[p];
     auto fill = [&](auto message) -> absl::StatusOr<grpc::ByteBuffer> {
-      message.set_node_id(ctx.node_id);
+      SetSender(ctx, &message);
       message.set_group_id(g.id);
       if constexpr (!std::is_same_v<decltype(message), proto::PullRequest>) {
         message.set_request_id(request_id + p);

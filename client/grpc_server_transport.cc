@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
-#include "common/job_auth.h"
 #include "common/named_thread.h"
 
 namespace kvstore {
@@ -22,13 +21,12 @@ struct GrpcServerTransport::Rpc {
 
 absl::StatusOr<std::unique_ptr<GrpcServerTransport>> GrpcServerTransport::Create(
     const std::vector<ServerAddress>& servers, int connections,
-    std::shared_ptr<grpc::ChannelCredentials> credentials, std::string node_credential) {
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
   if (connections < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("connections per server must be >= 1, not ", connections));
   }
   std::unique_ptr<GrpcServerTransport> transport(new GrpcServerTransport());
-  transport->node_credential_ = std::move(node_credential);
   for (const ServerAddress& address : servers) {
     Server server;
     for (int c = 0; c < connections; ++c) {
@@ -58,7 +56,6 @@ void GrpcServerTransport::Send(int s, ServerMethod method,
                                absl::Time deadline, Done done) {
   auto rpc = std::make_unique<Rpc>();
   rpc->context.set_deadline(GrpcDeadline(deadline));
-  if (!node_credential_.empty()) rpc->context.AddMetadata(kNodeTokenKey, node_credential_);
   rpc->done = std::move(done);
   Server& server = servers_[s];
   grpc::GenericStub* stub = server.stubs[(*server.next_stub)++ % server.stubs.size()].get();
@@ -86,7 +83,6 @@ absl::Status GrpcServerTransport::Probe(int s, ServerMethod method,
   grpc::ClientContext context;
   context.set_deadline(GrpcDeadline(deadline));
   context.set_wait_for_ready(true);
-  if (!node_credential_.empty()) context.AddMetadata(kNodeTokenKey, node_credential_);
   grpc::ByteBuffer reply;
   grpc::Status status;
   // A call of its own on a queue of its own, waited for here.

@@ -30,12 +30,11 @@ namespace kvstore {
 class GrpcServerTransport final : public ServerTransport {
  public:
   // Create opens `connections` (>= 1) channels to each server over `credentials` (null:
-  // plaintext; they connect lazily) and starts the completion thread. Every call carries
-  // `node_credential` (common/job_auth.h) when it is not empty.
+  // plaintext; they connect lazily) and starts the completion thread. Requests carry the
+  // node's credential themselves (proto::RequestNode), not the calls' metadata.
   static absl::StatusOr<std::unique_ptr<GrpcServerTransport>> Create(
       const std::vector<ServerAddress>& servers, int connections,
-      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
-      std::string node_credential = "");
+      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   ~GrpcServerTransport() override;
 
   void Send(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
@@ -57,7 +56,6 @@ class GrpcServerTransport final : public ServerTransport {
   void CompleteCalls();
 
   std::vector<Server> servers_;
-  std::string node_credential_;
   grpc::CompletionQueue cq_;
   std::thread completer_;
   bool closed_ = false;

@@ -109,14 +109,14 @@ void TransferRowSparse(const TransferContext& ctx, Kind kind, std::vector<KeyWor
     absl::StatusOr<grpc::ByteBuffer> frame;
     if (push) {
       proto::PushRequest message;
-      message.set_node_id(ctx.node_id);
+      SetSender(ctx, &message);
       message.set_request_id((*ctx.next_request_id)++);
       for (proto::TensorHeader& header : request.headers) *message.add_tensors() = std::move(header);
       frame = EncodeFrame(message, request.parts);
       *ctx.push_payload_bytes += static_cast<int64_t>(request.payload_bytes);
     } else {
       proto::PullRequest message;
-      message.set_node_id(ctx.node_id);
+      SetSender(ctx, &message);
       for (proto::TensorHeader& header : request.headers) *message.add_tensors() = std::move(header);
       for (proto::RowIds& ids : request.row_ids) *message.add_row_ids() = std::move(ids);
       frame = EncodeMessage(message);

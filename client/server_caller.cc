@@ -53,10 +53,10 @@ void ServerCaller::Attempt(int s, ServerMethod method,
       });
 }
 
-absl::Status ServerCaller::WaitForServers(uint64_t node_id, absl::Duration timeout) {
+absl::Status ServerCaller::WaitForServers(const TransferContext& ctx, absl::Duration timeout) {
   const absl::Time give_up = absl::Now() + timeout;
   proto::PullRequest empty;
-  empty.set_node_id(node_id);
+  SetSender(ctx, &empty);
   const grpc::ByteBuffer request = EncodeMessage(empty);
   for (int s = 0; s < num_servers(); ++s) {
     while (true) {

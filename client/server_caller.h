@@ -29,6 +29,8 @@
 
 namespace kvstore {
 
+struct TransferContext;
+
 // ServerAddress: a server of the job as the scheduler published it.
 struct ServerAddress {
   int rank = 0;
@@ -54,10 +56,10 @@ class ServerCaller {
   void Call(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
             ServerTransport::Done done);
 
-  // WaitForServers returns once every server answers an empty pull from `node_id` (a server
+  // WaitForServers returns once every server answers an empty pull from `ctx`'s node (a server
   // answers UNAVAILABLE until it has set itself up after the job assembled, and restored its
   // checkpoint); the error naming the first server that is not ready within `timeout`.
-  absl::Status WaitForServers(uint64_t node_id, absl::Duration timeout);
+  absl::Status WaitForServers(const TransferContext& ctx, absl::Duration timeout);
 
   // ServerError prefixes `status`'s message with server `s`'s rank and address.
   absl::Status ServerError(int s, const absl::Status& status) const;
@@ -89,6 +91,9 @@ struct Replies {
 struct TransferContext {
   ServerCaller* caller = nullptr;
   uint64_t node_id = 0;
+  // This node's credential (common/job_auth.h), sent in every request; empty in a job without
+  // a secret.
+  std::string node_credential;
   // Push request ids, unique per worker; a retried request keeps its own.
   std::atomic<uint64_t>* next_request_id = nullptr;
   // Tensor bytes sent by pushes (codes, when compressed), not counting headers.
@@ -96,6 +101,13 @@ struct TransferContext {
   // Requests of one dense operation in flight at once (connections per server x servers).
   size_t window = 1;
 };
+
+// SetSender fills the fields every kvserver request has (proto::RequestNode) from `ctx`.
+template <typename Request>
+void SetSender(const TransferContext& ctx, Request* request) {
+  request->set_node_id(ctx.node_id);
+  if (!ctx.node_credential.empty()) request->set_node_credential(ctx.node_credential);
+}
 
 }  // namespace kvstore
 

@@ -2,11 +2,13 @@
 //
 // A job has one secret, a file only its owner can read (deploy/launch.py writes a fresh one per
 // job; daemons take --secret_file, the SDK and kvctl KV_SECRET_FILE or --secret_file). The
-// secret itself never travels: every call carries credentials derived from it, in gRPC
-// metadata, compared in constant time:
+// secret itself never travels: every call carries credentials derived from it, compared in
+// constant time:
 // - the job token (metadata kJobTokenKey), HMAC-SHA256(secret, "kvstore job"): proof that the
 //   caller holds the secret. Registration needs it; so do kvctl's calls.
-// - a node token (metadata kNodeTokenKey, "NODE_ID:TOKEN"), HMAC-SHA256 of the node id under a
+// - a node token ("NODE_ID:TOKEN": metadata kNodeTokenKey on calls to the scheduler; in the
+//   request itself, proto::RequestNode's node_credential, on calls to a kvserver, where
+//   metadata would cost small calls more than the check), HMAC-SHA256 of the node id under a
 //   node key that only the scheduler holds (made at random when it starts). The scheduler issues
 //   each node its token when it registers, and gives every kvserver the tokens of the job's
 //   workers and its own; a kvserver then accepts a request only from the node its token names.

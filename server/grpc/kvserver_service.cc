@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "common/grpc_status.h"
-#include "common/job_auth.h"
 
 namespace kvstore {
 
@@ -23,31 +22,11 @@ std::shared_ptr<ServerBackend> KVServerService::backend() const {
   return backend_;
 }
 
-absl::StatusOr<std::optional<uint64_t>> KVServerService::Authenticate(
-    const grpc::ServerContext& context, std::shared_ptr<ServerBackend>* backend) const {
-  std::shared_ptr<const PeerTokens> peers;
-  {
-    absl::MutexLock lock(&mu_);
-    *backend = backend_;
-    peers = peers_;
-  }
-  if (peers == nullptr) return std::nullopt;
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find(kNodeTokenKey);
-  if (it == metadata.end()) {
-    return absl::UnauthenticatedError(
-        "the call carries no node token (issued by the scheduler at registration)");
-  }
-  const std::optional<ParsedCredential> credential =
-      ParseNodeCredential(absl::string_view(it->second.data(), it->second.size()));
-  if (credential.has_value()) {
-    auto peer = peers->find(credential->node_id);
-    if (peer != peers->end() && TokensEqual(credential->token, peer->second)) {
-      return std::optional<uint64_t>(credential->node_id);
-    }
-  }
-  return absl::UnauthenticatedError(
-      "the call's node token is not one this job's scheduler issued to a worker");
+void KVServerService::Serving(std::shared_ptr<ServerBackend>* backend,
+                              std::shared_ptr<const PeerTokens>* peers) const {
+  absl::MutexLock lock(&mu_);
+  *backend = backend_;
+  *peers = peers_;
 }
 
 // One call of one method: asked for, then run, then finished. Every step runs on a serving
@@ -87,13 +66,10 @@ class KVServerService::Call {
       }
     };
     std::shared_ptr<ServerBackend> backend;
-    absl::StatusOr<std::optional<uint64_t>> caller = service_->Authenticate(context_, &backend);
-    if (!caller.ok()) {
-      done(caller.status());
-      return Event::kStarted;
-    }
+    std::shared_ptr<const PeerTokens> peers;
+    service_->Serving(&backend, &peers);
     HandleServerRequest(backend, static_cast<ServerMethod>(method_), request_, &response_,
-                        std::move(done), *caller);
+                        std::move(done), peers.get());
     return Event::kStarted;
   }
 

@@ -41,12 +41,10 @@ class KVServerService final : public RawAsyncKVServerService {
  public:
   KVServerService() = default;
 
-  // PeerTokens: the nodes that may call this server (the job's workers and its scheduler) and
-  // their tokens, by node id (common/job_auth.h).
-  using PeerTokens = absl::flat_hash_map<uint64_t, std::string>;
-  // SetBackend starts serving with `backend`. With `peers`, every call must carry the node
+  using PeerTokens = ::kvstore::PeerTokens;
+  // SetBackend starts serving with `backend`. With `peers`, every request must carry the node
   // credential of one of them (UNAUTHENTICATED otherwise) and name that node; without, calls
-  // are not checked. Thread-safe.
+  // are not checked (HandleServerRequest). Thread-safe.
   void SetBackend(std::shared_ptr<ServerBackend> backend,
                   std::shared_ptr<const PeerTokens> peers = nullptr);
   std::shared_ptr<ServerBackend> backend() const;
@@ -68,10 +66,9 @@ class KVServerService final : public RawAsyncKVServerService {
  private:
   class Call;
 
-  // Authenticate returns the backend and the node the call's credential proves (nothing when
-  // calls are not checked); UNAUTHENTICATED when the credential is missing or wrong.
-  absl::StatusOr<std::optional<uint64_t>> Authenticate(
-      const grpc::ServerContext& context, std::shared_ptr<ServerBackend>* backend) const;
+  // Serving returns the backend and the peers calls are checked against.
+  void Serving(std::shared_ptr<ServerBackend>* backend,
+               std::shared_ptr<const PeerTokens>* peers) const;
 
   mutable absl::Mutex mu_;
   std::shared_ptr<ServerBackend> backend_ ABSL_GUARDED_BY(mu_);

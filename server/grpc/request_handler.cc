@@ -1,10 +1,12 @@
 #include "server/grpc/request_handler.h"
 
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_auth.h"
 #include "common/proto_convert.h"
 #include "common/status_macros.h"
 #include "common/wire_frame.h"
@@ -112,24 +114,6 @@ absl::Status PullGroupInto(const ServerEngine& engine, uint64_t node_id, uint64_
   return absl::OkStatus();
 }
 
-// Decoded: a framed request's values, pointing into `payload` (which keeps their bytes alive).
-struct Decoded {
-  Payload payload;
-  std::vector<IncomingValue> values;
-};
-
-// DecodeValues parses a framed request (Init) into its header and values.
-// Only Push takes row-sparse values.
-template <typename Request>
-absl::StatusOr<Decoded> DecodeValues(const grpc::ByteBuffer& request, Request* header) {
-  Decoded decoded;
-  ASSIGN_OR_RETURN(decoded.payload, DecodeFrame(request, header));
-  ASSIGN_OR_RETURN(decoded.values,
-                   IncomingValues(header->tensors(), decoded.payload,
-                                  std::is_same_v<Request, proto::PushRequest>));
-  return decoded;
-}
-
 // EncodePulled frames the pulled tensors after their headers.
 absl::StatusOr<grpc::ByteBuffer> EncodePulled(absl::Span<const ValueSlice> slices,
                                               const std::vector<Tensor>& tensors) {
@@ -187,13 +171,46 @@ void StartGroupPush(ServerEngine* engine, const Request& header, const Payload& 
 
 namespace {
 
+// CheckCaller: with `peers` (a job with a secret), refuses a request whose node credential is
+// not one of theirs (UNAUTHENTICATED), names another node than its credential's, or is a
+// command from any node but the scheduler (PERMISSION_DENIED). Runs on the decoded header,
+// before anything else of the request is read.
+template <typename Header>
+absl::Status CheckCaller(const Header& header, const PeerTokens* peers) {
+  if (peers == nullptr) return absl::OkStatus();
+  if (header.node_credential().empty()) {
+    return absl::UnauthenticatedError(
+        "the request carries no node credential (issued by the scheduler at registration)");
+  }
+  const std::optional<ParsedCredential> credential =
+      ParseNodeCredential(header.node_credential());
+  auto peer = credential.has_value() ? peers->find(credential->node_id) : peers->end();
+  if (peer == peers->end() || !TokensEqual(credential->token, peer->second)) {
+    return absl::UnauthenticatedError(
+        "the request's node credential is not one this job's scheduler issued to a worker");
+  }
+  const uint64_t caller = credential->node_id;
+  if (header.node_id() != caller) {
+    return absl::PermissionDeniedError(absl::StrCat("the request names node ", header.node_id(),
+                                                    " but its credential is node ", caller,
+                                                    "'s"));
+  }
+  if (std::is_same_v<Header, proto::ServerCommandRequest> && caller != kSchedulerNodeId) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "node ", caller, " sent a server command; commands come through the scheduler"));
+  }
+  return absl::OkStatus();
+}
 
 void HandleInit(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
-                grpc::ByteBuffer* response, Done done) {
+                grpc::ByteBuffer* response, Done done, const PeerTokens* peers) {
   proto::InitRequest header;
-  auto decoded = DecodeValues(*request, &header);
+  absl::StatusOr<Payload> payload = DecodeFrame(*request, &header);
+  if (!payload.ok()) return done(payload.status());
+  if (absl::Status status = CheckCaller(header, peers); !status.ok()) return done(status);
+  auto decoded = IncomingValues(header.tensors(), *payload, /*row_sparse_allowed=*/false);
   if (!decoded.ok()) return done(decoded.status());
-  const std::vector<IncomingValue>& values = decoded->values;
+  const std::vector<IncomingValue>& values = *decoded;
   absl::Status status;
   if (header.deferred() && header.fill()) {
     status = absl::InvalidArgumentError("an Init request is deferred or a fill, not both");
@@ -207,10 +224,11 @@ void HandleInit(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteB
 }
 
 void HandlePush(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
-                grpc::ByteBuffer* response, Done done) {
+                grpc::ByteBuffer* response, Done done, const PeerTokens* peers) {
   proto::PushRequest header;
   absl::StatusOr<Payload> payload = DecodeFrame(*request, &header);
   if (!payload.ok()) return done(payload.status());
+  if (absl::Status status = CheckCaller(header, peers); !status.ok()) return done(status);
   // `done` may run later, on the thread whose push completes the round; `response` stays
   // valid until then.
   auto finish = [response, done = std::move(done)](absl::Status status) {
@@ -229,9 +247,10 @@ void HandlePush(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteB
 }
 
 void HandlePull(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
-                grpc::ByteBuffer* response, Done done) {
+                grpc::ByteBuffer* response, Done done, const PeerTokens* peers) {
   proto::PullRequest header;
   absl::Status status = DecodeMessage(*request, &header);
+  if (status.ok()) status = CheckCaller(header, peers);
   if (!status.ok()) return done(status);
   if (header.group_id() != 0) {
     status = RegisterListedGroup(header, backend->engine.get());
@@ -250,10 +269,11 @@ void HandlePull(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteB
 }
 
 void HandlePushPull(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
-                    grpc::ByteBuffer* response, Done done) {
+                    grpc::ByteBuffer* response, Done done, const PeerTokens* peers) {
   proto::PushPullRequest header;
   absl::StatusOr<Payload> payload = DecodeFrame(*request, &header);
   if (!payload.ok()) return done(payload.status());
+  if (absl::Status status = CheckCaller(header, peers); !status.ok()) return done(status);
   const uint64_t node_id = header.node_id();
   const uint64_t group_id = header.group_id();
   if (group_id != 0) {
@@ -287,9 +307,10 @@ void HandlePushPull(const std::shared_ptr<ServerBackend>& backend, const grpc::B
 }
 
 void HandleRowSparsePull(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
-                         grpc::ByteBuffer* response, Done done) {
+                         grpc::ByteBuffer* response, Done done, const PeerTokens* peers) {
   proto::PullRequest header;
   absl::Status status = DecodeMessage(*request, &header);
+  if (status.ok()) status = CheckCaller(header, peers);
   if (status.ok()) status = backend->engine->CheckSender(header.node_id());
   if (!status.ok()) return done(status);
   if (header.row_ids_size() != header.tensors_size()) {
@@ -324,9 +345,10 @@ void HandleRowSparsePull(const std::shared_ptr<ServerBackend>& backend, const gr
 }
 
 void HandleCommand(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
-                   grpc::ByteBuffer* response, Done done) {
+                   grpc::ByteBuffer* response, Done done, const PeerTokens* peers) {
   proto::ServerCommandRequest command;
   absl::Status status = DecodeMessage(*request, &command);
+  if (status.ok()) status = CheckCaller(command, peers);
   if (status.ok()) status = backend->engine->CheckSender(command.node_id());
   if (!status.ok()) return done(status);
   auto reply = backend->controller->Run(command.head(), command.body());
@@ -340,52 +362,26 @@ void HandleCommand(const std::shared_ptr<ServerBackend>& backend, const grpc::By
 
 }  // namespace
 
-namespace {
-
-// CheckCaller refuses a request that names another node than `caller`, or a command from any
-// node but the scheduler.
-absl::Status CheckCaller(ServerMethod method, const grpc::ByteBuffer& request, uint64_t caller) {
-  proto::RequestNode header;
-  const bool framed = method == ServerMethod::kInit || method == ServerMethod::kPush ||
-                      method == ServerMethod::kPushPull;
-  const absl::Status parsed =
-      framed ? DecodeFrame(request, &header).status() : DecodeMessage(request, &header);
-  if (!parsed.ok()) return parsed;
-  if (header.node_id() != caller) {
-    return absl::PermissionDeniedError(absl::StrCat("the request names node ", header.node_id(),
-                                                    " but its credential is node ", caller,
-                                                    "'s"));
-  }
-  if (method == ServerMethod::kCommand && caller != kSchedulerNodeId) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "node ", caller, " sent a server command; commands come through the scheduler"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 void HandleServerRequest(const std::shared_ptr<ServerBackend>& backend, ServerMethod method,
                          const grpc::ByteBuffer& request, grpc::ByteBuffer* response,
-                         Done done, std::optional<uint64_t> caller) {
+                         Done done, const PeerTokens* peers) {
   if (backend == nullptr) {
     return done(absl::UnavailableError("this server is waiting for the job's nodes to register"));
   }
-  if (caller.has_value()) {
-    if (absl::Status status = CheckCaller(method, request, *caller); !status.ok()) {
-      return done(status);
-    }
-  }
   switch (method) {
-    case ServerMethod::kInit: return HandleInit(backend, &request, response, std::move(done));
-    case ServerMethod::kPush: return HandlePush(backend, &request, response, std::move(done));
-    case ServerMethod::kPull: return HandlePull(backend, &request, response, std::move(done));
+    case ServerMethod::kInit:
+      return HandleInit(backend, &request, response, std::move(done), peers);
+    case ServerMethod::kPush:
+      return HandlePush(backend, &request, response, std::move(done), peers);
+    case ServerMethod::kPull:
+      return HandlePull(backend, &request, response, std::move(done), peers);
     case ServerMethod::kPushPull:
-      return HandlePushPull(backend, &request, response, std::move(done));
+      return HandlePushPull(backend, &request, response, std::move(done), peers);
     case ServerMethod::kRowSparsePull:
-      return HandleRowSparsePull(backend, &request, response, std::move(done));
+      return HandleRowSparsePull(backend, &request, response, std::move(done), peers);
     case ServerMethod::kCommand:
-      return HandleCommand(backend, &request, response, std::move(done));
+      return HandleCommand(backend, &request, response, std::move(done), peers);
   }
   done(absl::InvalidArgumentError(
       absl::StrCat("unknown kvserver method ", static_cast<int>(method))));

@@ -11,20 +11,26 @@
 
 #include <functional>
 #include <memory>
-#include <optional>
+#include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "common/server_methods.h"
 #include "server/core/server_backend.h"
 
 namespace kvstore {
 
+// PeerTokens: the nodes that may call a kvserver (the job's workers and its scheduler) and
+// their tokens, by node id (common/job_auth.h).
+using PeerTokens = absl::flat_hash_map<uint64_t, std::string>;
+
 // HandleServerRequest runs `request`, a request of `method`, against `backend`, and calls `done`
 // exactly once: with OK once `*response` holds the reply, or with the error (UNAVAILABLE while
 // `backend` is null: the server has not received the cluster view yet, and clients retry).
-// `caller` is the node the call's credential proved (common/job_auth.h), or nothing when the
-// transport checks none: a request naming another node is then PERMISSION_DENIED, and a
-// Command from any node but the scheduler too; nothing is run.
+// With `peers`, the request's node credential (proto::RequestNode) must be one of theirs
+// (UNAUTHENTICATED otherwise) and name the node the request names (PERMISSION_DENIED
+// otherwise), and only the scheduler may send a Command (PERMISSION_DENIED); nothing is run
+// otherwise. Without `peers` (a transport without a job secret) nothing is checked.
 // `done` may run later on another thread (a dist_sync push is answered when its round is
 // complete, on the thread of the push that completes it); `request` is read only during the
 // call, and `*response` must stay valid until `done` has run. Never blocks waiting for other
@@ -32,7 +38,7 @@ namespace kvstore {
 void HandleServerRequest(const std::shared_ptr<ServerBackend>& backend, ServerMethod method,
                          const grpc::ByteBuffer& request, grpc::ByteBuffer* response,
                          std::function<void(absl::Status)> done,
-                         std::optional<uint64_t> caller = std::nullopt);
+                         const PeerTokens* peers = nullptr);
 
 }  // namespace kvstore
 

@@ -264,6 +264,10 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
   fan_out->done = std::move(done);
   proto::ServerCommandRequest command;
   command.set_node_id(kSchedulerNodeId);
+  if (node_key_.has_value()) {
+    command.set_node_credential(
+        NodeCredential(kSchedulerNodeId, node_key_->TokenFor(kSchedulerNodeId)));
+  }
   command.set_head(request.head());
   command.set_body(request.body());
   const grpc::ByteBuffer encoded = EncodeMessage(command);
@@ -272,10 +276,6 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
     auto call = std::make_shared<Call>();
     call->request = encoded;
     call->context.set_deadline(GrpcDeadline(absl::Now() + command_timeout_));
-    if (node_key_.has_value()) {
-      call->context.AddMetadata(
-          kNodeTokenKey, NodeCredential(kSchedulerNodeId, node_key_->TokenFor(kSchedulerNodeId)));
-    }
     ServerStub(server.address)
         ->UnaryCall(&call->context, "/kvstore.proto.KVServer/Command", grpc::StubOptions(),
                     &call->request, &call->reply,

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "common/job_auth.h"
 #include "proto/kvstore.grpc.pb.h"
+#include "tests/signed_request.h"
 
 namespace kvstore::testing {
 namespace {
@@ -218,10 +219,14 @@ void DaemonJob::CallAsync(Daemon daemon, const std::string& method, grpc::ByteBu
     std::function<void(absl::Status, const grpc::ByteBuffer&)> done;
   };
   auto* call = new Pending;
-  call->request = std::move(request);
   call->done = std::move(done);
   call->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  call->context.AddMetadata(kNodeTokenKey, credential_);
+  if (daemon == Daemon::kServer) {
+    call->request = SignRequest(method, request, credential_);
+  } else {
+    call->request = std::move(request);
+    call->context.AddMetadata(kNodeTokenKey, credential_);
+  }
   (via != nullptr ? *via : Stub(daemon))
       .UnaryCall(&call->context, method, grpc::StubOptions(), &call->request, &call->reply,
                  [call](grpc::Status status) {

@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -75,6 +76,7 @@
 #include "common/status_macros.h"
 #include "common/wire_frame.h"
 #include "proto/kvstore.grpc.pb.h"
+#include "tests/signed_request.h"
 
 namespace kvstore::testing {
 namespace {
@@ -285,10 +287,13 @@ grpc::Status RawCall(grpc::GenericStub& stub, const char* method, const grpc::By
                      const std::string& credential, grpc::ByteBuffer* reply) {
   grpc::ClientContext context;
   context.set_deadline(GrpcDeadline(absl::Now() + absl::Seconds(10)));
-  if (!credential.empty()) context.AddMetadata(kNodeTokenKey, credential);
+  grpc::ByteBuffer signed_request = testing::SignRequest(method, request, credential);
+  const bool to_server = absl::StartsWith(method, "/kvstore.proto.KVServer/");
+  if (!credential.empty() && !to_server) context.AddMetadata(kNodeTokenKey, credential);
   absl::Notification done;
   grpc::Status status;
-  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, reply, [&](grpc::Status s) {
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &signed_request, reply,
+                 [&](grpc::Status s) {
     status = s;
     done.Notify();
   });

@@ -1,0 +1,25 @@
+// SignRequest: what the SDK does to every kvserver request of a job with a secret, for tests
+// that build requests by hand (raw frames, malformed ones): it puts a node credential into the
+// request's own header (proto::RequestNode's node_credential, field 15).
+#ifndef KVSTORE_TESTS_SIGNED_REQUEST_H_
+#define KVSTORE_TESTS_SIGNED_REQUEST_H_
+
+#include <grpcpp/support/byte_buffer.h>
+
+#include "absl/strings/string_view.h"
+
+namespace kvstore::testing {
+
+// SignRequest returns `request`, a request of the gRPC method `method` (its full path), with
+// `credential` ("NODE_ID:TOKEN", common/job_auth.h) as its node_credential: appended to the
+// header of a framed request (Init, Push, PushPull: [fixed32 N][N bytes header][payload]),
+// with N grown to match, or to the message of any other kvserver method (a protobuf field
+// appended to a message replaces the field's earlier value). A request that is not a
+// kvserver's, or a frame shorter than its own prefix says, is returned as it is. An empty
+// `credential` changes nothing.
+grpc::ByteBuffer SignRequest(absl::string_view method, const grpc::ByteBuffer& request,
+                             absl::string_view credential);
+
+}  // namespace kvstore::testing
+
+#endif  // KVSTORE_TESTS_SIGNED_REQUEST_H_
