@@ -34,7 +34,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <random>
@@ -51,10 +50,8 @@
 #include "absl/time/clock.h"
 #include "client/kvstore.h"
 #include "common/flags_usage.h"
-#include "common/job_auth.h"
-#include "tests/job_secret.h"
+#include "tests/bench/bench_job.h"
 #include "tests/process.h"
-#include "tools/cpp/runfiles/runfiles.h"
 
 ABSL_FLAG(bool, quick, false, "Fewer repetitions: the whole run takes under a minute.");
 ABSL_FLAG(std::string, format, "text", "text or json.");
@@ -83,102 +80,6 @@ namespace {
 
 constexpr size_t kKB = 1000;
 constexpr size_t kMB = 1000 * 1000;
-
-using testing::Process;
-
-// Die reports `message` and exits; the daemons and echo processes die with the benchmark
-// (tests/process.h).
-void Die(const std::string& message) {
-  std::fprintf(stderr, "kvbench: %s\n", message.c_str());
-  std::exit(1);
-}
-
-// Binary returns `flag` when set, else the runfile `path` of this binary.
-std::string Binary(const std::string& flag, const char* argv0, const std::string& path) {
-  if (!flag.empty()) return flag;
-  using bazel::tools::cpp::runfiles::Runfiles;
-  std::string error;
-  const std::unique_ptr<Runfiles> runfiles(Runfiles::Create(argv0, &error));
-  if (runfiles == nullptr) Die(absl::StrCat("no runfiles to find ", path, " in: ", error));
-  return runfiles->Rlocation("kvstore/" + path);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Timing
-
-struct Timing {
-  std::vector<double> seconds;
-  double median() const {
-    std::vector<double> s = seconds;
-    std::sort(s.begin(), s.end());
-    const size_t n = s.size();
-    return n % 2 == 1 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-  }
-  double min() const { return *std::min_element(seconds.begin(), seconds.end()); }
-  double max() const { return *std::max_element(seconds.begin(), seconds.end()); }
-};
-
-double Since(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
-
-// Crew runs one function on W threads at once, repeatedly, and times each run from the common
-// start until the last thread is done.
-class Crew {
- public:
-  explicit Crew(int n) : n_(n) {
-    for (int i = 0; i < n; ++i) threads_.emplace_back([this, i] { Loop(i); });
-  }
-  ~Crew() {
-    {
-      absl::MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    for (auto& t : threads_) t.join();
-  }
-  // Run calls fn(worker) on every thread and returns the elapsed seconds. A crew of one runs
-  // fn on the calling thread: the hand-off to a thread and back would add two thread wake-ups
-  // to every timed repetition (and to every raw-socket ceiling).
-  double Run(std::function<void(int)> fn) {
-    if (n_ == 1) {
-      const absl::Time start = absl::Now();
-      fn(0);
-      return Since(start);
-    }
-    absl::MutexLock lock(&mu_);
-    fn_ = std::move(fn);
-    pending_ = n_;
-    const absl::Time start = absl::Now();
-    ++generation_;
-    mu_.Await(absl::Condition(+[](int* p) { return *p == 0; }, &pending_));
-    return Since(start);
-  }
-
- private:
-  void Loop(int i) {
-    uint64_t seen = 0;
-    while (true) {
-      std::function<void(int)> fn;
-      {
-        absl::MutexLock lock(&mu_);
-        auto ready = [&] { return stop_ || generation_ != seen; };
-        mu_.Await(absl::Condition(&ready));
-        if (stop_) return;
-        seen = generation_;
-        fn = fn_;
-      }
-      fn(i);
-      absl::MutexLock lock(&mu_);
-      --pending_;
-    }
-  }
-
-  const int n_;
-  absl::Mutex mu_;
-  std::function<void(int)> fn_;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
-};
 
 // ---------------------------------------------------------------------------------------------
 // Ceilings
@@ -342,153 +243,6 @@ int RawEcho(int port) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The job
-
-// JobSecurity: what the processes of a job are given, from --secret and --tls.
-struct JobSecurity {
-  std::string secret_file;   // Empty: the daemons run --insecure.
-  std::string certificates;  // The folder of the TLS files; empty: no TLS.
-  SecurityOptions workers;   // The secret and the TLS files, for the in-process workers.
-};
-
-// MakeJobSecurity writes a fresh job secret into `tmp` (with --secret) and makes a CA and a
-// certificate for 127.0.0.1 with deploy/make-certs.sh into tmp/kvbench-tls-TAG (with --tls).
-JobSecurity MakeJobSecurity(const char* argv0, const std::string& tmp, const std::string& tag) {
-  JobSecurity security;
-  if (absl::GetFlag(FLAGS_secret)) {
-    security.secret_file = testing::WriteJobSecret(tmp);
-    absl::StatusOr<std::string> read = ReadSecretFile(security.secret_file);
-    if (!read.ok()) Die(read.status().ToString());
-    security.workers.secret = *read;
-  }
-  if (absl::GetFlag(FLAGS_tls)) {
-    const std::string script = Binary("", argv0, "deploy/make-certs.sh");
-    security.certificates = absl::StrCat(tmp, "/kvbench-tls-", tag);
-    std::filesystem::remove_all(security.certificates);
-    std::filesystem::create_directories(security.certificates);
-    testing::ProcessOptions quiet;
-    quiet.log_path = security.certificates + "/make-certs.log";
-    auto maker = Process::Start("make-certs.sh", {"/bin/bash", script, security.certificates,
-                                                  "127.0.0.1"}, quiet);
-    const absl::StatusOr<int> code =
-        maker.ok() ? (*maker)->Wait(absl::Seconds(60)) : maker.status();
-    if (!code.ok() || *code != 0) {
-      Die(absl::StrCat("cannot make TLS certificates with ", script, ": ",
-                       code.ok() ? (*maker)->output() : code.status().ToString()));
-    }
-    security.workers.tls.ca_file = security.certificates + "/ca.pem";
-    security.workers.tls.cert_file = security.certificates + "/node.pem";
-    security.workers.tls.key_file = security.certificates + "/node.key";
-  }
-  return security;
-}
-
-// StartDaemon starts a scheduler or kvserver, its output in `log`.
-std::unique_ptr<Process> StartDaemon(const std::string& name, std::vector<std::string> argv,
-                                     const std::string& log, const JobSecurity& security) {
-  testing::ProcessOptions options;
-  options.log_path = log;
-  if (security.secret_file.empty()) {
-    argv.push_back("--insecure");
-  } else {
-    options.env.emplace_back("KV_SECRET_FILE", security.secret_file);
-  }
-  if (security.workers.tls.enabled()) {
-    options.env.emplace_back("KV_TLS_CA", security.workers.tls.ca_file);
-    options.env.emplace_back("KV_TLS_CERT", security.workers.tls.cert_file);
-    options.env.emplace_back("KV_TLS_KEY", security.workers.tls.key_file);
-  }
-  auto daemon = Process::Start(name, std::move(argv), std::move(options));
-  if (!daemon.ok()) Die(daemon.status().ToString());
-  return *std::move(daemon);
-}
-
-struct Job {
-  // The job ends when every worker has finished; the daemons get a moment to exit on their own
-  // before they are killed.
-  ~Job() {
-    workers.clear();
-    for (auto& daemon : daemons) daemon->Wait(absl::Seconds(2)).IgnoreError();
-    if (!security.certificates.empty()) std::filesystem::remove_all(security.certificates);
-  }
-
-  JobSecurity security;
-  std::vector<std::unique_ptr<Process>> daemons;
-  std::vector<std::unique_ptr<KVStore>> workers;
-};
-
-std::string ChunkFlag() {
-  const int64_t chunk = absl::GetFlag(FLAGS_chunk_bytes);
-  return chunk > 0 ? absl::StrCat("--chunk_bytes=", chunk) : "--log_level=warn";
-}
-
-std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers) {
-  auto job = std::make_unique<Job>();
-  const std::string tmp = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
-  const std::string tag = absl::StrCat(getpid(), "-", servers, "s", workers, "w");
-  const std::string port_file = absl::StrCat(tmp, "/kvbench-port-", tag);
-  unlink(port_file.c_str());
-  const std::string scheduler =
-      Binary(absl::GetFlag(FLAGS_scheduler), argv0, "server/scheduler/scheduler");
-  const std::string kvserver = Binary(absl::GetFlag(FLAGS_kvserver), argv0, "server/kvserver");
-  job->security = MakeJobSecurity(argv0, tmp, tag);
-  job->daemons.push_back(StartDaemon(
-      "scheduler",
-      std::vector<std::string>{scheduler, "--port=0", "--port_file=" + port_file,
-                               absl::StrCat("--num_servers=", servers),
-                               absl::StrCat("--num_workers=", workers),
-                               "--register_timeout=60s", "--log_level=warn", ChunkFlag()},
-      absl::StrCat(tmp, "/kvbench-scheduler-", tag, ".log"), job->security));
-  const absl::StatusOr<int> reported =
-      job->daemons.back()->WaitForPortFile(port_file, absl::Seconds(30));
-  if (!reported.ok()) Die(absl::StrCat(scheduler, ": ", reported.status().ToString()));
-  const int port = *reported;
-  for (int s = 0; s < servers; ++s) {
-    std::vector<std::string> argv = {
-        kvserver, absl::StrCat("--scheduler=127.0.0.1:", port), absl::StrCat("--rank=", s),
-        "--updater=sum",
-        absl::StrCat("--serving_threads=", absl::GetFlag(FLAGS_serving_threads)),
-        "--log_level=warn"};
-    const std::string poll = absl::GetFlag(FLAGS_serving_poll);
-    if (!poll.empty()) argv.push_back(absl::StrCat("--serving_poll=", poll));
-    job->daemons.push_back(StartDaemon(absl::StrCat("server ", s), std::move(argv),
-                                       absl::StrCat(tmp, "/kvbench-server", s, "-", tag, ".log"),
-                                       job->security));
-  }
-  job->workers.resize(workers);
-  std::vector<std::thread> joining;
-  for (int w = 0; w < workers; ++w) {
-    joining.emplace_back([&job, w, port] {
-      DistOptions options;
-      options.scheduler_port = port;
-      options.security = job->security.workers;
-      options.requested_rank = w;
-      options.register_timeout = absl::Seconds(60);
-      if (absl::GetFlag(FLAGS_connections) > 0) {
-        options.connections_per_server = absl::GetFlag(FLAGS_connections);
-      }
-      auto store = KVStore::Create("dist_sync", options);
-      if (!store.ok()) Die(absl::StrCat("worker ", w, ": ", store.status().ToString()));
-      job->workers[w] = *std::move(store);
-    });
-  }
-  for (auto& t : joining) t.join();
-  return job;
-}
-
-void Check(const absl::Status& status, const std::string& what) {
-  if (!status.ok()) Die(absl::StrCat(what, ": ", status.ToString()));
-}
-
-Tensor RandomTensor(std::mt19937_64& rng, size_t elements) {
-  Tensor t = Tensor::Zeros(DType::kFloat32, {static_cast<int64_t>(elements)});
-  std::uniform_real_distribution<float> dist(-1, 1);
-  float* p = t.data_as<float>();
-  for (size_t i = 0; i < elements; ++i) p[i] = dist(rng);
-  return t;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Cases
 
 struct Result {
@@ -498,6 +252,20 @@ struct Result {
   double ceiling_s = 0;  // Median seconds of the raw-socket exchange of the same bytes.
   double ops = 1;        // Operations per repetition.
 };
+
+// Spec: the job the flags ask for.
+JobSpec Spec() {
+  JobSpec spec;
+  spec.scheduler = absl::GetFlag(FLAGS_scheduler);
+  spec.kvserver = absl::GetFlag(FLAGS_kvserver);
+  spec.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  spec.connections = absl::GetFlag(FLAGS_connections);
+  spec.serving_threads = absl::GetFlag(FLAGS_serving_threads);
+  spec.serving_poll = absl::GetFlag(FLAGS_serving_poll);
+  spec.secret = absl::GetFlag(FLAGS_secret);
+  spec.tls = absl::GetFlag(FLAGS_tls);
+  return spec;
+}
 
 class Bench {
  public:
@@ -561,7 +329,7 @@ class Bench {
     }
     if (std::none_of(names.begin(), names.end(), [&](auto& n) { return Wanted(n); })) return;
 
-    std::unique_ptr<Job> job = StartJob(argv0_, servers, workers);
+    std::unique_ptr<Job> job = StartJob(argv0_, servers, workers, Spec());
     Crew crew(workers);
     auto& kv = job->workers;
 
