@@ -18,7 +18,7 @@ cp "$(dirname "$module")"/kvstore/*.py "$work/kvstore/"
 cp "$module" "$work/kvstore/_kvstore.so"
 export PYTHONPATH="$work${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONDONTWRITEBYTECODE=1
-"$python" -m pytest -v -p no:cacheprovider -o console_output_style=classic \
+"$python" -m pytest -v -p no:cacheprovider -o console_output_style=classic --durations=8 \
   --junitxml="$work/junit.xml" "$@"
 rc=$?
 "$python" - "$work/junit.xml" <<'PY'
