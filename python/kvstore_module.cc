@@ -11,7 +11,7 @@
 // copied once into a fresh contiguous NumPy array; an output must be exportable as it is.
 //
 // Blocking: every call that may wait (network, barriers, the job's other workers) runs with the
-// GIL released on a helper thread while the calling thread waits in slices of 100 ms and checks
+// GIL released on a helper thread (HelperThreads, reused between calls) while the calling thread waits in slices of 100 ms and checks
 // for signals, so Ctrl-C raises KeyboardInterrupt within a slice. The interrupted operation goes
 // on in the background: its thread keeps the store and the values' buffers alive until it ends.
 // In-process stores ("local", "device") finish each operation inside the call and run it on the
@@ -24,8 +24,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <chrono>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -93,26 +94,72 @@ absl::Status AwaitInterruptibly(const std::shared_ptr<Background>& op) {
   }
 }
 
-// RunBlocking runs `fn` with the GIL released. Distributed stores run it on a helper thread
-// and wait for it with AwaitInterruptibly; `*started` (when given) receives the operation, so
-// that a caller can resume waiting for it after an interrupt. `fn` must capture everything by
-// value: an interrupted `fn` finishes in the background, keeping what it captured alive.
+// HelperThreads: the threads that run a distributed store's blocking calls. A call takes an
+// idle thread when there is one and starts a new one otherwise, so calls from several Python
+// threads (or one left running by Ctrl-C) never queue behind each other, and a steady stream
+// of calls pays no thread start each. A thread idle for kIdleExit ends. Thread-safe; the
+// threads keep the object alive.
+class HelperThreads : public std::enable_shared_from_this<HelperThreads> {
+ public:
+  void Submit(std::function<void()> task) {
+    bool start;
+    {
+      absl::MutexLock lock(&mu_);
+      tasks_.push_back(std::move(task));
+      start = idle_ < static_cast<int>(tasks_.size());
+      wake_.Signal();
+    }
+    if (start) std::thread([self = shared_from_this()]() { self->Loop(); }).detach();
+  }
+
+ private:
+  static constexpr absl::Duration kIdleExit = absl::Seconds(10);
+
+  void Loop() {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      while (tasks_.empty()) {
+        ++idle_;
+        bool timed_out = wake_.WaitWithTimeout(&mu_, kIdleExit);
+        --idle_;
+        if (timed_out && tasks_.empty()) return;
+      }
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      mu_.Unlock();
+      task();
+      task = nullptr;  // Its captures go before the next wait.
+      mu_.Lock();
+    }
+  }
+
+  absl::Mutex mu_;
+  absl::CondVar wake_;
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  int idle_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// RunBlocking runs `fn` with the GIL released. In-process stores run it on the calling thread;
+// distributed stores on one of `helpers` while the caller waits with AwaitInterruptibly.
+// `*started` (when given) receives the operation, so that a caller can resume waiting for it
+// after an interrupt. `fn` must capture everything by value: an interrupted `fn` finishes in
+// the background, keeping what it captured alive.
 template <typename Fn>
-absl::Status RunBlocking(bool in_process, Fn fn,
+absl::Status RunBlocking(HelperThreads* helpers, Fn fn,
                          std::shared_ptr<Background>* started = nullptr) {
-  if (in_process) {
+  if (helpers == nullptr) {
     py::gil_scoped_release release;
     return fn();
   }
   auto op = std::make_shared<Background>();
   if (started != nullptr) *started = op;
-  std::thread([op, fn = std::move(fn)]() mutable {
-    {
-      Fn local = std::move(fn);  // Its captures (the values' buffers) go before Notify.
-      op->status = local();
-    }
+  // std::function needs a copyable callable: the lambda is held through a shared_ptr.
+  auto callable = std::make_shared<Fn>(std::move(fn));
+  helpers->Submit([op, callable]() mutable {
+    op->status = (*callable)();
+    callable.reset();  // The captures (the values' buffers) go before Notify.
     op->done.Notify();
-  }).detach();
+  });
   return AwaitInterruptibly(op);
 }
 
@@ -302,10 +349,10 @@ OptimizerConfig ToOptimizerConfig(const std::string& name, const py::dict& p) {
 class Store {
  public:
   explicit Store(const std::string& type) {
-    in_process_ = type.rfind("dist", 0) != 0;
+    if (type.rfind("dist", 0) == 0) helpers_ = std::make_shared<HelperThreads>();
     auto holder = std::make_shared<std::unique_ptr<KVStore>>();
     auto status = std::make_shared<absl::Status>();
-    ThrowIfError(RunBlocking(in_process_, [type, holder]() -> absl::Status {
+    ThrowIfError(RunBlocking(helpers_.get(), [type, holder]() -> absl::Status {
       absl::StatusOr<std::unique_ptr<KVStore>> store = KVStore::Create(type);
       if (!store.ok()) return store.status();
       *holder = *std::move(store);
@@ -432,7 +479,7 @@ class Store {
     std::shared_ptr<Background> op;
     try {
       ThrowIfError(RunBlocking(
-          in_process_, [store = store_]() { return store->Barrier(); }, &op));
+          helpers_.get(), [store = store_]() { return store->Barrier(); }, &op));
     } catch (py::error_already_set&) {
       if (op != nullptr && !op->done.HasBeenNotified()) pending_barrier_ = op;
       throw;
@@ -527,7 +574,7 @@ class Store {
  private:
   template <typename Fn>
   void Run(Fn fn) {
-    absl::Status status = RunBlocking(in_process_, std::move(fn));
+    absl::Status status = RunBlocking(helpers_.get(), std::move(fn));
     if (updater_error_->has_value()) {
       py::error_already_set e = std::move(**updater_error_);
       updater_error_->reset();
@@ -542,7 +589,8 @@ class Store {
   }
 
   std::shared_ptr<KVStore> store_;
-  bool in_process_ = true;
+  // Null for in-process stores, which finish every call on the calling thread.
+  std::shared_ptr<HelperThreads> helpers_;
   // The first exception an updater written in Python raised during the current call.
   std::shared_ptr<std::optional<py::error_already_set>> updater_error_ =
       std::make_shared<std::optional<py::error_already_set>>();
