@@ -361,6 +361,20 @@ class Store {
     store_ = std::shared_ptr<KVStore>(std::move(*holder));
   }
 
+  // The store goes with the GIL released: a distributed store's destructor waits for its
+  // operations, whose values' buffers (NumPy's DLPack deleters) take the GIL to go.
+  ~Store() {
+    std::shared_ptr<KVStore> store = std::move(store_);
+    {
+      absl::MutexLock lock(&mu_);
+      held_.clear();
+    }
+    py::gil_scoped_release release;
+    store.reset();
+  }
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
   std::string type() const { return store_->type(); }
   int rank() const { return store_->rank(); }
   int num_workers() const { return store_->num_workers(); }
@@ -490,7 +504,11 @@ class Store {
   // it raises is raised again by the push that called it.
   void SetUpdater(py::object fn) {
     auto error = updater_error_;
-    auto holder = std::make_shared<py::object>(std::move(fn));
+    // The function may be released on any thread (with the store, or when replaced).
+    std::shared_ptr<py::object> holder(new py::object(std::move(fn)), [](py::object* f) {
+      py::gil_scoped_acquire gil;
+      delete f;
+    });
     KVStore::Updater updater = [holder, error](const Key& key, const Tensor& received,
                                                Tensor* stored) {
       py::gil_scoped_acquire gil;

@@ -213,3 +213,28 @@ def test_docstrings_and_type_hints():
     assert "block" in kvstore.KVStore.push.__doc__
     assert "KeyError" in kvstore.KVStore.push.__doc__
     assert inspect.signature(kvstore.create).parameters["name"].default == "local"
+
+
+def test_store_goes_with_its_updater_and_pending_values(rng):
+    """Dropping a store releases its Python updater and the arrays of unwaited operations
+    (with the GIL handled on the way); the arrays stay valid for their owners."""
+    import sys
+    import weakref
+
+    class Updater:
+        def __call__(self, key, received, stored):
+            stored += received
+
+    updater = Updater()
+    ref = weakref.ref(updater)
+    kv = kvstore.create("local")
+    kv.set_updater(updater)
+    g = rng.standard_normal(16)
+    kv.init(0, np.zeros(16))
+    before = sys.getrefcount(g)
+    kv.push(0, g, block=False)
+    del updater, kv
+    gc.collect()
+    assert ref() is None
+    assert sys.getrefcount(g) == before
+    np.testing.assert_array_equal(g + 0, g)
