@@ -65,6 +65,12 @@ py::dict& ErrorClasses() {
   return *classes;
 }
 
+// The package's function that waits for a CUDA array's producer (set at import).
+py::object& CudaReadyHook() {
+  static py::object* hook = new py::object();  // Leaked: lives as long as the interpreter.
+  return *hook;
+}
+
 void ThrowIfError(const absl::Status& status) {
   if (!status.ok()) {
     throw StatusError{status.code(), std::string(status.message())};
@@ -221,7 +227,12 @@ absl::StatusOr<Tensor> TryDLPack(const py::handle& obj) {
 // ToTensor wraps a value to push (`output` false) or an output to write (`output` true).
 Tensor ToTensor(const py::handle& obj, bool output, const Key& key) {
   absl::StatusOr<Tensor> tensor = TryDLPack(obj);
-  if (tensor.ok()) return *std::move(tensor);
+  if (tensor.ok()) {
+    // The SDK reads and writes CUDA memory on its own streams: the producer's queued work on
+    // the array must be done first (DLPack's stream argument cannot name the SDK's streams).
+    if (!tensor->device().is_cpu() && CudaReadyHook()) CudaReadyHook()(obj);
+    return *std::move(tensor);
+  }
   if (!output) {
     // One contiguous copy for what cannot be lent as it is (read-only, strided, lists).
     py::object copy;
@@ -638,6 +649,9 @@ PYBIND11_MODULE(_kvstore, m) {
   m.def(
       "_set_error_classes", [](py::dict classes) { ErrorClasses() = std::move(classes); },
       "Sets the exception class raised for each absl status code.");
+  m.def(
+      "_set_cuda_ready_hook", [](py::object hook) { CudaReadyHook() = std::move(hook); },
+      "Sets the function called with each CUDA array before the SDK uses it.");
   m.def(
       "optimizer_names", []() { return OptimizerNames(); },
       "The optimizers set_optimizer accepts.");

@@ -40,6 +40,23 @@ from . import _kvstore
 
 _kvstore._set_error_classes(dict(_errors._CODES))
 
+
+def _cuda_ready(array: Any) -> None:
+    """Waits until the work the producer queued on a CUDA array is done: the SDK reads and
+    writes CUDA memory on its own streams, which DLPack's stream argument cannot name."""
+    library = type(array).__module__.split(".")[0]
+    if library == "torch":
+        import torch
+        torch.cuda.current_stream(array.device).synchronize()
+    elif library == "cupy":
+        import cupy
+        cupy.cuda.get_current_stream().synchronize()
+    elif hasattr(array, "block_until_ready"):  # JAX
+        array.block_until_ready()
+
+
+_kvstore._set_cuda_ready_hook(_cuda_ready)
+
 __version__ = "0.1.0"
 
 __all__ = [
