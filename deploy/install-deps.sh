@@ -22,6 +22,15 @@ PACKAGES=(
   libtcmalloc-minimal4
   python3
   procps
+  # The Python package (python/) and its tests and example.
+  python3-dev
+  pybind11-dev
+  python3-numpy
+  python3-pytest
+  python3-torch
+  python3-sklearn
+  python3-pip
+  python3-venv
 )
 
 missing=()

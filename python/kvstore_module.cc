@@ -1,0 +1,684 @@
+// _kvstore: the pybind11 extension behind the `kvstore` Python package (python/kvstore/).
+//
+// It binds one class, _Store, over the SDK's KVStore (client/kvstore.h) with flat arguments:
+// lists of keys (int or str) and lists of values, one entry per (key, device) pair. The Python
+// package turns MXNet's call forms (a key or a list, a value, a list per device) into these
+// lists and documents the API; this file only converts and calls.
+//
+// Values cross without a copy: every array is taken through its `__dlpack__` (NumPy, PyTorch,
+// CuPy, JAX...) and wrapped as a Tensor that keeps the producer's buffer alive (common/dlpack.h).
+// Only a value that cannot be exported in place (read-only, strided, a list of numbers) is
+// copied once into a fresh contiguous NumPy array; an output must be exportable as it is.
+//
+// Blocking: every call that may wait (network, barriers, the job's other workers) runs with the
+// GIL released on a helper thread (HelperThreads, reused between calls) while the calling thread waits in slices of 100 ms and checks
+// for signals, so Ctrl-C raises KeyboardInterrupt within a slice. The interrupted operation goes
+// on in the background: its thread keeps the store and the values' buffers alive until it ends.
+// In-process stores ("local", "device") finish each operation inside the call and run it on the
+// calling thread with the GIL released (an updater written in Python takes the GIL back).
+//
+// Errors: a non-OK absl::Status becomes a StatusError carrying the code and the message; the
+// package maps codes to Python exception classes (kvstore/_errors.py) through
+// _set_error_classes.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/kvstore.h"
+#include "common/dlpack.h"
+#include "common/key.h"
+#include "common/optimizer_config.h"
+#include "common/row_sparse.h"
+#include "common/tensor.h"
+
+namespace py = pybind11;
+
+namespace kvstore {
+namespace python {
+namespace {
+
+// StatusError: a non-OK status on its way to Python.
+struct StatusError {
+  absl::StatusCode code;
+  std::string message;
+};
+
+// The exception class per status code, set by the package at import.
+py::dict& ErrorClasses() {
+  static py::dict* classes = new py::dict();  // Leaked: lives as long as the interpreter.
+  return *classes;
+}
+
+// The package's function that waits for a CUDA array's producer (set at import).
+py::object& CudaReadyHook() {
+  static py::object* hook = new py::object();  // Leaked: lives as long as the interpreter.
+  return *hook;
+}
+
+void ThrowIfError(const absl::Status& status) {
+  if (!status.ok()) {
+    throw StatusError{status.code(), std::string(status.message())};
+  }
+}
+
+constexpr absl::Duration kSignalSlice = absl::Milliseconds(100);
+
+// Background: an operation running on a helper thread, and its result once `done`.
+struct Background {
+  absl::Notification done;
+  absl::Status status;
+};
+
+// AwaitInterruptibly waits for `op` in slices with the GIL released, checking for signals
+// between them: a pending KeyboardInterrupt (or any exception a signal handler raises) is
+// thrown at once and `op` goes on in the background.
+absl::Status AwaitInterruptibly(const std::shared_ptr<Background>& op) {
+  while (true) {
+    bool done;
+    {
+      py::gil_scoped_release release;
+      done = op->done.WaitForNotificationWithTimeout(kSignalSlice);
+    }
+    if (done) return op->status;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+}
+
+// HelperThreads: the threads that run a distributed store's blocking calls. A call takes an
+// idle thread when there is one and starts a new one otherwise, so calls from several Python
+// threads (or one left running by Ctrl-C) never queue behind each other, and a steady stream
+// of calls pays no thread start each. A thread idle for kIdleExit ends. Thread-safe; the
+// threads keep the object alive.
+class HelperThreads : public std::enable_shared_from_this<HelperThreads> {
+ public:
+  void Submit(std::function<void()> task) {
+    bool start;
+    {
+      absl::MutexLock lock(&mu_);
+      tasks_.push_back(std::move(task));
+      start = idle_ < static_cast<int>(tasks_.size());
+      wake_.Signal();
+    }
+    if (start) std::thread([self = shared_from_this()]() { self->Loop(); }).detach();
+  }
+
+ private:
+  static constexpr absl::Duration kIdleExit = absl::Seconds(10);
+
+  void Loop() {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      while (tasks_.empty()) {
+        ++idle_;
+        bool timed_out = wake_.WaitWithTimeout(&mu_, kIdleExit);
+        --idle_;
+        if (timed_out && tasks_.empty()) return;
+      }
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      mu_.Unlock();
+      task();
+      task = nullptr;  // Its captures go before the next wait.
+      mu_.Lock();
+    }
+  }
+
+  absl::Mutex mu_;
+  absl::CondVar wake_;
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  int idle_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// RunBlocking runs `fn` with the GIL released. In-process stores run it on the calling thread;
+// distributed stores on one of `helpers` while the caller waits with AwaitInterruptibly.
+// `*started` (when given) receives the operation, so that a caller can resume waiting for it
+// after an interrupt. `fn` must capture everything by value: an interrupted `fn` finishes in
+// the background, keeping what it captured alive.
+template <typename Fn>
+absl::Status RunBlocking(HelperThreads* helpers, Fn fn,
+                         std::shared_ptr<Background>* started = nullptr) {
+  if (helpers == nullptr) {
+    py::gil_scoped_release release;
+    return fn();
+  }
+  auto op = std::make_shared<Background>();
+  if (started != nullptr) *started = op;
+  // std::function needs a copyable callable: the lambda is held through a shared_ptr.
+  auto callable = std::make_shared<Fn>(std::move(fn));
+  helpers->Submit([op, callable]() mutable {
+    op->status = (*callable)();
+    callable.reset();  // The captures (the values' buffers) go before Notify.
+    op->done.Notify();
+  });
+  return AwaitInterruptibly(op);
+}
+
+Key ToKey(const py::handle& key) {
+  if (py::isinstance<py::str>(key)) return Key(key.cast<std::string>());
+  if (py::isinstance<py::bool_>(key) || !py::isinstance<py::int_>(key)) {
+    throw StatusError{absl::StatusCode::kInvalidArgument,
+                      absl::StrCat("a key is an int or a str, not ",
+                                   std::string(py::str(key.get_type().attr("__name__"))))};
+  }
+  return Key(key.cast<int64_t>());
+}
+
+std::vector<Key> ToKeys(const py::list& keys) {
+  std::vector<Key> out;
+  out.reserve(keys.size());
+  for (const py::handle& key : keys) out.push_back(ToKey(key));
+  return out;
+}
+
+py::object KeyToPython(const Key& key) {
+  if (key.is_int()) return py::int_(key.int_key());
+  return py::str(key.str_key());
+}
+
+// TryDLPack exports `obj` through __dlpack__ and wraps it; the status says why it could not.
+absl::StatusOr<Tensor> TryDLPack(const py::handle& obj) {
+  if (!py::hasattr(obj, "__dlpack__")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a ", std::string(py::str(obj.get_type().attr("__name__"))),
+        " has no __dlpack__ (pass a NumPy array, a PyTorch tensor or another DLPack array)"));
+  }
+  py::object capsule;
+  try {
+    capsule = obj.attr("__dlpack__")();
+  } catch (py::error_already_set& e) {
+    // PyTorch refuses tensors that require grad; their data is what a store holds.
+    if (!py::hasattr(obj, "detach")) {
+      return absl::InvalidArgumentError(absl::StrCat("__dlpack__ failed: ", e.what()));
+    }
+    try {
+      capsule = obj.attr("detach")().attr("__dlpack__")();
+    } catch (py::error_already_set& e2) {
+      return absl::InvalidArgumentError(absl::StrCat("__dlpack__ failed: ", e2.what()));
+    }
+  }
+  auto* managed =
+      static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  if (managed == nullptr) {
+    PyErr_Clear();
+    return absl::InvalidArgumentError("__dlpack__ returned no \"dltensor\" capsule");
+  }
+  absl::StatusOr<Tensor> tensor = FromDLPack(managed);
+  if (!tensor.ok()) return tensor.status();  // The capsule still owns `managed`.
+  PyCapsule_SetName(capsule.ptr(), "used_dltensor");
+  return tensor;
+}
+
+// ToTensor wraps a value to push (`output` false) or an output to write (`output` true).
+Tensor ToTensor(const py::handle& obj, bool output, const Key& key) {
+  absl::StatusOr<Tensor> tensor = TryDLPack(obj);
+  if (tensor.ok()) {
+    // The SDK reads and writes CUDA memory on its own streams: the producer's queued work on
+    // the array must be done first (DLPack's stream argument cannot name the SDK's streams).
+    if (!tensor->device().is_cpu() && CudaReadyHook()) CudaReadyHook()(obj);
+    return *std::move(tensor);
+  }
+  if (!output) {
+    // One contiguous copy for what cannot be lent as it is (read-only, strided, lists).
+    py::object copy;
+    try {
+      copy = py::module_::import("numpy").attr("array")(obj, py::arg("copy") = true,
+                                                        py::arg("order") = "C");
+    } catch (py::error_already_set&) {
+      copy = py::object();
+    }
+    if (copy) {
+      absl::StatusOr<Tensor> copied = TryDLPack(copy);
+      if (copied.ok()) return *std::move(copied);
+      tensor = copied.status();
+    }
+  }
+  throw StatusError{absl::StatusCode::kInvalidArgument,
+                    absl::StrCat(output ? "pull" : "push", ": key ", key.Quoted(), ": ",
+                                 output ? "the output must be a writable, C-contiguous array "
+                                          "of float32, float16, bfloat16, float64, int32 or "
+                                          "int64 with __dlpack__: "
+                                        : "the value cannot be read as an array of float32, "
+                                          "float16, bfloat16, float64, int32 or int64: ",
+                                 tensor.status().message())};
+}
+
+std::vector<Tensor> ToTensors(const py::list& objs, const std::vector<Key>& keys, bool output) {
+  if (objs.size() != keys.size()) {
+    throw StatusError{absl::StatusCode::kInvalidArgument,
+                      absl::StrCat(keys.size(), " keys but ", objs.size(),
+                                   output ? " outputs" : " values")};
+  }
+  std::vector<Tensor> out;
+  out.reserve(objs.size());
+  for (size_t i = 0; i < keys.size(); ++i) out.push_back(ToTensor(objs[i], output, keys[i]));
+  return out;
+}
+
+std::vector<Tensor*> Pointers(std::vector<Tensor>& tensors) {  // NOLINT(runtime/references)
+  std::vector<Tensor*> out;
+  out.reserve(tensors.size());
+  for (Tensor& t : tensors) out.push_back(&t);
+  return out;
+}
+
+// ToArray returns a NumPy array (a PyTorch tensor for bfloat16) viewing `tensor`'s buffer and
+// keeping it alive: what an updater written in Python receives.
+py::object ToArray(const Tensor& tensor) {
+  absl::StatusOr<DLManagedTensor*> managed = ToDLPack(tensor);
+  ThrowIfError(managed.status());
+  py::capsule capsule(*managed, "dltensor", [](PyObject* cap) {
+    if (PyCapsule_IsValid(cap, "dltensor")) {
+      auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
+      if (m != nullptr && m->deleter != nullptr) m->deleter(m);
+    }
+  });
+  if (tensor.dtype() == DType::kBFloat16 || !tensor.device().is_cpu()) {
+    return py::module_::import("torch.utils.dlpack").attr("from_dlpack")(capsule);
+  }
+  const char* format = "f";
+  switch (tensor.dtype()) {
+    case DType::kFloat32: format = "float32"; break;
+    case DType::kFloat16: format = "float16"; break;
+    case DType::kFloat64: format = "float64"; break;
+    case DType::kInt32: format = "int32"; break;
+    case DType::kInt64: format = "int64"; break;
+    case DType::kBFloat16: break;
+  }
+  // A NumPy array over the buffer whose base keeps a handle of the Tensor.
+  auto* handle = new Tensor(tensor);
+  py::capsule owner(handle, [](void* p) { delete static_cast<Tensor*>(p); });
+  return py::array(py::dtype(format), tensor.shape(), {}, tensor.data(), owner);
+}
+
+template <typename T>
+std::optional<T> Opt(const py::dict& d, const char* name) {
+  if (!d.contains(name)) return std::nullopt;
+  py::object v = d[name];
+  if (v.is_none()) return std::nullopt;
+  return v.cast<T>();
+}
+
+// ToOptimizerConfig reads the dict the package builds from keyword hyper-parameters.
+OptimizerConfig ToOptimizerConfig(const std::string& name, const py::dict& p) {
+  OptimizerConfig c;
+  c.name = name;
+  c.learning_rate = Opt<double>(p, "learning_rate");
+  if (auto v = Opt<double>(p, "wd")) c.wd = *v;
+  if (auto v = Opt<double>(p, "rescale_grad")) c.rescale_grad = *v;
+  if (auto v = Opt<double>(p, "clip_gradient")) c.clip_gradient = *v;
+  c.momentum = Opt<double>(p, "momentum");
+  c.beta1 = Opt<double>(p, "beta1");
+  c.beta2 = Opt<double>(p, "beta2");
+  c.epsilon = Opt<double>(p, "epsilon");
+  c.rho = Opt<double>(p, "rho");
+  c.centered = Opt<bool>(p, "centered");
+  c.clip_weights = Opt<double>(p, "clip_weights");
+  c.schedule_decay = Opt<double>(p, "schedule_decay");
+  c.lamda1 = Opt<double>(p, "lamda1");
+  c.beta = Opt<double>(p, "beta");
+  c.wd_lh = Opt<double>(p, "wd_lh");
+  c.eta = Opt<double>(p, "eta");
+  c.lower_bound = Opt<double>(p, "lower_bound");
+  c.upper_bound = Opt<double>(p, "upper_bound");
+  c.bias_correction = Opt<bool>(p, "bias_correction");
+  if (auto v = Opt<bool>(p, "multi_precision")) c.multi_precision = *v;
+  if (p.contains("lr_scheduler") && !p["lr_scheduler"].is_none()) {
+    py::dict s = p["lr_scheduler"];
+    LrScheduleConfig& l = c.lr_scheduler;
+    if (auto v = Opt<std::string>(s, "type")) l.type = *v;
+    if (auto v = Opt<int64_t>(s, "step")) l.step = *v;
+    if (auto v = Opt<std::vector<int64_t>>(s, "steps")) l.steps = *v;
+    if (auto v = Opt<double>(s, "factor")) l.factor = *v;
+    if (auto v = Opt<double>(s, "stop_factor_lr")) l.stop_factor_lr = *v;
+    if (auto v = Opt<int64_t>(s, "max_update")) l.max_update = *v;
+    if (auto v = Opt<double>(s, "final_lr")) l.final_lr = *v;
+    if (auto v = Opt<double>(s, "pwr")) l.pwr = *v;
+    if (auto v = Opt<int64_t>(s, "warmup_steps")) l.warmup_steps = *v;
+    if (auto v = Opt<double>(s, "warmup_begin_lr")) l.warmup_begin_lr = *v;
+    if (auto v = Opt<std::string>(s, "warmup_mode")) l.warmup_mode = *v;
+  }
+  return c;
+}
+
+// Store: one KVStore and the values of its operations still in flight (block=False).
+class Store {
+ public:
+  explicit Store(const std::string& type) {
+    if (type.rfind("dist", 0) == 0) helpers_ = std::make_shared<HelperThreads>();
+    auto holder = std::make_shared<std::unique_ptr<KVStore>>();
+    auto status = std::make_shared<absl::Status>();
+    ThrowIfError(RunBlocking(helpers_.get(), [type, holder]() -> absl::Status {
+      absl::StatusOr<std::unique_ptr<KVStore>> store = KVStore::Create(type);
+      if (!store.ok()) return store.status();
+      *holder = *std::move(store);
+      return absl::OkStatus();
+    }));
+    store_ = std::shared_ptr<KVStore>(std::move(*holder));
+  }
+
+  // The store goes with the GIL released: a distributed store's destructor waits for its
+  // operations, whose values' buffers (NumPy's DLPack deleters) take the GIL to go.
+  ~Store() {
+    std::shared_ptr<KVStore> store = std::move(store_);
+    {
+      absl::MutexLock lock(&mu_);
+      held_.clear();
+    }
+    py::gil_scoped_release release;
+    store.reset();
+  }
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  std::string type() const { return store_->type(); }
+  int rank() const { return store_->rank(); }
+  int num_workers() const { return store_->num_workers(); }
+
+  void Init(const py::list& keys, const py::list& values) {
+    std::vector<Key> k = ToKeys(keys);
+    std::vector<Tensor> v = ToTensors(values, k, /*output=*/false);
+    Run([store = store_, k, v]() { return store->Init(k, v); });
+  }
+
+  void Push(const py::list& keys, const py::list& values, int priority, bool block) {
+    std::vector<Key> k = ToKeys(keys);
+    auto v = std::make_shared<std::vector<Tensor>>(ToTensors(values, k, /*output=*/false));
+    Run([store = store_, k, v, priority, block]() {
+      absl::Status s = store->Push(k, *v, priority);
+      if (s.ok() && block) s = store->Wait(k);
+      return s;
+    });
+    if (!block) Hold(k, std::move(v));
+  }
+
+  void Pull(const py::list& keys, const py::list& outs, int priority, bool block) {
+    std::vector<Key> k = ToKeys(keys);
+    // The store writes through pointers to these handles until the pull completes: they live
+    // on the heap, held by the call and, with block=False, until wait.
+    auto o = std::make_shared<std::vector<Tensor>>(ToTensors(outs, k, /*output=*/true));
+    Run([store = store_, k, o, priority, block]() {
+      absl::Status s = store->Pull(k, Pointers(*o), priority);
+      if (s.ok() && block) s = store->Wait(k);
+      return s;
+    });
+    if (!block) Hold(k, std::move(o));
+  }
+
+  void PushPull(const py::list& keys, const py::list& values, const py::list& outs,
+                int priority, bool block) {
+    std::vector<Key> k = ToKeys(keys);
+    auto v = std::make_shared<std::vector<Tensor>>(ToTensors(values, k, /*output=*/false));
+    auto o = std::make_shared<std::vector<Tensor>>(ToTensors(outs, k, /*output=*/true));
+    Run([store = store_, k, v, o, priority, block]() {
+      absl::Status s = store->PushPull(k, *v, Pointers(*o), priority);
+      if (s.ok() && block) s = store->Wait(k);
+      return s;
+    });
+    if (!block) {
+      Hold(k, std::move(v));
+      Hold(k, std::move(o));
+    }
+  }
+
+  // RowSparsePull pulls rows `row_ids[i]` of keys[i] into the dense output outs[i]: the rows
+  // pulled are written, every other row is set to zero (the dense form of MXNet's row-sparse
+  // output). Blocks until the rows are in place.
+  void RowSparsePull(const py::list& keys, const py::list& outs,
+                     const std::vector<std::vector<int64_t>>& row_ids, int priority) {
+    std::vector<Key> k = ToKeys(keys);
+    std::vector<Tensor> o = ToTensors(outs, k, /*output=*/true);
+    if (row_ids.size() != k.size()) {
+      ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
+          "row_sparse_pull: ", k.size(), " outputs but ", row_ids.size(), " row_ids")));
+    }
+    for (size_t i = 0; i < o.size(); ++i) {
+      if (!o[i].device().is_cpu() || o[i].shape().empty()) {
+        ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
+            "row_sparse_pull: key ", k[i].Quoted(), ": the output must be a CPU array of rank "
+            ">= 1, not ", o[i].Description())));
+      }
+    }
+    Run([store = store_, k, o, row_ids, priority]() mutable {
+      std::vector<RowSparse> rsp;
+      rsp.reserve(o.size());
+      for (const Tensor& t : o) rsp.push_back(RowSparse::Empty(t.dtype(), t.shape()));
+      std::vector<RowSparse*> ptrs;
+      for (RowSparse& r : rsp) ptrs.push_back(&r);
+      absl::Status s = store->RowSparsePull(k, ptrs, row_ids, priority);
+      if (s.ok()) s = store->Wait(k);
+      if (!s.ok()) return s;
+      for (size_t i = 0; i < o.size(); ++i) {
+        const size_t row_bytes = static_cast<size_t>(rsp[i].row_elements()) *
+                                 DTypeSize(o[i].dtype());
+        auto* dst = static_cast<char*>(o[i].data());
+        std::memset(dst, 0, o[i].byte_size());
+        const auto* src = static_cast<const char*>(rsp[i].data().data());
+        for (size_t r = 0; r < rsp[i].row_ids().size(); ++r) {
+          std::memcpy(dst + rsp[i].row_ids()[r] * row_bytes, src + r * row_bytes, row_bytes);
+        }
+      }
+      return absl::OkStatus();
+    });
+  }
+
+  // Wait blocks until the operations on `keys` completed and lets their values go.
+  void Wait(const py::list& keys) {
+    std::vector<Key> k = ToKeys(keys);
+    Run([store = store_, k]() { return store->Wait(k); });
+    absl::MutexLock lock(&mu_);
+    for (const Key& key : k) held_.erase(key);
+  }
+
+  void WaitAll() {
+    Run([store = store_]() { return store->WaitAll(); });
+    absl::MutexLock lock(&mu_);
+    held_.clear();
+  }
+
+  // Barrier: a barrier interrupted by Ctrl-C stays pending at the scheduler; the next call
+  // resumes waiting for it instead of entering the barrier a second time.
+  void Barrier() {
+    if (pending_barrier_ != nullptr) {
+      std::shared_ptr<Background> op = pending_barrier_;
+      absl::Status status = AwaitInterruptibly(op);
+      pending_barrier_.reset();
+      ThrowIfError(status);
+      return;
+    }
+    std::shared_ptr<Background> op;
+    try {
+      ThrowIfError(RunBlocking(
+          helpers_.get(), [store = store_]() { return store->Barrier(); }, &op));
+    } catch (py::error_already_set&) {
+      if (op != nullptr && !op->done.HasBeenNotified()) pending_barrier_ = op;
+      throw;
+    }
+  }
+
+  // SetUpdater installs `fn(key, input, stored)`; `stored` is modified in place. An exception
+  // it raises is raised again by the push that called it.
+  void SetUpdater(py::object fn) {
+    auto error = updater_error_;
+    // The function may be released on any thread (with the store, or when replaced).
+    std::shared_ptr<py::object> holder(new py::object(std::move(fn)), [](py::object* f) {
+      py::gil_scoped_acquire gil;
+      delete f;
+    });
+    KVStore::Updater updater = [holder, error](const Key& key, const Tensor& received,
+                                               Tensor* stored) {
+      py::gil_scoped_acquire gil;
+      try {
+        (*holder)(KeyToPython(key), ToArray(received), ToArray(*stored));
+      } catch (py::error_already_set& e) {
+        if (!error->has_value()) *error = std::move(e);
+      } catch (const StatusError& e) {
+        if (!error->has_value()) {
+          PyErr_SetString(PyExc_RuntimeError, e.message.c_str());
+          *error = py::error_already_set();
+        }
+      }
+    };
+    ThrowIfError(store_->SetUpdater(std::move(updater)));
+  }
+
+  void SetOptimizer(const std::string& name, const py::dict& params) {
+    OptimizerConfig config = ToOptimizerConfig(name, params);
+    Run([store = store_, config]() { return store->SetOptimizer(config); });
+  }
+
+  void SetGradientCompression(const std::string& type, std::optional<double> threshold) {
+    GradientCompression params;
+    params.type = type;
+    params.threshold = threshold;
+    ThrowIfError(store_->SetGradientCompression(params));
+  }
+
+  void SaveOptimizerStates(const std::string& path) {
+    Run([store = store_, path]() { return store->SaveOptimizerStates(path); });
+  }
+  void LoadOptimizerStates(const std::string& path) {
+    Run([store = store_, path]() { return store->LoadOptimizerStates(path); });
+  }
+  void Checkpoint(const std::string& dir) {
+    Run([store = store_, dir]() { return store->Checkpoint(dir); });
+  }
+  void SendCommandToServers(int head, const std::string& body) {
+    Run([store = store_, head, body]() { return store->SendCommandToServers(head, body); });
+  }
+
+  int NumDeadNodes(int group, double timeout_s) {
+    if (group != 1 && group != 2 && group != 4 && group != 6 && group != 7) {
+      ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
+          "num_dead_node: group ", group,
+          " is none of 1 (scheduler), 2 (servers), 4 (workers), 6 (servers and workers), "
+          "7 (all)")));
+    }
+    auto result = std::make_shared<int>(0);
+    Run([store = store_, group, timeout_s, result]() -> absl::Status {
+      absl::StatusOr<int> n =
+          store->NumDeadNodes(static_cast<NodeGroup>(group), absl::Seconds(timeout_s));
+      if (!n.ok()) return n.status();
+      *result = *n;
+      return absl::OkStatus();
+    });
+    return *result;
+  }
+
+  // BenchPush times `iterations` blocking pushes of `value` into `key` from C++ (Push and
+  // Wait, as the package's blocking push does), for the comparison in tests/bench/pybench.py.
+  // Returns the seconds of each push.
+  std::vector<double> BenchPush(const py::object& key, const py::object& value, int iterations) {
+    Key k = ToKey(key);
+    Tensor v = ToTensor(value, /*output=*/false, k);
+    auto seconds = std::make_shared<std::vector<double>>();
+    Run([store = store_, k, v, iterations, seconds]() {
+      for (int i = 0; i < iterations; ++i) {
+        absl::Time start = absl::Now();
+        absl::Status s = store->Push(k, v);
+        if (s.ok()) s = store->Wait(absl::MakeConstSpan(&k, 1));
+        if (!s.ok()) return s;
+        seconds->push_back(absl::ToDoubleSeconds(absl::Now() - start));
+      }
+      return absl::OkStatus();
+    });
+    return *seconds;
+  }
+
+ private:
+  template <typename Fn>
+  void Run(Fn fn) {
+    absl::Status status = RunBlocking(helpers_.get(), std::move(fn));
+    if (updater_error_->has_value()) {
+      py::error_already_set e = std::move(**updater_error_);
+      updater_error_->reset();
+      throw e;
+    }
+    ThrowIfError(status);
+  }
+
+  void Hold(const std::vector<Key>& keys, std::shared_ptr<std::vector<Tensor>> tensors) {
+    absl::MutexLock lock(&mu_);
+    for (const Key& key : keys) held_[key].push_back(tensors);
+  }
+
+  std::shared_ptr<KVStore> store_;
+  // Null for in-process stores, which finish every call on the calling thread.
+  std::shared_ptr<HelperThreads> helpers_;
+  // The first exception an updater written in Python raised during the current call.
+  std::shared_ptr<std::optional<py::error_already_set>> updater_error_ =
+      std::make_shared<std::optional<py::error_already_set>>();
+  // A barrier interrupted while blocked, still waiting at the scheduler (Python thread only).
+  std::shared_ptr<Background> pending_barrier_;
+  absl::Mutex mu_;
+  // Values and outputs of operations issued with block=False, until waited for.
+  std::map<Key, std::vector<std::shared_ptr<std::vector<Tensor>>>> held_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_kvstore, m) {
+  m.doc() = "The C++ core of the kvstore package; use `import kvstore`.";
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      py::object cls = py::reinterpret_borrow<py::object>(PyExc_RuntimeError);
+      py::int_ code(static_cast<int>(e.code));
+      if (ErrorClasses().contains(code)) cls = ErrorClasses()[code];
+      PyErr_SetObject(cls.ptr(), py::str(e.message).ptr());
+    }
+  });
+
+  m.def(
+      "_set_error_classes", [](py::dict classes) { ErrorClasses() = std::move(classes); },
+      "Sets the exception class raised for each absl status code.");
+  m.def(
+      "_set_cuda_ready_hook", [](py::object hook) { CudaReadyHook() = std::move(hook); },
+      "Sets the function called with each CUDA array before the SDK uses it.");
+  m.def(
+      "optimizer_names", []() { return OptimizerNames(); },
+      "The optimizers set_optimizer accepts.");
+
+  py::class_<Store>(m, "_Store")
+      .def(py::init<const std::string&>(), py::arg("type"))
+      .def_property_readonly("type", &Store::type)
+      .def_property_readonly("rank", &Store::rank)
+      .def_property_readonly("num_workers", &Store::num_workers)
+      .def("init", &Store::Init)
+      .def("push", &Store::Push)
+      .def("pull", &Store::Pull)
+      .def("pushpull", &Store::PushPull)
+      .def("row_sparse_pull", &Store::RowSparsePull)
+      .def("wait", &Store::Wait)
+      .def("wait_all", &Store::WaitAll)
+      .def("barrier", &Store::Barrier)
+      .def("set_updater", &Store::SetUpdater)
+      .def("set_optimizer", &Store::SetOptimizer)
+      .def("set_gradient_compression", &Store::SetGradientCompression)
+      .def("save_optimizer_states", &Store::SaveOptimizerStates)
+      .def("load_optimizer_states", &Store::LoadOptimizerStates)
+      .def("checkpoint", &Store::Checkpoint)
+      .def("send_command_to_servers", &Store::SendCommandToServers)
+      .def("num_dead_node", &Store::NumDeadNodes)
+      .def("_bench_push", &Store::BenchPush);
+}
+
+}  // namespace python
+}  // namespace kvstore

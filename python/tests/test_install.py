@@ -1,0 +1,28 @@
+"""The one-command install's last step: the wheel Bazel built installs with pip, offline, into a
+fresh virtual environment, and `import kvstore` works in a new process of that environment.
+
+The environment is made without its own pip (ensurepip takes 10 s here) and with the system's
+site packages, whose pip (Debian's python3-pip) then installs into the environment."""
+import os
+import subprocess
+import sys
+
+
+
+def test_wheel_installs_into_a_fresh_venv(tmp_path):
+    wheel = os.path.abspath(os.environ["KV_TEST_WHEEL"])
+    venv = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(venv)], check=True, timeout=60)
+    python = str(venv / "bin" / "python")
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                    "--disable-pip-version-check", wheel], check=True, timeout=60)
+    # A new process without the test's PYTHONPATH, from another folder: what a new shell sees.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = ("import kvstore; kv = kvstore.create('local'); print(kvstore.__file__, kv.type);"
+            " import numpy as np; kv.init(1, np.arange(3.0)); a = np.zeros(3);"
+            " kv.pull(1, out=a); assert list(a) == [0.0, 1.0, 2.0], a")
+    out = subprocess.run([python, "-c", code], env=env, cwd=str(tmp_path), check=True,
+                         stdout=subprocess.PIPE, text=True, timeout=60).stdout
+    print(out)
+    assert out.startswith(str(venv)) and out.strip().endswith("local")
