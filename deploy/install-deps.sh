@@ -22,6 +22,12 @@ PACKAGES=(
   libtcmalloc-minimal4
   python3
   procps
+  # deployment: the SDK's CMake package test, Slurm, systemd units, Kubernetes manifests
+  cmake
+  slurm-wlm
+  munge
+  systemd
+  python3-yaml
 )
 
 missing=()
