@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks deploy/k8s and deploy/Containerfile offline against the binaries they run.
 
-  k8s_manifests_test.py SCHEDULER KVSERVER DIST_TRAINING KVCTL ENVIRONMENT_CC FLAGS_USAGE_H
+  k8s_manifests_test.py SCHEDULER KVSERVER DIST_TRAINING KVCTL ENVIRONMENT_CC FLAGS_USAGE_H \
+      DEPLOY_MD
 
 Parses every manifest (python3-yaml) and checks what can be checked without a cluster:
   - the kustomization lists every manifest; every object has a kind and a name;
@@ -21,7 +22,9 @@ Parses every manifest (python3-yaml) and checks what can be checked without a cl
   - the kvserver's --memory_budget_bytes stays below its memory limit;
   - the Containerfile builds and copies every program the manifests run, installs the Debian
     package of every shared library those binaries need (readelf, dpkg -S), and the image tag is
-    the programs' version.
+    the programs' version;
+  - docs/deploy.md's reference table lists every flag of the scheduler, kvserver and kvctl, and
+    no flag that none of them has (but the two being added).
 Prints "test cases: N | N passed | N failed" (tests/run_tests.sh counts it).
 """
 import glob
@@ -90,10 +93,11 @@ def quantity_bytes(q):
 
 
 def main():
-    if len(sys.argv) != 7:
+    if len(sys.argv) != 8:
         print(__doc__, file=sys.stderr)
         return 2
-    scheduler_bin, kvserver_bin, training_bin, kvctl_bin, environment_cc, flags_usage_h = sys.argv[1:]
+    (scheduler_bin, kvserver_bin, training_bin, kvctl_bin, environment_cc, flags_usage_h,
+     deploy_md) = sys.argv[1:]
     docs = load()
     objects = [o for f, file_docs in docs.items() if f != "kustomization.yaml" for o in file_docs]
     by_kind = {}
@@ -310,6 +314,23 @@ def main():
             missing.append(f"{lib} ({', '.join(sorted(packages)) or 'no package'})")
     check(f"the runtime image installs the package of each of {len(needed)} shared libraries",
           needed and not missing, f"missing: {missing}")
+
+    # The reference table of docs/deploy.md.
+    text = open(deploy_md).read()
+    section = text.split("## Reference: flags and environment", 1)[-1].split("\n## ", 1)[0]
+    documented = set()
+    for row in section.splitlines():
+        if row.startswith("| `--"):
+            documented |= set(re.findall(r"`--([a-z_]+)`", row.split("|")[1]))
+    binaries_flags = set()
+    for binary in (scheduler_bin, kvserver_bin, kvctl_bin):
+        binaries_flags |= help_flags(binary)
+    check(f"docs/deploy.md's reference table lists the {len(binaries_flags)} flags of the "
+          "scheduler, kvserver and kvctl, and no other",
+          binaries_flags and not (binaries_flags - documented)
+          and not (documented - binaries_flags - PENDING_FLAGS),
+          f"undocumented: {sorted(binaries_flags - documented)}; documented but absent: "
+          f"{sorted(documented - binaries_flags - PENDING_FLAGS)}")
     return finish()
 
 
