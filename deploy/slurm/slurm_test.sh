@@ -2,18 +2,20 @@
 # Slurm for real: starts munged (a throwaway key, its own socket and folders), slurmctld and
 # slurmd on this machine with a throwaway configuration (one node with 2 CPUs, no cgroups), all
 # in a temporary folder on free ports; submits deploy/slurm/kvstore.sbatch with sbatch to run
-# examples/dist_training (1 scheduler, 2 kvservers, 2 workers: 5 tasks); waits for the job
-# (bounded) and checks, from the job's output file, scontrol and slurmctld's job-completion
-# file, that training finished on both workers and that every task and the job exited 0. Stops
+# examples/dist_training twice (1 scheduler, 2 kvservers, 2 workers; then 1 kvserver and 2
+# workers with --tls); waits for each job (bounded) and checks, from the job's output file,
+# scontrol and slurmctld's job-completion file, that training finished on every worker and that
+# every task and the job exited 0 (and that the TLS job's daemons listened with TLS). Stops
 # every daemon it started, by PID. Prints "SKIPPED: reason" when Slurm or munge cannot start
 # here, and "test cases: N | N passed | N failed" (tests/run_tests.sh counts it).
 #
-#   slurm_test.sh SCHEDULER KVSERVER DIST_TRAINING SBATCH_SCRIPT
+#   slurm_test.sh SCHEDULER KVSERVER DIST_TRAINING SBATCH_SCRIPT MAKE_CERTS
 set -uo pipefail
 
-[ $# -eq 4 ] || { echo "usage: $0 SCHEDULER KVSERVER DIST_TRAINING SBATCH_SCRIPT" >&2; exit 2; }
+[ $# -eq 5 ] || { echo "usage: $0 SCHEDULER KVSERVER DIST_TRAINING SBATCH_SCRIPT MAKE_CERTS" >&2; exit 2; }
 abs() { (cd "$(dirname "$1")" && echo "$PWD/$(basename "$1")"); }
 scheduler_bin=$(abs "$1") kvserver_bin=$(abs "$2") training_bin=$(abs "$3") sbatch_script=$(abs "$4")
+make_certs=$(abs "$5")
 JOB_WAIT_S=${KV_SLURM_JOB_WAIT_S:-120}   # the whole job, queued to completed
 DAEMON_WAIT_S=20                         # each daemon to answer
 
@@ -123,21 +125,30 @@ passed=0 failed=0
 pass() { echo "PASS: $*"; passed=$((passed + 1)); }
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 
-# The job: 5 tasks on 2 CPUs (--overcommit in the script's srun; sbatch's too).
 bin="$base/bin"
-mkdir -p "$bin/server/scheduler"
+mkdir -p "$bin/server/scheduler" "$base/submit/deploy"
 ln -s "$scheduler_bin" "$bin/server/scheduler/scheduler"
 ln -s "$kvserver_bin" "$bin/server/kvserver"
-scheduler_port=$(free_port)
-cd "$base/submit"
-job=$(sbatch --parsable --ntasks=5 --overcommit --time=5 --output="$base/submit/job-%j.out" \
-        "$sbatch_script" --servers 2 --port "$scheduler_port" --bin "$bin" \
-        --scheduler-arg=--register_timeout=60s -- "$training_bin" 2>&1)
-if ! [[ "$job" =~ ^[0-9]+$ ]]; then
-  fail "sbatch refused the job: $job"
-else
-  echo "slurm_test: submitted job $job"
-  state=""
+# The script finds make-certs.sh in the submission folder (a clone of the repository).
+ln -s "$make_certs" "$base/submit/deploy/make-certs.sh"
+
+# run_job NAME SERVERS WORKERS [SCRIPT_OPTION ...]: submits the script for a dist_training job
+# of 1 + SERVERS + WORKERS tasks on 2 CPUs (--overcommit, in the script's srun too), waits for
+# it and checks how it ended. Sets $out to its output file.
+run_job() {
+  local name=$1 servers=$2 workers=$3
+  shift 3
+  local tasks=$((1 + servers + workers)) job state info exits trained deadline
+  job=$(cd "$base/submit" && sbatch --parsable --ntasks="$tasks" --overcommit --time=5 \
+          --output="$base/submit/job-%j.out" "$sbatch_script" --servers "$servers" \
+          --port "$(free_port)" --bin "$bin" --scheduler-arg=--register_timeout=60s "$@" \
+          -- "$training_bin" 2>&1)
+  if ! [[ "$job" =~ ^[0-9]+$ ]]; then
+    fail "$name: sbatch refused the job: $job"
+    out=/dev/null
+    return
+  fi
+  echo "slurm_test: $name: submitted job $job ($servers servers, $workers workers)"
   deadline=$((SECONDS + JOB_WAIT_S))
   while [ "$SECONDS" -lt "$deadline" ]; do
     state=$(scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
@@ -145,14 +156,14 @@ else
     sleep 0.5
   done
   out="$base/submit/job-$job.out"
-  echo "--- job output (last 40 lines) ---"
+  echo "--- $name: job output (last 40 lines) ---"
   tail -n 40 "$out" 2>/dev/null
   echo "---"
   info=$(scontrol show job "$job" 2>/dev/null)
   if [ "$state" = COMPLETED ] && grep -q 'ExitCode=0:0' <<<"$info"; then
-    pass "job $job COMPLETED with ExitCode=0:0 (scontrol)"
+    pass "$name: job $job COMPLETED with ExitCode=0:0 (scontrol)"
   else
-    fail "job $job ended as '${state:-still running after ${JOB_WAIT_S} s}': $(grep -oE '(JobState|ExitCode|Reason)=[^ ]*' <<<"$info" | tr '\n' ' ')"
+    fail "$name: job $job ended as '${state:-still running after ${JOB_WAIT_S} s}': $(grep -oE '(JobState|ExitCode|Reason)=[^ ]*' <<<"$info" | tr '\n' ' ')"
     # slurmd ends the job's processes when it is cancelled; wait (bounded) until it has.
     scancel "$job" 2>/dev/null
     for _ in $(seq 100); do
@@ -160,26 +171,64 @@ else
       sleep 0.1
     done
   fi
-  # Every task reports its own exit status; all 5 exited 0 and srun did too.
-  exits=$(grep -cE 'kvstore-slurm: task [0-4] \((scheduler|server|worker) [0-9]+\) on localhost exited 0$' "$out" 2>/dev/null)
-  if [ "$exits" = 5 ] && grep -q "kvstore-slurm: job $job: srun exited 0" "$out"; then
-    pass "all 5 tasks (scheduler, 2 servers, 2 workers) exited 0"
+  # Every task reports its own exit status; all exited 0 and srun did too.
+  exits=$(grep -cE "kvstore-slurm: task [0-9]+ \((scheduler|server|worker) [0-9]+\) on localhost exited 0$" "$out" 2>/dev/null)
+  if [ "$exits" = "$tasks" ] && grep -q "kvstore-slurm: job $job: srun exited 0" "$out"; then
+    pass "$name: all $tasks tasks (scheduler, $servers servers, $workers workers) exited 0"
   else
-    fail "$exits of 5 tasks reported exit 0: $(grep 'kvstore-slurm' "$out" 2>/dev/null | tr '\n' ' ')"
+    fail "$name: $exits of $tasks tasks reported exit 0: $(grep 'kvstore-slurm' "$out" 2>/dev/null | tr '\n' ' ')"
   fi
-  # Training finished: both workers reached the last step and reported their test accuracy.
-  trained=$(grep -cE '^[0-9]+: worker [01] .*accuracy' "$out" 2>/dev/null)
-  if [ "$trained" = 2 ]; then
-    pass "both workers finished training: $(grep -E 'accuracy' "$out" | tr '\n' ' ')"
+  # Training finished: every worker reached the last step and reported its test accuracy.
+  trained=$(grep -cE '^[0-9]+: worker [0-9]+ .*test accuracy' "$out" 2>/dev/null)
+  if [ "$trained" = "$workers" ]; then
+    pass "$name: $workers workers finished training: $(grep -E 'test accuracy' "$out" | tr '\n' ' ')"
   else
-    fail "$trained of 2 workers reported a test accuracy"
+    fail "$name: $trained of $workers workers reported a test accuracy"
   fi
   # slurmctld's own completion record.
   if grep -q "JobId=$job .*JobState=COMPLETED.*ExitCode=0:0" "$base/jobcomp.txt" 2>/dev/null; then
-    pass "slurmctld's completion record: COMPLETED, ExitCode=0:0"
+    pass "$name: slurmctld's completion record: COMPLETED, ExitCode=0:0"
   else
-    fail "completion record: $(grep "JobId=$job " "$base/jobcomp.txt" 2>/dev/null || echo none)"
+    fail "$name: completion record: $(grep "JobId=$job " "$base/jobcomp.txt" 2>/dev/null || echo none)"
   fi
+}
+
+run_job plaintext 2 2
+# With --tls the script makes a CA and a certificate for the allocation's nodes; every link is
+# TLS (the daemons say so when they start listening).
+run_job tls 1 2 --tls
+if grep -qE "scheduler listening on localhost:[0-9]+ \(TLS" "$out" &&
+   [ "$(grep -cE "kvserver listening on localhost:[0-9]+ \(TLS" "$out")" = 1 ]; then
+  pass "tls: the scheduler and the kvserver listened with TLS"
+else
+  fail "tls: $(grep -E 'listening on' "$out" | tr '\n' ' ')"
 fi
+# A worker that fails ends the job at once (--kill-on-bad-exit): the rest of the step is
+# terminated and the job FAILED (with the status srun reports, 143 for the terminated tasks),
+# well before the daemons' 60 s registration timeout.
+started=$SECONDS
+job=$(cd "$base/submit" && sbatch --parsable --ntasks=4 --overcommit --time=5 \
+        --output="$base/submit/job-%j.out" "$sbatch_script" --servers 1 --port "$(free_port)" \
+        --bin "$bin" --scheduler-arg=--register_timeout=60s -- /bin/sh -c \
+        'if [ "$DMLC_WORKER_ID" = 1 ]; then exit 3; fi; exec "$0"' "$training_bin" 2>&1)
+state=""
+if [[ "$job" =~ ^[0-9]+$ ]]; then
+  for _ in $(seq $((JOB_WAIT_S * 2))); do
+    state=$(scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+    case "$state" in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL) break ;; esac
+    sleep 0.5
+  done
+fi
+out="$base/submit/job-$job.out"
+if [ "$state" = FAILED ] && ! scontrol show job "$job" | grep -q 'ExitCode=0:0' &&
+   grep -qE 'kvstore-slurm: task [0-9]+ \(worker 1\) on localhost exited 3$' "$out" &&
+   grep -qE "kvstore-slurm: job $job: srun exited [1-9]" "$out" &&
+   [ $((SECONDS - started)) -lt 40 ]; then
+  pass "failing worker: job $job FAILED after $((SECONDS - started)) s ($(scontrol show job "$job" | grep -o 'ExitCode=[0-9:]*'))"
+else
+  fail "failing worker: job '$job' ended as '$state' after $((SECONDS - started)) s: $(tail -n 15 "$out" 2>/dev/null | tr '\n' ' ')"
+  scancel "$job" 2>/dev/null
+fi
+
 echo "test cases: $((passed + failed)) | $passed passed | $failed failed"
 [ "$failed" -eq 0 ]
