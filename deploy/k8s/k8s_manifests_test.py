@@ -306,10 +306,17 @@ def main():
     for binary in (scheduler_bin, kvserver_bin, training_bin, kvctl_bin):
         dyn = subprocess.run(["readelf", "-d", binary], capture_output=True, text=True).stdout
         needed |= set(re.findall(r"\(NEEDED\).*\[(.*)\]", dyn))
+    # One dpkg -S for all of them: "package[, package]: path" per file found.
+    paths = [f"{d}/{lib}" for lib in sorted(needed)
+             for d in ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu")]
+    found = subprocess.run(["dpkg", "-S"] + paths, capture_output=True, text=True, timeout=60)
+    owners = {}
+    for line in found.stdout.splitlines():
+        pkgs, _, path = line.partition(": ")
+        owners.setdefault(os.path.basename(path), set()).update(
+            p.strip().split(":")[0] for p in pkgs.split(","))
     for lib in sorted(needed):
-        found = subprocess.run(["dpkg", "-S", f"/usr/lib/x86_64-linux-gnu/{lib}",
-                                f"/lib/x86_64-linux-gnu/{lib}"], capture_output=True, text=True)
-        packages = {line.split(":")[0] for line in found.stdout.splitlines()}
+        packages = owners.get(lib, set())
         if not packages & (installed | BASE_PACKAGES):
             missing.append(f"{lib} ({', '.join(sorted(packages)) or 'no package'})")
     check(f"the runtime image installs the package of each of {len(needed)} shared libraries",

@@ -73,10 +73,11 @@ if cmake -S "$tmp/src" -B "$tmp/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUI
      >"$tmp/cmake.log" 2>&1 &&
    cmake --build "$tmp/build" -j 2 >>"$tmp/cmake.log" 2>&1; then
   cmake_bin="$tmp/build/sdk_consumer"
-  if ldd "$cmake_bin" | grep -q "$prefix/lib/libkvstore.so.0" && ! ldd "$cmake_bin" | grep -qi tcmalloc; then
+  libs=$(ldd "$cmake_bin")   # (not piped into grep -q: with pipefail, ldd's SIGPIPE would count)
+  if grep -q "$prefix/lib/libkvstore.so.0" <<<"$libs" && ! grep -qi tcmalloc <<<"$libs"; then
     pass "CMake find_package(KVStore) build"
   else
-    fail "CMake build links: $(ldd "$cmake_bin" | grep -E 'kvstore|tcmalloc')"
+    fail "CMake build links: $(grep -E 'kvstore|tcmalloc' <<<"$libs")"
   fi
 else
   fail "CMake build failed: $(tail -n 20 "$tmp/cmake.log")"
@@ -88,10 +89,11 @@ mkdir -p "$tmp/pc"
 if flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs kvstore 2>&1) &&
    g++ -std=c++17 -O2 "$tmp/src/sdk_consumer.cc" -o "$pc_bin" $flags -Wl,-rpath,"$prefix/lib" \
      2>"$tmp/pc.log"; then
-  if ! ldd "$pc_bin" | grep -qi tcmalloc; then
+  libs=$(ldd "$pc_bin")
+  if grep -q "$prefix/lib/libkvstore.so.0" <<<"$libs" && ! grep -qi tcmalloc <<<"$libs"; then
     pass "pkg-config kvstore build"
   else
-    fail "pkg-config build links tcmalloc"
+    fail "pkg-config build links: $(grep -E 'kvstore|tcmalloc' <<<"$libs")"
   fi
 else
   fail "pkg-config build failed: $flags $(tail -n 20 "$tmp/pc.log")"

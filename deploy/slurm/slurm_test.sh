@@ -167,7 +167,8 @@ run_job() {
     # slurmd ends the job's processes when it is cancelled; wait (bounded) until it has.
     scancel "$job" 2>/dev/null
     for _ in $(seq 100); do
-      scontrol show job "$job" 2>/dev/null | grep -qE 'JobState=(PENDING|RUNNING|COMPLETING)' || break
+      info=$(scontrol show job "$job" 2>/dev/null)
+      grep -qE 'JobState=(PENDING|RUNNING|COMPLETING)' <<<"$info" || break
       sleep 0.1
     done
   fi
@@ -220,11 +221,12 @@ if [[ "$job" =~ ^[0-9]+$ ]]; then
   done
 fi
 out="$base/submit/job-$job.out"
-if [ "$state" = FAILED ] && ! scontrol show job "$job" | grep -q 'ExitCode=0:0' &&
+info=$(scontrol show job "$job" 2>/dev/null)
+if [ "$state" = FAILED ] && ! grep -q 'ExitCode=0:0' <<<"$info" &&
    grep -qE 'kvstore-slurm: task [0-9]+ \(worker 1\) on localhost exited 3$' "$out" &&
    grep -qE "kvstore-slurm: job $job: srun exited [1-9]" "$out" &&
    [ $((SECONDS - started)) -lt 40 ]; then
-  pass "failing worker: job $job FAILED after $((SECONDS - started)) s ($(scontrol show job "$job" | grep -o 'ExitCode=[0-9:]*'))"
+  pass "failing worker: job $job FAILED after $((SECONDS - started)) s ($(grep -o 'ExitCode=[0-9:]*' <<<"$info"))"
 else
   fail "failing worker: job '$job' ended as '$state' after $((SECONDS - started)) s: $(tail -n 15 "$out" 2>/dev/null | tr '\n' ' ')"
   scancel "$job" 2>/dev/null
