@@ -5,7 +5,8 @@
 #      every file;
 #   2. every installed header compiles alone against the prefix and the system headers only;
 #   3. examples/sdk_consumer builds with CMake (find_package(KVStore)) and, separately, with
-#      pkg-config; neither executable links tcmalloc;
+#      pkg-config; neither executable links tcmalloc; the CMake package still works when the
+#      prefix is moved and refuses a request for a newer major version;
 #   4. both run as the two workers of a job of real daemons (scheduler and 2 kvservers from
 #      Bazel, deploy/launch.py, job secret in KV_SECRET_FILE) and check every pulled value
 #      against float64 sums (seed printed; KV_TEST_SEED repeats a run).
@@ -82,6 +83,28 @@ if cmake -S "$tmp/src" -B "$tmp/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUI
 else
   fail "CMake build failed: $(tail -n 20 "$tmp/cmake.log")"
   cmake_bin=""
+fi
+
+# The CMake package: relocatable (a moved prefix is found where it now is) and versioned (a
+# newer major version than installed is refused). Configure only.
+cp -a "$prefix" "$tmp/moved"
+mkdir -p "$tmp/probe"
+cat > "$tmp/probe/CMakeLists.txt" <<'PROBE'
+cmake_minimum_required(VERSION 3.16)
+project(probe LANGUAGES CXX)
+find_package(KVStore ${WANT} REQUIRED)
+get_target_property(inc KVStore::kvstore INTERFACE_INCLUDE_DIRECTORIES)
+get_target_property(lib KVStore::kvstore IMPORTED_LOCATION)
+message(STATUS "KVStore ${KVStore_VERSION} include=${inc} lib=${lib}")
+PROBE
+moved=$(cmake -S "$tmp/probe" -B "$tmp/probe/build1" -DCMAKE_PREFIX_PATH="$tmp/moved" -DWANT=0.1 2>&1)
+newer=$(cmake -S "$tmp/probe" -B "$tmp/probe/build2" -DCMAKE_PREFIX_PATH="$prefix" -DWANT=1.0 2>&1)
+newer_status=$?
+if grep -q "KVStore $version include=$tmp/moved/include/kvstore lib=$tmp/moved/lib/libkvstore.so.$version" <<<"$moved" &&
+   [ "$newer_status" -ne 0 ] && grep -q 'compatible with requested version "1.0"' <<<"$newer"; then
+  pass "CMake package: relocatable, and find_package(KVStore 1.0) refuses $version"
+else
+  fail "CMake package: moved prefix: $(grep KVStore <<<"$moved"); version 1.0 request exited $newer_status: $(tail -n 5 <<<"$newer")"
 fi
 
 pc_bin="$tmp/pc/sdk_consumer"
