@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The SDK outside Bazel: installs libkvstore.so, the headers, kvstore.pc and the CMake package
 # into a prefix (deploy/sdk/install.sh, as deploy/install-sdk.sh does), then, in $TEST_TMPDIR:
-#   1. the installed library has its soname and no tcmalloc (readelf), and the prefix holds
-#      every file;
+#   1. the installed library has its soname, no tcmalloc (readelf) and exports only namespace
+#      kvstore, and the prefix holds every file;
 #   2. every installed header compiles alone against the prefix and the system headers only;
 #   3. examples/sdk_consumer builds with CMake (find_package(KVStore)) and, separately, with
 #      pkg-config; neither executable links tcmalloc; the CMake package still works when the
@@ -47,7 +47,10 @@ grep -qi 'tcmalloc' <<<"$dynamic" && problems+=("libkvstore.so needs tcmalloc")
 symbols=$(nm -DC --defined-only "$prefix/lib/libkvstore.so")
 grep -q 'kvstore::KVStore::Create(' <<<"$symbols" ||
   problems+=("libkvstore.so does not export kvstore::KVStore::Create")
-if [ ${#problems[@]} -eq 0 ]; then pass "install: files, soname, no tcmalloc"; else fail "install: ${problems[*]}"; fi
+# Only the SDK's own symbols are exported (libkvstore.lds): no gRPC, Abseil or std instance.
+foreign=$(grep -vE ' (kvstore::|(typeinfo|typeinfo name|vtable|VTT) for kvstore::|(non-virtual |virtual )?thunk to kvstore::|KVSTORE_0$)' <<<"$symbols" | head -n 3)
+[ -z "$foreign" ] || problems+=("libkvstore.so exports symbols outside namespace kvstore: $foreign")
+if [ ${#problems[@]} -eq 0 ]; then pass "install: files, soname, no tcmalloc, only namespace kvstore exported"; else fail "install: ${problems[*]}"; fi
 
 # 2. Headers self-contained: each compiles alone with only the prefix on the include path, from
 # a folder where no source tree is in sight.
