@@ -24,14 +24,22 @@ Parses every manifest (python3-yaml) and checks what can be checked without a cl
     package of every shared library those binaries need (readelf, dpkg -S), and the image tag is
     the programs' version;
   - docs/deploy.md's reference table lists every flag of the scheduler, kvserver and kvctl, and
-    no flag that none of them has (but the two being added).
+    no flag that none of them has (but the two being added);
+  - the pods run as local processes with their own commands, environment and init containers
+    (what the cluster supplies - pod IP, Service name, field values, volumes - stood in for by
+    127.0.0.1, free ports and a temporary folder) make a job that trains and ends with every
+    process exiting 0.
 Prints "test cases: N | N passed | N failed" (tests/run_tests.sh counts it).
 """
 import glob
 import os
 import re
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 
 import yaml
 
@@ -41,6 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PENDING_FLAGS = {"advertise_host", "metrics_port"}
 # Shared libraries of the base image (debian:bookworm-slim).
 BASE_PACKAGES = {"libc6", "libstdc++6", "libgcc-s1"}
+JOB_TIMEOUT_S = 60
 
 results = []
 
@@ -98,6 +107,8 @@ def main():
         return 2
     (scheduler_bin, kvserver_bin, training_bin, kvctl_bin, environment_cc, flags_usage_h,
      deploy_md) = sys.argv[1:]
+    scheduler_bin, kvserver_bin, training_bin, kvctl_bin = (
+        os.path.abspath(b) for b in (scheduler_bin, kvserver_bin, training_bin, kvctl_bin))
     docs = load()
     objects = [o for f, file_docs in docs.items() if f != "kustomization.yaml" for o in file_docs]
     by_kind = {}
@@ -338,7 +349,118 @@ def main():
           and not (documented - binaries_flags - PENDING_FLAGS),
           f"undocumented: {sorted(binaries_flags - documented)}; documented but absent: "
           f"{sorted(documented - binaries_flags - PENDING_FLAGS)}")
+
+    # The pods, run here as processes.
+    known_flags = {b: help_flags(b) for b in (scheduler_bin, kvserver_bin)}
+    ok, detail = run_pods([sched_set, server_set, job], programs, known_flags)
+    check("the pods' own commands, run here as processes (init containers first), make a job: "
+          "every process exits 0 and every worker trained", ok, detail)
     return finish()
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_pods(workloads, programs, known_flags):
+    """Runs the job's pods as local processes and returns (ok, detail).
+
+    Each pod's init containers, then its container, run the manifests' own commands and
+    environment with what a cluster would supply replaced: the pod's IP is 127.0.0.1, the
+    scheduler's Service name resolves to 127.0.0.1, the daemons listen on 127.0.0.1 rather than
+    0.0.0.0 (a test stays on loopback), fixed ports become free ones (every pod here shares one
+    host), /run/kvstore and /var/lib/kvstore live in a temporary folder, the pods' user
+    (runAsUser) is this process's, and the pod index / completion index fields hold the pod's
+    index. A flag still being added to the daemons (PENDING_FLAGS) that the binary does not list
+    yet is left out.
+    """
+    tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+    procs = []
+    try:
+        secret_src = os.path.join(tmp, "secret-src")
+        os.makedirs(secret_src)
+        with open(os.path.join(secret_src, "job.secret"), "w") as f:
+            f.write(os.urandom(32).hex())
+        ports = {}
+
+        def port_for(pod, port):
+            return ports.setdefault((pod if port != "9091" else "", port), str(free_port()))
+
+        def rewrite(text, pod_dir, pod):
+            text = re.sub(r"(/run/kvstore|/var/lib/kvstore)", lambda m: pod_dir + m.group(1), text)
+            text = re.sub(r"(--(?:port|metrics_port)=|^)(9091|9092|9100)$",
+                          lambda m: m.group(1) + port_for(pod, m.group(2)), text)
+            text = "--host=127.0.0.1" if text == "--host=0.0.0.0" else text   # loopback only
+            return "127.0.0.1" if text == "kvstore-scheduler" else text
+
+        def container_env(c, index):
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+            for e in c.get("env", []):
+                if "value" in e:
+                    value = str(e["value"])
+                else:
+                    path = e["valueFrom"]["fieldRef"]["fieldPath"]
+                    value = {"status.podIP": "127.0.0.1"}.get(path, str(index))
+                value = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), ""), value)
+                env[e["name"]] = value
+            return env
+
+        for w in workloads:
+            count = w["spec"].get("replicas", w["spec"].get("completions", 1))
+            for index in range(count):
+                pod = f"{w['metadata']['name']}-{index}"
+                pod_dir = os.path.join(tmp, pod)
+                os.makedirs(os.path.join(pod_dir, "run", "kvstore", "secret"))
+                os.makedirs(os.path.join(pod_dir, "var", "lib", "kvstore"))
+                os.symlink(secret_src, os.path.join(pod_dir, "run", "kvstore", "secret-src"))
+                spec = pod_spec(w)
+                user = spec["securityContext"]["runAsUser"]
+                for init in spec.get("initContainers", []):
+                    cmd = [rewrite(a, pod_dir, pod).replace(f"{user}:{user}",
+                                                            f"{os.getuid()}:{os.getgid()}")
+                           for a in init["command"]]
+                    p = subprocess.run(cmd, env=container_env(init, index), capture_output=True,
+                                       text=True, timeout=30)
+                    if p.returncode != 0:
+                        return False, f"{pod}: init container {init['name']} exited {p.returncode}: {p.stderr}"
+                c = spec["containers"][0]
+                env = container_env(c, index)
+                env = {k: rewrite(v, pod_dir, pod) for k, v in env.items()}
+                binary = programs[c["command"][0]]
+                argv = [binary]
+                for arg in c.get("args", []):
+                    m = re.fullmatch(r"--([A-Za-z0-9_]+)(?:=.*)?", arg)
+                    if m and m.group(1) in PENDING_FLAGS and m.group(1) not in known_flags.get(binary, set()):
+                        continue
+                    arg = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), ""), arg)
+                    argv.append(rewrite(arg, pod_dir, pod))
+                log = open(os.path.join(tmp, pod + ".log"), "w")
+                procs.append((pod, subprocess.Popen(argv, env=env, stdout=log,
+                                                     stderr=subprocess.STDOUT, cwd=pod_dir)))
+                print(f"k8s_manifests_test: pod {pod}: {' '.join(argv[1:])} "
+                      f"{' '.join(f'{k}={v}' for k, v in env.items() if k != 'PATH')}", flush=True)
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        for _, p in procs:
+            try:
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        statuses = {name: p.poll() for name, p in procs}
+        logs = {name: open(os.path.join(tmp, name + ".log")).read() for name, _ in procs}
+        workers = [n for n in logs if n.startswith("kvstore-worker-")]
+        trained = [n for n in workers if "test accuracy" in logs[n]]
+        for n in trained:
+            print(f"k8s_manifests_test: {n}: {logs[n].strip().splitlines()[-1]}")
+        ok = all(s == 0 for s in statuses.values()) and workers and len(trained) == len(workers)
+        return ok, (f"exit statuses {statuses} (None: running after {JOB_TIMEOUT_S} s): " +
+                    " | ".join(f"{n}: {logs[n][-500:]}" for n in logs))
+    finally:
+        for _, p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def finish():
