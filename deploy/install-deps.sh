@@ -31,6 +31,12 @@ PACKAGES=(
   python3-sklearn
   python3-pip
   python3-venv
+  # deployment: the SDK's CMake package test, Slurm, systemd units, Kubernetes manifests
+  cmake
+  slurm-wlm
+  munge
+  systemd
+  python3-yaml
 )
 
 missing=()
