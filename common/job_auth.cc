@@ -99,7 +99,7 @@ std::optional<ParsedCredential> ParseNodeCredential(absl::string_view credential
   if (colon == absl::string_view::npos) return std::nullopt;
   ParsedCredential parsed;
   if (!absl::SimpleAtoi(credential.substr(0, colon), &parsed.node_id)) return std::nullopt;
-  parsed.token = std::string(credential.substr(colon + 1));
+  parsed.token = credential.substr(colon + 1);
   return parsed;
 }
 

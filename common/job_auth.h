@@ -66,10 +66,11 @@ class NodeKey {
 
 // NodeCredential: "NODE_ID:TOKEN" as it travels in kNodeTokenKey.
 std::string NodeCredential(uint64_t node_id, absl::string_view token);
-// ParseNodeCredential splits a credential; nothing when it is malformed.
+// ParseNodeCredential splits a credential; nothing when it is malformed. `token` views the
+// credential's bytes (no copy: a kvserver parses one per request).
 struct ParsedCredential {
   uint64_t node_id = 0;
-  std::string token;
+  absl::string_view token;
 };
 std::optional<ParsedCredential> ParseNodeCredential(absl::string_view credential);
 

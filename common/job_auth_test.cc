@@ -78,7 +78,8 @@ TEST_CASE("TokensEqual and credentials: exact matches only", "[auth]") {
   CHECK_FALSE(TokensEqual(token, flipped));
   CHECK_FALSE(TokensEqual(token, token.substr(1)));
   CHECK_FALSE(TokensEqual(token, ""));
-  const auto parsed = ParseNodeCredential(NodeCredential(7, token));
+  const std::string credential = NodeCredential(7, token);  // `parsed` views it.
+  const auto parsed = ParseNodeCredential(credential);
   REQUIRE(parsed.has_value());
   CHECK(parsed->node_id == 7);
   CHECK(parsed->token == token);
