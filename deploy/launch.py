@@ -253,9 +253,11 @@ secret=$(mktemp) || exit 1
 IFS= read -r line && printf '%s\n' "$line" > "$secret"
 export KV_SECRET_FILE="$secret"
 cd {cwd} || exit 1
-setsid {cmd} &
+exec 3<&0
+setsid {cmd} < /dev/null &
 pid=$!
-( cat > /dev/null; kill -TERM -- -$pid 2>/dev/null ) > /dev/null 2>&1 &
+# A background job's stdin is /dev/null unless redirected: the watcher reads the connection's.
+( cat <&3 > /dev/null; kill -TERM -- -$pid 2>/dev/null ) > /dev/null 2>&1 &
 watcher=$!
 wait $pid
 rc=$?
