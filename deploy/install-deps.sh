@@ -22,6 +22,11 @@ PACKAGES=(
   libtcmalloc-minimal4
   python3
   procps
+  # tests/cluster: network namespaces (ip), the ssh launcher against a private sshd, setsid.
+  iproute2
+  openssh-server
+  openssh-client
+  util-linux
 )
 
 missing=()

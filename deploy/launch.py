@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Launches a local KVStore job on 127.0.0.1: one scheduler, S kvservers and W workers.
+"""Launches a KVStore job: one scheduler, S kvservers and W workers, on 127.0.0.1 or over ssh.
 
 Usage:
   python3 deploy/launch.py -n W [-s S] [--scheduler BIN] [--kvserver BIN]
       [--scheduler-arg=ARG ...] [--server-arg=ARG ...]
       [--timeout SECONDS] [--shutdown-timeout SECONDS] [--tls [--tls-mutual]]
+      [--same-command] [--launcher ssh -H HOSTFILE [--host-ip IP] [--ssh-arg=ARG ...]]
+      [--env NAME[=VALUE] ...]
       -- worker_command [args ...]
 
 The scheduler is started with --port=0 and reports the port it bound through a
@@ -399,7 +401,7 @@ def run(args, worker_cmd, job, tmpdir):
 def parse_args(argv):
     own, cmd = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     p = argparse.ArgumentParser(prog=PROG, usage="%(prog)s -n W [-s S] [options] -- worker_command ...",
-                                description="Launch a local KVStore job on 127.0.0.1.")
+                                description="Launch a KVStore job on 127.0.0.1 or, with --launcher ssh, on the hosts of a hostfile.")
     p.add_argument("-n", "--num-workers", type=int, required=True, help="number of workers")
     p.add_argument("-s", "--num-servers", type=int, help="number of kvservers (default: -n)")
     p.add_argument("--scheduler", default="bazel-bin/server/scheduler/scheduler",
@@ -451,6 +453,9 @@ def parse_args(argv):
         p.error("-n and -s must be at least 1")
     if args.timeout <= 0 or args.shutdown_timeout <= 0:
         p.error("timeouts must be positive")
+    if args.same_command and (args.scheduler_arg or args.server_arg):
+        p.error("--scheduler-arg and --server-arg do not apply with --same-command: the "
+                "command runs every role and reads its settings from DMLC_*/KV_* variables")
     for what in () if args.same_command else ("scheduler", "kvserver"):
         path = getattr(args, what)
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
