@@ -108,10 +108,12 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
       d->service_.Serve(cq, d->options_.serving_poll);
     }));
   }
-  spdlog::info("kvserver listening on {} as {} ({}, {} serving threads)",
-               FormatHostPort(daemon->options_.host, daemon->port_),
-               daemon->address(),
+  const std::string bound = FormatHostPort(daemon->options_.host, daemon->port_);
+  spdlog::info("kvserver listening on {} ({}, {} serving threads)", bound,
                daemon->options_.security.tls.transport(), daemon->serving_.size());
+  if (bound != daemon->address()) {
+    spdlog::info("kvserver advertised to the job as {}", daemon->address());
+  }
   spdlog::info("kvserver limits: values up to {} bytes, {} bytes held at most, requests up to "
                "{} bytes, {} bytes of gRPC buffers",
                daemon->options_.max_value_bytes, daemon->options_.memory_budget_bytes,

@@ -47,8 +47,11 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   if (daemon->server_ == nullptr || daemon->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("scheduler cannot listen on ", listen));
   }
-  spdlog::info("scheduler listening on {} as {} ({}) for {} servers and {} workers",
-               FormatHostPort(daemon->options_.host, daemon->port_), daemon->address(),
+  const std::string bound = FormatHostPort(daemon->options_.host, daemon->port_);
+  if (bound != daemon->address()) {
+    spdlog::info("scheduler advertised to the job as {}", daemon->address());
+  }
+  spdlog::info("scheduler listening on {} ({}) for {} servers and {} workers", bound,
                tls.transport(), daemon->options_.job.num_servers,
                daemon->options_.job.num_workers);
   daemon->ticker_ = std::thread([d = daemon.get()] {

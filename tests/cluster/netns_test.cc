@@ -176,10 +176,12 @@ TEST_CASE("Several hosts: scheduler, 2 kvservers and 2 workers in 5 network name
   ExpectExit(*scheduler, 0, 20);
   const std::string s0 = servers[0]->output(), s1 = servers[1]->output();
   INFO(scheduler->output() << s0 << s1);
-  CHECK(Contains(scheduler->output(), absl::StrCat("as ", scheduler_address, " (TLS")));
-  CHECK(Contains(s0, absl::StrCat("listening on 0.0.0.0:")));
-  CHECK(Contains(s0, absl::StrCat(" as ", Network::address(1), ":")));
-  CHECK(Contains(s1, absl::StrCat(" as ", Network::address(2), ":")));
+  CHECK(Contains(scheduler->output(), "scheduler listening on 0.0.0.0:"));
+  CHECK(Contains(scheduler->output(),
+                 absl::StrCat("scheduler advertised to the job as ", scheduler_address)));
+  CHECK(Contains(s0, "kvserver listening on 0.0.0.0:"));
+  CHECK(Contains(s0, absl::StrCat("kvserver advertised to the job as ", Network::address(1), ":")));
+  CHECK(Contains(s1, absl::StrCat("kvserver advertised to the job as ", Network::address(2), ":")));
   for (const std::string& text : {scheduler->output(), s0, s1}) {
     CHECK(!Contains(text, "127.0.0.1"));
   }

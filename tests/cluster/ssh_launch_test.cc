@@ -164,8 +164,8 @@ TEST_CASE("ssh launcher: servers and workers start through a real sshd on two ad
   CHECK(Contains(out, "[worker 1] worker 1: 10 steps of dist_sync match the float64 reference"));
   // Round-robin: server 0 on 127.0.0.1, server 1 on 127.0.0.2, each advertising its host.
   CHECK(Contains(out, "[server 0] "));
-  CHECK(Contains(out, " as 127.0.0.1:"));
-  CHECK(Contains(out, " as 127.0.0.2:"));
+  CHECK(Contains(out, "kvserver listening on 127.0.0.1:"));
+  CHECK(Contains(out, "kvserver listening on 127.0.0.2:"));
   // Two servers and two workers, each one ssh login.
   CHECK(sshd.logins() - before == 4);
 }
