@@ -78,7 +78,8 @@ TEST_CASE("Signals: SIGTERM or SIGINT stops a kvserver serving a training worker
     ExpectExit(*worker, 1, 60);
     const std::string worker_out = worker->output();
     INFO(worker_out);
-    CHECK(Contains(worker_out, "server 0 at 127.0.0.1:"));
+    CHECK(Contains(worker_out, "UNAVAILABLE: server 0 at 127.0.0.1:"));
+    CHECK(Contains(worker_out, "unreachable after 9 attempts"));
   }
 }
 
