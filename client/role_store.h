@@ -26,7 +26,8 @@ namespace kvstore {
 
 class RoleStore final : public KVStore {
  public:
-  RoleStore(std::string type, JobEnvironment env) : KVStore(std::move(type)), env_(std::move(env)) {}
+  RoleStore(std::string type, JobEnvironment env)
+      : KVStore(std::move(type)), env_(std::move(env)) {}
   ~RoleStore() override;
 
   absl::Status RunServer(const Controller& controller = nullptr) override;

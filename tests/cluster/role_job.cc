@@ -91,7 +91,8 @@ absl::Status Train(KVStore* kv, uint64_t seed, int steps, const std::string& mod
   if (mode == "aware" && rank == 0) {
     // The servers run the program's own controller.
     if (absl::Status s = kv->SendCommandToServers(16, "ping"); !s.ok()) {
-      return absl::InternalError(absl::StrCat("the servers' controller refused ping: ", s.ToString()));
+      return absl::InternalError(
+          absl::StrCat("the servers' controller refused ping: ", s.ToString()));
     }
     const absl::Status bad = kv->SendCommandToServers(16, "bogus");
     if (!absl::IsInvalidArgument(bad) ||

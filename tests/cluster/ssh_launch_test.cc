@@ -195,7 +195,9 @@ TEST_CASE("ssh launcher: a job ended by the launcher leaves no remote process be
   CHECK(Contains(launcher->output(), "job timed out after 6 s"));
   // Every remote server and worker is gone within a few seconds.
   int left = 0;
-  for (int i = 0; i < 50 && (left = Running(marker)) > 0; ++i) absl::SleepFor(absl::Milliseconds(100));
+  for (int i = 0; i < 50 && (left = Running(marker)) > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
   CHECK(left == 0);
 }
 
