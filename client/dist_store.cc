@@ -110,6 +110,12 @@ DistStore::~DistStore() {
   if (queue_ != nullptr) {
     const absl::Status pending = queue_->WaitAll();
     if (!pending.ok()) spdlog::warn("worker {}: {}", rank(), pending.ToString());
+    if (pending.ok() && barrier_before_exit()) {
+      const absl::Status barrier = Barrier();
+      if (!barrier.ok()) {
+        spdlog::warn("worker {}: barrier before exit: {}", rank(), barrier.ToString());
+      }
+    }
     queue_.reset();
   }
   if (membership_ != nullptr) membership_->Leave();

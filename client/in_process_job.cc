@@ -123,8 +123,10 @@ absl::StatusOr<std::unique_ptr<InProcessJob>> InProcessJob::Start(InProcessJobOp
   job->options_ = std::move(options);
   RETURN_IF_ERROR(RegisterSgdUpdater(&job->registry_));
   RETURN_IF_ERROR(RegisterOptimizers(&job->registry_));
-  RETURN_IF_ERROR(
-      job->registry_.Create(job->options_.updater, job->options_.updater_config).status());
+  if (!job->options_.updater.empty()) {
+    RETURN_IF_ERROR(
+        job->registry_.Create(job->options_.updater, job->options_.updater_config).status());
+  }
   ASSIGN_OR_RETURN(job->checkpoint_root_, CheckpointRoot::Open(job->options_.checkpoint_root));
   SchedulerOptions scheduler;
   scheduler.num_servers = job->options_.num_servers;

@@ -47,8 +47,9 @@ struct InProcessJobOptions {
   // A server's part of a value above this many bytes moves and is updated in chunks.
   int64_t chunk_bytes = kDefaultChunkBytes;
   // The servers' updater until a worker sets another (by name in the registry, which holds
-  // assign, sum, sgd and every optimizer).
-  std::string updater = "assign";
+  // assign, sum, sgd and every optimizer). Empty: none chosen - ASSIGN in dist_sync, pushes
+  // refused in dist_async until a worker sets one (server/core/server_backend.h).
+  std::string updater;
   std::string updater_config;
   // The servers write checkpoints (KVStore::Checkpoint(dir)) under this directory only, `dir`
   // relative to it (server/core/checkpoint_root.h); empty: the working directory at Start.

@@ -6,6 +6,7 @@
 #include "client/dist_store.h"
 #include "common/job_auth.h"
 #include "client/local_store.h"
+#include "client/role_store.h"
 #include "common/environment.h"
 
 namespace kvstore {
@@ -60,9 +61,37 @@ absl::StatusOr<DistOptions> DistOptions::FromEnvironment() {
   return options;
 }
 
+namespace {
+
+// Role returns this process's role from the launch environment ("worker" when unset, "" when
+// malformed).
+std::string Role() {
+  absl::StatusOr<JobEnvironment> env = ReadJobEnvironment();
+  if (!env.ok()) return "";
+  return env->role.value_or("worker");
+}
+
+}  // namespace
+
+bool KVStore::IsWorkerNode() { return Role() == "worker"; }
+bool KVStore::IsServerNode() { return Role() == "server"; }
+bool KVStore::IsSchedulerNode() { return Role() == "scheduler"; }
+
+absl::Status KVStore::InitPSEnv(const std::unordered_map<std::string, std::string>& envs) {
+  return SetEnvironmentVariables(
+      std::vector<std::pair<std::string, std::string>>(envs.begin(), envs.end()));
+}
+
 absl::StatusOr<std::unique_ptr<KVStore>> KVStore::Create(absl::string_view type) {
   if (type == "dist_sync" || type == "dist_async" || type == "dist_sync_device" ||
       type == "dist_device_sync") {
+    // One program for every role (MXNet's launcher): a server or scheduler process gets the
+    // store that is its daemon (client/role_store.h).
+    absl::StatusOr<JobEnvironment> env = ReadJobEnvironment();
+    if (!env.ok()) return env.status();
+    if (env->role.has_value() && *env->role != "worker") {
+      return std::unique_ptr<KVStore>(new RoleStore(std::string(type), *std::move(env)));
+    }
     absl::StatusOr<DistOptions> options = DistOptions::FromEnvironment();
     if (!options.ok()) return options.status();
     return Create(type, *options);

@@ -40,6 +40,14 @@
 // round to the sum of every worker's push; in dist_async it applies each push as it arrives.
 // Every worker calls Init with the same keys; rank 0's values are stored.
 //
+// Roles (MXNet's launch model: one program for every process of a job, DMLC_ROLE decides):
+// IsWorkerNode / IsServerNode / IsSchedulerNode read the role. In a process started with
+// DMLC_ROLE=server or scheduler, Create of a distributed type returns a store that is that
+// daemon: RunServer(controller) serves until the job ends, and a program unaware of roles is
+// served for too - its first worker call (Init, Push, ...) runs the daemon with the default
+// controller and then ends the process with the daemon's exit status (0 when the job ended
+// cleanly), as an MXNet program's servers leave at `import mxnet`. docs/cluster.md.
+//
 // Threading: a store may be used from several threads; calls are serialised internally.
 // Tensors passed to Push are read and outputs given to Pull are written until the operation has
 // completed (after Wait for asynchronous stores); the caller keeps them alive until then.
@@ -48,8 +56,10 @@
 
 #include <functional>
 #include <memory>
+#include <atomic>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -133,10 +143,18 @@ class KVStore {
   // the pushing thread, once per key per Push; it must not call back into the store.
   using Updater = std::function<void(const Key& key, const Tensor& received, Tensor* stored)>;
 
+  // Controller: runs a server command (MXNet's kvstore_server controller), returning its
+  // reply. A server runs heads >= 16 through it; the built-in heads below 16 (set updater,
+  // stats, ping, optimizer, checkpoints; server/core/controller.h) stay the server's own.
+  using Controller =
+      std::function<absl::StatusOr<std::string>(int head, absl::string_view body)>;
+
   // Create returns a new store of `type`: "local", "device" (or an MXNet alias of them), or
   // "dist_sync" / "dist_async", which join the job described by the launch environment
-  // (DistOptions::FromEnvironment) and block until every node of the job has registered.
-  // InvalidArgument naming the supported types for anything else.
+  // (DistOptions::FromEnvironment) and block until every node of the job has registered. In a
+  // process whose DMLC_ROLE (KV_ROLE) is server or scheduler, a distributed type returns that
+  // node's store at once (see RunServer). InvalidArgument naming the supported types for
+  // anything else, or naming the variable when the role is not scheduler, server or worker.
   static absl::StatusOr<std::unique_ptr<KVStore>> Create(absl::string_view type = "local");
   // Create with explicit options for the distributed types.
   static absl::StatusOr<std::unique_ptr<KVStore>> Create(absl::string_view type,
@@ -145,6 +163,40 @@ class KVStore {
   virtual ~KVStore() = default;
   KVStore(const KVStore&) = delete;
   KVStore& operator=(const KVStore&) = delete;
+
+  // IsWorkerNode is true when this process's role (DMLC_ROLE, KV_ROLE) is worker or unset;
+  // IsServerNode and IsSchedulerNode when it is server or scheduler (MXNet's static
+  // methods). A malformed role is none of them (Create says why).
+  static bool IsWorkerNode();
+  static bool IsServerNode();
+  static bool IsSchedulerNode();
+
+  // InitPSEnv sets launch variables (DMLC_ROLE, DMLC_PS_ROOT_URI, ...) in this process's
+  // environment, as MXNet's does for ps-lite; stores created later read them. Call it before
+  // Create and before other threads read the environment. InvalidArgument naming a variable
+  // whose name is empty or contains '='; nothing is set then.
+  static absl::Status InitPSEnv(const std::unordered_map<std::string, std::string>& envs);
+
+  // RunServer makes this process the job's server or scheduler (its DMLC_ROLE) and blocks
+  // until the job ends: OK when it ended cleanly, or when SIGTERM / SIGINT stopped the node.
+  // `controller` (optional) serves command heads >= 16 on a server. FailedPrecondition in a
+  // worker's store, and when called twice; the daemon's errors (a job that did not assemble, a
+  // lost scheduler, a missing job secret) otherwise.
+  virtual absl::Status RunServer(const Controller& controller = nullptr) {
+    return absl::FailedPreconditionError(
+        "RunServer: this process is a worker (DMLC_ROLE is worker or unset); only server and "
+        "scheduler processes run as daemons");
+  }
+
+  // set_barrier_before_exit: when true, a distributed worker's destructor - after its
+  // operations have completed without error - waits in a Barrier for every other worker
+  // before leaving, so the workers leave together (MXNet's default). Off by default here: the
+  // job already ends only when every worker has finished, and a barrier in a destructor would
+  // hold healthy workers for the barrier timeout when another one has failed.
+  void set_barrier_before_exit(bool barrier_before_exit) {
+    barrier_before_exit_.store(barrier_before_exit);
+  }
+  bool barrier_before_exit() const { return barrier_before_exit_.load(); }
 
   // type returns the type the store was created with.
   const std::string& type() const { return type_; }
@@ -351,6 +403,7 @@ class KVStore {
 
  private:
   std::string type_;
+  std::atomic<bool> barrier_before_exit_{false};
 };
 
 }  // namespace kvstore

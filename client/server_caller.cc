@@ -32,6 +32,13 @@ void ServerCaller::Attempt(int s, ServerMethod method,
           done(status, reply);
           return;
         }
+        // The SDK never cancels its own data calls: a cancelled one was cancelled by the
+        // server, which is stopping (SIGTERM, shutdown). Retried as for a server that is down,
+        // under the same request id (applied at most once).
+        if (absl::IsCancelled(status)) {
+          status = absl::UnavailableError(absl::StrCat(
+              "the server cancelled the call (it is stopping): ", status.message()));
+        }
         if (absl::IsUnavailable(status) && attempt < policy_.max_retries) {
           const absl::Duration backoff = std::min(
               policy_.retry_backoff * (1 << std::min(attempt, 16)), absl::Seconds(2));

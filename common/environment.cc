@@ -69,10 +69,40 @@ absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv_or_null) 
       {"KV_TLS_CA", &env.tls_ca},
       {"KV_TLS_CERT", &env.tls_cert},
       {"KV_TLS_KEY", &env.tls_key}};
+  if (const auto value = Lookup(getenv, {"KV_NODE_HOST", "DMLC_NODE_HOST"})) {
+    env.node_host = value->second;
+  }
+  if (const auto value = Lookup(getenv, {"KV_INTERFACE", "DMLC_INTERFACE"})) {
+    env.interface = value->second;
+  }
+  if (const auto value = Lookup(getenv, {"KV_HOST"})) env.bind_host = value->second;
+  if (const auto value = Lookup(getenv, {"KV_INSECURE"})) {
+    if (value->second != "0" && value->second != "1") {
+      return absl::InvalidArgumentError(absl::StrCat("environment variable KV_INSECURE=\"",
+                                                     value->second, "\" is not 0 or 1"));
+    }
+    env.insecure = value->second == "1";
+  }
   for (const auto& [name, field] : paths) {
     if (const auto value = Lookup(getenv, {name})) *field = value->second;
   }
   return env;
+}
+
+absl::Status SetEnvironmentVariables(
+    const std::vector<std::pair<std::string, std::string>>& variables) {
+  for (const auto& [name, value] : variables) {
+    if (name.empty() || name.find('=') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"", name, "\" is not an environment variable name"));
+    }
+  }
+  for (const auto& [name, value] : variables) {
+    if (setenv(name.c_str(), value.c_str(), /*overwrite=*/1) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot set ", name));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace kvstore

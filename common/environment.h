@@ -16,6 +16,11 @@
 //   KV_TLS_CA           -                        TLS: the job's CA certificate (PEM file)
 //   KV_TLS_CERT         -                        TLS: this node's certificate (PEM file)
 //   KV_TLS_KEY          -                        TLS: this node's private key (PEM file)
+//   KV_NODE_HOST        DMLC_NODE_HOST           the address this node advertises
+//   KV_INTERFACE        DMLC_INTERFACE           advertise this network interface's address
+//   KV_HOST             -                        the address a daemon run by the SDK binds
+//   KV_INSECURE         -                        "1": a daemon run by the SDK may run without a
+//                                                secret or TLS off loopback (--insecure)
 //
 // The project's name wins when both are set.
 #ifndef KVSTORE_COMMON_ENVIRONMENT_H_
@@ -24,6 +29,8 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -40,6 +47,10 @@ struct JobEnvironment {
   std::optional<std::string> tls_ca;
   std::optional<std::string> tls_cert;
   std::optional<std::string> tls_key;
+  std::optional<std::string> node_host;
+  std::optional<std::string> interface;
+  std::optional<std::string> bind_host;
+  bool insecure = false;
 };
 
 // Getenv returns the value of a variable, or nullptr when it is unset.
@@ -49,6 +60,13 @@ using Getenv = std::function<const char*(const char* name)>;
 // omitted). InvalidArgument naming the variable and its value when a number does not parse, a
 // port is outside 1..65535 or a role is unknown.
 absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv = nullptr);
+
+// SetEnvironmentVariables sets each variable in this process's environment (MXNet's
+// KVStore::InitPSEnv), replacing values already set, before any store is created. Not
+// thread-safe with respect to other readers of the environment. InvalidArgument naming the
+// variable when a name is empty or contains '='; nothing is set then.
+absl::Status SetEnvironmentVariables(
+    const std::vector<std::pair<std::string, std::string>>& variables);
 
 }  // namespace kvstore
 

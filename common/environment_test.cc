@@ -1,5 +1,6 @@
 #include "common/environment.h"
 
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -49,6 +50,33 @@ TEST_CASE("ReadJobEnvironment: bad values name the variable", "[environment]") {
   auto role = ReadJobEnvironment(From({{"KV_ROLE", "boss"}}));
   REQUIRE(absl::IsInvalidArgument(role.status()));
   REQUIRE(role.status().message().find("boss") != absl::string_view::npos);
+}
+
+TEST_CASE("ReadJobEnvironment: the node's advertised host, interface, bind host and KV_INSECURE",
+          "[environment]") {
+  auto env = ReadJobEnvironment(From({{"DMLC_NODE_HOST", "10.0.0.7"},
+                                      {"DMLC_INTERFACE", "eth1"},
+                                      {"KV_INTERFACE", "ib0"},
+                                      {"KV_HOST", "0.0.0.0"},
+                                      {"KV_INSECURE", "1"}}));
+  REQUIRE(env.ok());
+  CHECK(*env->node_host == "10.0.0.7");
+  CHECK(*env->interface == "ib0");
+  CHECK(*env->bind_host == "0.0.0.0");
+  CHECK(env->insecure);
+  auto bad = ReadJobEnvironment(From({{"KV_INSECURE", "yes"}}));
+  REQUIRE(absl::IsInvalidArgument(bad.status()));
+  CHECK(bad.status().message().find("KV_INSECURE") != absl::string_view::npos);
+}
+
+TEST_CASE("SetEnvironmentVariables: sets every variable, or none when a name is bad",
+          "[environment]") {
+  REQUIRE(SetEnvironmentVariables({{"KV_ENV_TEST_A", "1"}, {"KV_ENV_TEST_B", "two"}}).ok());
+  CHECK(std::string(std::getenv("KV_ENV_TEST_A")) == "1");
+  CHECK(std::string(std::getenv("KV_ENV_TEST_B")) == "two");
+  const absl::Status bad = SetEnvironmentVariables({{"KV_ENV_TEST_A", "3"}, {"X=Y", "1"}});
+  REQUIRE(absl::IsInvalidArgument(bad));
+  CHECK(std::string(std::getenv("KV_ENV_TEST_A")) == "1");
 }
 
 }  // namespace

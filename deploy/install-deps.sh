@@ -37,6 +37,11 @@ PACKAGES=(
   munge
   systemd
   python3-yaml
+  # tests/cluster: network namespaces (ip), the ssh launcher against a private sshd, setsid.
+  iproute2
+  openssh-server
+  openssh-client
+  util-linux
 )
 
 missing=()

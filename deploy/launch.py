@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Launches a local KVStore job on 127.0.0.1: one scheduler, S kvservers and W workers.
+"""Launches a KVStore job: one scheduler, S kvservers and W workers, on 127.0.0.1 or over ssh.
 
 Usage:
   python3 deploy/launch.py -n W [-s S] [--scheduler BIN] [--kvserver BIN]
       [--scheduler-arg=ARG ...] [--server-arg=ARG ...]
       [--timeout SECONDS] [--shutdown-timeout SECONDS] [--tls [--tls-mutual]]
+      [--same-command] [--launcher ssh -H HOSTFILE [--host-ip IP] [--ssh-arg=ARG ...]]
+      [--env NAME[=VALUE] ...]
       -- worker_command [args ...]
 
 The scheduler is started with --port=0 and reports the port it bound through a
@@ -35,10 +37,30 @@ Exit status:
 Whatever happens, every process group started here is killed before exiting.
 
 Pass daemon flags with the "=" form, e.g. --scheduler-arg=--register_timeout=30s.
+
+One command for every role (--same-command, as MXNet's tools/launch.py runs a job):
+the scheduler, the servers and the workers all run the given command, with
+DMLC_ROLE=scheduler|server|worker; the SDK's KVStore::Create makes a server or
+scheduler process that daemon (KVStore::RunServer, docs/cluster.md). The launcher
+picks a free port for the scheduler (DMLC_PS_ROOT_PORT) itself.
+
+Several machines (--launcher ssh -H HOSTFILE, as MXNet's): the scheduler runs
+here, on --host-ip; the servers, then the workers, go round-robin over the hosts
+of HOSTFILE (one "host" or "host:ssh_port" per line, '#' comments) through
+`ssh -o StrictHostKeyChecking=no -p PORT [--ssh-arg ...] HOST`, in this
+directory on the remote host (a shared file system, as MXNet assumes). Each
+remote process gets DMLC_*, KV_* and PS_* variables, those named by --env, and
+DMLC_NODE_HOST=HOST; the job secret travels on the ssh connection's stdin into a
+private temporary file on the remote host, never on a command line. When the
+ssh connection closes (the launcher ends the job), the remote command's process
+group gets SIGTERM. Without --same-command the servers run --kvserver (the same
+path must exist on every host) bound to their host's address.
 """
 import argparse
 import atexit
 import os
+import shlex
+import socket
 import shutil
 import signal
 import subprocess
@@ -108,9 +130,9 @@ class Job:
                     sys.stdout.write(prefix + line)
                     sys.stdout.flush()
 
-    def start(self, name, cmd, env):
+    def start(self, name, cmd, env, stdin=subprocess.DEVNULL):
         try:
-            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(cmd, env=env, stdin=stdin,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     start_new_session=True)  # own group, killable as one
         except OSError as e:
@@ -194,12 +216,88 @@ def make_certs(tmpdir):
             "KV_TLS_KEY": os.path.join(certs, "node.key")}
 
 
+def free_port(host):
+    """A port free on `host` now (the OS's choice), for a scheduler that cannot report its own."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def read_hostfile(path):
+    """[(host, ssh_port)] from a hostfile: "host" or "host:port" per line, '#' comments."""
+    hosts = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.split("#", 1)[0].strip()
+                if not line:
+                    continue
+                host, _, port = line.rpartition(":") if line.count(":") == 1 else (line, "", "")
+                if not host:
+                    host, port = line, ""
+                try:
+                    hosts.append((host, int(port) if port else 22))
+                except ValueError:
+                    raise JobEnd(1, f"hostfile {path}: bad ssh port in {line!r}")
+    except OSError as e:
+        raise JobEnd(1, f"cannot read hostfile {path}: {e.strerror}")
+    if not hosts:
+        raise JobEnd(1, f"hostfile {path} lists no host")
+    return hosts
+
+
+# The remote side of an ssh launch: read the job secret from stdin into a private file, start
+# the command in a session of its own, and SIGTERM that session when the connection closes.
+REMOTE_WRAPPER = r"""
+umask 077
+secret=$(mktemp) || exit 1
+IFS= read -r line && printf '%s\n' "$line" > "$secret"
+export KV_SECRET_FILE="$secret"
+cd {cwd} || exit 1
+exec 3<&0
+setsid {cmd} < /dev/null &
+pid=$!
+# A background job's stdin is /dev/null unless redirected: the watcher reads the connection's.
+( cat <&3 > /dev/null; kill -TERM -- -$pid 2>/dev/null ) > /dev/null 2>&1 &
+watcher=$!
+wait $pid
+rc=$?
+kill $watcher 2>/dev/null
+rm -f "$secret"
+exit $rc
+"""
+
+
+def remote_variables(env, args):
+    """The variables an ssh launch passes on: DMLC_*, KV_*, PS_* and those named by --env."""
+    names = set(args.env_names)
+    return {k: v for k, v in env.items()
+            if k != "KV_SECRET_FILE" and (k.startswith(("DMLC_", "KV_", "PS_")) or k in names)}
+
+
+def ssh_command(args, host, ssh_port, cmd, env):
+    """The local ssh command line that runs `cmd` with `env`'s job variables on `host`."""
+    exports = " ".join(f"export {k}={shlex.quote(v)};" for k, v in
+                       sorted(remote_variables(env, args).items()))
+    script = exports + REMOTE_WRAPPER.format(cwd=shlex.quote(os.getcwd()),
+                                             cmd=" ".join(shlex.quote(c) for c in cmd))
+    return ["ssh", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes", "-p", str(ssh_port),
+            *args.ssh_arg, host, "bash -c " + shlex.quote(script)]
+
+
 def run(args, worker_cmd, job, tmpdir):
     """Runs the job; returns normally only if everything succeeded."""
     ns, nw = args.num_servers, args.num_workers
     base = {k: v for k, v in os.environ.items()
             if k not in ("DMLC_ROLE", "DMLC_WORKER_ID", "DMLC_SERVER_ID", "DMLC_PS_ROOT_PORT")}
-    common = {"DMLC_PS_ROOT_URI": HOST, "DMLC_NUM_SERVER": str(ns), "DMLC_NUM_WORKER": str(nw)}
+    for pair in args.env_pairs:
+        name, _, value = pair.partition("=")
+        base[name] = value
+    hosts = read_hostfile(args.hostfile) if args.launcher == "ssh" else None
+    host_ip = args.host_ip or HOST
+    common = {"DMLC_PS_ROOT_URI": host_ip, "DMLC_NUM_SERVER": str(ns),
+              "DMLC_NUM_WORKER": str(nw)}
     # A fresh job secret, readable by this user only: every process of the job finds it
     # through KV_SECRET_FILE, so every call is authenticated (docs/security.md).
     if "KV_SECRET_FILE" not in os.environ:
@@ -211,28 +309,55 @@ def run(args, worker_cmd, job, tmpdir):
         if args.tls_mutual:
             tls_args = ["--tls_mutual"]
 
-    port_file = os.path.join(tmpdir, "scheduler.port")
-    sched = job.start("scheduler",
-                      [args.scheduler, f"--host={HOST}", "--port=0", f"--port_file={port_file}",
-                       f"--num_servers={ns}", f"--num_workers={nw}", *tls_args,
-                       *args.scheduler_arg],
-                      {**base, **common, "DMLC_ROLE": "scheduler"})
-    port = wait_for_port(job, sched, port_file)
-    common["DMLC_PS_ROOT_PORT"] = str(port)
+    if args.same_command:
+        # MXNet's way: the scheduler is the user's program too, so the launcher picks its port.
+        port = free_port(host_ip)
+        common["DMLC_PS_ROOT_PORT"] = str(port)
+        sched = job.start("scheduler", worker_cmd, {**base, **common, "DMLC_ROLE": "scheduler"})
+    else:
+        port_file = os.path.join(tmpdir, "scheduler.port")
+        sched = job.start("scheduler",
+                          [args.scheduler, f"--host={host_ip}", "--port=0",
+                           f"--port_file={port_file}", f"--num_servers={ns}",
+                           f"--num_workers={nw}", *tls_args, *args.scheduler_arg],
+                          {**base, **common, "DMLC_ROLE": "scheduler"})
+        port = wait_for_port(job, sched, port_file)
+        common["DMLC_PS_ROOT_PORT"] = str(port)
     with job.lock:
         transport = ", mutual TLS" if args.tls_mutual else ", TLS" if args.tls else ""
-        print(f"{PROG}: scheduler at {HOST}:{port}, {ns} servers, {nw} workers{transport}",
-              flush=True)
+        mode = ", one command for every role" if args.same_command else ""
+        where = f", over ssh on {len(hosts)} hosts" if hosts else ""
+        print(f"{PROG}: scheduler at {host_ip}:{port}, {ns} servers, {nw} workers"
+              f"{transport}{mode}{where}", flush=True)
+
+    def start_node(name, index, cmd, env):
+        """Starts a server or worker here, or on the next host of the hostfile over ssh."""
+        if hosts is None:
+            return job.start(name, cmd, env)
+        host, ssh_port = hosts[index % len(hosts)]
+        env = {**env, "DMLC_NODE_HOST": host}
+        proc = job.start(name, ssh_command(args, host, ssh_port, cmd, env), env,
+                         stdin=subprocess.PIPE)
+        secret = open(env["KV_SECRET_FILE"]).read().strip() if "KV_SECRET_FILE" in env else ""
+        try:
+            proc.stdin.write((secret + "\n").encode())
+            proc.stdin.flush()
+        except OSError:
+            pass  # ssh already failed; its status says why.
+        return proc
 
     daemons = [("scheduler", sched)]
     for i in range(ns):
-        daemons.append((f"server {i}", job.start(
-            f"server {i}",
-            [args.kvserver, f"--host={HOST}", "--port=0", f"--scheduler={HOST}:{port}",
-             f"--rank={i}", *tls_args, *args.server_arg],
-            {**base, **common, "DMLC_ROLE": "server", "DMLC_SERVER_ID": str(i)})))
-    workers = [job.start(f"worker {j}", worker_cmd,
-                         {**base, **common, "DMLC_ROLE": "worker", "DMLC_WORKER_ID": str(j)})
+        env = {**base, **common, "DMLC_ROLE": "server", "DMLC_SERVER_ID": str(i)}
+        if args.same_command:
+            cmd = worker_cmd
+        else:
+            server_host = hosts[i % len(hosts)][0] if hosts else HOST
+            cmd = [args.kvserver, f"--host={server_host}", "--port=0",
+                   f"--scheduler={host_ip}:{port}", f"--rank={i}", *tls_args, *args.server_arg]
+        daemons.append((f"server {i}", start_node(f"server {i}", i, cmd, env)))
+    workers = [start_node(f"worker {j}", ns + j, worker_cmd,
+                          {**base, **common, "DMLC_ROLE": "worker", "DMLC_WORKER_ID": str(j)})
                for j in range(nw)]
 
     # Watch until every worker is done; the first failure ends the job.
@@ -276,7 +401,7 @@ def run(args, worker_cmd, job, tmpdir):
 def parse_args(argv):
     own, cmd = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     p = argparse.ArgumentParser(prog=PROG, usage="%(prog)s -n W [-s S] [options] -- worker_command ...",
-                                description="Launch a local KVStore job on 127.0.0.1.")
+                                description="Launch a KVStore job on 127.0.0.1 or, with --launcher ssh, on the hosts of a hostfile.")
     p.add_argument("-n", "--num-workers", type=int, required=True, help="number of workers")
     p.add_argument("-s", "--num-servers", type=int, help="number of kvservers (default: -n)")
     p.add_argument("--scheduler", default="bazel-bin/server/scheduler/scheduler",
@@ -295,8 +420,31 @@ def parse_args(argv):
                    "certificate made by make-certs.sh")
     p.add_argument("--tls-mutual", action="store_true", help="like --tls, and the daemons "
                    "require client certificates (--tls_mutual)")
+    p.add_argument("--same-command", action="store_true", help="run the command for every role "
+                   "(scheduler, servers, workers) with DMLC_ROLE set, as MXNet's launcher does")
+    p.add_argument("--launcher", choices=("local", "ssh"), default="local",
+                   help="local: every process here; ssh: servers and workers on the hosts of -H")
+    p.add_argument("-H", "--hostfile", help="ssh launcher: hosts, one 'host[:ssh_port]' a line")
+    p.add_argument("--host-ip", help="the scheduler's address, which every node must reach "
+                   "(default: 127.0.0.1 locally; with ssh, this host's name resolved unless "
+                   "every host is loopback)")
+    p.add_argument("--ssh-arg", action="append", default=[], metavar="ARG",
+                   help="extra ssh option (repeatable; e.g. --ssh-arg=-i --ssh-arg=KEY)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="pass variable NAME (or set it to VALUE) to every process (repeatable)")
     args = p.parse_args(own)
+    args.env_names = [e for e in args.env if "=" not in e]
+    args.env_pairs = [e for e in args.env if "=" in e]
     args.tls = args.tls or args.tls_mutual
+    if args.launcher == "ssh" and not args.hostfile:
+        p.error("--launcher ssh needs -H HOSTFILE")
+    if args.launcher == "ssh" and args.host_ip is None:
+        try:
+            hosts = [h for h, _ in read_hostfile(args.hostfile)]
+        except JobEnd as e:
+            p.error(e.reason)
+        if not all(h == "localhost" or h.startswith("127.") for h in hosts):
+            args.host_ip = socket.gethostbyname(socket.getfqdn())
     if args.num_servers is None:
         args.num_servers = args.num_workers
     if not cmd:
@@ -305,7 +453,10 @@ def parse_args(argv):
         p.error("-n and -s must be at least 1")
     if args.timeout <= 0 or args.shutdown_timeout <= 0:
         p.error("timeouts must be positive")
-    for what in ("scheduler", "kvserver"):
+    if args.same_command and (args.scheduler_arg or args.server_arg):
+        p.error("--scheduler-arg and --server-arg do not apply with --same-command: the "
+                "command runs every role and reads its settings from DMLC_*/KV_* variables")
+    for what in () if args.same_command else ("scheduler", "kvserver"):
         path = getattr(args, what)
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             p.error(f"{what} binary not found or not executable: {path} (build it, or pass --{what})")

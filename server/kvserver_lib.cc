@@ -3,24 +3,34 @@
 #include <cstdio>
 #include <string>
 
+#include <spdlog/spdlog.h>
+
 #include "absl/flags/flag.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
+#include "common/advertise.h"
 #include "common/environment.h"
 #include "common/security_flags.h"
 #include "common/flags_usage.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/stop_signals.h"
 #include "server/grpc/kvserver_daemon.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1",
-          "Interface to listen on; also the address registered with the scheduler.");
+          "Address to bind (0.0.0.0 or :: for every interface); see --advertise_host.");
 ABSL_FLAG(int, port, 0, "Port to listen on; 0 lets the OS choose.");
+ABSL_FLAG(std::string, advertise_host, "",
+          "The address registered with the scheduler, which workers connect to; empty: "
+          "DMLC_NODE_HOST, else the address of the interface DMLC_INTERFACE names, else --host "
+          "unless it is a wildcard, else this host's name resolved. Never 0.0.0.0 or ::.");
 ABSL_FLAG(std::string, scheduler, "", "The scheduler's host:port.");
 ABSL_FLAG(int, rank, -1,
           "Requested server rank; -1: KV_RANK / DMLC_SERVER_ID, else registration order.");
-ABSL_FLAG(std::string, updater, "assign",
-          "Updater applied to pushes until a worker sets another: assign, sum or sgd.");
+ABSL_FLAG(std::string, updater, "",
+          "Updater applied to pushes until a worker sets another: assign, sum, sgd or an "
+          "optimizer. Empty: none - dist_sync assigns (MXNet's default), dist_async refuses "
+          "pushes with FAILED_PRECONDITION until a worker sets an updater or optimizer.");
 ABSL_FLAG(std::string, updater_config, "", "Configuration of --updater, e.g. \"lr=0.1\".");
 ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(120),
           "How long to wait for the scheduler and the rest of the job.");
@@ -59,6 +69,8 @@ absl::Status Run(const KVServerCustomizer& customize) {
   KVServerOptions options;
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
+  ASSIGN_OR_RETURN(options.advertise_host,
+                   ChooseAdvertiseHost(absl::GetFlag(FLAGS_advertise_host), options.host, env));
   options.scheduler_address = absl::GetFlag(FLAGS_scheduler);
   if (options.scheduler_address.empty() && env.scheduler_port) {
     options.scheduler_address =
@@ -85,7 +97,15 @@ absl::Status Run(const KVServerCustomizer& customize) {
                    SecurityFromFlags(env, SecurityRole{/*daemon=*/true, options.host}));
   if (customize) RETURN_IF_ERROR(customize(&options));
   ASSIGN_OR_RETURN(auto daemon, KVServerDaemon::Start(std::move(options)));
-  return daemon->Wait();
+  // SIGTERM / SIGINT: stop serving (calls still running get 2 s, then are cancelled), exit 0.
+  ASSIGN_OR_RETURN(auto signals,
+                   StopSignals::Install([d = daemon.get()](int) { d->Shutdown(); }));
+  const absl::Status status = daemon->Wait();
+  if (const int signal = signals->received(); signal != 0) {
+    spdlog::info("kvserver: got {}; stopped serving, exiting", StopSignals::Name(signal));
+    return absl::OkStatus();
+  }
+  return status;
 }
 
 }  // namespace

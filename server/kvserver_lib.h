@@ -14,11 +14,12 @@
 // examples/custom_kvserver.cc is a complete one, run by tests/integration/cluster_test.
 //
 // Flags (all optional; unset ones come from the launch environment, DMLC_PS_ROOT_URI/PORT,
-// DMLC_SERVER_ID or their KV_ names, see common/environment.h): --host, --port, --scheduler,
+// DMLC_SERVER_ID or their KV_ names, see common/environment.h): --host, --advertise_host
+// (docs/cluster.md), --port, --scheduler,
 // --rank, --updater, --updater_config, --checkpoint_root, --restore, --register_timeout,
 // --scheduler_lost_timeout, --serving_threads, --serving_poll, --log_level; `--help` lists them
 // with their defaults, `--version` prints the version. The process exits 0 when the job is
-// over, non-zero with a one-line reason otherwise.
+// over, or when SIGTERM / SIGINT stopped it; non-zero with a one-line reason otherwise.
 #ifndef KVSTORE_SERVER_KVSERVER_LIB_H_
 #define KVSTORE_SERVER_KVSERVER_LIB_H_
 

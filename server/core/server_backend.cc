@@ -14,8 +14,11 @@ absl::StatusOr<std::shared_ptr<ServerBackend>> MakeServerBackend(const BackendSp
   engine_options.worker_node_ids = spec.worker_node_ids;
   engine_options.max_value_bytes = spec.max_value_bytes;
   engine_options.memory_budget_bytes = spec.memory_budget_bytes;
+  // No updater chosen: ASSIGN, refused in dist_async (ServerEngineOptions::updater_chosen).
+  const std::string updater_name = spec.updater.empty() ? "assign" : spec.updater;
+  engine_options.updater_chosen = !spec.updater.empty();
   ASSIGN_OR_RETURN(std::unique_ptr<Updater> updater,
-                   spec.registry->Create(spec.updater, spec.updater_config));
+                   spec.registry->Create(updater_name, spec.updater_config));
   auto backend = std::make_shared<ServerBackend>();
   ASSIGN_OR_RETURN(backend->engine,
                    ServerEngine::Create(std::move(engine_options), std::move(updater)));
@@ -24,7 +27,7 @@ absl::StatusOr<std::shared_ptr<ServerBackend>> MakeServerBackend(const BackendSp
   backend->controller->SetJob(JobShape{spec.num_servers, spec.mode, chunk_bytes});
   backend->controller->SetCheckpointRoot(spec.checkpoint_root);
   proto::UpdaterSpec updater_spec;
-  updater_spec.set_registry_name(spec.updater);
+  updater_spec.set_registry_name(updater_name);
   updater_spec.set_registry_config(spec.updater_config);
   backend->controller->SetUpdaterSpec(std::move(updater_spec));
   if (!spec.restore_dir.empty()) RETURN_IF_ERROR(backend->controller->Restore(spec.restore_dir));

@@ -33,8 +33,10 @@ struct BackendSpec {
   int64_t max_value_bytes = kDefaultMaxValueBytes;
   int64_t memory_budget_bytes = kUnlimitedBytes;
   std::vector<uint64_t> worker_node_ids;
-  // The updater applied until a worker sets another, by its name in `registry`.
-  std::string updater = "assign";
+  // The updater applied until a worker sets another, by its name in `registry`. Empty: none
+  // chosen - ASSIGN in dist_sync, pushes refused in dist_async until a worker sets one
+  // (ServerEngineOptions::updater_chosen).
+  std::string updater;
   std::string updater_config;
   const UpdaterRegistry* registry = nullptr;  // Must outlive the backend.
   CustomController custom_controller;

@@ -60,11 +60,22 @@ ServerEngine::ServerEngine(ServerEngineOptions options, std::unique_ptr<Updater>
     : options_(std::move(options)), updater_(std::move(updater)) {
   senders_.insert(options_.worker_node_ids.begin(), options_.worker_node_ids.end());
   senders_.insert(kSchedulerNodeId);
+  updater_chosen_ = options_.updater_chosen || options_.sync;
+}
+
+absl::Status ServerEngine::CheckUpdaterChosen(const Key& key) const {
+  if (updater_chosen_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "key ", key.Quoted(),
+      ": dist_async push, but no updater is set on the servers (MXNet: \"Updater needs to be "
+      "set for async mode\"): call SetOptimizer (e.g. sgd) or SendCommandToServers(0, "
+      "\"sum\") on a worker first, or start the kvservers with --updater=NAME"));
 }
 
 void ServerEngine::SetUpdater(std::unique_ptr<Updater> updater) {
   absl::MutexLock lock(&mu_);
   pending_updater_ = std::move(updater);
+  updater_chosen_ = true;
   SwapUpdaterIfIdle();
 }
 
@@ -321,6 +332,7 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
       } else {
         error = CheckRound(value.slice.key, **chunk, node_id);
       }
+      if (error.ok()) error = CheckUpdaterChosen(value.slice.key);
       chunks.push_back(*chunk);
     }
     if (sender.ok()) call = BeginPush(node_id, request_id, chunks, &done, &error);

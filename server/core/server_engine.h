@@ -120,6 +120,13 @@ struct ServerEngineOptions {
   // The most bytes the engine may hold (held_bytes): an Init or a key group registration that
   // would take it further is refused with ResourceExhausted, changing nothing.
   int64_t memory_budget_bytes = kUnlimitedBytes;
+  // Whether the updater passed to Create was chosen (a kvserver --updater, a restored
+  // checkpoint). When false, dist_sync applies it (ASSIGN, MXNet's default), but dist_async
+  // refuses every push with FailedPrecondition naming the key until SetUpdater is called (a
+  // worker's SetOptimizer or SendCommandToServers(0, ...)), as MXNet refuses with "Updater
+  // needs to be set for async mode": assigning each worker's gradient in turn is never what an
+  // asynchronous job means.
+  bool updater_chosen = true;
 };
 
 class ServerEngine {
@@ -427,6 +434,11 @@ class ServerEngine {
   // their number to reach zero.
   int64_t open_rounds_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<Updater> pending_updater_ ABSL_GUARDED_BY(mu_);
+  // False while dist_async has no chosen updater (ServerEngineOptions::updater_chosen).
+  bool updater_chosen_ ABSL_GUARDED_BY(mu_) = true;
+  // CheckUpdaterChosen returns FailedPrecondition naming `key` while a dist_async push would
+  // have no chosen updater.
+  absl::Status CheckUpdaterChosen(const Key& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace kvstore

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/advertise.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/job_auth.h"
@@ -46,7 +47,16 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
   }
   RETURN_IF_ERROR(RegisterOptimizers(&options.registry));
   // Fail early on an unknown updater.
-  RETURN_IF_ERROR(options.registry.Create(options.updater, options.updater_config).status());
+  if (!options.updater.empty()) {
+    RETURN_IF_ERROR(options.registry.Create(options.updater, options.updater_config).status());
+  }
+  if (options.advertise_host.empty()) options.advertise_host = options.host;
+  if (IsWildcardHost(options.advertise_host)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the kvserver would advertise the wildcard address ", options.advertise_host,
+        ", which no worker can connect to: set --advertise_host (or DMLC_NODE_HOST, "
+        "DMLC_INTERFACE)"));
+  }
   if (options.serving_threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "serving_threads must be >= 0 (0: the default), not ", options.serving_threads));
@@ -81,7 +91,7 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
           : daemon->options_.max_value_bytes + KVServerOptions::kRequestHeaderBytes;
   const ServerLimits limits = ServerLimits::ForRequests(max_request);
   ConfigureServer(&builder, limits);
-  const std::string listen = absl::StrCat(daemon->options_.host, ":", daemon->options_.port);
+  const std::string listen = FormatHostPort(daemon->options_.host, daemon->options_.port);
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    ServerCredentialsFor(daemon->options_.security.tls));
   builder.AddListeningPort(listen, credentials, &daemon->port_);
@@ -98,8 +108,12 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
       d->service_.Serve(cq, d->options_.serving_poll);
     }));
   }
-  spdlog::info("kvserver listening on {} ({}, {} serving threads)", daemon->address(),
+  const std::string bound = FormatHostPort(daemon->options_.host, daemon->port_);
+  spdlog::info("kvserver listening on {} ({}, {} serving threads)", bound,
                daemon->options_.security.tls.transport(), daemon->serving_.size());
+  if (bound != daemon->address()) {
+    spdlog::info("kvserver advertised to the job as {}", daemon->address());
+  }
   spdlog::info("kvserver limits: values up to {} bytes, {} bytes held at most, requests up to "
                "{} bytes, {} bytes of gRPC buffers",
                daemon->options_.max_value_bytes, daemon->options_.memory_budget_bytes,
@@ -134,7 +148,9 @@ KVServerDaemon::~KVServerDaemon() {
   }
 }
 
-std::string KVServerDaemon::address() const { return absl::StrCat(options_.host, ":", port_); }
+std::string KVServerDaemon::address() const {
+  return absl::StrCat(FormatHostPort(options_.advertise_host, port_));
+}
 
 absl::Status KVServerDaemon::Wait() {
   done_.WaitForNotification();

@@ -34,15 +34,20 @@
 namespace kvstore {
 
 struct KVServerOptions {
-  // Interface and port to serve on; port 0 lets the OS choose.
+  // Interface and port to serve on (the bind address); port 0 lets the OS choose.
   std::string host = "127.0.0.1";
   int port = 0;
+  // The host registered with the scheduler, which workers connect to (the advertised address;
+  // common/advertise.h chooses it). Empty: `host`. A wildcard (0.0.0.0, ::) is refused by Start.
+  std::string advertise_host;
   // The scheduler's "host:port".
   std::string scheduler_address;
   // Requested server rank, or -1 for registration order.
   int requested_rank = -1;
-  // Updater applied to pushes until a worker sets another (kCommandSetUpdater).
-  std::string updater = "assign";
+  // Updater applied to pushes until a worker sets another (kCommandSetUpdater). Empty: none
+  // chosen - ASSIGN in dist_sync (MXNet's default), and in dist_async every push is refused
+  // with FailedPrecondition until a worker sets an updater or optimizer (as MXNet refuses).
+  std::string updater;
   std::string updater_config;
   // Updaters a worker may select by name. Start adds "sgd" when it is missing.
   UpdaterRegistry registry = UpdaterRegistry::WithBuiltins();
@@ -91,6 +96,7 @@ class KVServerDaemon {
   KVServerDaemon& operator=(const KVServerDaemon&) = delete;
 
   int port() const { return port_; }
+  // address returns the advertised "host:port" (the bind host when none is advertised).
   std::string address() const;
 
   // Wait blocks until the server has stopped and returns why (OK: the job ended).

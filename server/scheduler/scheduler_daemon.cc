@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/advertise.h"
 #include "common/grpc_channel.h"
 #include "common/status_macros.h"
 
@@ -17,6 +18,13 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   if (options.max_request_bytes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("max_request_bytes must be positive, not ",
                                                    options.max_request_bytes));
+  }
+  if (options.advertise_host.empty()) options.advertise_host = options.host;
+  if (IsWildcardHost(options.advertise_host)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the scheduler would advertise the wildcard address ", options.advertise_host,
+        ", which no node can connect to: set --advertise_host (or DMLC_NODE_HOST, "
+        "DMLC_INTERFACE)"));
   }
   std::unique_ptr<SchedulerDaemon> daemon(new SchedulerDaemon(std::move(options)));
   ASSIGN_OR_RETURN(daemon->core_, SchedulerCore::Create(daemon->options_.job));
@@ -32,15 +40,19 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   ServerLimits limits = ServerLimits::ForRequests(daemon->options_.max_request_bytes);
   limits.max_concurrent_calls = SchedulerDaemonOptions::kMaxCallsPerConnection;
   ConfigureServer(&builder, limits);
-  const std::string listen = absl::StrCat(daemon->options_.host, ":", daemon->options_.port);
+  const std::string listen = FormatHostPort(daemon->options_.host, daemon->options_.port);
   builder.AddListeningPort(listen, credentials, &daemon->port_);
   builder.RegisterService(daemon->service_.get());
   daemon->server_ = builder.BuildAndStart();
   if (daemon->server_ == nullptr || daemon->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("scheduler cannot listen on ", listen));
   }
-  spdlog::info("scheduler listening on {} ({}) for {} servers and {} workers",
-               daemon->address(), tls.transport(), daemon->options_.job.num_servers,
+  const std::string bound = FormatHostPort(daemon->options_.host, daemon->port_);
+  if (bound != daemon->address()) {
+    spdlog::info("scheduler advertised to the job as {}", daemon->address());
+  }
+  spdlog::info("scheduler listening on {} ({}) for {} servers and {} workers", bound,
+               tls.transport(), daemon->options_.job.num_servers,
                daemon->options_.job.num_workers);
   daemon->ticker_ = std::thread([d = daemon.get()] {
     const absl::Status status = d->Tick();
@@ -57,13 +69,15 @@ SchedulerDaemon::~SchedulerDaemon() {
 }
 
 std::string SchedulerDaemon::address() const {
-  return absl::StrCat(options_.host, ":", port_);
+  return FormatHostPort(options_.advertise_host, port_);
 }
 
 absl::Status SchedulerDaemon::Wait() {
   done_.WaitForNotification();
   return status_;
 }
+
+void SchedulerDaemon::EndJob(const std::string& reason) { core_->RequestShutdown(reason); }
 
 void SchedulerDaemon::Shutdown() {
   if (!stop_.HasBeenNotified()) stop_.Notify();

@@ -25,8 +25,12 @@
 namespace kvstore {
 
 struct SchedulerDaemonOptions {
+  // The address bound (0.0.0.0 or :: for every interface) and the port (0: the OS chooses).
   std::string host = "127.0.0.1";
   int port = 0;
+  // The host the job's nodes reach the scheduler at, as address() reports it (common/
+  // advertise.h chooses it). Empty: `host`. A wildcard (0.0.0.0, ::) is refused by Start.
+  std::string advertise_host;
   SchedulerOptions job;
   // After the job is over, how long to wait for servers to hear it before exiting anyway.
   absl::Duration shutdown_grace = absl::Seconds(10);
@@ -53,11 +57,16 @@ class SchedulerDaemon {
   SchedulerDaemon& operator=(const SchedulerDaemon&) = delete;
 
   int port() const { return port_; }
+  // address returns the advertised "host:port".
   std::string address() const;
   // Wait blocks until the scheduler has stopped and returns why.
   absl::Status Wait();
   // Shutdown stops the scheduler now.
   void Shutdown();
+  // EndJob ends the job as `kvctl shutdown` does (`reason` is logged): every later heartbeat
+  // tells its node the job is over, and Wait returns OK once every server has heard it, or
+  // after shutdown_grace.
+  void EndJob(const std::string& reason);
 
  private:
   explicit SchedulerDaemon(SchedulerDaemonOptions options) : options_(std::move(options)) {}

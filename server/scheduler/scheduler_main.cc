@@ -11,17 +11,26 @@
 #include <fstream>
 #include <string>
 
+#include <spdlog/spdlog.h>
+
 #include "absl/flags/flag.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
+#include "common/advertise.h"
 #include "common/environment.h"
 #include "common/security_flags.h"
 #include "common/flags_usage.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/stop_signals.h"
 #include "server/scheduler/scheduler_daemon.h"
 
-ABSL_FLAG(std::string, host, "127.0.0.1", "Interface to listen on.");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address to bind (0.0.0.0 or :: for every interface); see --advertise_host.");
+ABSL_FLAG(std::string, advertise_host, "",
+          "The address the job's nodes reach the scheduler at (logged; what DMLC_PS_ROOT_URI "
+          "should say); empty: DMLC_NODE_HOST, else the address of the interface DMLC_INTERFACE "
+          "names, else --host unless it is a wildcard, else this host's name resolved.");
 ABSL_FLAG(int, port, -1,
           "Port to listen on; 0 lets the OS choose; -1: DMLC_PS_ROOT_PORT, else 0.");
 ABSL_FLAG(std::string, port_file, "", "If set, the bound port is written to this file.");
@@ -67,6 +76,8 @@ absl::Status Run() {
   SchedulerDaemonOptions options;
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
+  ASSIGN_OR_RETURN(options.advertise_host,
+                   ChooseAdvertiseHost(absl::GetFlag(FLAGS_advertise_host), options.host, env));
   options.job.num_servers = absl::GetFlag(FLAGS_num_servers);
   options.job.num_workers = absl::GetFlag(FLAGS_num_workers);
   if (options.port == -1) options.port = env.scheduler_port.value_or(0);
@@ -85,10 +96,21 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(options.security,
                    SecurityFromFlags(env, SecurityRole{/*daemon=*/true, options.host}));
   ASSIGN_OR_RETURN(auto daemon, SchedulerDaemon::Start(options));
+  // SIGTERM / SIGINT: end the job (heartbeats tell every node), stop serving once the servers
+  // have heard it (at most 10 s), exit 0.
+  ASSIGN_OR_RETURN(auto signals, StopSignals::Install([d = daemon.get()](int signal) {
+                     d->EndJob(StopSignals::Name(signal));
+                   }));
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     RETURN_IF_ERROR(WritePortFile(absl::GetFlag(FLAGS_port_file), daemon->port()));
   }
-  return daemon->Wait();
+  const absl::Status status = daemon->Wait();
+  if (const int signal = signals->received(); signal != 0) {
+    spdlog::info("scheduler: got {}; ended the job and stopped serving, exiting",
+                 StopSignals::Name(signal));
+    return absl::OkStatus();
+  }
+  return status;
 }
 
 }  // namespace

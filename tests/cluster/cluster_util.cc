@@ -1,0 +1,83 @@
+#include "tests/cluster/cluster_util.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+
+#include <catch2/catch.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "tests/job_secret.h"
+#include "tools/cpp/runfiles/runfiles.h"
+
+namespace kvstore::testing {
+
+std::string Runfile(const std::string& path) {
+  using bazel::tools::cpp::runfiles::Runfiles;
+  static Runfiles* const runfiles = [] {
+    std::string error;
+    Runfiles* created = Runfiles::CreateForTest(&error);
+    INFO(error);
+    REQUIRE(created != nullptr);
+    return created;
+  }();
+  return runfiles->Rlocation("kvstore/" + path);
+}
+
+std::string TempDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir != nullptr ? dir : "/tmp";
+}
+
+const std::string& JobSecret() {
+  static const std::string* path = new std::string(WriteJobSecret(TempDir()));
+  return *path;
+}
+
+uint64_t TestSeed() {
+  static const uint64_t seed = [] {
+    uint64_t value = 0;
+    const char* text = std::getenv("KVSTORE_TEST_SEED");
+    if (text == nullptr || !absl::SimpleAtoi(text, &value)) value = std::random_device()() % 100000;
+    std::printf("seed=%llu (replay with KVSTORE_TEST_SEED=%llu)\n",
+                static_cast<unsigned long long>(value), static_cast<unsigned long long>(value));
+    return value;
+  }();
+  return seed;
+}
+
+std::unique_ptr<Process> StartProcess(const std::string& name, std::vector<std::string> argv,
+                                      Variables env) {
+  static int counter = 0;
+  ProcessOptions options;
+  const bool own_secret = std::any_of(env.begin(), env.end(), [](const auto& variable) {
+    return variable.first == "KV_SECRET_FILE";
+  });
+  if (!own_secret) env.emplace_back("KV_SECRET_FILE", JobSecret());
+  options.env = std::move(env);
+  options.log_path = absl::StrReplaceAll(
+      absl::StrCat(TempDir(), "/", name, "-", getpid(), "-", counter++, ".log"), {{" ", "_"}});
+  auto process = Process::Start(name, std::move(argv), std::move(options));
+  INFO(process.status().ToString());
+  REQUIRE(process.ok());
+  return *std::move(process);
+}
+
+void ExpectExit(Process& process, int code, int seconds) {
+  const absl::StatusOr<int> exit = process.Wait(absl::Seconds(seconds));
+  INFO(process.name() << " output:\n" << process.output());
+  INFO(exit.status().ToString());
+  REQUIRE(exit.ok());
+  REQUIRE(*exit == code);
+}
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace kvstore::testing

@@ -1,0 +1,42 @@
+// Helpers shared by the tests in tests/cluster: runfiles, the test's temporary folder, a job
+// secret, and processes with a log of their own.
+#ifndef KVSTORE_TESTS_CLUSTER_CLUSTER_UTIL_H_
+#define KVSTORE_TESTS_CLUSTER_CLUSTER_UTIL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/process.h"
+
+namespace kvstore::testing {
+
+using Variables = std::vector<std::pair<std::string, std::string>>;
+
+// Runfile returns the path of a runfile ("server/kvserver").
+std::string Runfile(const std::string& path);
+// TempDir returns the test's temporary folder (TEST_TMPDIR, else /tmp).
+std::string TempDir();
+// JobSecret returns the path of a job secret made once per test process.
+const std::string& JobSecret();
+// TestSeed returns the seed of the test's random inputs (KVSTORE_TEST_SEED when set), printed
+// once.
+uint64_t TestSeed();
+
+// StartProcess starts `argv` as `name` with `env` added (and KV_SECRET_FILE unless `env` sets
+// it), its output in a log file of its own; REQUIREs that it started.
+std::unique_ptr<Process> StartProcess(const std::string& name, std::vector<std::string> argv,
+                                      Variables env);
+
+// ExpectExit waits up to `seconds` for `process` and REQUIREs exit code `code`, showing its
+// output otherwise.
+void ExpectExit(Process& process, int code, int seconds = 60);
+
+// Contains is true when `text` contains `part`.
+bool Contains(const std::string& text, const std::string& part);
+
+}  // namespace kvstore::testing
+
+#endif  // KVSTORE_TESTS_CLUSTER_CLUSTER_UTIL_H_
