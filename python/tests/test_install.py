@@ -15,8 +15,11 @@ def test_wheel_installs_into_a_fresh_venv(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
                     str(venv)], check=True, timeout=60)
     python = str(venv / "bin" / "python")
+    # --ignore-installed: a kvstore already installed in the system Python (which the
+    # environment sees) must not stand in for this one.
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-                    "--disable-pip-version-check", wheel], check=True, timeout=60)
+                    "--ignore-installed", "--disable-pip-version-check", wheel],
+                   check=True, timeout=60)
     # A new process without the test's PYTHONPATH, from another folder: what a new shell sees.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     code = ("import kvstore; kv = kvstore.create('local'); print(kvstore.__file__, kv.type);"
