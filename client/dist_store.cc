@@ -14,6 +14,7 @@
 #include "client/row_sparse_transfer.h"
 #include "common/grpc_channel.h"
 #include "common/job_auth.h"
+#include "common/logging.h"
 #include "common/proto_convert.h"
 #include "common/status_macros.h"
 #include "proto/kvstore.pb.h"
@@ -59,6 +60,14 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
 absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
     std::string type, const DistOptions& options, std::unique_ptr<SchedulerLink> link,
     const TransportFactory& make_transport) {
+  if (!options.log_level.empty()) {
+    const spdlog::level::level_enum level = spdlog::level::from_str(options.log_level);
+    if (level == spdlog::level::off && options.log_level != "off") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "log_level \"", options.log_level, "\" is not trace, debug, info, warn, error or off"));
+    }
+    SdkLogger()->set_level(level);
+  }
   if (options.max_inflight < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_inflight must be >= 1, not ", options.max_inflight));
@@ -103,7 +112,8 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
   store->queue_ = std::make_unique<OpQueue>(
       OpQueue::Options{options.max_inflight, options.fusion_bytes},
       [s = store.get()](Op op, OpDone done) { s->Start(std::move(op), std::move(done)); });
-  spdlog::debug("worker rank {} (node {}) joined a {} job of {} workers and {} servers",
+  SetSdkLogNode(absl::StrCat("worker ", view.rank));
+  SdkLogger()->info("worker rank {} (node {}) joined a {} job of {} workers and {} servers",
                 view.rank, view.node_id, view.mode, view.num_workers, servers);
   return store;
 }
@@ -111,7 +121,7 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
 DistStore::~DistStore() {
   if (queue_ != nullptr) {
     const absl::Status pending = queue_->WaitAll();
-    if (!pending.ok()) spdlog::warn("worker {}: {}", rank(), pending.ToString());
+    if (!pending.ok()) SdkLogger()->warn("worker {}: {}", rank(), pending.ToString());
     queue_.reset();
   }
   if (membership_ != nullptr) membership_->Leave();

@@ -57,6 +57,7 @@ absl::StatusOr<DistOptions> DistOptions::FromEnvironment() {
   options.security.tls.ca_file = env->tls_ca.value_or("");
   options.security.tls.cert_file = env->tls_cert.value_or("");
   options.security.tls.key_file = env->tls_key.value_or("");
+  options.log_level = env->log_level.value_or("");
   return options;
 }
 

@@ -117,6 +117,10 @@ struct DistOptions {
   // The job secret and TLS files (common/security_options.h): with a secret, every call carries
   // the job's credentials; with TLS, every link is encrypted and the servers are verified.
   SecurityOptions security;
+  // The level of the SDK's logger ("kvstore" in spdlog's registry, common/logging.h): trace,
+  // debug, info, warn, error or off; empty leaves the logger as it is (the host program may set
+  // it). FromEnvironment takes it from KV_LOG_LEVEL or PS_VERBOSE (1: debug, 2: trace).
+  std::string log_level;
 
   // FromEnvironment reads the scheduler address, the job size and the rank from the launch
   // environment (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_WORKER_ID or the KV_ names, see

@@ -16,6 +16,11 @@
 //   KV_TLS_CA           -                        TLS: the job's CA certificate (PEM file)
 //   KV_TLS_CERT         -                        TLS: this node's certificate (PEM file)
 //   KV_TLS_KEY          -                        TLS: this node's private key (PEM file)
+//   KV_LOG_LEVEL        PS_VERBOSE               log level: trace, debug, info, warn, error,
+//                                                off; PS_VERBOSE=1 is debug, 2 trace, 0 info
+//   KV_TRACE_FILE       -                        write a Chrome trace of this node's operations
+//                                                to this file (docs/operations.md)
+//   KV_METRICS_PORT     -                        a worker serves its metrics on this port
 //
 // The project's name wins when both are set.
 #ifndef KVSTORE_COMMON_ENVIRONMENT_H_
@@ -40,6 +45,10 @@ struct JobEnvironment {
   std::optional<std::string> tls_ca;
   std::optional<std::string> tls_cert;
   std::optional<std::string> tls_key;
+  // One of trace, debug, info, warn, error, off (PS_VERBOSE mapped onto them).
+  std::optional<std::string> log_level;
+  std::optional<std::string> trace_file;
+  std::optional<int> metrics_port;
 };
 
 // Getenv returns the value of a variable, or nullptr when it is unset.

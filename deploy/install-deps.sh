@@ -22,6 +22,9 @@ PACKAGES=(
   libtcmalloc-minimal4
   python3
   procps
+  libcpp-httplib-dev
+  libbrotli-dev
+  prometheus
 )
 
 missing=()

@@ -14,6 +14,7 @@ absl::StatusOr<std::shared_ptr<ServerBackend>> MakeServerBackend(const BackendSp
   engine_options.worker_node_ids = spec.worker_node_ids;
   engine_options.max_value_bytes = spec.max_value_bytes;
   engine_options.memory_budget_bytes = spec.memory_budget_bytes;
+  engine_options.round_observer = spec.round_observer;
   ASSIGN_OR_RETURN(std::unique_ptr<Updater> updater,
                    spec.registry->Create(spec.updater, spec.updater_config));
   auto backend = std::make_shared<ServerBackend>();

@@ -44,7 +44,12 @@ ABSL_FLAG(int64_t, max_request_bytes, kvstore::SchedulerDaemonOptions::kDefaultM
           "The largest request the scheduler accepts, in bytes; a bigger one is refused with "
           "RESOURCE_EXHAUSTED. Raise it when workers load optimizer states bigger than this "
           "(LoadOptimizerStates sends them through the scheduler).");
-ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Serve Prometheus metrics at http://HOST:PORT/metrics on this port (HOST: --host); 0: "
+          "a port the OS chooses (logged); -1: no metrics.");
+ABSL_FLAG(std::string, log_level, "",
+          "trace, debug, info, warn, error or off; empty: KV_LOG_LEVEL, else PS_VERBOSE (1: "
+          "debug, 2: trace), else info.");
 
 namespace kvstore {
 namespace {
@@ -79,6 +84,7 @@ absl::Status Run() {
   options.job.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.job.workers_lost_timeout = absl::GetFlag(FLAGS_workers_lost_timeout);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (options.job.heartbeat_interval < absl::Milliseconds(10)) {
     return absl::InvalidArgumentError("--heartbeat_interval must be at least 10ms");
   }
@@ -104,8 +110,10 @@ int main(int argc, char** argv) {
   // A kvserver holds a lock per chunk; Abseil's debug-build deadlock detection would track each
   // one in a global graph (measured: 10% of the CPU of a 100,000-key push).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  const absl::Status logging =
-      kvstore::InitLogging({"scheduler", absl::GetFlag(FLAGS_log_level)});
+  const absl::StatusOr<kvstore::JobEnvironment> env = kvstore::ReadJobEnvironment();
+  const absl::Status logging = kvstore::InitLogging(
+      {"scheduler", kvstore::ChooseLogLevel(absl::GetFlag(FLAGS_log_level),
+                                            env.ok() ? env->log_level : std::nullopt)});
   if (!logging.ok()) {
     std::fprintf(stderr, "scheduler: %s\n", std::string(logging.message()).c_str());
     return 2;
