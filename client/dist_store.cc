@@ -101,6 +101,16 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
       CallPolicy{options.rpc_timeout, options.max_retries, options.retry_backoff},
       store->timer_.get());
   const int servers = static_cast<int>(view.servers.size());
+  ASSIGN_OR_RETURN(store->telemetry_,
+                   WorkerTelemetry::Start({view.rank, servers, options.metrics_port,
+                                           options.trace_file}));
+  if (WorkerTelemetry* t = store->telemetry_.get()) {
+    store->caller_->set_observer([t](int server, ServerMethod method, size_t request_bytes,
+                                     size_t reply_bytes, absl::Time sent, absl::Time answered,
+                                     absl::StatusCode code) {
+      t->RequestDone(server, method, request_bytes, reply_bytes, sent, answered, code);
+    });
+  }
   ASSIGN_OR_RETURN(Partitioner partitioner, Partitioner::Create(servers, view.big_value_bound));
   store->keys_ = std::make_unique<KeyTable>(
       partitioner, view.chunk_bytes > 0 ? view.chunk_bytes : kDefaultChunkBytes);
@@ -232,11 +242,24 @@ void DistStore::Enqueue(int priority, std::vector<KeyWork> work, Kind kind) {
 }
 
 void DistStore::Issue(Op op) {
+  if (telemetry_ != nullptr) op.queued = absl::Now();
   if (op.kind == Kind::kPush || op.kind == Kind::kPushPull) op.compression = compression();
   queue_->Enqueue(std::move(op));
 }
 
 void DistStore::Start(Op op, OpDone done) {
+  if (telemetry_ != nullptr) {
+    std::vector<Key> keys;
+    keys.reserve(op.work.size());
+    for (const KeyWork& entry : op.work) keys.push_back(entry.key);
+    const size_t group_keys = op.group != nullptr ? op.group->keys.size() : 0;
+    done = [t = telemetry_.get(), kind = op.kind, keys = std::move(keys), group_keys,
+            queued = op.queued, started = absl::Now(),
+            done = std::move(done)](absl::Status status) {
+      t->OperationDone(kind, keys, group_keys, queued, started, status.code());
+      done(std::move(status));
+    };
+  }
   if (op.group != nullptr) {
     TransferGroup(context_, op.kind, std::move(op.group), std::move(op.group_work),
                   std::move(done));

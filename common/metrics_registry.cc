@@ -78,6 +78,16 @@ void Histogram::Observe(double value) {
   AtomicAdd(&sum_, value);
 }
 
+const char* StatusCodeLabel(int code) {
+  static constexpr const char* kNames[] = {
+      "OK",          "CANCELLED",          "UNKNOWN",          "INVALID_ARGUMENT",
+      "DEADLINE_EXCEEDED", "NOT_FOUND",    "ALREADY_EXISTS",   "PERMISSION_DENIED",
+      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+      "UNIMPLEMENTED", "INTERNAL",         "UNAVAILABLE",      "DATA_LOSS",
+      "UNAUTHENTICATED"};
+  return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
+}
+
 std::vector<double> LatencyBounds() {
   return {50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
           50e-3, 100e-3, 250e-3, 500e-3, 1,    2.5,    5,    10,   30,    60};

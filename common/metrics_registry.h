@@ -148,6 +148,10 @@ class MetricsRegistry {
 // process_cpu_seconds_total, process_open_fds, process_start_time_seconds.
 void AddProcessCollector(MetricsRegistry* registry);
 
+// StatusCodeLabel returns the gRPC name of status code `code` (0..16: "OK", "CANCELLED", ...,
+// "UNAUTHENTICATED"), the `code` label of error counters; "UNKNOWN" outside that range.
+const char* StatusCodeLabel(int code);
+
 // FormatLabels returns `{a="x",b="y"}` with values escaped as the format requires ("" for no
 // labels).
 std::string FormatLabels(const MetricLabels& labels);

@@ -98,6 +98,10 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
   // NOT_SERVING until registered (and restored).
   daemon->health_ =
       std::make_unique<DaemonHealth>(daemon->server_.get(), "kvstore.proto.KVServer");
+  if (!daemon->options_.trace_file.empty()) {
+    ASSIGN_OR_RETURN(daemon->trace_,
+                     TraceWriter::Open(daemon->options_.trace_file, "kvserver"));
+  }
   if (daemon->options_.metrics_port >= 0) {
     daemon->AddCollectors();
     daemon->service_.SetMetrics(&daemon->metrics_);
@@ -261,8 +265,8 @@ absl::Status KVServerDaemon::RegisterAndServe() {
   spec.memory_budget_bytes = options_.memory_budget_bytes;
   spec.checkpoint_root = checkpoint_root_;
   spec.restore_dir = options_.restore_dir;
-  if (metrics_http_ != nullptr) {
-    spec.round_observer = metrics_.ForJob(spec.worker_node_ids);
+  if (metrics_http_ != nullptr || trace_ != nullptr) {
+    spec.round_observer = metrics_.ForJob(spec.worker_node_ids, trace_.get());
     absl::MutexLock lock(&info_mu_);
     info_ = {{"rank", absl::StrCat(registration.rank())},
              {"mode", view.mode()},

@@ -30,6 +30,7 @@
 #include "common/metrics_http.h"
 #include "common/metrics_registry.h"
 #include "common/security_options.h"
+#include "common/trace_writer.h"
 #include "server/core/controller.h"
 #include "server/core/updater.h"
 #include "server/grpc/kvserver_metrics.h"
@@ -85,6 +86,9 @@ struct KVServerOptions {
   // Prometheus metrics over HTTP at host:metrics_port/metrics (kvserver_metrics.h,
   // docs/operations.md); 0: a port the OS chooses (metrics_port() says which); -1: none.
   int metrics_port = -1;
+  // When set, a Chrome-trace timeline of the dist_sync rounds is written to this file
+  // (common/trace_writer.h; KV_TRACE_FILE).
+  std::string trace_file;
 };
 
 class KVServerDaemon {
@@ -129,6 +133,7 @@ class KVServerDaemon {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<DaemonHealth> health_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;
+  std::unique_ptr<TraceWriter> trace_;  // Outlives the engine's round observer: see ~.
   std::thread thread_;
   absl::Notification stop_;
   // The registration call while it waits for the scheduler; Shutdown cancels it.

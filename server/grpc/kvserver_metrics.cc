@@ -7,21 +7,12 @@
 namespace kvstore {
 namespace {
 
-// The gRPC name of each code, as in grpc_status.h and Prometheus exporters of gRPC servers.
-const char* CodeName(int code) {
-  static constexpr const char* kNames[] = {
-      "OK",       "CANCELLED",          "UNKNOWN",           "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND",  "ALREADY_EXISTS",    "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",       "UNAVAILABLE",       "DATA_LOSS",
-      "UNAUTHENTICATED"};
-  return kNames[code];
-}
-
 class RoundMetrics final : public RoundObserver {
  public:
-  RoundMetrics(MetricsRegistry* registry, const std::vector<uint64_t>& worker_node_ids)
-      : rounds_(registry->AddCounter(
+  RoundMetrics(MetricsRegistry* registry, const std::vector<uint64_t>& worker_node_ids,
+               TraceWriter* trace)
+      : trace_(trace),
+        rounds_(registry->AddCounter(
             "kvstore_server_rounds_total",
             "dist_sync rounds completed: one chunk of a key, one push from every worker.")),
         wait_(registry->AddHistogram(
@@ -34,6 +25,10 @@ class RoundMetrics final : public RoundObserver {
           "kvstore_server_round_last_worker_total",
           "Rounds whose last push came from this worker (a straggler's count grows fastest).",
           {{"worker_rank", absl::StrCat(rank)}});
+      ranks_[worker_node_ids[rank]] = static_cast<int>(rank);
+      if (trace_ != nullptr) {
+        trace_->NameRow(static_cast<int>(rank), absl::StrCat("rounds worker ", rank, " ended"));
+      }
     }
   }
 
@@ -41,20 +36,27 @@ class RoundMetrics final : public RoundObserver {
     rounds_->Increment();
     wait_->ObserveDuration(waited);
     if (auto it = last_.find(last_node_id); it != last_.end()) it->second->Increment();
+    if (trace_ != nullptr) {
+      const absl::Time now = absl::Now();
+      auto rank = ranks_.find(last_node_id);
+      const int row = rank != ranks_.end() ? rank->second : -1;
+      trace_->Complete("round", "round", row, now - waited, now,
+                       {{"last_worker", absl::StrCat(row)}});
+    }
   }
 
  private:
   Counter* rounds_;
   Histogram* wait_;
+  TraceWriter* trace_;
   absl::flat_hash_map<uint64_t, Counter*> last_;  // Read-only after construction.
+  absl::flat_hash_map<uint64_t, int> ranks_;      // Read-only after construction.
 };
 
 }  // namespace
 
 const char* ServerMethodName(int method) {
-  static constexpr const char* kNames[kNumServerMethods] = {
-      "init", "push", "pull", "push_pull", "row_sparse_pull", "command"};
-  return kNames[method];
+  return ServerMethodLabel(static_cast<ServerMethod>(method));
 }
 
 KVServerMetrics::KVServerMetrics(MetricsRegistry* registry) : registry_(registry) {
@@ -77,7 +79,7 @@ KVServerMetrics::KVServerMetrics(MetricsRegistry* registry) : registry_(registry
     for (int code = 1; code < kCodes; ++code) {
       methods_[m].errors[code] = registry->AddCounter(
           "kvstore_server_errors_total", "Requests answered with an error, by method and code.",
-          {{"method", ServerMethodName(m)}, {"code", CodeName(code)}});
+          {{"method", ServerMethodName(m)}, {"code", StatusCodeLabel(code)}});
     }
     methods_[m].errors[0] = nullptr;
   }
@@ -95,8 +97,8 @@ void KVServerMetrics::RecordCall(int method, absl::StatusCode code, size_t reque
 }
 
 std::shared_ptr<RoundObserver> KVServerMetrics::ForJob(
-    const std::vector<uint64_t>& worker_node_ids) {
-  return std::make_shared<RoundMetrics>(registry_, worker_node_ids);
+    const std::vector<uint64_t>& worker_node_ids, TraceWriter* trace) {
+  return std::make_shared<RoundMetrics>(registry_, worker_node_ids, trace);
 }
 
 }  // namespace kvstore

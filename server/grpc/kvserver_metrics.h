@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "common/metrics_registry.h"
 #include "common/server_methods.h"
+#include "common/trace_writer.h"
 #include "server/core/round_observer.h"
 
 namespace kvstore {
@@ -41,8 +42,11 @@ class KVServerMetrics {
                   absl::Duration latency);
 
   // ForJob returns the observer of the engine's rounds for a job whose workers have these node
-  // ids (in rank order); its counters are labelled by worker rank.
-  std::shared_ptr<RoundObserver> ForJob(const std::vector<uint64_t>& worker_node_ids);
+  // ids (in rank order); its counters are labelled by worker rank. With `trace` (which must
+  // outlive the observer), every round is also an event of the timeline, on the row of the
+  // worker that came last.
+  std::shared_ptr<RoundObserver> ForJob(const std::vector<uint64_t>& worker_node_ids,
+                                        TraceWriter* trace = nullptr);
 
   MetricsRegistry* registry() const { return registry_; }
 

@@ -19,6 +19,9 @@
 #include <string>
 #include <vector>
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -32,6 +35,11 @@ namespace kvstore::testing {
 namespace {
 
 using Variables = std::vector<std::pair<std::string, std::string>>;
+
+Variables Joined(Variables a, const Variables& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
 
 std::string Runfile(const std::string& path) {
   using bazel::tools::cpp::runfiles::Runfiles;
@@ -120,7 +128,8 @@ int Kvctl(std::vector<std::string> args, std::string* output) {
 
 // Job: a scheduler and `servers` kvservers with metrics on OS-chosen ports.
 struct Job {
-  Job(int servers, int workers) : num_workers(workers) {
+  Job(int servers, int workers, const std::string& server0_trace = "")
+      : num_workers(workers) {
     const std::string port_file = absl::StrCat(TempDir(), "/port-", getpid(), "-", ++jobs);
     scheduler = Start("scheduler", {Runfile("server/scheduler/scheduler"), "--port=0",
                                     "--port_file=" + port_file,
@@ -136,7 +145,10 @@ struct Job {
       this->servers.push_back(Start(absl::StrCat("server ", i),
                                     {Runfile("server/kvserver"),
                                      absl::StrCat("--scheduler=127.0.0.1:", port),
-                                     absl::StrCat("--rank=", i), "--metrics_port=0"}));
+                                     absl::StrCat("--rank=", i), "--metrics_port=0"},
+                                    i == 0 && !server0_trace.empty()
+                                        ? Variables{{"KV_TRACE_FILE", server0_trace}}
+                                        : Variables{}));
     }
   }
 
@@ -235,6 +247,30 @@ class Prometheus {
   std::unique_ptr<httplib::Client> client_;
 };
 
+// ReadTrace parses a Chrome trace (JSON Array Format) into its events.
+google::protobuf::ListValue ReadTrace(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  google::protobuf::ListValue events;
+  const auto status = google::protobuf::util::JsonStringToMessage(text, &events);
+  INFO(path << ": " << status.ToString() << "\n" << text.substr(0, 2000));
+  REQUIRE(status.ok());
+  return events;
+}
+
+// Field returns event field `name` as a string ("" when absent or not a string).
+std::string Field(const google::protobuf::Struct& event, const std::string& name) {
+  auto it = event.fields().find(name);
+  return it == event.fields().end() ? "" : it->second.string_value();
+}
+
+std::string Arg(const google::protobuf::Struct& event, const std::string& name) {
+  auto args = event.fields().find("args");
+  if (args == event.fields().end()) return "";
+  return Field(args->second.struct_value(), name);
+}
+
 TEST_CASE("Observability: Prometheus scrapes a running job; its push count is the workers'",
           "[observability][prometheus]") {
   TestRng rng;
@@ -242,7 +278,9 @@ TEST_CASE("Observability: Prometheus scrapes a running job; its push count is th
   const int keys = static_cast<int>(rng.Int(2, 6));
   const int rounds = static_cast<int>(rng.Int(3, 12));
   INFO("keys=" << keys << " rounds=" << rounds);
-  Job job(2, 2);
+  const std::string worker_trace = absl::StrCat(TempDir(), "/worker0-", getpid(), ".trace.json");
+  const std::string server_trace = absl::StrCat(TempDir(), "/server0-", getpid(), ".trace.json");
+  Job job(2, 2, server_trace);
   std::vector<std::string> targets = {absl::StrCat("127.0.0.1:", MetricsPort(*job.scheduler))};
   for (auto& server : job.servers) {
     targets.push_back(absl::StrCat("127.0.0.1:", MetricsPort(*server)));
@@ -255,7 +293,6 @@ TEST_CASE("Observability: Prometheus scrapes a running job; its push count is th
   CHECK(Kvctl({"--service=kvstore.job", "health", absl::StrCat("127.0.0.1:", job.port)},
               &output) == 1);
 
-  Prometheus prometheus(targets);
   const std::string release = absl::StrCat(TempDir(), "/release-", getpid());
   std::filesystem::remove(release);
   std::vector<std::unique_ptr<Process>> workers;
@@ -264,8 +301,17 @@ TEST_CASE("Observability: Prometheus scrapes a running job; its push count is th
                             {Runfile("tests/integration/metrics_worker"),
                              absl::StrCat(rng.seed()), absl::StrCat(keys),
                              absl::StrCat(rounds), release},
-                            job.WorkerEnv(w)));
+                            Joined(job.WorkerEnv(w),
+                                   w == 0 ? Variables{{"KV_METRICS_PORT", "0"},
+                                                      {"KV_TRACE_FILE", worker_trace}}
+                                          : Variables{{"KV_METRICS_PORT", "0"}})));
   }
+  for (auto& worker : workers) {
+    targets.push_back(absl::StrCat(
+        "127.0.0.1:", LoggedPort(*worker, "metrics on http://",
+                                 R"(metrics on http://127\.0\.0\.1:([0-9]+)/metrics)")));
+  }
+  Prometheus prometheus(targets);
   int64_t pushed = 0;
   for (auto& worker : workers) {
     INFO(worker->output());
@@ -289,7 +335,12 @@ TEST_CASE("Observability: Prometheus scrapes a running job; its push count is th
 
   // What Prometheus scraped.
   INFO(prometheus.process().output());
-  CHECK(prometheus.QueryUntil("count(up{job=\"kvstore\"} == 1)", 3) == 3);
+  CHECK(prometheus.QueryUntil("count(up{job=\"kvstore\"} == 1)", 5) == 5);
+  // What the workers sent is what the servers answered.
+  CHECK(prometheus.QueryUntil("sum(kvstore_worker_requests_total{method=\"push\"})", pushed) ==
+        pushed);
+  CHECK(prometheus.QueryUntil("sum(kvstore_worker_operations_total{kind=\"push\"})", pushed) ==
+        pushed);
   CHECK(prometheus.QueryUntil("sum(kvstore_server_requests_total{method=\"push\"})", pushed) ==
         pushed);
   CHECK(prometheus.QueryUntil("sum(kvstore_server_errors_total{method=\"push\"})", 0) == 0);
@@ -312,9 +363,51 @@ TEST_CASE("Observability: Prometheus scrapes a running job; its push count is th
   CHECK(*barriers >= 4);
   CHECK(prometheus.Query("min(process_resident_memory_bytes)").value_or(0) > 1e6);
 
+  const std::optional<double> server0_rounds = prometheus.Query(absl::StrCat(
+      "kvstore_server_rounds_total{instance=\"", targets[1], "\"}"));
+  REQUIRE(server0_rounds.has_value());
+
   std::ofstream(release).put('\n');
   for (auto& worker : workers) CHECK(ExitCode(*worker) == 0);
   for (auto& server : job.servers) CHECK(ExitCode(*server) == 0);
+
+  // Worker 0's timeline: one operation per push and pull it issued, each naming its key, and
+  // one request per push on the row of its server.
+  {
+    const google::protobuf::ListValue events = ReadTrace(worker_trace);
+    std::vector<int> pushes_per_key(keys, 0);
+    int push_requests = 0, pulls = 0;
+    for (const auto& value : events.values()) {
+      const google::protobuf::Struct& event = value.struct_value();
+      if (Field(event, "ph") != "X") continue;
+      const std::string name = Field(event, "name");
+      if (Field(event, "cat") == "operation" && name.rfind("push ", 0) == 0) {
+        int key = -1;
+        REQUIRE(absl::SimpleAtoi(Arg(event, "key_list"), &key));
+        REQUIRE(key >= 0);
+        REQUIRE(key < keys);
+        ++pushes_per_key[key];
+      } else if (Field(event, "cat") == "operation" && name.rfind("pull ", 0) == 0) {
+        ++pulls;
+      } else if (Field(event, "cat") == "request" && name == "push") {
+        ++push_requests;
+        CHECK(!Arg(event, "server").empty());
+      }
+    }
+    for (int key = 0; key < keys; ++key) CHECK(pushes_per_key[key] == rounds);
+    CHECK(pulls == keys * rounds);
+    CHECK(push_requests == keys * rounds);
+  }
+  // Server 0's timeline: one event per round it completed, as Prometheus counted them.
+  {
+    const google::protobuf::ListValue events = ReadTrace(server_trace);
+    int rounds_traced = 0;
+    for (const auto& value : events.values()) {
+      const google::protobuf::Struct& event = value.struct_value();
+      if (Field(event, "ph") == "X" && Field(event, "name") == "round") ++rounds_traced;
+    }
+    CHECK(rounds_traced == *server0_rounds);
+  }
   CHECK(ExitCode(*job.scheduler) == 0);
   const std::string log = job.scheduler->output();
   CHECK(log.find("the job is assembled") != std::string::npos);
