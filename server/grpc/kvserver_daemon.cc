@@ -16,6 +16,7 @@
 #include "common/job_auth.h"
 #include "common/logging.h"
 #include "common/named_thread.h"
+#include "common/unreachable_retry.h"
 #include "common/status_macros.h"
 #include "server/core/optimizer.h"
 #include "server/core/server_backend.h"
@@ -228,20 +229,26 @@ absl::Status KVServerDaemon::RegisterAndServe() {
   proto::RegisterResponse registration;
   const absl::Time give_up = absl::Now() + options_.register_timeout;
   {
-    grpc::ClientContext context;
-    context.set_deadline(GrpcDeadline(give_up));
-    context.set_wait_for_ready(true);  // Wait for a scheduler that is still starting.
-    if (secured) context.AddMetadata(kJobTokenKey, JobToken(options_.security.secret));
-    {
-      absl::MutexLock lock(&registering_mu_);
-      if (stop_.HasBeenNotified()) return absl::CancelledError("kvserver stopped");
-      registering_ = &context;
-    }
-    const grpc::Status status = stub->Register(&context, request, &registration);
-    {
-      absl::MutexLock lock(&registering_mu_);
-      registering_ = nullptr;
-    }
+    // The scheduler may still be starting: retried while it cannot be reached, saying so.
+    const grpc::Status status = CallWhileUnreachable(
+        absl::StrCat("the scheduler at ", options_.scheduler_address), give_up,
+        [&](absl::Time deadline) {
+          grpc::ClientContext context;
+          context.set_deadline(GrpcDeadline(deadline));
+          if (secured) context.AddMetadata(kJobTokenKey, JobToken(options_.security.secret));
+          {
+            absl::MutexLock lock(&registering_mu_);
+            if (stop_.HasBeenNotified()) {
+              return grpc::Status(grpc::StatusCode::CANCELLED, "kvserver stopped");
+            }
+            registering_ = &context;
+          }
+          const grpc::Status attempt = stub->Register(&context, request, &registration);
+          absl::MutexLock lock(&registering_mu_);
+          registering_ = nullptr;
+          return attempt;
+        },
+        [](const std::string& line) { spdlog::warn("kvserver: {}", line); });
     if (!status.ok()) {
       if (stop_.HasBeenNotified()) return absl::CancelledError("kvserver stopped");
       return absl::Status(FromGrpcStatus(status).code(),

@@ -20,7 +20,9 @@
 // ceiling of a small exchange lands near.
 //
 // With the job secret by default (--secret=false: none, the daemons run --insecure); --tls puts
-// every link of the job on TLS (tests/bench/kvbench_security.sh compares the three).
+// every link of the job on TLS (tests/bench/kvbench_security.sh compares the three). --observe
+// turns metrics on in every process and the daemons' logging to its default level
+// (tests/bench/kvbench_observability.sh compares it with the run without).
 //
 //   bazel run -c opt //tests/bench:kvbench -- [--quick] [--format=json] [--only=SUBSTRING]
 #include <netinet/in.h>
@@ -74,6 +76,10 @@ ABSL_FLAG(bool, secret, true,
 ABSL_FLAG(bool, tls, false,
           "TLS on every link of the job, with a CA and certificate made by "
           "deploy/make-certs.sh for the job.");
+ABSL_FLAG(bool, observe, false,
+          "Observability on: the daemons serve Prometheus metrics (--metrics_port=0) and log at "
+          "their default level (info), the workers serve theirs (DistOptions::metrics_port); "
+          "false: no metrics, daemons at --log_level=warn.");
 ABSL_FLAG(int, reps, 0,
           "Timed repetitions of every case (0: the case's own, fewer with --quick).");
 ABSL_FLAG(int, raw_echo_port, 0, "Internal: run as the echo process of a raw-socket ceiling.");
@@ -417,9 +423,17 @@ struct Job {
   std::vector<std::unique_ptr<KVStore>> workers;
 };
 
+// LogFlag and MetricsFlag: the daemons' logging and metrics, from --observe.
+std::string LogFlag() {
+  return absl::GetFlag(FLAGS_observe) ? "--log_level=info" : "--log_level=warn";
+}
+std::string MetricsFlag() {
+  return absl::GetFlag(FLAGS_observe) ? "--metrics_port=0" : "--metrics_port=-1";
+}
+
 std::string ChunkFlag() {
   const int64_t chunk = absl::GetFlag(FLAGS_chunk_bytes);
-  return chunk > 0 ? absl::StrCat("--chunk_bytes=", chunk) : "--log_level=warn";
+  return chunk > 0 ? absl::StrCat("--chunk_bytes=", chunk) : LogFlag();
 }
 
 std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers) {
@@ -437,7 +451,7 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers) {
       std::vector<std::string>{scheduler, "--port=0", "--port_file=" + port_file,
                                absl::StrCat("--num_servers=", servers),
                                absl::StrCat("--num_workers=", workers),
-                               "--register_timeout=60s", "--log_level=warn", ChunkFlag()},
+                               "--register_timeout=60s", LogFlag(), MetricsFlag(), ChunkFlag()},
       absl::StrCat(tmp, "/kvbench-scheduler-", tag, ".log"), job->security));
   const absl::StatusOr<int> reported =
       job->daemons.back()->WaitForPortFile(port_file, absl::Seconds(30));
@@ -448,7 +462,7 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers) {
         kvserver, absl::StrCat("--scheduler=127.0.0.1:", port), absl::StrCat("--rank=", s),
         "--updater=sum",
         absl::StrCat("--serving_threads=", absl::GetFlag(FLAGS_serving_threads)),
-        "--log_level=warn"};
+        LogFlag(), MetricsFlag()};
     const std::string poll = absl::GetFlag(FLAGS_serving_poll);
     if (!poll.empty()) argv.push_back(absl::StrCat("--serving_poll=", poll));
     job->daemons.push_back(StartDaemon(absl::StrCat("server ", s), std::move(argv),
@@ -464,6 +478,7 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers) {
       options.security = job->security.workers;
       options.requested_rank = w;
       options.register_timeout = absl::Seconds(60);
+      if (absl::GetFlag(FLAGS_observe)) options.metrics_port = 0;
       if (absl::GetFlag(FLAGS_connections) > 0) {
         options.connections_per_server = absl::GetFlag(FLAGS_connections);
       }

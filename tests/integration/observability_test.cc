@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -22,6 +23,7 @@
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -210,6 +212,18 @@ class Prometheus {
     REQUIRE(ready);
   }
 
+  // Valid is OK when Prometheus accepts `query` (it may have no result), else names the error.
+  absl::Status Valid(const std::string& query) {
+    auto response = client_->Get("/api/v1/query", httplib::Params{{"query", query}},
+                                 httplib::Headers{});
+    if (!response) return absl::UnavailableError("no answer from Prometheus");
+    if (response->status == 200 && response->body.find("\"status\":\"success\"") !=
+                                       std::string::npos) {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(query, ": ", response->body));
+  }
+
   // Query returns the value of the instant query `query`, or nothing when it has no result yet.
   std::optional<double> Query(const std::string& query) {
     auto response = client_->Get("/api/v1/query", httplib::Params{{"query", query}},
@@ -363,6 +377,42 @@ TEST_CASE("Observability: Prometheus scrapes a running job; its push count is th
   CHECK(*barriers >= 4);
   CHECK(prometheus.Query("min(process_resident_memory_bytes)").value_or(0) > 1e6);
 
+  // Every query of the Grafana dashboard is one Prometheus accepts, over metrics that exist.
+  {
+    std::ifstream in(Runfile("deploy/grafana-dashboard.json"));
+    REQUIRE(in.good());
+    const std::string text((std::istreambuf_iterator<char>(in)),
+                           std::istreambuf_iterator<char>());
+    google::protobuf::Struct dashboard;
+    REQUIRE(google::protobuf::util::JsonStringToMessage(text, &dashboard).ok());
+    int queries = 0;
+    for (const auto& panel : dashboard.fields().at("panels").list_value().values()) {
+      for (const auto& target :
+           panel.struct_value().fields().at("targets").list_value().values()) {
+        const std::string expr = Field(target.struct_value(), "expr");
+        REQUIRE(!expr.empty());
+        const absl::Status valid = prometheus.Valid(expr);
+        INFO(valid.ToString());
+        CHECK(valid.ok());
+        // Names the metrics it reads: every kvstore_ name in it is one the job exports.
+        std::smatch name;
+        std::string rest = expr;
+        while (std::regex_search(rest, name, std::regex(R"((kvstore_[a-z_]+))"))) {
+          std::string metric = name[1].str();
+          for (const char* suffix : {"_bucket"}) {
+            if (absl::EndsWith(metric, suffix)) metric.resize(metric.size() - strlen(suffix));
+          }
+          INFO(metric);
+          CHECK(prometheus.Query(absl::StrCat("count({__name__=~\"", metric,
+                                              "(_bucket)?\"})")).value_or(0) > 0);
+          rest = name.suffix();
+        }
+        ++queries;
+      }
+    }
+    CHECK(queries >= 15);
+  }
+
   const std::optional<double> server0_rounds = prometheus.Query(absl::StrCat(
       "kvstore_server_rounds_total{instance=\"", targets[1], "\"}"));
   REQUIRE(server0_rounds.has_value());
@@ -451,6 +501,36 @@ TEST_CASE("Observability: health follows the job; kvctl status exits 3 once a no
   REQUIRE(Kvctl({"shutdown", "--scheduler=" + scheduler}, &output) == 0);
   CHECK(ExitCode(*job.servers[0]) == 0);
   ExitCode(*job.scheduler);
+}
+
+}  // namespace
+}  // namespace kvstore::testing
+
+namespace kvstore::testing {
+namespace {
+
+TEST_CASE("Observability: a kvserver given a port where no scheduler listens says so",
+          "[observability][logs]") {
+  const int nobody = FreePort();
+  const absl::Time started = absl::Now();
+  std::unique_ptr<Process> server =
+      Start("server", {Runfile("server/kvserver"), absl::StrCat("--scheduler=127.0.0.1:", nobody),
+                       "--register_timeout=7s"});
+  // A progress line names the address and the reason while it retries, then it fails with
+  // them.
+  REQUIRE(server->WaitForOutput("is not reachable yet", absl::Seconds(10)));
+  CHECK(ExitCode(*server) == 1);
+  CHECK(absl::Now() - started < absl::Seconds(20));
+  const std::string log = server->output();
+  INFO(log);
+  CHECK(log.find(absl::StrCat("the scheduler at 127.0.0.1:", nobody,
+                              " is not reachable yet")) != std::string::npos);
+  CHECK(log.find("Connection refused") != std::string::npos);
+  CHECK(log.find(absl::StrCat("the scheduler at 127.0.0.1:", nobody, " was not reachable")) !=
+        std::string::npos);
+  // Every line names the node and carries a UTC timestamp.
+  CHECK(std::regex_search(
+      log, std::regex(R"(\[20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z\] \[kvserver\] \[warning\])")));
 }
 
 }  // namespace

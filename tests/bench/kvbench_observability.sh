@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# What observability costs: kvbench without metrics and with the daemons at --log_level=warn
+# ("off"), and with Prometheus metrics on in the scheduler, every kvserver and every worker and
+# the daemons logging at their default level, info ("on"), alternated ROUNDS times so that both
+# see the same moments of a noisy machine. A Prometheus-like scraper fetches every daemon's
+# /metrics once a second during the "on" runs, as a deployment would.
+#
+#   bash tests/bench/kvbench_observability.sh ROUNDS [kvbench flags, e.g. --quick --only=4KB]
+#
+# Prints, per case, the median over the rounds of each variant's median (us) and their ratio
+# (on/off). Builds kvbench first, unless KVBENCH names a kvbench to run (a copy of
+# bazel-bin/tests/bench/kvbench with its .runfiles folder beside it). The JSON of every run goes
+# to ${KVBENCH_OBSERVABILITY_DIR:-/tmp/kvbench-observability}/VARIANT-ROUND.json.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+[[ $# -ge 1 && "$1" =~ ^[1-9][0-9]*$ ]] || {
+  echo "usage: $0 ROUNDS [kvbench flags]" >&2
+  exit 2
+}
+rounds=$1
+shift
+kvbench=${KVBENCH:-}
+if [[ -z "$kvbench" ]]; then
+  source deploy/bazel-env.sh
+  kv_bazel build //tests/bench:kvbench >/dev/null 2>&1 || kv_bazel build //tests/bench:kvbench
+  kvbench=bazel-bin/tests/bench/kvbench
+fi
+out=${KVBENCH_OBSERVABILITY_DIR:-/tmp/kvbench-observability}
+mkdir -p "$out"
+rm -f "$out"/*.json
+tmp=${TMPDIR:-/tmp}
+
+# scrape PID: while PID runs, fetch /metrics of every daemon kvbench started (their logs name
+# the ports) once a second.
+scrape() {
+  local pid=$1
+  while kill -0 "$pid" 2>/dev/null; do
+    for log in "$tmp"/kvbench-*-"$pid"-*.log; do
+      [[ -e "$log" ]] || continue
+      port=$(grep -o 'metrics on http://127.0.0.1:[0-9]*' "$log" 2>/dev/null | tail -1 |
+             sed 's/.*://') || true
+      [[ -n "$port" ]] && curl -s -m 1 "http://127.0.0.1:$port/metrics" >/dev/null || true
+    done
+    sleep 1
+  done
+}
+
+for ((r = 1; r <= rounds; r++)); do
+  for variant in off on; do
+    flags=()
+    [[ $variant == on ]] && flags=(--observe)
+    echo "kvbench_observability: round $r of $rounds, $variant" >&2
+    "$kvbench" --format=json "${flags[@]}" "$@" >"$out/$variant-$r.json" &
+    bench=$!
+    if [[ $variant == on ]]; then scrape "$bench" & fi
+    wait "$bench"
+    wait
+  done
+done
+
+python3 - "$out" "$rounds" <<'PY'
+import json, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+variants = ("off", "on")
+medians = {v: {} for v in variants}
+for v in variants:
+    for r in range(1, rounds + 1):
+        for case in json.load(open(f"{out}/{v}-{r}.json"))["cases"]:
+            medians[v].setdefault(case["name"], []).append(case["median_s"])
+print(f"{rounds} rounds; medians over the rounds of each run's median")
+print(f"{'case':30} {'off_us':>10} {'on_us':>10} {'on/off':>8}")
+worst = 0
+for name in medians["off"]:
+    m = {v: statistics.median(medians[v][name]) * 1e6 for v in variants}
+    worst = max(worst, m["on"] / m["off"])
+    print(f"{name:30} {m['off']:10.1f} {m['on']:10.1f} {m['on'] / m['off']:8.3f}")
+print(f"largest on/off ratio: {worst:.3f}")
+PY
