@@ -67,12 +67,24 @@ for v in variants:
     for r in range(1, rounds + 1):
         for case in json.load(open(f"{out}/{v}-{r}.json"))["cases"]:
             medians[v].setdefault(case["name"], []).append(case["median_s"])
-print(f"{rounds} rounds; medians over the rounds of each run's median")
-print(f"{'case':30} {'off_us':>10} {'on_us':>10} {'on/off':>8}")
+def quartiles(xs):
+    xs = sorted(xs)
+    if len(xs) < 4:
+        return xs[0], xs[-1]
+    q = statistics.quantiles(xs, n=4)
+    return q[0], q[2]
+print(f"{rounds} rounds; off_us, on_us: medians over the rounds of each run's median; "
+      "paired: the median of the rounds' on/off ratios (each round runs off, then on) and its "
+      "interquartile range")
+print(f"{'case':30} {'off_us':>10} {'on_us':>10} {'on/off':>8} {'paired':>8} {'q1':>7} {'q3':>7}")
 worst = 0
 for name in medians["off"]:
     m = {v: statistics.median(medians[v][name]) * 1e6 for v in variants}
-    worst = max(worst, m["on"] / m["off"])
-    print(f"{name:30} {m['off']:10.1f} {m['on']:10.1f} {m['on'] / m['off']:8.3f}")
-print(f"largest on/off ratio: {worst:.3f}")
+    ratios = [on / off for off, on in zip(medians["off"][name], medians["on"][name])]
+    paired = statistics.median(ratios)
+    q1, q3 = quartiles(ratios)
+    worst = max(worst, paired)
+    print(f"{name:30} {m['off']:10.1f} {m['on']:10.1f} {m['on'] / m['off']:8.3f} "
+          f"{paired:8.3f} {q1:7.3f} {q3:7.3f}")
+print(f"largest paired on/off ratio: {worst:.3f}")
 PY
