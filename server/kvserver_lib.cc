@@ -88,6 +88,7 @@ absl::Status Run(const KVServerCustomizer& customize) {
   options.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget_bytes);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.trace_file = env.trace_file.value_or("");
+  options.name_log_lines = true;
   ASSIGN_OR_RETURN(options.security,
                    SecurityFromFlags(env, SecurityRole{/*daemon=*/true, options.host}));
   if (customize) RETURN_IF_ERROR(customize(&options));

@@ -16,7 +16,8 @@
 // Flags (all optional; unset ones come from the launch environment, DMLC_PS_ROOT_URI/PORT,
 // DMLC_SERVER_ID or their KV_ names, see common/environment.h): --host, --port, --scheduler,
 // --rank, --updater, --updater_config, --checkpoint_root, --restore, --register_timeout,
-// --scheduler_lost_timeout, --serving_threads, --serving_poll, --log_level; `--help` lists them
+// --scheduler_lost_timeout, --serving_threads, --serving_poll, --metrics_port (Prometheus
+// metrics, docs/operations.md), --log_level (or KV_LOG_LEVEL, PS_VERBOSE); `--help` lists them
 // with their defaults, `--version` prints the version. The process exits 0 when the job is
 // over, non-zero with a one-line reason otherwise.
 #ifndef KVSTORE_SERVER_KVSERVER_LIB_H_

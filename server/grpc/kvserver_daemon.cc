@@ -257,7 +257,7 @@ absl::Status KVServerDaemon::RegisterAndServe() {
     }
   }
   const proto::ClusterView& view = registration.view();
-  SetLogNode(absl::StrCat("kvserver ", registration.rank()));
+  if (options_.name_log_lines) SetLogNode(absl::StrCat("kvserver ", registration.rank()));
   BackendSpec spec;
   spec.rank = registration.rank();
   spec.num_servers = view.num_servers();

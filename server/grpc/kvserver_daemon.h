@@ -89,6 +89,9 @@ struct KVServerOptions {
   // When set, a Chrome-trace timeline of the dist_sync rounds is written to this file
   // (common/trace_writer.h; KV_TRACE_FILE).
   std::string trace_file;
+  // Whether the process's log lines name this server's rank once it is known (SetLogNode,
+  // common/logging.h): the kvserver program does; a process that runs several daemons does not.
+  bool name_log_lines = false;
 };
 
 class KVServerDaemon {

@@ -66,9 +66,11 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
                daemon->options_.job.num_workers);
   daemon->ticker_ = std::thread([d = daemon.get()] {
     const absl::Status status = d->Tick();
+    // Stopped by its owner (Cancelled): nothing to explain, and the owner may be exiting (a
+    // daemon in static storage outlives spdlog's logger), so nothing is logged.
     if (status.ok()) {
       spdlog::info("scheduler: the job ended: {}", d->core_->shutdown_reason());
-    } else {
+    } else if (!absl::IsCancelled(status)) {
       spdlog::error("scheduler: the job failed: {}", status.ToString());
     }
     d->health_->Stopping();

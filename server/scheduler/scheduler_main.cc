@@ -4,7 +4,8 @@
 //
 // Flags left unset are taken from the launch environment (DMLC_PS_ROOT_URI/PORT,
 // DMLC_NUM_SERVER, DMLC_NUM_WORKER or their KV_ names; see common/environment.h). --port=0 lets
-// the OS choose; --port_file then tells launchers which port was bound. `--help` lists the
+// the OS choose; --port_file then tells launchers which port was bound. --metrics_port serves
+// Prometheus metrics (docs/operations.md). `--help` lists the
 // flags, `--version` prints the version. Exits 0 when the job is over, non-zero with a one-line
 // reason otherwise.
 #include <cstdio>
