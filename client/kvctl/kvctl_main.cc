@@ -127,16 +127,17 @@ absl::Status Status(proto::Scheduler::Stub& stub, const std::string& address,
   Context context(job_token);
   const grpc::Status status = stub.ClusterStatus(&context, request, &reply);
   if (!status.ok()) return Failed(status, "status", address);
+  // Dead: registered and silent (a node still expected is not counted here: see num_dead).
+  int dead = 0;
+  for (const proto::NodeStatus& node : reply.nodes()) dead += !node.alive();
   if (absl::GetFlag(FLAGS_json)) {
     proto::KvctlStatus out;
     out.set_scheduler(address);
     out.set_num_dead(reply.num_dead());
     out.mutable_nodes()->Swap(reply.mutable_nodes());
-    return PrintJson(out);
+    RETURN_IF_ERROR(PrintJson(out));
+    return dead > 0 ? DeadNodes(dead) : absl::OkStatus();
   }
-  // Dead: registered and silent (a node still expected is not counted here: see num_dead).
-  int dead = 0;
-  for (const proto::NodeStatus& node : reply.nodes()) dead += !node.alive();
   std::printf("scheduler %s: %d nodes, %d dead\n", address.c_str(), reply.nodes_size(),
               reply.num_dead());
   std::printf("%-7s %4s %5s  %-21s %-16s %-8s %10s %8s %10s\n", "ROLE", "RANK", "NODE",

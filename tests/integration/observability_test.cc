@@ -496,6 +496,8 @@ TEST_CASE("Observability: health follows the job; kvctl status exits 3 once a no
   INFO(output);
   CHECK(code == 3);
   CHECK(output.find("1 node is dead") != std::string::npos);
+  CHECK(Kvctl({"--json", "status", "--scheduler=" + scheduler}, &output) == 3);
+  CHECK(output.find("\"alive\":false") != std::string::npos);
   REQUIRE(job.scheduler->WaitForOutput("worker 0 (node", absl::Seconds(5)));
   CHECK(job.scheduler->output().find("is dead: no heartbeat") != std::string::npos);
   REQUIRE(Kvctl({"shutdown", "--scheduler=" + scheduler}, &output) == 0);
