@@ -133,7 +133,9 @@ void WorkerTelemetry::OperationDone(Kind kind, const std::vector<Key>& keys, siz
       name += absl::StrCat(" group of ", group_keys, " keys");
     } else {
       std::vector<std::string> shown;
-      for (size_t i = 0; i < keys.size() && i < kKeysNamed; ++i) shown.push_back(keys[i].ToString());
+      for (size_t i = 0; i < keys.size() && i < kKeysNamed; ++i) {
+        shown.push_back(keys[i].ToString());
+      }
       listed = absl::StrJoin(shown, ",");
       absl::StrAppend(&name, " ", listed, keys.size() > kKeysNamed ? ",..." : "");
     }
