@@ -14,6 +14,7 @@
 #include "client/row_sparse_transfer.h"
 #include "common/grpc_channel.h"
 #include "common/job_auth.h"
+#include "common/logging.h"
 #include "common/proto_convert.h"
 #include "common/status_macros.h"
 #include "proto/kvstore.pb.h"
@@ -55,6 +56,14 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
 absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
     std::string type, const DistOptions& options, std::unique_ptr<SchedulerLink> link,
     const TransportFactory& make_transport) {
+  if (!options.log_level.empty()) {
+    const spdlog::level::level_enum level = spdlog::level::from_str(options.log_level);
+    if (level == spdlog::level::off && options.log_level != "off") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "log_level \"", options.log_level, "\" is not trace, debug, info, warn, error or off"));
+    }
+    SdkLogger()->set_level(level);
+  }
   if (options.max_inflight < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_inflight must be >= 1, not ", options.max_inflight));
@@ -88,6 +97,16 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
       CallPolicy{options.rpc_timeout, options.max_retries, options.retry_backoff},
       store->timer_.get());
   const int servers = static_cast<int>(view.servers.size());
+  ASSIGN_OR_RETURN(store->telemetry_,
+                   WorkerTelemetry::Start({view.rank, servers, options.metrics_port,
+                                           options.trace_file}));
+  if (WorkerTelemetry* t = store->telemetry_.get()) {
+    store->caller_->set_observer([t](int server, ServerMethod method, size_t request_bytes,
+                                     size_t reply_bytes, absl::Time sent, absl::Time answered,
+                                     absl::StatusCode code) {
+      t->RequestDone(server, method, request_bytes, reply_bytes, sent, answered, code);
+    });
+  }
   ASSIGN_OR_RETURN(Partitioner partitioner, Partitioner::Create(servers, view.big_value_bound));
   store->keys_ = std::make_unique<KeyTable>(
       partitioner, view.chunk_bytes > 0 ? view.chunk_bytes : kDefaultChunkBytes);
@@ -101,7 +120,8 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
   store->queue_ = std::make_unique<OpQueue>(
       OpQueue::Options{options.max_inflight, options.fusion_bytes},
       [s = store.get()](Op op, OpDone done) { s->Start(std::move(op), std::move(done)); });
-  spdlog::debug("worker rank {} (node {}) joined a {} job of {} workers and {} servers",
+  SetSdkLogNode(absl::StrCat("worker ", view.rank));
+  SdkLogger()->info("worker rank {} (node {}) joined a {} job of {} workers and {} servers",
                 view.rank, view.node_id, view.mode, view.num_workers, servers);
   return store;
 }
@@ -109,11 +129,11 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
 DistStore::~DistStore() {
   if (queue_ != nullptr) {
     const absl::Status pending = queue_->WaitAll();
-    if (!pending.ok()) spdlog::warn("worker {}: {}", rank(), pending.ToString());
+    if (!pending.ok()) SdkLogger()->warn("worker {}: {}", rank(), pending.ToString());
     if (pending.ok() && barrier_before_exit()) {
       const absl::Status barrier = Barrier();
       if (!barrier.ok()) {
-        spdlog::warn("worker {}: barrier before exit: {}", rank(), barrier.ToString());
+        SdkLogger()->warn("worker {}: barrier before exit: {}", rank(), barrier.ToString());
       }
     }
     queue_.reset();
@@ -226,11 +246,24 @@ void DistStore::Enqueue(int priority, std::vector<KeyWork> work, Kind kind) {
 }
 
 void DistStore::Issue(Op op) {
+  if (telemetry_ != nullptr) op.queued = absl::Now();
   if (op.kind == Kind::kPush || op.kind == Kind::kPushPull) op.compression = compression();
   queue_->Enqueue(std::move(op));
 }
 
 void DistStore::Start(Op op, OpDone done) {
+  if (telemetry_ != nullptr) {
+    std::vector<Key> keys;
+    keys.reserve(op.work.size());
+    for (const KeyWork& entry : op.work) keys.push_back(entry.key);
+    const size_t group_keys = op.group != nullptr ? op.group->keys.size() : 0;
+    done = [t = telemetry_.get(), kind = op.kind, keys = std::move(keys), group_keys,
+            queued = op.queued, started = absl::Now(),
+            done = std::move(done)](absl::Status status) {
+      t->OperationDone(kind, keys, group_keys, queued, started, status.code());
+      done(std::move(status));
+    };
+  }
   if (op.group != nullptr) {
     TransferGroup(context_, op.kind, std::move(op.group), std::move(op.group_work),
                   std::move(done));

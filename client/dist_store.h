@@ -47,6 +47,7 @@
 #include "client/op_queue.h"
 #include "client/scheduler_link.h"
 #include "client/server_caller.h"
+#include "client/worker_telemetry.h"
 #include "client/server_transport.h"
 #include "client/split_loop.h"
 #include "client/timer.h"
@@ -147,6 +148,8 @@ class DistStore final : public KVStore {
                      int priority);
 
   const DistOptions options_;
+  // Metrics and timeline (null: neither asked for); outlives the queue and the caller.
+  std::unique_ptr<WorkerTelemetry> telemetry_;
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<ServerTransport> transport_;
   std::unique_ptr<Timer> timer_;

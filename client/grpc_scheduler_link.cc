@@ -8,6 +8,8 @@
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/job_auth.h"
+#include "common/logging.h"
+#include "common/unreachable_retry.h"
 
 namespace kvstore {
 
@@ -35,10 +37,15 @@ absl::StatusOr<JobView> GrpcSchedulerLink::Register(const std::string& mode, int
   request.set_hostname(LocalHostname());
   request.set_mode(mode);
   proto::RegisterResponse reply;
-  Context context(deadline, "");
-  context.set_wait_for_ready(true);  // The scheduler may still be starting.
-  if (!job_token_.empty()) context.AddMetadata(kJobTokenKey, job_token_);
-  const grpc::Status status = stub_->Register(&context, request, &reply);
+  // The scheduler may still be starting: retried while it cannot be reached, saying so.
+  const grpc::Status status = CallWhileUnreachable(
+      name(), deadline,
+      [&](absl::Time attempt_deadline) {
+        Context context(attempt_deadline, "");
+        if (!job_token_.empty()) context.AddMetadata(kJobTokenKey, job_token_);
+        return stub_->Register(&context, request, &reply);
+      },
+      [](const std::string& line) { SdkLogger()->warn("{}", line); });
   if (!status.ok()) return FromGrpcStatus(status);
   const proto::ClusterView& view = reply.view();
   JobView job;

@@ -58,6 +58,9 @@ absl::StatusOr<DistOptions> DistOptions::FromEnvironment() {
   options.security.tls.ca_file = env->tls_ca.value_or("");
   options.security.tls.cert_file = env->tls_cert.value_or("");
   options.security.tls.key_file = env->tls_key.value_or("");
+  options.log_level = env->log_level.value_or("");
+  options.metrics_port = env->metrics_port.value_or(-1);
+  options.trace_file = env->trace_file.value_or("");
   return options;
 }
 

@@ -127,6 +127,17 @@ struct DistOptions {
   // The job secret and TLS files (common/security_options.h): with a secret, every call carries
   // the job's credentials; with TLS, every link is encrypted and the servers are verified.
   SecurityOptions security;
+  // The level of the SDK's logger ("kvstore" in spdlog's registry, common/logging.h): trace,
+  // debug, info, warn, error or off; empty leaves the logger as it is (the host program may set
+  // it). FromEnvironment takes it from KV_LOG_LEVEL or PS_VERBOSE (1: debug, 2: trace).
+  std::string log_level;
+  // Serve this worker's Prometheus metrics at http://127.0.0.1:PORT/metrics
+  // (client/worker_telemetry.h); 0: a port the OS chooses (logged); -1: none. FromEnvironment
+  // takes it from KV_METRICS_PORT.
+  int metrics_port = -1;
+  // Write a Chrome-trace timeline of this worker's operations to this file (KV_TRACE_FILE;
+  // docs/operations.md); empty: none.
+  std::string trace_file;
 
   // FromEnvironment reads the scheduler address, the job size and the rank from the launch
   // environment (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_WORKER_ID or the KV_ names, see

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/named_thread.h"
 
 namespace kvstore {
@@ -46,7 +47,7 @@ void Membership::Leave() {
     const absl::Status status =
         link_->Finish(view_.node_id, absl::Now() + absl::Seconds(10));
     if (!status.ok()) {
-      spdlog::warn("worker {}: telling {} that it finished: {}", view_.rank, link_->name(),
+      SdkLogger()->warn("worker {}: telling {} that it finished: {}", view_.rank, link_->name(),
                    std::string(status.message()));
     }
   }
@@ -62,7 +63,7 @@ void Membership::HeartbeatLoop() {
         view_.node_id, absl::Now() + std::max(interval, absl::Seconds(2)));
     if (!over.ok()) {
       if (!warned) {
-        spdlog::warn("worker {}: heartbeat to {} failed: {}", view_.rank, link_->name(),
+        SdkLogger()->warn("worker {}: heartbeat to {} failed: {}", view_.rank, link_->name(),
                      std::string(over.status().message()));
       }
       warned = true;

@@ -91,6 +91,7 @@ void OpQueue::Dispatch() {
     op.kind = kind;
     op.priority = priority;
     op.compression = compression;
+    op.queued = best->second.queued;
     op.work = std::move(best->second.work);
     fused.emplace_back(best->first, std::move(best->second.keys));
     queued_.erase(best);

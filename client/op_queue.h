@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
@@ -49,6 +50,8 @@ struct Op {
   // A key-group operation (keys and work empty): the group and its data.
   std::shared_ptr<GroupPlan> group;
   GroupWork group_work;
+  // When it was issued (a fused operation: its first part's); kept for the timeline.
+  absl::Time queued;
 };
 
 class OpQueue {

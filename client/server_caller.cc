@@ -17,6 +17,15 @@ absl::Status ServerCaller::ServerError(int s, const absl::Status& status) const 
 void ServerCaller::Call(int s, ServerMethod method,
                         std::shared_ptr<const grpc::ByteBuffer> request,
                         ServerTransport::Done done) {
+  if (observer_) {
+    const size_t request_bytes = request->Length();
+    done = [this, s, method, request_bytes, sent = absl::Now(),
+            done = std::move(done)](absl::Status status, grpc::ByteBuffer* reply) {
+      observer_(s, method, request_bytes, reply != nullptr ? reply->Length() : 0, sent,
+                absl::Now(), status.code());
+      done(std::move(status), reply);
+    };
+  }
   Attempt(s, method, std::move(request), std::move(done), 0);
 }
 

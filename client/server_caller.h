@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +53,15 @@ class ServerCaller {
 
   int num_servers() const { return static_cast<int>(servers_.size()); }
 
+  // RequestObserver is told of every call when it completes: the server, the method, the bytes
+  // each way (0 for a failed call's reply), when it was first sent and answered, and the code.
+  using RequestObserver =
+      std::function<void(int server, ServerMethod method, size_t request_bytes,
+                         size_t reply_bytes, absl::Time sent, absl::Time answered,
+                         absl::StatusCode code)>;
+  // set_observer installs `observer` (worker_telemetry.h). Call before the first Call.
+  void set_observer(RequestObserver observer) { observer_ = std::move(observer); }
+
   // Call sends `request` to server `s`, retrying UNAVAILABLE; `done` runs exactly once.
   void Call(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
             ServerTransport::Done done);
@@ -72,6 +82,7 @@ class ServerCaller {
   const std::vector<ServerAddress> servers_;
   const CallPolicy policy_;
   Timer* const timer_;
+  RequestObserver observer_;  // Optional.
 };
 
 // Replies: an operation's requests still unanswered and the first error among the answers; a

@@ -1,5 +1,8 @@
 #include "common/environment.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include <cstdlib>
 
 #include "absl/strings/numbers.h"
@@ -63,12 +66,37 @@ absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv_or_null) 
     status = ReadInt(getenv, {"KV_RANK", server ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID"}, 0,
                      kMaxCount, &env.rank);
   }
+  if (status.ok()) {
+    status = ReadInt(getenv, {"KV_METRICS_PORT"}, 0, 65535, &env.metrics_port);
+  }
   if (!status.ok()) return status;
+  if (const auto level = Lookup(getenv, {"KV_LOG_LEVEL"})) {
+    static constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
+    if (std::find(std::begin(kLevels), std::end(kLevels), level->second) == std::end(kLevels)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "environment variable KV_LOG_LEVEL=\"", level->second,
+          "\" is not trace, debug, info, warn, error or off"));
+    }
+    env.log_level = level->second;
+  } else if (const auto verbose = Lookup(getenv, {"PS_VERBOSE"})) {
+    // ps-lite's PS_VERBOSE: 0 quiet, 1 connection and control messages, 2 every message.
+    if (verbose->second == "0") {
+      env.log_level = "info";
+    } else if (verbose->second == "1") {
+      env.log_level = "debug";
+    } else if (verbose->second == "2") {
+      env.log_level = "trace";
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "environment variable PS_VERBOSE=\"", verbose->second, "\" is not 0, 1 or 2"));
+    }
+  }
   const std::pair<const char*, std::optional<std::string>*> paths[] = {
       {"KV_SECRET_FILE", &env.secret_file},
       {"KV_TLS_CA", &env.tls_ca},
       {"KV_TLS_CERT", &env.tls_cert},
-      {"KV_TLS_KEY", &env.tls_key}};
+      {"KV_TLS_KEY", &env.tls_key},
+      {"KV_TRACE_FILE", &env.trace_file}};
   if (const auto value = Lookup(getenv, {"KV_NODE_HOST", "DMLC_NODE_HOST"})) {
     env.node_host = value->second;
   }

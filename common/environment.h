@@ -21,6 +21,11 @@
 //   KV_HOST             -                        the address a daemon run by the SDK binds
 //   KV_INSECURE         -                        "1": a daemon run by the SDK may run without a
 //                                                secret or TLS off loopback (--insecure)
+//   KV_LOG_LEVEL        PS_VERBOSE               log level: trace, debug, info, warn, error,
+//                                                off; PS_VERBOSE=1 is debug, 2 trace, 0 info
+//   KV_TRACE_FILE       -                        write a Chrome trace of this node's operations
+//                                                to this file (docs/operations.md)
+//   KV_METRICS_PORT     -                        a worker serves its metrics on this port
 //
 // The project's name wins when both are set.
 #ifndef KVSTORE_COMMON_ENVIRONMENT_H_
@@ -51,6 +56,10 @@ struct JobEnvironment {
   std::optional<std::string> interface;
   std::optional<std::string> bind_host;
   bool insecure = false;
+  // One of trace, debug, info, warn, error, off (PS_VERBOSE mapped onto them).
+  std::optional<std::string> log_level;
+  std::optional<std::string> trace_file;
+  std::optional<int> metrics_port;
 };
 
 // Getenv returns the value of a variable, or nullptr when it is unset.

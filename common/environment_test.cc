@@ -79,5 +79,35 @@ TEST_CASE("SetEnvironmentVariables: sets every variable, or none when a name is 
   CHECK(std::string(std::getenv("KV_ENV_TEST_A")) == "1");
 }
 
+TEST_CASE("ReadJobEnvironment: PS_VERBOSE maps onto log levels; KV_LOG_LEVEL wins",
+          "[environment][logging]") {
+  const std::pair<const char*, const char*> verbose[] = {{"0", "info"}, {"1", "debug"},
+                                                         {"2", "trace"}};
+  for (const auto& [value, level] : verbose) {
+    auto env = ReadJobEnvironment(From({{"PS_VERBOSE", value}}));
+    REQUIRE(env.ok());
+    CHECK(*env->log_level == level);
+  }
+  auto env = ReadJobEnvironment(From({{"PS_VERBOSE", "2"}, {"KV_LOG_LEVEL", "warn"}}));
+  REQUIRE(env.ok());
+  CHECK(*env->log_level == "warn");
+  env = ReadJobEnvironment(From({}));
+  REQUIRE(env.ok());
+  CHECK_FALSE(env->log_level.has_value());
+  CHECK_FALSE(env->trace_file.has_value());
+  CHECK_FALSE(env->metrics_port.has_value());
+  env = ReadJobEnvironment(From({{"KV_TRACE_FILE", "/tmp/t.json"}, {"KV_METRICS_PORT", "0"}}));
+  REQUIRE(env.ok());
+  CHECK(*env->trace_file == "/tmp/t.json");
+  CHECK(*env->metrics_port == 0);
+  for (const auto& [name, value] : std::map<std::string, std::string>{
+           {"PS_VERBOSE", "3"}, {"KV_LOG_LEVEL", "loud"}, {"KV_METRICS_PORT", "70000"}}) {
+    auto bad = ReadJobEnvironment(From({{name, value}}));
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(bad.status().message()).find(name) != std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace kvstore

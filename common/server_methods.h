@@ -20,6 +20,14 @@ inline const char* GrpcMethodPath(ServerMethod method) {
   return kPaths[static_cast<int>(method)];
 }
 
+// ServerMethodLabel returns the method's name in metrics and timelines: "init", "push",
+// "pull", "push_pull", "row_sparse_pull" or "command".
+inline const char* ServerMethodLabel(ServerMethod method) {
+  static constexpr const char* kLabels[kNumServerMethods] = {
+      "init", "push", "pull", "push_pull", "row_sparse_pull", "command"};
+  return kLabels[static_cast<int>(method)];
+}
+
 }  // namespace kvstore
 
 #endif  // KVSTORE_COMMON_SERVER_METHODS_H_

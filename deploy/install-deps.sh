@@ -42,6 +42,10 @@ PACKAGES=(
   openssh-server
   openssh-client
   util-linux
+  # observability: the metrics endpoint (cpp-httplib) and the Prometheus test
+  libcpp-httplib-dev
+  libbrotli-dev
+  prometheus
 )
 
 missing=()

@@ -59,7 +59,12 @@ ABSL_FLAG(int64_t, memory_budget_bytes, 0,
           "The most bytes this server holds (values, plus a few hundred bytes per key and chunk, "
           "and key groups); an Init beyond it is refused with RESOURCE_EXHAUSTED. 0: half of the "
           "machine's physical memory.");
-ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Serve Prometheus metrics at http://HOST:PORT/metrics on this port (HOST: --host); 0: "
+          "a port the OS chooses (logged); -1: no metrics.");
+ABSL_FLAG(std::string, log_level, "",
+          "trace, debug, info, warn, error or off; empty: KV_LOG_LEVEL, else PS_VERBOSE (1: "
+          "debug, 2: trace), else info.");
 
 namespace kvstore {
 namespace {
@@ -93,6 +98,9 @@ absl::Status Run(const KVServerCustomizer& customize) {
   options.serving_poll = absl::GetFlag(FLAGS_serving_poll);
   options.max_value_bytes = absl::GetFlag(FLAGS_max_value_bytes);
   options.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget_bytes);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.trace_file = env.trace_file.value_or("");
+  options.name_log_lines = true;
   ASSIGN_OR_RETURN(options.security,
                    SecurityFromFlags(env, SecurityRole{/*daemon=*/true, options.host}));
   if (customize) RETURN_IF_ERROR(customize(&options));
@@ -121,7 +129,10 @@ int KVServerMain(int argc, char** argv, const KVServerCustomizer& customize) {
   // A kvserver holds a lock per chunk; Abseil's debug-build deadlock detection would track each
   // one in a global graph (measured: 10% of the CPU of a 100,000-key push).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  const absl::Status logging = InitLogging({"kvserver", absl::GetFlag(FLAGS_log_level)});
+  const absl::StatusOr<JobEnvironment> env = ReadJobEnvironment();  // Run reports its error.
+  const absl::Status logging = InitLogging(
+      {"kvserver", ChooseLogLevel(absl::GetFlag(FLAGS_log_level),
+                                  env.ok() ? env->log_level : std::nullopt)});
   if (!logging.ok()) {
     std::fprintf(stderr, "kvserver: %s\n", std::string(logging.message()).c_str());
     return 2;

@@ -4,6 +4,7 @@
 //   kvctl [--scheduler=HOST:PORT] command HEAD BODY
 //   kvctl [--scheduler=HOST:PORT] checkpoint DIR   (DIR below each kvserver's --checkpoint_root)
 //   kvctl [--scheduler=HOST:PORT] shutdown [REASON]
+//   kvctl [--service=NAME] health ADDRESS
 //
 // --json prints the reply as one line of JSON: protobuf's JSON mapping of the Kvctl* messages
 // of proto/kvstore.proto (proto field names, every field, 64-bit integers as strings, enums by
@@ -11,7 +12,9 @@
 //
 // Without --scheduler the address comes from DMLC_PS_ROOT_URI / DMLC_PS_ROOT_PORT (or the KV_
 // names). Exits 0 on success; on error prints one line "kvctl: reason" and exits 1 (2 for a
-// usage error).
+// usage error). `status` exits 3 when a registered node is dead (no heartbeat for 5 s).
+// `health` asks one daemon's standard gRPC health service (grpc.health.v1, no job secret
+// needed): exits 0 when it answers SERVING, 1 otherwise (NOT_SERVING, unreachable).
 #include <grpcpp/client_context.h>
 
 #include <cstdio>
@@ -32,11 +35,15 @@
 #include "common/job_auth.h"
 #include "common/security_flags.h"
 #include "common/status_macros.h"
+#include "proto/health.grpc.pb.h"
 #include "proto/kvstore.grpc.pb.h"
 
 ABSL_FLAG(std::string, scheduler, "", "The scheduler's host:port (default: DMLC_PS_ROOT_*).");
 ABSL_FLAG(bool, json, false, "Print machine-readable JSON instead of tables.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "Deadline of the request.");
+ABSL_FLAG(std::string, service, "",
+          "health: the service to ask about (\"\": the daemon; kvstore.alive, kvstore.job; see "
+          "docs/operations.md).");
 
 namespace kvstore {
 namespace {
@@ -51,7 +58,9 @@ constexpr char kUsage[] =
     "                       own machine (between rounds), ROOT its --checkpoint_root; DIR must\n"
     "                       stay below ROOT (no absolute path, '..' or symbolic link); restart\n"
     "                       with kvserver --checkpoint_root=ROOT --restore=DIR\n"
-    "  shutdown [REASON]    end the job: servers, scheduler and workers exit";
+    "  shutdown [REASON]    end the job: servers, scheduler and workers exit\n"
+    "  health ADDRESS       ask one daemon (scheduler or kvserver) at ADDRESS whether it serves\n"
+    "                       (gRPC health checking; --service=NAME for a named state)";
 
 // PrintJson prints `message` as one line of JSON (see the top of this file). Fails with
 // Internal when protobuf cannot print it.
@@ -108,6 +117,8 @@ absl::Status Failed(const grpc::Status& status, absl::string_view what,
                                                  error.message()));
 }
 
+absl::Status DeadNodes(int dead);
+
 absl::Status Status(proto::Scheduler::Stub& stub, const std::string& address,
                     const std::string& job_token) {
   proto::ClusterStatusRequest request;
@@ -116,12 +127,16 @@ absl::Status Status(proto::Scheduler::Stub& stub, const std::string& address,
   Context context(job_token);
   const grpc::Status status = stub.ClusterStatus(&context, request, &reply);
   if (!status.ok()) return Failed(status, "status", address);
+  // Dead: registered and silent (a node still expected is not counted here: see num_dead).
+  int dead = 0;
+  for (const proto::NodeStatus& node : reply.nodes()) dead += !node.alive();
   if (absl::GetFlag(FLAGS_json)) {
     proto::KvctlStatus out;
     out.set_scheduler(address);
     out.set_num_dead(reply.num_dead());
     out.mutable_nodes()->Swap(reply.mutable_nodes());
-    return PrintJson(out);
+    RETURN_IF_ERROR(PrintJson(out));
+    return dead > 0 ? DeadNodes(dead) : absl::OkStatus();
   }
   std::printf("scheduler %s: %d nodes, %d dead\n", address.c_str(), reply.nodes_size(),
               reply.num_dead());
@@ -136,6 +151,38 @@ absl::Status Status(proto::Scheduler::Stub& stub, const std::string& address,
                 state.c_str(), node.last_heartbeat_age_s(),
                 server ? absl::StrCat(node.num_keys()).c_str() : "-",
                 server ? HumanBytes(node.num_bytes()).c_str() : "-");
+  }
+  if (dead > 0) return DeadNodes(dead);
+  return absl::OkStatus();
+}
+
+// DeadNodes is the error `status` returns when registered nodes are dead (exit code 3).
+absl::Status DeadNodes(int dead) {
+  return absl::DataLossError(absl::StrCat(dead, " node", dead == 1 ? " is" : "s are",
+                                          " dead (no heartbeat for 5 s)"));
+}
+
+// Health asks the daemon at `address` about `service` and prints its state.
+absl::Status Health(const std::string& address, const std::string& service,
+                    const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  auto stub = grpc::health::v1::Health::NewStub(MakeChannel(address, credentials));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse reply;
+  Context context("");
+  const grpc::Status status = stub->Check(&context, request, &reply);
+  if (!status.ok()) {
+    const absl::Status error = FromGrpcStatus(status);
+    return absl::Status(error.code(), absl::StrCat("health of ", address,
+                                                   service.empty() ? "" : " service " + service,
+                                                   ": ", error.message()));
+  }
+  const std::string state =
+      grpc::health::v1::HealthCheckResponse::ServingStatus_Name(reply.status());
+  std::printf("%s%s: %s\n", address.c_str(), service.empty() ? "" : (" " + service).c_str(),
+              state.c_str());
+  if (reply.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+    return absl::UnavailableError(absl::StrCat(address, " is ", state));
   }
   return absl::OkStatus();
 }
@@ -197,11 +244,17 @@ int Run(const std::vector<char*>& args) {
     return 2;
   }
   const std::string verb = args[1];
-  if (verb != "status" && verb != "command" && verb != "checkpoint" && verb != "shutdown") {
+  if (verb != "status" && verb != "command" && verb != "checkpoint" && verb != "shutdown" &&
+      verb != "health") {
     std::fprintf(stderr, "kvctl: unknown command \"%s\"\nusage: %s\n", verb.c_str(), kUsage);
     return 2;
   }
-  absl::StatusOr<std::string> address = SchedulerAddress();
+  if (verb == "health" && args.size() != 3) {
+    std::fprintf(stderr, "kvctl: health needs the daemon's ADDRESS\nusage: %s\n", kUsage);
+    return 2;
+  }
+  absl::StatusOr<std::string> address =
+      verb == "health" ? absl::StatusOr<std::string>(args[2]) : SchedulerAddress();
   absl::Status status = address.status();
   absl::StatusOr<JobEnvironment> env = ReadJobEnvironment();
   if (status.ok()) status = env.status();
@@ -214,7 +267,9 @@ int Run(const std::vector<char*>& args) {
   if (status.ok()) {
     auto stub = proto::Scheduler::NewStub(MakeChannel(*address, *credentials));
     const std::string job_token = security->secret.empty() ? "" : JobToken(security->secret);
-    if (verb == "status") {
+    if (verb == "health") {
+      status = Health(*address, absl::GetFlag(FLAGS_service), *credentials);
+    } else if (verb == "status") {
       status = Status(*stub, *address, job_token);
     } else if (verb == "command" || verb == "checkpoint") {
       status = Command(*stub, *address, job_token, args);
@@ -224,6 +279,7 @@ int Run(const std::vector<char*>& args) {
   }
   if (status.ok()) return 0;
   std::fprintf(stderr, "kvctl: %s\n", std::string(status.message()).c_str());
+  if (verb == "status" && absl::IsDataLoss(status)) return 3;
   return absl::IsInvalidArgument(status) && !address.ok() ? 2 : 1;
 }
 

@@ -17,6 +17,7 @@ absl::StatusOr<std::shared_ptr<ServerBackend>> MakeServerBackend(const BackendSp
   // No updater chosen: ASSIGN, refused in dist_async (ServerEngineOptions::updater_chosen).
   const std::string updater_name = spec.updater.empty() ? "assign" : spec.updater;
   engine_options.updater_chosen = !spec.updater.empty();
+  engine_options.round_observer = spec.round_observer;
   ASSIGN_OR_RETURN(std::unique_ptr<Updater> updater,
                    spec.registry->Create(updater_name, spec.updater_config));
   auto backend = std::make_shared<ServerBackend>();

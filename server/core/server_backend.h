@@ -45,6 +45,8 @@ struct BackendSpec {
   std::shared_ptr<const CheckpointRoot> checkpoint_root;
   // When set, the checkpoint of this rank in this directory below the root is restored first.
   std::string restore_dir;
+  // ServerEngineOptions::round_observer (optional).
+  std::shared_ptr<RoundObserver> round_observer;
 };
 
 // MakeServerBackend builds the engine and the controller of one server and restores its

@@ -389,7 +389,10 @@ std::shared_ptr<ServerEngine::PushCall> ServerEngine::BeginPush(uint64_t node_id
   requests.pending[request_id] = call;
   if (rounds()) {
     for (Chunk* chunk : chunks) {
-      if (chunk->contributors.empty()) ++open_rounds_;
+      if (chunk->contributors.empty()) {
+        ++open_rounds_;
+        if (options_.round_observer) chunk->round_started = absl::Now();
+      }
       chunk->contributors.push_back(node_id);
       chunk->calls.push_back(call);
     }
@@ -411,7 +414,13 @@ void ServerEngine::EndPush(const std::shared_ptr<PushCall>& call, bool empty,
         for (auto& waiting : chunk->calls) {
           if (--waiting->remaining == 0) finished.push_back(waiting);
         }
-        if (!chunk->contributors.empty()) --open_rounds_;
+        if (!chunk->contributors.empty()) {
+          --open_rounds_;
+          if (options_.round_observer) {
+            options_.round_observer->RoundCompleted(chunk->contributors.back(),
+                                                    absl::Now() - chunk->round_started);
+          }
+        }
         chunk->contributors.clear();
         chunk->calls.clear();
       }

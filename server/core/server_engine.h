@@ -55,6 +55,7 @@
 #include "common/partitioner.h"
 #include "common/tensor.h"
 #include "server/core/byte_chunks.h"
+#include "server/core/round_observer.h"
 #include "server/core/shard_store.h"
 #include "server/core/spare_buffer.h"
 #include "server/core/updater.h"
@@ -127,6 +128,9 @@ struct ServerEngineOptions {
   // needs to be set for async mode": assigning each worker's gradient in turn is never what an
   // asynchronous job means.
   bool updater_chosen = true;
+
+  // Told of every completed dist_sync round (optional; see round_observer.h).
+  std::shared_ptr<RoundObserver> round_observer;
 };
 
 class ServerEngine {
@@ -296,6 +300,7 @@ class ServerEngine {
     size_t arena_offset = 0;
     // Guarded by the engine's mu_:
     std::vector<uint64_t> contributors;
+    absl::Time round_started;  // When the first push of the open round arrived.
     std::vector<std::shared_ptr<PushCall>> calls;
   };
   // ChunkLock holds a chunk's lock (following it into an arena).

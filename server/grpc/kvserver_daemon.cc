@@ -15,7 +15,9 @@
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/job_auth.h"
+#include "common/logging.h"
 #include "common/named_thread.h"
+#include "common/unreachable_retry.h"
 #include "common/status_macros.h"
 #include "server/core/optimizer.h"
 #include "server/core/server_backend.h"
@@ -96,12 +98,29 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
                    ServerCredentialsFor(daemon->options_.security.tls));
   builder.AddListeningPort(listen, credentials, &daemon->port_);
   builder.RegisterService(&daemon->service_);
+  EnableHealthService();
   for (int i = 0; i < daemon->options_.serving_threads; ++i) {
     daemon->cqs_.push_back(builder.AddCompletionQueue());
   }
   daemon->server_ = builder.BuildAndStart();
   if (daemon->server_ == nullptr || daemon->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("kvserver cannot listen on ", listen));
+  }
+  // NOT_SERVING until registered (and restored).
+  daemon->health_ =
+      std::make_unique<DaemonHealth>(daemon->server_.get(), "kvstore.proto.KVServer");
+  if (!daemon->options_.trace_file.empty()) {
+    ASSIGN_OR_RETURN(daemon->trace_,
+                     TraceWriter::Open(daemon->options_.trace_file, "kvserver"));
+  }
+  if (daemon->options_.metrics_port >= 0) {
+    daemon->AddCollectors();
+    daemon->service_.SetMetrics(&daemon->metrics_);
+    ASSIGN_OR_RETURN(daemon->metrics_http_,
+                     MetricsHttpServer::Start(daemon->options_.host, daemon->options_.metrics_port,
+                                              &daemon->registry_));
+    spdlog::info("kvserver metrics on http://{}:{}/metrics", daemon->options_.host,
+                 daemon->metrics_http_->port());
   }
   for (auto& cq : daemon->cqs_) {
     daemon->serving_.push_back(NamedThread("kv-serve", [d = daemon.get(), cq = cq.get()] {
@@ -152,12 +171,51 @@ std::string KVServerDaemon::address() const {
   return absl::StrCat(FormatHostPort(options_.advertise_host, port_));
 }
 
+int KVServerDaemon::metrics_port() const {
+  return metrics_http_ == nullptr ? 0 : metrics_http_->port();
+}
+
+void KVServerDaemon::AddCollectors() {
+  AddProcessCollector(&registry_);
+  registry_.AddCollector([this](MetricsWriter* out) {
+    MetricLabels info;
+    {
+      absl::MutexLock lock(&info_mu_);
+      info = info_;
+    }
+    const std::shared_ptr<ServerBackend> backend = service_.backend();
+    out->Family("kvstore_server_up",
+                "1 once the kvserver serves its shard (registered, restored), else 0.",
+                MetricsWriter::Type::kGauge);
+    out->Sample("kvstore_server_up", {}, backend != nullptr ? 1 : 0);
+    if (!info.empty()) {
+      out->Family("kvstore_server_info", "The kvserver's place in the job (value 1).",
+                  MetricsWriter::Type::kGauge);
+      out->Sample("kvstore_server_info", info, 1);
+    }
+    out->Family("kvstore_server_memory_budget_bytes",
+                "The most bytes this kvserver may hold (--memory_budget_bytes).",
+                MetricsWriter::Type::kGauge);
+    out->Sample("kvstore_server_memory_budget_bytes", {},
+                static_cast<double>(options_.memory_budget_bytes));
+    if (backend == nullptr) return;
+    const ShardStore::Stats stats = backend->engine->stats();
+    out->Family("kvstore_server_keys", "Keys (parts of keys) this kvserver holds.",
+                MetricsWriter::Type::kGauge);
+    out->Sample("kvstore_server_keys", {}, static_cast<double>(stats.num_keys));
+    out->Family("kvstore_server_held_bytes", "Bytes of values this kvserver holds.",
+                MetricsWriter::Type::kGauge);
+    out->Sample("kvstore_server_held_bytes", {}, static_cast<double>(stats.num_bytes));
+  });
+}
+
 absl::Status KVServerDaemon::Wait() {
   done_.WaitForNotification();
   return status_;
 }
 
 void KVServerDaemon::Shutdown() {
+  if (health_ != nullptr) health_->Stopping();
   if (!stop_.HasBeenNotified()) stop_.Notify();
   absl::MutexLock lock(&registering_mu_);
   if (registering_ != nullptr) registering_->TryCancel();
@@ -168,6 +226,7 @@ void KVServerDaemon::Run() {
   if (!status.ok() && stop_.HasBeenNotified() && !absl::IsCancelled(status)) {
     status = absl::CancelledError("kvserver stopped by its owner");
   }
+  health_->Stopping();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   status_ = status;
   done_.Notify();
@@ -186,20 +245,26 @@ absl::Status KVServerDaemon::RegisterAndServe() {
   proto::RegisterResponse registration;
   const absl::Time give_up = absl::Now() + options_.register_timeout;
   {
-    grpc::ClientContext context;
-    context.set_deadline(GrpcDeadline(give_up));
-    context.set_wait_for_ready(true);  // Wait for a scheduler that is still starting.
-    if (secured) context.AddMetadata(kJobTokenKey, JobToken(options_.security.secret));
-    {
-      absl::MutexLock lock(&registering_mu_);
-      if (stop_.HasBeenNotified()) return absl::CancelledError("kvserver stopped");
-      registering_ = &context;
-    }
-    const grpc::Status status = stub->Register(&context, request, &registration);
-    {
-      absl::MutexLock lock(&registering_mu_);
-      registering_ = nullptr;
-    }
+    // The scheduler may still be starting: retried while it cannot be reached, saying so.
+    const grpc::Status status = CallWhileUnreachable(
+        absl::StrCat("the scheduler at ", options_.scheduler_address), give_up,
+        [&](absl::Time deadline) {
+          grpc::ClientContext context;
+          context.set_deadline(GrpcDeadline(deadline));
+          if (secured) context.AddMetadata(kJobTokenKey, JobToken(options_.security.secret));
+          {
+            absl::MutexLock lock(&registering_mu_);
+            if (stop_.HasBeenNotified()) {
+              return grpc::Status(grpc::StatusCode::CANCELLED, "kvserver stopped");
+            }
+            registering_ = &context;
+          }
+          const grpc::Status attempt = stub->Register(&context, request, &registration);
+          absl::MutexLock lock(&registering_mu_);
+          registering_ = nullptr;
+          return attempt;
+        },
+        [](const std::string& line) { spdlog::warn("kvserver: {}", line); });
     if (!status.ok()) {
       if (stop_.HasBeenNotified()) return absl::CancelledError("kvserver stopped");
       return absl::Status(FromGrpcStatus(status).code(),
@@ -208,6 +273,7 @@ absl::Status KVServerDaemon::RegisterAndServe() {
     }
   }
   const proto::ClusterView& view = registration.view();
+  if (options_.name_log_lines) SetLogNode(absl::StrCat("kvserver ", registration.rank()));
   BackendSpec spec;
   spec.rank = registration.rank();
   spec.num_servers = view.num_servers();
@@ -222,6 +288,13 @@ absl::Status KVServerDaemon::RegisterAndServe() {
   spec.memory_budget_bytes = options_.memory_budget_bytes;
   spec.checkpoint_root = checkpoint_root_;
   spec.restore_dir = options_.restore_dir;
+  if (metrics_http_ != nullptr || trace_ != nullptr) {
+    spec.round_observer = metrics_.ForJob(spec.worker_node_ids, trace_.get());
+    absl::MutexLock lock(&info_mu_);
+    info_ = {{"rank", absl::StrCat(registration.rank())},
+             {"mode", view.mode()},
+             {"address", address()}};
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<ServerBackend> backend, MakeServerBackend(spec));
   if (!options_.restore_dir.empty()) {
     spdlog::info("kvserver rank {} restored {} keys from {}", registration.rank(),
@@ -237,6 +310,7 @@ absl::Status KVServerDaemon::RegisterAndServe() {
   }
   const std::string credential = NodeCredential(registration.node_id(), registration.node_token());
   service_.SetBackend(std::move(backend), std::move(peers));
+  health_->SetServing(true);
   spdlog::info("kvserver rank {} (node {}) serving {} for {} workers", registration.rank(),
               registration.node_id(), view.mode(), view.num_workers());
 

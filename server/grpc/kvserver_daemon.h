@@ -26,9 +26,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/grpc_health.h"
+#include "common/metrics_http.h"
+#include "common/metrics_registry.h"
 #include "common/security_options.h"
+#include "common/trace_writer.h"
 #include "server/core/controller.h"
 #include "server/core/updater.h"
+#include "server/grpc/kvserver_metrics.h"
 #include "server/grpc/kvserver_service.h"
 
 namespace kvstore {
@@ -83,6 +88,15 @@ struct KVServerOptions {
   // The most bytes the server holds (ServerEngineOptions::memory_budget_bytes); 0: half of the
   // machine's physical memory.
   int64_t memory_budget_bytes = 0;
+  // Prometheus metrics over HTTP at host:metrics_port/metrics (kvserver_metrics.h,
+  // docs/operations.md); 0: a port the OS chooses (metrics_port() says which); -1: none.
+  int metrics_port = -1;
+  // When set, a Chrome-trace timeline of the dist_sync rounds is written to this file
+  // (common/trace_writer.h; KV_TRACE_FILE).
+  std::string trace_file;
+  // Whether the process's log lines name this server's rank once it is known (SetLogNode,
+  // common/logging.h): the kvserver program does; a process that runs several daemons does not.
+  bool name_log_lines = false;
 };
 
 class KVServerDaemon {
@@ -98,6 +112,8 @@ class KVServerDaemon {
   int port() const { return port_; }
   // address returns the advertised "host:port" (the bind host when none is advertised).
   std::string address() const;
+  // metrics_port is the port /metrics is served on, or 0 without metrics.
+  int metrics_port() const;
 
   // Wait blocks until the server has stopped and returns why (OK: the job ended).
   absl::Status Wait();
@@ -108,15 +124,25 @@ class KVServerDaemon {
   explicit KVServerDaemon(KVServerOptions options) : options_(std::move(options)) {}
   void Run();
   absl::Status RegisterAndServe();
+  // AddCollectors adds the metrics read at scrape time (process, keys and bytes held, info).
+  void AddCollectors();
 
   KVServerOptions options_;
   std::shared_ptr<const CheckpointRoot> checkpoint_root_;  // Opened by Start.
   int port_ = 0;
+  // Before the service, which records into them: destroyed after it.
+  MetricsRegistry registry_;
+  KVServerMetrics metrics_{&registry_};
+  absl::Mutex info_mu_;
+  MetricLabels info_ ABSL_GUARDED_BY(info_mu_);  // kvstore_server_info's labels, once known.
   KVServerService service_;
   // One serving thread per completion queue.
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs_;
   std::vector<std::thread> serving_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<DaemonHealth> health_;
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
+  std::unique_ptr<TraceWriter> trace_;  // Outlives the engine's round observer: see ~.
   std::thread thread_;
   absl::Notification stop_;
   // The registration call while it waits for the scheduler; Shutdown cancels it.

@@ -51,17 +51,25 @@ class KVServerService::Call {
   Event Proceed(bool ok) {
     absl::ReaderMutexLock lock(&service_->serving_mu_);
     if (finishing_ || !ok || service_->stopped_) {  // Done, or the server is shutting down.
-      const bool small = finishing_ && ok && request_.Length() < kSmallCallBytes &&
-                         response_.Length() < kSmallCallBytes;
+      const size_t request_bytes = finishing_ ? request_.Length() : 0;
+      const size_t response_bytes = finishing_ ? response_.Length() : 0;
+      const bool small =
+          finishing_ && ok && request_bytes < kSmallCallBytes && response_bytes < kSmallCallBytes;
+      if (finishing_ && service_->metrics_ != nullptr) {
+        service_->metrics_->RecordCall(method_, code_, request_bytes, response_bytes,
+                                       absl::Now() - started_);
+      }
       delete this;
       return small ? Event::kSmallEnded : Event::kEnded;
     }
     Ask(service_, method_, cq_);  // The next call of this method.
     finishing_ = true;
+    if (service_->metrics_ != nullptr) started_ = absl::Now();
     std::function<void(absl::Status)> done = [this](absl::Status status) {
       if (status.ok()) {
         responder_.Finish(response_, grpc::Status::OK, this);
       } else {
+        code_ = status.code();
         responder_.FinishWithError(ToGrpcStatus(status), this);
       }
     };
@@ -85,6 +93,8 @@ class KVServerService::Call {
   grpc::ByteBuffer response_;
   grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_;
   bool finishing_ = false;
+  absl::Time started_;  // When the call arrived (kept only with metrics).
+  absl::StatusCode code_ = absl::StatusCode::kOk;  // How it was answered.
 };
 
 void KVServerService::Serve(grpc::ServerCompletionQueue* cq, absl::Duration poll) {

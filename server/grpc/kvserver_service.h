@@ -28,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/kvstore.grpc.pb.h"
+#include "server/grpc/kvserver_metrics.h"
 #include "server/grpc/request_handler.h"
 
 namespace kvstore {
@@ -48,6 +49,9 @@ class KVServerService final : public RawAsyncKVServerService {
   void SetBackend(std::shared_ptr<ServerBackend> backend,
                   std::shared_ptr<const PeerTokens> peers = nullptr);
   std::shared_ptr<ServerBackend> backend() const;
+  // SetMetrics makes every answered call counted in `metrics` (requests, bytes, latency,
+  // errors; kvserver_metrics.h). Call before Serve; `metrics` must outlive the service.
+  void SetMetrics(KVServerMetrics* metrics) { metrics_ = metrics; }
 
   // Serve asks for calls of every method on `cq` and runs them until the queue shuts down and
   // is drained. The daemon runs it on one thread per completion queue. After answering a
@@ -73,6 +77,7 @@ class KVServerService final : public RawAsyncKVServerService {
   mutable absl::Mutex mu_;
   std::shared_ptr<ServerBackend> backend_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const PeerTokens> peers_ ABSL_GUARDED_BY(mu_);
+  KVServerMetrics* metrics_ = nullptr;  // Set before serving; optional.
   absl::Mutex serving_mu_;
   bool stopped_ ABSL_GUARDED_BY(serving_mu_) = false;
 };

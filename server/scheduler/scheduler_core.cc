@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_join.h"
+#include "spdlog/spdlog.h"
 
 namespace kvstore {
 namespace {
@@ -104,10 +104,18 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
       if (role == NodeRole::kWorker && mode_.empty()) mode_ = std::move(mode);
       if (first_registration_ == absl::InfiniteFuture()) first_registration_ = now;
       pending_registrations_.push_back(PendingRegistration{id, std::move(done)});
+      const NodeInfo& added = nodes_[id];
+      spdlog::info("registered {} (node {}, {}{}, rank {}); {}", std::string(RoleName(role)), id,
+                   added.hostname.empty() ? "unnamed host" : added.hostname,
+                   added.address.empty() ? "" : " at " + added.address,
+                   requested_rank >= 0 ? absl::StrCat(requested_rank) : "any", MissingNodes());
       if (static_cast<int>(nodes_.size()) == options_.num_servers + options_.num_workers) {
         AssignRanks();
         complete_ = true;
         completed.swap(pending_registrations_);
+        spdlog::info("the job is assembled: {} and {}, {}",
+                     Plural(options_.num_servers, "server"), Plural(options_.num_workers, "worker"),
+                     mode_.empty() ? "dist_sync" : mode_);
       }
     }
   }
@@ -214,6 +222,12 @@ void SchedulerCore::Barrier(uint64_t node_id, int group, absl::Time now, Barrier
         barrier.entered.push_back(node_id);
         barrier.done.push_back(std::move(done));
         if (static_cast<int>(barrier.entered.size()) == GroupSize(group)) {
+          spdlog::info("barrier over the {} passed: {} nodes; the last to enter was {} {} after "
+                       "{}", GroupName(group), barrier.entered.size(),
+                       std::string(RoleName(it->second.role)), it->second.rank,
+                       absl::FormatDuration(absl::Trunc(
+                           now - (barrier.deadline - options_.barrier_timeout),
+                           absl::Milliseconds(1))));
           released.swap(barrier.done);
           barriers_.erase(group & (kGroupServers | kGroupWorkers));
         }

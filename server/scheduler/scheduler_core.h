@@ -157,6 +157,12 @@ class SchedulerCore {
   // missing nodes. Call it periodically (the scheduler daemon does, every few hundred ms).
   void ExpireDeadlines(absl::Time now);
 
+  // Progress describes what the job waits for now, one line per wait, for the scheduler's
+  // periodic progress log: "registered 1 of 2 servers and 2 of 2 workers; waiting for server
+  // rank 1" while registering, "barrier: 3 of 4 workers; waiting for worker 2 on HOST" per open
+  // barrier. Empty when nothing waits (scheduler_core_progress.cc).
+  std::vector<std::string> Progress() const;
+
   // Nodes returns every registered node (servers by rank, then workers by rank).
   std::vector<NodeInfo> Nodes() const;
   // view returns the cluster view; FailedPrecondition until every node has registered.

@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "tests/test_util.h"
 
@@ -300,6 +301,52 @@ TEST_CASE("SchedulerCore: rejects jobs without servers or workers", "[scheduler]
   options.barrier_timeout = absl::Seconds(1);
   options.workers_lost_timeout = absl::ZeroDuration();
   REQUIRE(absl::IsInvalidArgument(SchedulerCore::Create(options).status()));
+}
+
+}  // namespace
+}  // namespace kvstore
+
+namespace kvstore {
+namespace {
+
+TEST_CASE("SchedulerCore: progress names the missing ranks, then the nodes a barrier waits for",
+          "[scheduler][progress]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  const int workers = static_cast<int>(rng.Int(2, 5));
+  auto core = MakeCore(2, workers);
+  CHECK(core->Progress().empty());
+  std::vector<std::unique_ptr<Outcome>> outcomes;
+  auto add = [&](NodeRole role, int rank, const std::string& host) {
+    outcomes.push_back(std::make_unique<Outcome>());
+    core->Register(role, rank, role == NodeRole::kServer ? "127.0.0.1:1" + host.substr(4) : "",
+                   host, kStart, outcomes.back()->Callback());
+  };
+  add(NodeRole::kServer, 0, "host0");
+  for (int w = 0; w < workers; ++w) add(NodeRole::kWorker, w, absl::StrCat("host", 10 + w));
+  std::vector<std::string> lines = core->Progress();
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0] == absl::StrCat("registered 1 of 2 servers and ", workers, " of ", workers,
+                                 " workers; waiting for server rank 1"));
+  add(NodeRole::kServer, 1, "host1");
+  for (auto& outcome : outcomes) REQUIRE(outcome->done.HasBeenNotified());
+  CHECK(core->Progress().empty());
+  // Every worker but a random one enters a barrier over the workers.
+  const int late = static_cast<int>(rng.Int(0, workers - 1));
+  std::vector<std::unique_ptr<BarrierOutcome>> barriers;
+  for (auto& outcome : outcomes) {
+    const Registration& r = outcome->result.value();
+    const bool worker = r.view.worker_node_ids.end() !=
+                        std::find(r.view.worker_node_ids.begin(), r.view.worker_node_ids.end(),
+                                  r.node_id);
+    if (!worker || r.rank == late) continue;
+    barriers.push_back(std::make_unique<BarrierOutcome>());
+    core->Barrier(r.node_id, kGroupWorkers, kStart, barriers.back()->Callback());
+  }
+  lines = core->Progress();
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0] == absl::StrCat("barrier: ", workers - 1, " of ", workers,
+                                 " workers; waiting for worker ", late, " on host", 10 + late));
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <grpcpp/server_builder.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/advertise.h"
 #include "common/grpc_channel.h"
@@ -43,9 +45,29 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   const std::string listen = FormatHostPort(daemon->options_.host, daemon->options_.port);
   builder.AddListeningPort(listen, credentials, &daemon->port_);
   builder.RegisterService(daemon->service_.get());
+  EnableHealthService();
+  if (daemon->options_.metrics_port >= 0) {
+    daemon->service_->SetBarrierWait(daemon->registry_.AddHistogram(
+        "kvstore_scheduler_barrier_wait_seconds",
+        "Time a node waited in a barrier, from its entry to the release.", {},
+        LatencyBounds()));
+  }
   daemon->server_ = builder.BuildAndStart();
   if (daemon->server_ == nullptr || daemon->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("scheduler cannot listen on ", listen));
+  }
+  // The scheduler serves registrations as soon as it listens.
+  daemon->health_ =
+      std::make_unique<DaemonHealth>(daemon->server_.get(), "kvstore.proto.Scheduler");
+  daemon->health_->SetServing(true);
+  daemon->health_->Set(kJobHealthService, false);
+  if (daemon->options_.metrics_port >= 0) {
+    daemon->AddCollectors();
+    ASSIGN_OR_RETURN(daemon->metrics_http_,
+                     MetricsHttpServer::Start(daemon->options_.host, daemon->options_.metrics_port,
+                                              &daemon->registry_));
+    spdlog::info("scheduler metrics on http://{}:{}/metrics", daemon->options_.host,
+                 daemon->metrics_http_->port());
   }
   const std::string bound = FormatHostPort(daemon->options_.host, daemon->port_);
   if (bound != daemon->address()) {
@@ -56,6 +78,14 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
                daemon->options_.job.num_workers);
   daemon->ticker_ = std::thread([d = daemon.get()] {
     const absl::Status status = d->Tick();
+    // Stopped by its owner (Cancelled): nothing to explain, and the owner may be exiting (a
+    // daemon in static storage outlives spdlog's logger), so nothing is logged.
+    if (status.ok()) {
+      spdlog::info("scheduler: the job ended: {}", d->core_->shutdown_reason());
+    } else if (!absl::IsCancelled(status)) {
+      spdlog::error("scheduler: the job failed: {}", status.ToString());
+    }
+    d->health_->Stopping();
     d->server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     d->status_ = status;
     d->done_.Notify();
@@ -80,7 +110,115 @@ absl::Status SchedulerDaemon::Wait() {
 void SchedulerDaemon::EndJob(const std::string& reason) { core_->RequestShutdown(reason); }
 
 void SchedulerDaemon::Shutdown() {
+  if (health_ != nullptr) health_->Stopping();
   if (!stop_.HasBeenNotified()) stop_.Notify();
+}
+
+int SchedulerDaemon::metrics_port() const {
+  return metrics_http_ == nullptr ? 0 : metrics_http_->port();
+}
+
+absl::Duration SchedulerDaemon::DeadAfter() const {
+  return std::max(absl::Seconds(5), options_.job.heartbeat_interval * 3);
+}
+
+void SchedulerDaemon::Watch(absl::Time now) {
+  const bool running = core_->view().ok() && !core_->shutdown_requested();
+  if (running != job_running_) {
+    job_running_ = running;
+    health_->Set(kJobHealthService, running);
+  }
+  const absl::Duration dead_after = DeadAfter();
+  if (core_->view().ok()) {
+    for (const NodeInfo& node : core_->Nodes()) {
+      const bool dead = !node.finished && now - node.last_heartbeat > dead_after;
+      bool& was_dead = dead_[node.node_id];
+      if (dead && !was_dead) {
+        spdlog::warn("scheduler: {} {} (node {}, {}) is dead: no heartbeat for {}",
+                     node.role == NodeRole::kServer ? "server" : "worker", node.rank,
+                     node.node_id, node.address.empty() ? node.hostname : node.address,
+                     absl::FormatDuration(absl::Trunc(now - node.last_heartbeat,
+                                                      absl::Milliseconds(100))));
+      } else if (!dead && was_dead) {
+        spdlog::info("scheduler: {} {} (node {}) is alive again",
+                     node.role == NodeRole::kServer ? "server" : "worker", node.rank,
+                     node.node_id);
+      }
+      was_dead = dead;
+    }
+  }
+  if (now - last_progress_ < options_.progress_interval) return;
+  const std::vector<std::string> lines = core_->Progress();
+  if (lines.empty()) return;
+  last_progress_ = now;
+  for (const std::string& line : lines) spdlog::info("scheduler: {}", line);
+}
+
+void SchedulerDaemon::AddCollectors() {
+  AddProcessCollector(&registry_);
+  registry_.AddCollector([this](MetricsWriter* out) {
+    const absl::Time now = absl::Now();
+    const absl::Duration dead_after = DeadAfter();
+    const std::vector<NodeInfo> nodes = core_->Nodes();
+    const bool assembled = core_->view().ok();
+    // Nodes by role and state: alive, dead, finished, and the expected ones not registered.
+    std::map<std::pair<std::string, std::string>, int> counts;
+    for (const char* role : {"server", "worker"}) {
+      for (const char* state : {"registering", "alive", "dead", "finished", "missing"}) {
+        counts[{role, state}] = 0;
+      }
+    }
+    int servers = 0, workers = 0;
+    for (const NodeInfo& node : nodes) {
+      const std::string role = node.role == NodeRole::kServer ? "server" : "worker";
+      ++(node.role == NodeRole::kServer ? servers : workers);
+      const char* state = !assembled                                    ? "registering"
+                          : node.finished                               ? "finished"
+                          : now - node.last_heartbeat > dead_after ? "dead"
+                                                                        : "alive";
+      ++counts[{role, state}];
+    }
+    counts[{"server", "missing"}] = options_.job.num_servers - servers;
+    counts[{"worker", "missing"}] = options_.job.num_workers - workers;
+    out->Family("kvstore_scheduler_nodes",
+                "Nodes of the job by role and state (registering: waiting for the rest of the "
+                "job; missing: expected, not registered).",
+                MetricsWriter::Type::kGauge);
+    for (const auto& [key, n] : counts) {
+      out->Sample("kvstore_scheduler_nodes", {{"role", key.first}, {"state", key.second}}, n);
+    }
+    out->Family("kvstore_scheduler_heartbeat_age_seconds",
+                "Seconds since each node's last heartbeat (or registration).",
+                MetricsWriter::Type::kGauge);
+    for (const NodeInfo& node : nodes) {
+      out->Sample("kvstore_scheduler_heartbeat_age_seconds",
+                  {{"role", node.role == NodeRole::kServer ? "server" : "worker"},
+                   {"rank", absl::StrCat(node.rank)},
+                   {"host", node.hostname}},
+                  absl::ToDoubleSeconds(now - node.last_heartbeat));
+    }
+    out->Family("kvstore_scheduler_server_keys", "Keys each server reported in its heartbeat.",
+                MetricsWriter::Type::kGauge);
+    for (const NodeInfo& node : nodes) {
+      if (node.role != NodeRole::kServer) continue;
+      out->Sample("kvstore_scheduler_server_keys", {{"rank", absl::StrCat(node.rank)}},
+                  static_cast<double>(node.num_keys));
+    }
+    out->Family("kvstore_scheduler_server_held_bytes",
+                "Bytes each server reported holding in its heartbeat.",
+                MetricsWriter::Type::kGauge);
+    for (const NodeInfo& node : nodes) {
+      if (node.role != NodeRole::kServer) continue;
+      out->Sample("kvstore_scheduler_server_held_bytes", {{"rank", absl::StrCat(node.rank)}},
+                  static_cast<double>(node.num_bytes));
+    }
+    out->Family("kvstore_scheduler_job_assembled", "1 once every node has registered.",
+                MetricsWriter::Type::kGauge);
+    out->Sample("kvstore_scheduler_job_assembled", {}, assembled ? 1 : 0);
+    out->Family("kvstore_scheduler_job_over", "1 once the job is over.",
+                MetricsWriter::Type::kGauge);
+    out->Sample("kvstore_scheduler_job_over", {}, core_->shutdown_requested() ? 1 : 0);
+  });
 }
 
 absl::Status SchedulerDaemon::Tick() {
@@ -93,6 +231,7 @@ absl::Status SchedulerDaemon::Tick() {
   while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(50))) {
     const absl::Time now = absl::Now();
     core_->ExpireDeadlines(now);
+    Watch(now);
     if (!assembled) {
       // A job nobody joins must end too: the registration window also runs from the start.
       const absl::Status view = core_->view().status();

@@ -18,6 +18,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include <map>
+
+#include "common/grpc_health.h"
+#include "common/metrics_http.h"
+#include "common/metrics_registry.h"
 #include "common/security_options.h"
 #include "server/scheduler/scheduler_core.h"
 #include "server/scheduler/scheduler_service.h"
@@ -47,6 +52,11 @@ struct SchedulerDaemonOptions {
   // A node has a few calls open at once (a register or barrier, heartbeats, a command); more
   // wait at the client.
   static constexpr int kMaxCallsPerConnection = 32;
+  // Prometheus metrics over HTTP at host:metrics_port/metrics (docs/operations.md); 0: a port
+  // the OS chooses (metrics_port() says which); -1: none.
+  int metrics_port = -1;
+  // How often the scheduler logs what the job waits for (registration, barriers).
+  absl::Duration progress_interval = absl::Seconds(5);
 };
 
 class SchedulerDaemon {
@@ -59,6 +69,8 @@ class SchedulerDaemon {
   int port() const { return port_; }
   // address returns the advertised "host:port".
   std::string address() const;
+  // metrics_port is the port /metrics is served on, or 0 without metrics.
+  int metrics_port() const;
   // Wait blocks until the scheduler has stopped and returns why.
   absl::Status Wait();
   // Shutdown stops the scheduler now.
@@ -71,12 +83,25 @@ class SchedulerDaemon {
  private:
   explicit SchedulerDaemon(SchedulerDaemonOptions options) : options_(std::move(options)) {}
   absl::Status Tick();
+  // AddCollectors adds the metrics read from the core at scrape time.
+  void AddCollectors();
+  // Watch logs the job's progress and its nodes' deaths, and keeps the health states.
+  void Watch(absl::Time now);
+  // DeadAfter: how long a node may be silent before it counts as dead.
+  absl::Duration DeadAfter() const;
 
   SchedulerDaemonOptions options_;
   int port_ = 0;
+  MetricsRegistry registry_;  // Before the service, which records into it.
   std::unique_ptr<SchedulerCore> core_;
   std::unique_ptr<SchedulerService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<DaemonHealth> health_;
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
+  // Watch's state (ticker thread only).
+  absl::Time last_progress_ = absl::InfinitePast();
+  std::map<uint64_t, bool> dead_;  // By node id: whether last seen dead.
+  bool job_running_ = false;
   std::thread ticker_;
   absl::Notification stop_;
   absl::Notification done_;

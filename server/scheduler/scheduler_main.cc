@@ -4,7 +4,8 @@
 //
 // Flags left unset are taken from the launch environment (DMLC_PS_ROOT_URI/PORT,
 // DMLC_NUM_SERVER, DMLC_NUM_WORKER or their KV_ names; see common/environment.h). --port=0 lets
-// the OS choose; --port_file then tells launchers which port was bound. `--help` lists the
+// the OS choose; --port_file then tells launchers which port was bound. --metrics_port serves
+// Prometheus metrics (docs/operations.md). `--help` lists the
 // flags, `--version` prints the version. Exits 0 when the job is over, non-zero with a one-line
 // reason otherwise.
 #include <cstdio>
@@ -53,7 +54,12 @@ ABSL_FLAG(int64_t, max_request_bytes, kvstore::SchedulerDaemonOptions::kDefaultM
           "The largest request the scheduler accepts, in bytes; a bigger one is refused with "
           "RESOURCE_EXHAUSTED. Raise it when workers load optimizer states bigger than this "
           "(LoadOptimizerStates sends them through the scheduler).");
-ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Serve Prometheus metrics at http://HOST:PORT/metrics on this port (HOST: --host); 0: "
+          "a port the OS chooses (logged); -1: no metrics.");
+ABSL_FLAG(std::string, log_level, "",
+          "trace, debug, info, warn, error or off; empty: KV_LOG_LEVEL, else PS_VERBOSE (1: "
+          "debug, 2: trace), else info.");
 
 namespace kvstore {
 namespace {
@@ -90,6 +96,7 @@ absl::Status Run() {
   options.job.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.job.workers_lost_timeout = absl::GetFlag(FLAGS_workers_lost_timeout);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (options.job.heartbeat_interval < absl::Milliseconds(10)) {
     return absl::InvalidArgumentError("--heartbeat_interval must be at least 10ms");
   }
@@ -126,8 +133,10 @@ int main(int argc, char** argv) {
   // A kvserver holds a lock per chunk; Abseil's debug-build deadlock detection would track each
   // one in a global graph (measured: 10% of the CPU of a 100,000-key push).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  const absl::Status logging =
-      kvstore::InitLogging({"scheduler", absl::GetFlag(FLAGS_log_level)});
+  const absl::StatusOr<kvstore::JobEnvironment> env = kvstore::ReadJobEnvironment();
+  const absl::Status logging = kvstore::InitLogging(
+      {"scheduler", kvstore::ChooseLogLevel(absl::GetFlag(FLAGS_log_level),
+                                            env.ok() ? env->log_level : std::nullopt)});
   if (!logging.ok()) {
     std::fprintf(stderr, "scheduler: %s\n", std::string(logging.message()).c_str());
     return 2;

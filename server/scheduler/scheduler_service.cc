@@ -221,7 +221,17 @@ grpc::ServerUnaryReactor* SchedulerService::Barrier(grpc::CallbackServerContext*
       [this, context](const proto::BarrierRequest& request, proto::BarrierResponse*, Done done) {
         const absl::Status status = Check(*context, Allowed::kSelf, request.node_id());
         if (!status.ok()) return done(status);
-        core_->Barrier(request.node_id(), request.group(), absl::Now(), std::move(done));
+        if (barrier_wait_ == nullptr) {
+          return core_->Barrier(request.node_id(), request.group(), absl::Now(),
+                                std::move(done));
+        }
+        const absl::Time entered = absl::Now();
+        core_->Barrier(request.node_id(), request.group(), entered,
+                       [done = std::move(done), entered, wait = barrier_wait_](
+                           absl::Status status) {
+                         if (status.ok()) wait->ObserveDuration(absl::Now() - entered);
+                         done(std::move(status));
+                       });
       });
 }
 

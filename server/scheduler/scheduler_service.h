@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "common/job_auth.h"
 #include "proto/kvstore.grpc.pb.h"
+#include "common/metrics_registry.h"
 #include "server/scheduler/scheduler_core.h"
 
 namespace kvstore {
@@ -53,6 +54,10 @@ class SchedulerService final : public RawSchedulerService {
   SchedulerService(SchedulerCore* core, absl::Duration command_timeout,
                    const std::string& secret,
                    std::shared_ptr<grpc::ChannelCredentials> server_credentials = nullptr);
+
+  // SetBarrierWait makes every passed barrier observed in `histogram` (seconds from a node's
+  // entry to its release). Call before serving; `histogram` must outlive the service.
+  void SetBarrierWait(Histogram* histogram) { barrier_wait_ = histogram; }
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* request,
@@ -98,6 +103,7 @@ class SchedulerService final : public RawSchedulerService {
                                    proto::ClusterStatusResponse* response);
 
   SchedulerCore* core_;
+  Histogram* barrier_wait_ = nullptr;  // Optional; set before serving.
   const absl::Duration command_timeout_;
   // With a secret: the job token and the key of node tokens.
   std::optional<std::string> job_token_;

@@ -111,15 +111,17 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers, const
       Binary(spec.scheduler, argv0, "server/scheduler/scheduler");
   const std::string kvserver = Binary(spec.kvserver, argv0, "server/kvserver");
   job->security = MakeJobSecurity(argv0, tmp, tag, spec.secret, spec.tls);
+  const std::string log_level = spec.observe ? "--log_level=info" : "--log_level=warn";
+  const std::string metrics_port = spec.observe ? "--metrics_port=0" : "--metrics_port=-1";
   job->daemons.push_back(StartDaemon(
       "scheduler",
       std::vector<std::string>{scheduler, "--port=0", "--port_file=" + port_file,
                                absl::StrCat("--num_servers=", servers),
                                absl::StrCat("--num_workers=", workers),
-                               "--register_timeout=60s", "--log_level=warn",
+                               "--register_timeout=60s", log_level, metrics_port,
                                spec.chunk_bytes > 0
                                    ? absl::StrCat("--chunk_bytes=", spec.chunk_bytes)
-                                   : "--log_level=warn"},
+                                   : log_level},
       absl::StrCat(tmp, "/kvbench-scheduler-", tag, ".log"), job->security));
   const absl::StatusOr<int> reported =
       job->daemons.back()->WaitForPortFile(port_file, absl::Seconds(30));
@@ -129,7 +131,7 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers, const
     std::vector<std::string> argv = {
         kvserver, absl::StrCat("--scheduler=127.0.0.1:", port), absl::StrCat("--rank=", s),
         "--updater=sum",
-        absl::StrCat("--serving_threads=", spec.serving_threads), "--log_level=warn"};
+        absl::StrCat("--serving_threads=", spec.serving_threads), log_level, metrics_port};
     if (!spec.serving_poll.empty()) argv.push_back("--serving_poll=" + spec.serving_poll);
     job->daemons.push_back(StartDaemon(absl::StrCat("server ", s), std::move(argv),
                                        absl::StrCat(tmp, "/kvbench-server", s, "-", tag, ".log"),
@@ -145,6 +147,7 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers, const
       options.requested_rank = w;
       options.register_timeout = absl::Seconds(60);
       if (spec.connections > 0) options.connections_per_server = spec.connections;
+      if (spec.observe) options.metrics_port = 0;
       auto store = KVStore::Create("dist_sync", options);
       if (!store.ok()) Die(absl::StrCat("worker ", w, ": ", store.status().ToString()));
       job->workers[w] = *std::move(store);

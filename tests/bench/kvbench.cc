@@ -20,7 +20,9 @@
 // ceiling of a small exchange lands near.
 //
 // With the job secret by default (--secret=false: none, the daemons run --insecure); --tls puts
-// every link of the job on TLS (tests/bench/kvbench_security.sh compares the three).
+// every link of the job on TLS (tests/bench/kvbench_security.sh compares the three). --observe
+// turns metrics on in every process and the daemons' logging to its default level
+// (tests/bench/kvbench_observability.sh compares it with the run without).
 //
 //   bazel run -c opt //tests/bench:kvbench -- [--quick] [--format=json] [--only=SUBSTRING]
 #include <netinet/in.h>
@@ -71,6 +73,10 @@ ABSL_FLAG(bool, secret, true,
 ABSL_FLAG(bool, tls, false,
           "TLS on every link of the job, with a CA and certificate made by "
           "deploy/make-certs.sh for the job.");
+ABSL_FLAG(bool, observe, false,
+          "Observability on: the daemons serve Prometheus metrics (--metrics_port=0) and log at "
+          "their default level (info), the workers serve theirs (DistOptions::metrics_port); "
+          "false: no metrics, daemons at --log_level=warn.");
 ABSL_FLAG(int, reps, 0,
           "Timed repetitions of every case (0: the case's own, fewer with --quick).");
 ABSL_FLAG(int, raw_echo_port, 0, "Internal: run as the echo process of a raw-socket ceiling.");
@@ -264,6 +270,7 @@ JobSpec Spec() {
   spec.serving_poll = absl::GetFlag(FLAGS_serving_poll);
   spec.secret = absl::GetFlag(FLAGS_secret);
   spec.tls = absl::GetFlag(FLAGS_tls);
+  spec.observe = absl::GetFlag(FLAGS_observe);
   return spec;
 }
 

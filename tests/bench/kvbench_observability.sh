@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# What observability costs: kvbench without metrics and with the daemons at --log_level=warn
+# ("off"), and with Prometheus metrics on in the scheduler, every kvserver and every worker and
+# the daemons logging at their default level, info ("on"), alternated ROUNDS times so that both
+# see the same moments of a noisy machine. A Prometheus-like scraper fetches every daemon's
+# /metrics once a second during the "on" runs, as a deployment would.
+#
+#   bash tests/bench/kvbench_observability.sh ROUNDS [kvbench flags, e.g. --quick --only=4KB]
+#
+# Prints, per case, the median over the rounds of each variant's median (us) and their ratio
+# (on/off). Builds kvbench first, unless KVBENCH names a kvbench to run (a copy of
+# bazel-bin/tests/bench/kvbench with its .runfiles folder beside it). The JSON of every run goes
+# to ${KVBENCH_OBSERVABILITY_DIR:-/tmp/kvbench-observability}/VARIANT-ROUND.json.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+[[ $# -ge 1 && "$1" =~ ^[1-9][0-9]*$ ]] || {
+  echo "usage: $0 ROUNDS [kvbench flags]" >&2
+  exit 2
+}
+rounds=$1
+shift
+kvbench=${KVBENCH:-}
+if [[ -z "$kvbench" ]]; then
+  source deploy/bazel-env.sh
+  kv_bazel build //tests/bench:kvbench >/dev/null 2>&1 || kv_bazel build //tests/bench:kvbench
+  kvbench=bazel-bin/tests/bench/kvbench
+fi
+out=${KVBENCH_OBSERVABILITY_DIR:-/tmp/kvbench-observability}
+mkdir -p "$out"
+rm -f "$out"/*.json
+tmp=${TMPDIR:-/tmp}
+
+# scrape PID: while PID runs, fetch /metrics of every daemon kvbench started (their logs name
+# the ports) once a second.
+scrape() {
+  local pid=$1
+  while kill -0 "$pid" 2>/dev/null; do
+    for log in "$tmp"/kvbench-*-"$pid"-*.log; do
+      [[ -e "$log" ]] || continue
+      port=$(grep -o 'metrics on http://127.0.0.1:[0-9]*' "$log" 2>/dev/null | tail -1 |
+             sed 's/.*://') || true
+      [[ -n "$port" ]] && curl -s -m 1 "http://127.0.0.1:$port/metrics" >/dev/null || true
+    done
+    sleep 1
+  done
+}
+
+for ((r = 1; r <= rounds; r++)); do
+  for variant in off on; do
+    flags=()
+    [[ $variant == on ]] && flags=(--observe)
+    echo "kvbench_observability: round $r of $rounds, $variant" >&2
+    "$kvbench" --format=json "${flags[@]}" "$@" >"$out/$variant-$r.json" &
+    bench=$!
+    if [[ $variant == on ]]; then scrape "$bench" & fi
+    wait "$bench"
+    wait
+  done
+done
+
+python3 - "$out" "$rounds" <<'PY'
+import json, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+variants = ("off", "on")
+medians = {v: {} for v in variants}
+for v in variants:
+    for r in range(1, rounds + 1):
+        for case in json.load(open(f"{out}/{v}-{r}.json"))["cases"]:
+            medians[v].setdefault(case["name"], []).append(case["median_s"])
+def quartiles(xs):
+    xs = sorted(xs)
+    if len(xs) < 4:
+        return xs[0], xs[-1]
+    q = statistics.quantiles(xs, n=4)
+    return q[0], q[2]
+print(f"{rounds} rounds; off_us, on_us: medians over the rounds of each run's median; "
+      "paired: the median of the rounds' on/off ratios (each round runs off, then on) and its "
+      "interquartile range")
+print(f"{'case':30} {'off_us':>10} {'on_us':>10} {'on/off':>8} {'paired':>8} {'q1':>7} {'q3':>7}")
+worst = 0
+for name in medians["off"]:
+    m = {v: statistics.median(medians[v][name]) * 1e6 for v in variants}
+    ratios = [on / off for off, on in zip(medians["off"][name], medians["on"][name])]
+    paired = statistics.median(ratios)
+    q1, q3 = quartiles(ratios)
+    worst = max(worst, paired)
+    print(f"{name:30} {m['off']:10.1f} {m['on']:10.1f} {m['on'] / m['off']:8.3f} "
+          f"{paired:8.3f} {q1:7.3f} {q3:7.3f}")
+print(f"largest paired on/off ratio: {worst:.3f}")
+PY
