@@ -48,7 +48,7 @@ grpc::ByteBuffer SignRequest(absl::string_view method, const grpc::ByteBuffer& r
   const absl::string_view name = method.substr(kServerMethods.size());
   std::string bytes = Flatten(request);
   const std::string field = Field(credential);
-  if (name != "Init" && name != "Push" && name != "PushPull") return FromBytes(bytes + field);
+  if (name != "Init" && name != "Push" && name != "PushPull") return FromBytes(field + bytes);
   if (bytes.size() < 4) return request;
   auto byte = [&](int i) { return static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])); };
   const uint32_t n = byte(0) | byte(1) << 8 | byte(2) << 16 | byte(3) << 24;
@@ -56,9 +56,8 @@ grpc::ByteBuffer SignRequest(absl::string_view method, const grpc::ByteBuffer& r
   const uint32_t grown = n + static_cast<uint32_t>(field.size());
   std::string out = {static_cast<char>(grown), static_cast<char>(grown >> 8),
                      static_cast<char>(grown >> 16), static_cast<char>(grown >> 24)};
-  out.append(bytes, 4, n);
   out.append(field);
-  out.append(bytes, 4 + static_cast<size_t>(n), std::string::npos);
+  out.append(bytes, 4, std::string::npos);
   return FromBytes(out);
 }
 

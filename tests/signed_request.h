@@ -11,11 +11,13 @@
 namespace kvstore::testing {
 
 // SignRequest returns `request`, a request of the gRPC method `method` (its full path), with
-// `credential` ("NODE_ID:TOKEN", common/job_auth.h) as its node_credential: appended to the
-// header of a framed request (Init, Push, PushPull: [fixed32 N][N bytes header][payload]),
-// with N grown to match, or to the message of any other kvserver method (a protobuf field
-// appended to a message replaces the field's earlier value). A request that is not a
-// kvserver's, or a frame shorter than its own prefix says, is returned as it is. An empty
+// `credential` ("NODE_ID:TOKEN", common/job_auth.h) as its node_credential: put in front of
+// the header of a framed request (Init, Push, PushPull: [fixed32 N][N bytes header][payload]),
+// with N grown to match, or of the message of any other kvserver method. In front, as a whole
+// field of its own, it parses the same whatever follows: a malformed request stays malformed
+// in the same way (appended, it could complete a field the request left cut short). A request
+// that already names a credential keeps its own (the later field wins). A request that is not
+// a kvserver's, or a frame shorter than its own prefix says, is returned as it is. An empty
 // `credential` changes nothing.
 grpc::ByteBuffer SignRequest(absl::string_view method, const grpc::ByteBuffer& request,
                              absl::string_view credential);

@@ -277,10 +277,28 @@ bool SchedulerCore::ShutdownLocked() const {
 }
 
 void SchedulerCore::RequestShutdown(std::string reason) {
-  absl::MutexLock lock(&mu_);
-  if (shutdown_reason_.empty()) {
-    shutdown_reason_ = reason.empty() ? std::string("shutdown requested") : std::move(reason);
+  std::vector<RegisterDone> registrations;
+  std::vector<BarrierDone> barriers;
+  absl::Status over;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_reason_.empty()) {
+      shutdown_reason_ = reason.empty() ? std::string("shutdown requested") : std::move(reason);
+    }
+    // Calls held for the job to assemble or a barrier to fill are answered now: nothing will
+    // complete them any more, and a server shutting down waits for every call it holds.
+    over = absl::AbortedError(absl::StrCat("the job is over: ", shutdown_reason_));
+    for (PendingRegistration& pending : pending_registrations_) {
+      registrations.push_back(std::move(pending.done));
+    }
+    pending_registrations_.clear();
+    for (auto& [group, barrier] : barriers_) {
+      for (BarrierDone& done : barrier.done) barriers.push_back(std::move(done));
+    }
+    barriers_.clear();
   }
+  for (RegisterDone& done : registrations) done(over);
+  for (BarrierDone& done : barriers) done(over);
 }
 
 std::string SchedulerCore::shutdown_reason() const {
@@ -296,6 +314,16 @@ bool SchedulerCore::all_servers_released() const {
     released += node.role == NodeRole::kServer && node.released;
   }
   return released == options_.num_servers;
+}
+
+bool SchedulerCore::servers_released_or_gone(absl::Time now, absl::Duration gone_after) const {
+  absl::ReaderMutexLock lock(&mu_);
+  int done = 0;
+  for (const auto& [id, node] : nodes_) {
+    done += node.role == NodeRole::kServer &&
+            (node.released || now - node.last_heartbeat > gone_after);
+  }
+  return done == options_.num_servers;
 }
 
 absl::Status SchedulerCore::Finish(uint64_t node_id, absl::Time now) {

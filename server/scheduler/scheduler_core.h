@@ -131,12 +131,16 @@ class SchedulerCore {
   // A true return also marks the node released (see all_servers_released).
   absl::StatusOr<bool> Heartbeat(uint64_t node_id, absl::Time now, ServerLoad load = {});
 
-  // RequestShutdown ends the job now (kvctl shutdown): every later heartbeat says so.
+  // RequestShutdown ends the job now (kvctl shutdown): every later heartbeat says so, and
+  // registrations and barriers still waiting are answered ABORTED naming the reason.
   void RequestShutdown(std::string reason);
   // shutdown_reason says why the job ended ("every worker finished" or the request's reason).
   std::string shutdown_reason() const;
   // all_servers_released is true once every server has been told that the job is over.
   bool all_servers_released() const;
+  // servers_released_or_gone: every server has been told, or has sent no heartbeat for
+  // `gone_after` (it stopped on its own, e.g. on SIGTERM, and will never ask).
+  bool servers_released_or_gone(absl::Time now, absl::Duration gone_after) const;
 
   // Finish records that a worker is done; when every worker is, the job is over.
   absl::Status Finish(uint64_t node_id, absl::Time now);

@@ -165,6 +165,40 @@ TEST_CASE("SchedulerCore: a node that never registers fails the others by name",
           absl::string_view::npos);
 }
 
+TEST_CASE("SchedulerCore: a shutdown answers the registrations and barriers still waiting",
+          "[scheduler]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  // A job that never assembles: its registrations wait, and only the shutdown ends them.
+  auto waiting = MakeCore(1, 2);
+  Outcome server, worker;
+  waiting->Register(NodeRole::kServer, -1, "127.0.0.1:1", "h", kStart, server.Callback());
+  waiting->Register(NodeRole::kWorker, -1, "", "w", kStart, worker.Callback());
+  REQUIRE_FALSE(worker.done.HasBeenNotified());
+  waiting->RequestShutdown("SIGTERM");
+  REQUIRE(server.done.HasBeenNotified());
+  REQUIRE(worker.done.HasBeenNotified());
+  REQUIRE(absl::IsAborted(worker.result.status()));
+  REQUIRE(worker.result.status().message().find("SIGTERM") != absl::string_view::npos);
+
+  // An assembled job with a barrier two of three workers entered.
+  auto core = MakeCore(1, 3);
+  auto outcomes = RegisterAll(core.get(), 3, {-1}, &rng);
+  std::vector<std::unique_ptr<BarrierOutcome>> entered;
+  for (int i = 1; i < 3; ++i) {
+    entered.push_back(std::make_unique<BarrierOutcome>());
+    core->Barrier(outcomes[i]->result->node_id, kGroupWorkers, kStart,
+                  entered.back()->Callback());
+  }
+  REQUIRE_FALSE(entered[0]->done.HasBeenNotified());
+  core->RequestShutdown("kvctl shutdown");
+  for (auto& e : entered) {
+    REQUIRE(e->done.HasBeenNotified());
+    REQUIRE(absl::IsAborted(e->status));
+    REQUIRE(e->status.message().find("kvctl shutdown") != absl::string_view::npos);
+  }
+}
+
 TEST_CASE("SchedulerCore: barriers release their whole group and time out naming stragglers",
           "[scheduler]") {
   TestRng rng;

@@ -147,7 +147,8 @@ void SchedulerDaemon::Watch(absl::Time now) {
       was_dead = dead;
     }
   }
-  if (now - last_progress_ < options_.progress_interval) return;
+  // Once the job is over nothing is awaited any more: no progress lines.
+  if (core_->shutdown_requested() || now - last_progress_ < options_.progress_interval) return;
   const std::vector<std::string> lines = core_->Progress();
   if (lines.empty()) return;
   last_progress_ = now;
@@ -260,7 +261,7 @@ absl::Status SchedulerDaemon::Tick() {
       spdlog::info("scheduler: the job is over ({})", core_->shutdown_reason());
     }
     // Leave time for workers still heartbeating to hear it too.
-    if (core_->all_servers_released() && now - over_since > linger) return outcome;
+    if (core_->servers_released_or_gone(now, linger) && now - over_since > linger) return outcome;
     if (now - over_since > options_.shutdown_grace) {
       spdlog::warn("scheduler: servers did not all hear the end within {}; exiting",
                    absl::FormatDuration(options_.shutdown_grace));
