@@ -323,6 +323,10 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
       }
       chunks.push_back(*chunk);
     }
+    if (sender.ok() && error.ok() && HoldForCut(chunks)) {
+      HoldPush(node_id, request_id, values, std::move(done));
+      return;
+    }
     if (sender.ok()) call = BeginPush(node_id, request_id, chunks, &done, &error);
   }
   if (call == nullptr) {
@@ -375,6 +379,10 @@ std::shared_ptr<ServerEngine::PushCall> ServerEngine::BeginPush(uint64_t node_id
   call->done.push_back(std::move(*done));
   *done = nullptr;
   requests.pending[request_id] = call;
+  if (!rounds()) {
+    ++pushes_in_flight_;
+    for (Chunk* chunk : chunks) ++chunk->rounds_done;
+  }
   if (rounds()) {
     for (Chunk* chunk : chunks) {
       if (chunk->contributors.empty()) ++open_rounds_;
@@ -399,7 +407,10 @@ void ServerEngine::EndPush(const std::shared_ptr<PushCall>& call, bool empty,
         for (auto& waiting : chunk->calls) {
           if (--waiting->remaining == 0) finished.push_back(waiting);
         }
-        if (!chunk->contributors.empty()) --open_rounds_;
+        if (!chunk->contributors.empty()) {
+          --open_rounds_;
+          ++chunk->rounds_done;
+        }
         chunk->contributors.clear();
         chunk->calls.clear();
       }
@@ -411,6 +422,7 @@ void ServerEngine::EndPush(const std::shared_ptr<PushCall>& call, bool empty,
 }
 
 void ServerEngine::FinishCall(PushCall* call, std::vector<Done>* finished) {
+  if (!rounds()) --pushes_in_flight_;
   RecordApplied(call->node_id, call->request_id);
   for (Done& d : call->done) finished->push_back(std::move(d));
   call->done.clear();

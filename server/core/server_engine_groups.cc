@@ -184,6 +184,10 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
     for (size_t i = 0; rounds() && error.ok() && i < group->chunks.size(); ++i) {
       error = CheckRound(group->keys[i], *group->chunks[i], node_id);
     }
+    if (group != nullptr && error.ok() && HoldForCut(group->chunks)) {
+      HoldGroupPush(node_id, request_id, group_id, bytes, std::move(done), ack);
+      return;
+    }
     if (group != nullptr) call = BeginPush(node_id, request_id, group->chunks, &done, &error);
     in_place = call != nullptr && group->arena != nullptr && !rounds() && current->piecewise();
     // The engine's lock is taken before an arena's (RegisterGroup): only a TryLock here.

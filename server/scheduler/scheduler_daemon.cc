@@ -3,6 +3,7 @@
 #include <grpcpp/server_builder.h>
 #include <spdlog/spdlog.h>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_channel.h"
 #include "common/status_macros.h"
@@ -28,6 +29,21 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   daemon->service_ = std::make_unique<SchedulerService>(
       daemon->core_.get(), daemon->options_.command_timeout, daemon->options_.security.secret,
       std::move(to_servers));
+  CheckpointCoordinatorOptions checkpoints = daemon->options_.checkpoints;
+  if (checkpoints.job_id.empty()) {
+    absl::BitGen random;
+    checkpoints.job_id = absl::StrCat(
+        absl::Hex(absl::Uniform<uint64_t>(random), absl::kZeroPad16));
+  }
+  SchedulerCore* core = daemon->core_.get();
+  SchedulerService* service = daemon->service_.get();
+  daemon->coordinator_ = std::make_unique<CheckpointCoordinator>(
+      checkpoints,
+      [service](int rank, int head, const std::string& body) {
+        return service->CallServer(rank, head, body);
+      },
+      [core] { return core->view(); }, [core] { return !core->shutdown_requested(); });
+  daemon->service_->SetCheckpointCoordinator(daemon->coordinator_.get());
   grpc::ServerBuilder builder;
   ServerLimits limits = ServerLimits::ForRequests(daemon->options_.max_request_bytes);
   limits.max_concurrent_calls = SchedulerDaemonOptions::kMaxCallsPerConnection;
@@ -54,6 +70,7 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
 SchedulerDaemon::~SchedulerDaemon() {
   Shutdown();
   if (ticker_.joinable()) ticker_.join();
+  coordinator_.reset();
 }
 
 std::string SchedulerDaemon::address() const {

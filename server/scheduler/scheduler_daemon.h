@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "common/security_options.h"
+#include "server/scheduler/checkpoint_coordinator.h"
 #include "server/scheduler/scheduler_core.h"
 #include "server/scheduler/scheduler_service.h"
 
@@ -34,6 +35,9 @@ struct SchedulerDaemonOptions {
   absl::Duration command_timeout = absl::Seconds(60);
   // The job secret (calls unchecked without one) and TLS (common/security_options.h).
   SecurityOptions security;
+  // Checkpoint sets and periodic checkpoints (checkpoint_coordinator.h); an empty job id is
+  // drawn at random when the scheduler starts.
+  CheckpointCoordinatorOptions checkpoints;
   // The largest request the scheduler receives, in bytes; gRPC buffers at most about twice
   // that, and 64 MiB at least, for all connections together (ServerLimits::ForRequests). The
   // scheduler's requests are small, except the optimizer states a worker loads
@@ -68,6 +72,8 @@ class SchedulerDaemon {
   std::unique_ptr<SchedulerCore> core_;
   std::unique_ptr<SchedulerService> service_;
   std::unique_ptr<grpc::Server> server_;
+  // Declared after the service it calls, so destroyed first.
+  std::unique_ptr<CheckpointCoordinator> coordinator_;
   std::thread ticker_;
   absl::Notification stop_;
   absl::Notification done_;

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/wire_frame.h"
@@ -15,6 +17,8 @@ namespace {
 
 // The scheduler's own node id (SchedulerCore issues 2, 3, ... to the others).
 constexpr uint64_t kSchedulerNodeId = 1;
+// Controller command 4 (server/core/controller.h): a checkpoint.
+constexpr int kCheckpointCommand = 4;
 
 void ViewToProto(const ClusterView& view, proto::ClusterView* out) {
   out->set_num_servers(view.num_servers);
@@ -243,6 +247,16 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
                                      proto::CommandResponse* response, Done done) {
   absl::StatusOr<ClusterView> view = core_->view();
   if (!view.ok()) return done(view.status());
+  if (request.head() == kCheckpointCommand && coordinator_ != nullptr) {
+    // A checkpoint is one cut of every server, written as a set (checkpoint_coordinator.h).
+    coordinator_->Request(request.body(), [response, done = std::move(done)](
+                                              absl::StatusOr<std::vector<std::string>> paths) {
+      if (!paths.ok()) return done(paths.status());
+      for (std::string& path : *paths) response->add_replies(std::move(path));
+      done(absl::OkStatus());
+    });
+    return;
+  }
   // One raw call per server; the last to complete answers.
   struct FanOut {
     absl::Mutex mu;
@@ -300,6 +314,42 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
                       fan_out->done(fan_out->first_error);
                     });
   }
+}
+
+absl::StatusOr<std::string> SchedulerService::CallServer(int rank, int head,
+                                                        const std::string& body) {
+  ASSIGN_OR_RETURN(const ClusterView view, core_->view());
+  if (rank < 0 || rank >= static_cast<int>(view.servers.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("no server of rank ", rank));
+  }
+  const ServerEntry server = view.servers[rank];
+  proto::ServerCommandRequest command;
+  command.set_node_id(kSchedulerNodeId);
+  command.set_head(head);
+  command.set_body(body);
+  grpc::ByteBuffer request = EncodeMessage(command), reply;
+  grpc::ClientContext context;
+  context.set_deadline(GrpcDeadline(absl::Now() + command_timeout_));
+  if (node_key_.has_value()) {
+    context.AddMetadata(kNodeTokenKey,
+                        NodeCredential(kSchedulerNodeId, node_key_->TokenFor(kSchedulerNodeId)));
+  }
+  absl::Notification finished;
+  absl::Status result;
+  ServerStub(server.address)
+      ->UnaryCall(&context, "/kvstore.proto.KVServer/Command", grpc::StubOptions(), &request,
+                  &reply, [&](grpc::Status grpc_status) {
+                    result = FromGrpcStatus(grpc_status);
+                    finished.Notify();
+                  });
+  finished.WaitForNotification();
+  proto::ServerCommandResponse response;
+  if (result.ok()) result = DecodeMessage(reply, &response);
+  if (!result.ok()) {
+    return absl::Status(result.code(), absl::StrCat("server ", server.rank, " at ",
+                                                    server.address, ": ", result.message()));
+  }
+  return response.reply();
 }
 
 grpc::ServerUnaryReactor* SchedulerService::ClusterStatus(grpc::CallbackServerContext* context,
