@@ -111,7 +111,10 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
 DistStore::~DistStore() {
   if (queue_ != nullptr) {
     const absl::Status pending = queue_->WaitAll();
-    if (!pending.ok()) spdlog::warn("worker {}: {}", rank(), pending.ToString());
+    if (!pending.ok()) {
+      spdlog::warn("worker {}: {}", rank(), pending.ToString());
+      if (membership_ != nullptr) membership_->Noted(pending).IgnoreError();
+    }
     queue_.reset();
   }
   if (membership_ != nullptr) membership_->Leave();

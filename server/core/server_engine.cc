@@ -323,6 +323,9 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
       }
       chunks.push_back(*chunk);
     }
+    if (error.ok() && !failed_reason_.empty()) {
+      error = absl::AbortedError(absl::StrCat("the job failed: ", failed_reason_));
+    }
     if (sender.ok() && error.ok() && HoldForCut(chunks)) {
       HoldPush(node_id, request_id, values, std::move(done));
       return;

@@ -244,6 +244,11 @@ class ServerEngine {
   std::string CutLagging() const;
   // EndCut releases every held push (they are applied in arrival order) and ends the cut.
   void EndCut();
+  // FailRounds fails every push waiting for a dist_sync round (the job failed: a worker died
+  // or failed, `reason` says which) with Aborted naming the key, the round and `reason`, and
+  // every later push at once; the held pushes of a cut too. The stored values stay as the last
+  // completed round left them.
+  void FailRounds(const std::string& reason);
   // MaxRoundStarted returns what BeginCut would, without freezing anything.
   int64_t MaxRoundStarted() const;
   // cut_active is true between BeginCut and EndCut.
@@ -472,6 +477,8 @@ class ServerEngine {
   CutPhase cut_phase_ ABSL_GUARDED_BY(mu_) = CutPhase::kNone;
   int64_t cut_round_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::function<void()>> held_ ABSL_GUARDED_BY(mu_);
+  // Set by FailRounds: every later push fails with it.
+  std::string failed_reason_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvstore

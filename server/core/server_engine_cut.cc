@@ -151,6 +151,43 @@ bool ServerEngine::cut_active() const {
   return cut_phase_ != CutPhase::kNone;
 }
 
+void ServerEngine::FailRounds(const std::string& reason) {
+  std::vector<std::pair<Done, absl::Status>> failed;
+  std::vector<std::function<void()>> held;
+  {
+    absl::MutexLock lock(&mu_);
+    failed_reason_ = reason;
+    held.swap(held_);
+    cut_phase_ = CutPhase::kNone;
+    absl::flat_hash_set<PushCall*> seen;
+    for (auto& [key, part] : parts_) {
+      for (auto& chunk : part->chunks) {
+        if (chunk->contributors.empty()) continue;
+        const absl::Status status = absl::AbortedError(absl::StrCat(
+            "key ", key.Quoted(), " elements ", ElementRange(chunk->offset, chunk->count),
+            ": dist_sync round ", chunk->rounds_done + 1, " cannot complete (", 
+            chunk->contributors.size(), " of ", options_.worker_node_ids.size(),
+            " workers pushed): the job failed: ", reason));
+        for (auto& call : chunk->calls) {
+          if (!seen.insert(call.get()).second) continue;
+          for (Done& d : call->done) failed.emplace_back(std::move(d), status);
+          call->done.clear();
+          requests_[call->node_id].pending.erase(call->request_id);
+        }
+        {
+          ChunkLock chunk_lock(*chunk);
+          chunk->arrived = 0;
+        }
+        chunk->contributors.clear();
+        chunk->calls.clear();
+        --open_rounds_;
+      }
+    }
+  }
+  for (auto& [done, status] : failed) done(status);
+  for (auto& push : held) push();  // They fail at once now.
+}
+
 void ServerEngine::SetRoundsDone(int64_t round) {
   absl::MutexLock lock(&mu_);
   for (auto& [key, part] : parts_) {

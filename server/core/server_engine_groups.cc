@@ -184,6 +184,9 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
     for (size_t i = 0; rounds() && error.ok() && i < group->chunks.size(); ++i) {
       error = CheckRound(group->keys[i], *group->chunks[i], node_id);
     }
+    if (error.ok() && !failed_reason_.empty()) {
+      error = absl::AbortedError(absl::StrCat("the job failed: ", failed_reason_));
+    }
     if (group != nullptr && error.ok() && HoldForCut(group->chunks)) {
       HoldGroupPush(node_id, request_id, group_id, bytes, std::move(done), ack);
       return;

@@ -239,6 +239,14 @@ absl::Status KVServerDaemon::RegisterAndServe() {
     const grpc::Status status = stub->Heartbeat(&context, beat, &reply);
     if (status.ok()) {
       last_contact = absl::Now();
+      if (reply.shutdown() && reply.job_failed()) {
+        // Answer the pushes still waiting for a round, naming why, before exiting non-zero.
+        engine->FailRounds(reply.failure());
+        spdlog::error("kvserver rank {}: the job failed: {}", registration.rank(),
+                      reply.failure());
+        absl::SleepFor(std::max(interval, absl::Milliseconds(500)));
+        return absl::AbortedError(absl::StrCat("the job failed: ", reply.failure()));
+      }
       if (reply.shutdown()) {
         spdlog::info("kvserver rank {}: the job is over, exiting", registration.rank());
         return absl::OkStatus();

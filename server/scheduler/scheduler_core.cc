@@ -284,7 +284,7 @@ bool SchedulerCore::all_servers_released() const {
   return released == options_.num_servers;
 }
 
-absl::Status SchedulerCore::Finish(uint64_t node_id, absl::Time now) {
+absl::Status SchedulerCore::Finish(uint64_t node_id, absl::Time now, std::string failure) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(node_id);
   if (it == nodes_.end()) {
@@ -299,8 +299,57 @@ absl::Status SchedulerCore::Finish(uint64_t node_id, absl::Time now) {
   if (!it->second.finished) {
     it->second.finished = true;
     ++finished_workers_;
+    if (!failure.empty()) {
+      it->second.failed = true;
+      it->second.failure = failure;
+      if (failure_.empty()) {
+        failure_ = absl::StrCat("worker ", it->second.rank, " (node ", node_id, " on ",
+                                it->second.hostname, ") failed: ", failure);
+      }
+    }
   }
   return absl::OkStatus();
+}
+
+absl::Status SchedulerCore::DeadWorkers(absl::Time now) const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (!complete_ || ShutdownLocked() || options_.heartbeat_timeout == absl::InfiniteDuration()) {
+    return absl::OkStatus();
+  }
+  std::vector<std::string> dead;
+  for (const auto& [id, node] : nodes_) {
+    if (node.role != NodeRole::kWorker || node.finished) continue;
+    const absl::Duration quiet = now - node.last_heartbeat;
+    if (quiet <= options_.heartbeat_timeout) continue;
+    dead.push_back(absl::StrCat("worker ", node.rank, " (node ", id, " on ", node.hostname,
+                                ") has sent no heartbeat for ",
+                                absl::FormatDuration(absl::Trunc(quiet, absl::Milliseconds(100))),
+                                " (heartbeat timeout ",
+                                absl::FormatDuration(options_.heartbeat_timeout), "): it is dead"));
+  }
+  if (dead.empty()) return absl::OkStatus();
+  return absl::AbortedError(absl::StrJoin(dead, "; "));
+}
+
+void SchedulerCore::FailJob(std::string reason, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, node] : nodes_) {
+    if (node.role != NodeRole::kWorker || node.finished || node.failed) continue;
+    const absl::Duration quiet = now - node.last_heartbeat;
+    if (options_.heartbeat_timeout != absl::InfiniteDuration() &&
+        quiet > options_.heartbeat_timeout) {
+      node.failed = true;
+      node.failure = absl::StrCat("died: no heartbeat for ",
+                                  absl::FormatDuration(absl::Trunc(quiet, absl::Milliseconds(100))));
+    }
+  }
+  if (failure_.empty()) failure_ = reason;
+  if (shutdown_reason_.empty()) shutdown_reason_ = std::move(reason);
+}
+
+std::string SchedulerCore::job_failure() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return ShutdownLocked() ? failure_ : std::string();
 }
 
 int SchedulerCore::NumDeadNodes(int group, absl::Duration timeout, absl::Time now) const {

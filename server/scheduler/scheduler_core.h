@@ -55,6 +55,9 @@ struct SchedulerOptions {
   // Once every worker that has not finished has been silent this long, the job is abandoned
   // (see WorkersLost); absl::InfiniteDuration(): never.
   absl::Duration workers_lost_timeout = absl::Minutes(5);
+  // A worker that has not finished and has sent no heartbeat for this long is dead, and a job
+  // in "fail" mode fails, naming it (DeadWorkers); absl::InfiniteDuration(): never.
+  absl::Duration heartbeat_timeout = absl::InfiniteDuration();
 };
 
 struct ServerEntry {
@@ -95,6 +98,9 @@ struct NodeInfo {
   int64_t num_bytes = 0;
   // Whether a heartbeat has told the node that the job is over.
   bool released = false;
+  // Workers: failed (finished with an error, or died), and why.
+  bool failed = false;
+  std::string failure;
 };
 
 // What a server reports with its heartbeat.
@@ -138,8 +144,19 @@ class SchedulerCore {
   // all_servers_released is true once every server has been told that the job is over.
   bool all_servers_released() const;
 
-  // Finish records that a worker is done; when every worker is, the job is over.
-  absl::Status Finish(uint64_t node_id, absl::Time now);
+  // Finish records that a worker is done, with `failure` (empty: it succeeded) naming why it
+  // failed; when every worker is, the job is over, and failed when one of them did.
+  absl::Status Finish(uint64_t node_id, absl::Time now, std::string failure = "");
+
+  // DeadWorkers returns Aborted naming every unfinished worker (rank, node, host, how long
+  // silent) that has sent no heartbeat for heartbeat_timeout, while the job runs; OK otherwise.
+  absl::Status DeadWorkers(absl::Time now) const;
+  // FailJob ends the job as failed with `reason` (kept when the job already failed), marking
+  // the workers silent for heartbeat_timeout as failed (died).
+  void FailJob(std::string reason, absl::Time now);
+  // job_failure returns why the job failed - FailJob's reason, or the first failed worker's -
+  // once the job is over; "" while it runs or when it succeeded.
+  std::string job_failure() const;
 
   // NumDeadNodes counts the registered nodes of `group` whose last heartbeat is older than
   // `timeout` (finished workers are not dead; nodes waiting for the job to complete are alive).
@@ -202,6 +219,7 @@ class SchedulerCore {
   int finished_workers_ ABSL_GUARDED_BY(mu_) = 0;
   std::string mode_ ABSL_GUARDED_BY(mu_);
   std::string shutdown_reason_ ABSL_GUARDED_BY(mu_);  // Set by RequestShutdown.
+  std::string failure_ ABSL_GUARDED_BY(mu_);  // Set by FailJob or a failed worker's Finish.
 
   bool ShutdownLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 };

@@ -115,16 +115,29 @@ absl::Status SchedulerDaemon::Tick() {
     }
     if (const absl::Status lost = core_->WorkersLost(now); !lost.ok()) {
       spdlog::error("scheduler: {}", std::string(lost.message()));
-      core_->RequestShutdown(std::string(lost.message()));
+      core_->FailJob(std::string(lost.message()), now);
       outcome = lost;
+    }
+    // A dead worker fails the job within the heartbeat timeout, naming it: a dist_sync round
+    // cannot complete without it (docs/reliability.md).
+    if (const absl::Status dead = core_->DeadWorkers(now); !dead.ok()) {
+      spdlog::error("scheduler: the job failed: {}", std::string(dead.message()));
+      core_->FailJob(std::string(dead.message()), now);
+      outcome = dead;
+    }
+    if (outcome.ok() && !core_->job_failure().empty()) {
+      outcome = absl::AbortedError(absl::StrCat("the job failed: ", core_->job_failure()));
     }
     if (!core_->shutdown_requested()) continue;
     if (over_since == absl::InfiniteFuture()) {
       over_since = now;
       spdlog::info("scheduler: the job is over ({})", core_->shutdown_reason());
     }
-    // Leave time for workers still heartbeating to hear it too.
-    if (core_->all_servers_released() && now - over_since > linger) return outcome;
+    // Leave time for workers still heartbeating to hear it too, and, when the job failed, for
+    // `kvctl status` to show who failed.
+    const absl::Duration stay =
+        core_->job_failure().empty() ? linger : std::max(linger, absl::Seconds(3));
+    if (core_->all_servers_released() && now - over_since > stay) return outcome;
     if (now - over_since > options_.shutdown_grace) {
       spdlog::warn("scheduler: servers did not all hear the end within {}; exiting",
                    absl::FormatDuration(options_.shutdown_grace));

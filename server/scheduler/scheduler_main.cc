@@ -41,6 +41,10 @@ ABSL_FLAG(absl::Duration, workers_lost_timeout, absl::Minutes(5),
           "End the job (the servers exit, the scheduler exits 1) once every worker that has not "
           "finished has sent no heartbeat for this long; inf: never.");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Heartbeat period of every node.");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
+          "A worker that has not finished and has sent no heartbeat for this long is dead: the "
+          "job fails, naming it (the servers fail the pushes waiting for it, every daemon exits "
+          "non-zero); inf: never.");
 ABSL_FLAG(int64_t, max_request_bytes, kvstore::SchedulerDaemonOptions::kDefaultMaxRequestBytes,
           "The largest request the scheduler accepts, in bytes; a bigger one is refused with "
           "RESOURCE_EXHAUSTED. Raise it when workers load optimizer states bigger than this "
@@ -88,6 +92,7 @@ absl::Status Run() {
   options.job.barrier_timeout = absl::GetFlag(FLAGS_barrier_timeout);
   options.job.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.job.workers_lost_timeout = absl::GetFlag(FLAGS_workers_lost_timeout);
+  options.job.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   const std::string every = absl::GetFlag(FLAGS_checkpoint_every);
   if (!every.empty() && !absl::SimpleAtoi(every, &options.checkpoints.every_rounds) &&

@@ -213,6 +213,11 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
             core_->Heartbeat(request.node_id(), absl::Now(),
                              ServerLoad{request.num_keys(), request.num_bytes()});
         if (over.ok()) response->set_shutdown(*over);
+        if (over.ok() && *over) {
+          const std::string failure = core_->job_failure();
+          response->set_job_failed(!failure.empty());
+          response->set_failure(failure);
+        }
         done(over.status());
       });
 }
@@ -380,6 +385,8 @@ absl::Status SchedulerService::HandleClusterStatus(const proto::ClusterStatusReq
     out->set_address(node.address);
     out->set_hostname(node.hostname);
     out->set_finished(node.finished);
+    out->set_failed(node.failed);
+    out->set_failure(node.failure);
     out->set_last_heartbeat_age_s(absl::ToDoubleSeconds(now - node.last_heartbeat));
     out->set_alive(node.finished || now - node.last_heartbeat <= timeout);
     out->set_num_keys(node.num_keys);
@@ -397,7 +404,7 @@ grpc::ServerUnaryReactor* SchedulerService::Finish(grpc::CallbackServerContext* 
       context, request, response, "Finish",
       [this, context](const proto::FinishRequest& request, proto::FinishResponse*, Done done) {
         absl::Status status = Check(*context, Allowed::kSelf, request.node_id());
-        if (status.ok()) status = core_->Finish(request.node_id(), absl::Now());
+        if (status.ok()) status = core_->Finish(request.node_id(), absl::Now(), request.failure());
         done(status);
       });
 }
