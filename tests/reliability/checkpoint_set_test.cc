@@ -348,7 +348,7 @@ TEST_CASE("Checkpoint sets: partial, mixed and damaged directories are refused, 
 TEST_CASE("Checkpoint sets: a checkpoint refused by one server leaves nothing; training goes on",
           "[reliability][checkpoint]") {
   const uint64_t seed = TestSeed();
-  constexpr int kWorkers = 2, kLast = 60;
+  constexpr int kWorkers = 2, kLast = 150;
   const std::string base = FreshDirectory("refused");
   const std::vector<std::string> roots = {base + "/root0", base + "/root1"};
   fs::create_directories(roots[0]);
@@ -374,6 +374,36 @@ TEST_CASE("Checkpoint sets: a checkpoint refused by one server leaves nothing; t
   CHECK(Files(roots[1]) == before1);
   CHECK(!fs::exists(roots[0] + "/blocked"));
   // The refused cuts held no push for good: every worker trains to the end, every pull exact.
+  for (int w = 0; w < kWorkers; ++w) Job::ExpectExit(job.worker(w), 0);
+  Job::ExpectExit(job.server(0), 0);
+  Job::ExpectExit(job.server(1), 0);
+  Job::ExpectExit(job.scheduler(), 0);
+}
+
+TEST_CASE("Checkpoint sets: a write that fails on one server (file size limit, as a full disk) "
+          "leaves nothing; training goes on",
+          "[reliability][checkpoint]") {
+  const uint64_t seed = TestSeed();
+  constexpr int kWorkers = 2, kLast = 150;
+  const std::string base = FreshDirectory("full");
+  const std::vector<std::string> roots = {base + "/root0", base + "/root1"};
+  // Server 1 holds about 13 KB: its checkpoint file cannot be written within 8 KiB.
+  Job job({{"--checkpoint_root=" + roots[0]}, {"--checkpoint_root=" + roots[1], "fsize_kib=8"}},
+          kWorkers);
+  for (int w = 0; w < kWorkers; ++w) {
+    job.AddWorker(w, {absl::StrCat(seed), "1", absl::StrCat(kLast), "10"});
+  }
+  REQUIRE(job.worker(0).WaitForOutput("round 3 ok", absl::Seconds(60)));
+  int code = 0;
+  const std::string output = job.Kvctl({"checkpoint", "full"}, &code);
+  INFO(output);
+  CHECK(code == 1);
+  CHECK(absl::StrContains(output, "server 1"));
+  CHECK(absl::StrContains(output, roots[1] + "/full"));
+  CHECK(Files(roots[0]).empty());
+  CHECK(Files(roots[1]).empty());
+  CHECK(!fs::exists(roots[0] + "/full"));
+  CHECK(!fs::exists(roots[1] + "/full"));
   for (int w = 0; w < kWorkers; ++w) Job::ExpectExit(job.worker(w), 0);
   Job::ExpectExit(job.server(0), 0);
   Job::ExpectExit(job.server(1), 0);

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -119,7 +120,19 @@ Process& Job::StartServer(int rank, std::vector<std::string> args) {
   std::vector<std::string> argv = {Runfile("server/kvserver"),
                                    absl::StrCat("--scheduler=127.0.0.1:", port_),
                                    absl::StrCat("--rank=", rank), "--updater=sum"};
-  argv.insert(argv.end(), args.begin(), args.end());
+  std::string fsize_kib;
+  for (const std::string& arg : args) {
+    if (absl::StartsWith(arg, "fsize_kib=")) {
+      fsize_kib = arg.substr(10);
+    } else {
+      argv.push_back(arg);
+    }
+  }
+  if (!fsize_kib.empty()) {
+    argv.insert(argv.begin(), {"/bin/bash", "-c",
+                               absl::StrCat("trap '' XFSZ; ulimit -f ", fsize_kib,
+                                            "; exec \"$0\" \"$@\"")});
+  }
   if (servers_[rank] != nullptr) retired_.push_back(std::move(servers_[rank]));
   servers_[rank] = Start(absl::StrCat("server ", rank), argv, Env("server", rank));
   return *servers_[rank];

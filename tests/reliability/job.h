@@ -34,7 +34,9 @@ class Job {
 
   // AddWorker starts sum_worker of `rank` with `args` (SEED FIRST LAST [PAUSE_MS]).
   Process& AddWorker(int rank, std::vector<std::string> args);
-  // StartServer starts (again) server `rank` with `args`.
+  // StartServer starts (again) server `rank` with `args`. An argument "fsize_kib=N" is not
+  // passed on: the server then runs with its file size limit at N KiB and SIGXFSZ ignored, so
+  // that a write past it fails (EFBIG) as on a full disk.
   Process& StartServer(int rank, std::vector<std::string> args);
   // Kvctl runs kvctl with `args` and returns its output; `*exit_code` gets its status.
   std::string Kvctl(const std::vector<std::string>& args, int* exit_code);
