@@ -64,7 +64,9 @@ absl::StatusOr<JobState> GrpcSchedulerLink::Heartbeat(uint64_t node_id, absl::Ti
   Context context(deadline, node_credential_);
   const grpc::Status status = stub_->Heartbeat(&context, request, &reply);
   if (!status.ok()) return FromGrpcStatus(status);
-  return JobState{reply.shutdown(), reply.job_failed() ? reply.failure() : std::string()};
+  JobState state{reply.shutdown(), reply.job_failed() ? reply.failure() : std::string(), {}};
+  state.data_loss.assign(reply.data_loss().begin(), reply.data_loss().end());
+  return state;
 }
 
 absl::Status GrpcSchedulerLink::Barrier(uint64_t node_id, absl::Time deadline) {

@@ -75,7 +75,8 @@ class InProcessJob::Link final : public SchedulerLink {
 
   absl::StatusOr<JobState> Heartbeat(uint64_t node_id, absl::Time /*deadline*/) override {
     ASSIGN_OR_RETURN(const bool over, job_->core_->Heartbeat(node_id, absl::Now()));
-    return JobState{over, over ? job_->core_->job_failure() : std::string()};
+    return JobState{over, over ? job_->core_->job_failure() : std::string(),
+                    job_->core_->data_loss()};
   }
 
   absl::Status Barrier(uint64_t node_id, absl::Time deadline) override {

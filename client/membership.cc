@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/named_thread.h"
 
 namespace kvstore {
@@ -35,6 +36,10 @@ absl::Status Membership::Named(const absl::Status& status, const std::string& wh
 }
 
 absl::Status Membership::JobOver() const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!data_loss_.empty()) return absl::DataLossError(data_loss_);
+  }
   if (!job_over_) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   if (!job_failure_.empty()) {
@@ -46,7 +51,9 @@ absl::Status Membership::JobOver() const {
 
 absl::Status Membership::Noted(absl::Status status) {
   absl::MutexLock lock(&mu_);
-  if (!status.ok()) {
+  if (!status.ok() && !data_loss_.empty()) {
+    status = absl::DataLossError(absl::StrCat(status.message(), " (", data_loss_, ")"));
+  } else if (!status.ok()) {
     if (!job_failure_.empty() &&
         status.message().find(job_failure_) == absl::string_view::npos) {
       status = absl::Status(status.code(), absl::StrCat(status.message(), " (the job failed: ",
@@ -106,6 +113,11 @@ void Membership::HeartbeatLoop() {
       absl::MutexLock lock(&mu_);
       last_answer_ = absl::Now();
       if (over->over && !over->failure.empty()) job_failure_ = over->failure;
+      if (!over->data_loss.empty()) {
+        const std::string loss = absl::StrJoin(over->data_loss, "; ");
+        if (loss != data_loss_) spdlog::error("worker {}: data loss: {}", view_.rank, loss);
+        data_loss_ = loss;
+      }
     }
     if (over->over) {
       if (!over->failure.empty()) {

@@ -49,7 +49,8 @@ class Membership {
 
   const JobView& view() const { return view_; }
   // JobOver returns Cancelled naming the scheduler once it has said the job is over (Aborted
-  // naming why, when the job failed: a worker died or failed); OK before.
+  // naming why, when the job failed: a worker died or failed); DataLoss naming the server and
+  // the rounds lost once a server has been restarted into the job; OK before.
   absl::Status JobOver() const;
   // Noted returns `status` after noting it: the last status a Wait or WaitAll returned decides
   // whether this worker finishes as failed (Leave). A failed status is returned with the cause
@@ -80,6 +81,7 @@ class Membership {
   std::atomic<bool> job_over_{false};
   mutable absl::Mutex mu_;
   std::string job_failure_ ABSL_GUARDED_BY(mu_);    // Why the job failed, from a heartbeat.
+  std::string data_loss_ ABSL_GUARDED_BY(mu_);      // Servers restarted, updates lost.
   absl::Status last_wait_ ABSL_GUARDED_BY(mu_);     // The last Wait's status (Noted).
   absl::Time last_answer_ ABSL_GUARDED_BY(mu_) = absl::Now();  // The last heartbeat answered.
   absl::Notification stop_heartbeat_;

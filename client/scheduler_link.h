@@ -39,6 +39,8 @@ struct JobView {
 struct JobState {
   bool over = false;    // The job is over: stop.
   std::string failure;  // When over because it failed: why (naming the worker).
+  // Servers restarted into the job, naming the rounds whose updates they lost.
+  std::vector<std::string> data_loss;
 };
 
 class SchedulerLink {

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include <algorithm>
 #include <cstring>
 
 #include "common/proto_convert.h"
@@ -200,6 +201,8 @@ absl::Status Controller::Restore(const std::string& dir) {
   }
   SetUpdaterSpec(checkpoint.updater());
   if (set.manifest.round() >= 0) engine_->SetRoundsDone(set.manifest.round());
+  restored_round_ = std::max<int64_t>(set.manifest.round(), 0);
+  restored_checkpoint_ = set.manifest.checkpoint_id();
   return absl::OkStatus();
 }
 

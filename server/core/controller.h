@@ -117,6 +117,11 @@ class Controller {
   // leave the root is InvalidArgument or PermissionDenied naming it and the root.
   absl::Status Restore(const std::string& dir);
 
+  // restored_round / restored_checkpoint: the round and id of the set Restore restored (-1
+  // and "" when none).
+  int64_t restored_round() const { return restored_round_; }
+  const std::string& restored_checkpoint() const { return restored_checkpoint_; }
+
   // MakeUpdater builds the updater `spec` describes.
   absl::StatusOr<std::unique_ptr<Updater>> MakeUpdater(const proto::UpdaterSpec& spec) const;
 
@@ -137,6 +142,8 @@ class Controller {
   absl::Mutex spec_mu_;
   proto::UpdaterSpec spec_ ABSL_GUARDED_BY(spec_mu_);
   // The checkpoint set being cut (its id), empty when none.
+  int64_t restored_round_ = -1;  // Set once, by Restore, before serving.
+  std::string restored_checkpoint_;
   absl::Mutex cut_mu_;
   std::string cut_id_ ABSL_GUARDED_BY(cut_mu_);
 };

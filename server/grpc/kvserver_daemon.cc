@@ -214,6 +214,7 @@ absl::Status KVServerDaemon::RegisterAndServe() {
                                 registration.rank()));
   }
   ServerEngine* engine = backend->engine.get();
+  const Controller* controller = backend->controller.get();
   std::shared_ptr<const KVServerService::PeerTokens> peers;
   if (secured) {
     peers = std::make_shared<const KVServerService::PeerTokens>(
@@ -232,6 +233,9 @@ absl::Status KVServerDaemon::RegisterAndServe() {
     const ShardStore::Stats stats = engine->stats();
     beat.set_num_keys(stats.num_keys);
     beat.set_num_bytes(stats.num_bytes);
+    beat.set_max_round(engine->MaxRoundStarted());
+    beat.set_restored_round(controller->restored_round());
+    beat.set_restored_checkpoint(controller->restored_checkpoint());
     proto::HeartbeatResponse reply;
     grpc::ClientContext context;
     if (secured) context.AddMetadata(kNodeTokenKey, credential);

@@ -70,6 +70,18 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
     const int group_size = role == NodeRole::kServer ? options_.num_servers : options_.num_workers;
     int registered = 0;
     for (const auto& [id, node] : nodes_) registered += node.role == role;
+    std::optional<Registration> replaced;
+    if (role == NodeRole::kServer && complete_ && !ShutdownLocked() && requested_rank >= 0 &&
+        requested_rank < group_size && !address.empty()) {
+      replaced = ReplaceServer(requested_rank, address, hostname, now);
+    }
+    if (replaced.has_value()) {
+      // Outside the lock: `done` may call back.
+      mu_.Unlock();
+      done(*std::move(replaced));
+      mu_.Lock();
+      return;
+    }
     if (registration_failed_) {
       error = absl::DeadlineExceededError(
           "the job's registration window has closed (some nodes never came); restart the job");
@@ -250,8 +262,24 @@ absl::StatusOr<bool> SchedulerCore::Heartbeat(uint64_t node_id, absl::Time now,
   }
   it->second.last_heartbeat = std::max(it->second.last_heartbeat, now);
   if (it->second.role == NodeRole::kServer) {
-    it->second.num_keys = load.num_keys;
-    it->second.num_bytes = load.num_bytes;
+    NodeInfo& node = it->second;
+    node.num_keys = load.num_keys;
+    node.num_bytes = load.num_bytes;
+    node.max_round = std::max(node.max_round, load.max_round);
+    if (!node.replaced_address.empty() && node.restored_round == -1) {
+      // The first heartbeat of a server that replaced a dead one says what it restored.
+      node.restored_round = std::max<int64_t>(load.restored_round, 0);
+      const std::string what =
+          load.restored_round >= 0
+              ? absl::StrCat("restarted from checkpoint ", load.restored_checkpoint,
+                             " at round ", load.restored_round)
+              : std::string("restarted without a checkpoint (every value it held is lost)");
+      data_loss_.push_back(absl::StrCat(
+          "server ", node.rank, " (was ", node.replaced_address, ", now ", node.address,
+          ", node ", node_id, ") died and was ", what, ": the updates of rounds ",
+          node.restored_round + 1, " to ", std::max(node.replaced_round, node.restored_round),
+          " (at least) that it had acknowledged are lost"));
+    }
   }
   const bool over = ShutdownLocked();
   if (over) it->second.released = true;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,12 +102,21 @@ struct NodeInfo {
   // Workers: failed (finished with an error, or died), and why.
   bool failed = false;
   std::string failure;
+  // Servers: the highest round reported, and the checkpoint round restored (-1: none).
+  int64_t max_round = 0;
+  int64_t restored_round = -1;
+  // Servers that replaced a dead one: its address and last reported round (-1: none).
+  std::string replaced_address;
+  int64_t replaced_round = -1;
 };
 
 // What a server reports with its heartbeat.
 struct ServerLoad {
   int64_t num_keys = 0;
   int64_t num_bytes = 0;
+  int64_t max_round = 0;
+  int64_t restored_round = -1;
+  std::string restored_checkpoint;
 };
 
 class SchedulerCore {
@@ -174,6 +184,10 @@ class SchedulerCore {
   // missing nodes. Call it periodically (the scheduler daemon does, every few hundred ms).
   void ExpireDeadlines(absl::Time now);
 
+  // data_loss returns one message per server restarted into the running job (ReplaceServer),
+  // naming it and the rounds whose updates were lost, once it has said what it restored.
+  std::vector<std::string> data_loss() const;
+
   // Nodes returns every registered node (servers by rank, then workers by rank).
   std::vector<NodeInfo> Nodes() const;
   // view returns the cluster view; FailedPrecondition until every node has registered.
@@ -196,6 +210,13 @@ class SchedulerCore {
 
   explicit SchedulerCore(const SchedulerOptions& options) : options_(options) {}
 
+  // ReplaceServer lets a server asking for rank `rank` of an assembled job take the place of
+  // the server of that rank when that one has been silent for more than two heartbeat
+  // intervals (it died): the new node gets that rank and a new node id, the cluster view its
+  // address. Returns the registration, or nothing when the rank's server is alive.
+  std::optional<Registration> ReplaceServer(int rank, const std::string& address,
+                                            const std::string& hostname, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // AssignRanks gives every node its rank once all have registered.
   void AssignRanks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int GroupSize(int group) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -220,6 +241,7 @@ class SchedulerCore {
   std::string mode_ ABSL_GUARDED_BY(mu_);
   std::string shutdown_reason_ ABSL_GUARDED_BY(mu_);  // Set by RequestShutdown.
   std::string failure_ ABSL_GUARDED_BY(mu_);  // Set by FailJob or a failed worker's Finish.
+  std::vector<std::string> data_loss_ ABSL_GUARDED_BY(mu_);
 
   bool ShutdownLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 };

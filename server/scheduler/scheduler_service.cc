@@ -211,8 +211,11 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
         if (!status.ok()) return done(status);
         const absl::StatusOr<bool> over =
             core_->Heartbeat(request.node_id(), absl::Now(),
-                             ServerLoad{request.num_keys(), request.num_bytes()});
+                             ServerLoad{request.num_keys(), request.num_bytes(),
+                                        request.max_round(), request.restored_round(),
+                                        request.restored_checkpoint()});
         if (over.ok()) response->set_shutdown(*over);
+        for (std::string& loss : core_->data_loss()) response->add_data_loss(std::move(loss));
         if (over.ok() && *over) {
           const std::string failure = core_->job_failure();
           response->set_job_failed(!failure.empty());

@@ -112,5 +112,44 @@ TEST_CASE("Failures: a scheduler killed mid-training is reported as lost by serv
   }
 }
 
+TEST_CASE("Failures: a kvserver killed and restarted with --restore rejoins the running job; "
+          "the workers are told DATA_LOSS naming it and the rounds lost",
+          "[reliability][failures]") {
+  const uint64_t seed = TestSeed();
+  std::mt19937_64 rng(seed);
+  const int checkpoint_after = 3 + static_cast<int>(rng() % 10);
+  const int more = 2 + static_cast<int>(rng() % 10);
+  const std::string base = FreshDirectory("rejoin");
+  const std::vector<std::string> roots = {base + "/root0", base + "/root1"};
+  Job job({{"--checkpoint_root=" + roots[0]}, {"--checkpoint_root=" + roots[1]}}, 2,
+          {"--heartbeat_timeout=inf"});
+  for (int w = 0; w < 2; ++w) job.AddWorker(w, {absl::StrCat(seed), "1", "100000", "5", "8"});
+  REQUIRE(job.worker(0).WaitForOutput(absl::StrCat("round ", checkpoint_after, " ok"),
+                                      absl::Seconds(60)));
+  int code = 0;
+  const std::string written = job.Kvctl({"checkpoint", "ck"}, &code);
+  INFO(written);
+  REQUIRE(code == 0);
+  REQUIRE(job.worker(0).WaitForOutput(absl::StrCat("round ", checkpoint_after + more, " ok"),
+                                      absl::Seconds(60)));
+  job.server(1).Kill();
+  absl::SleepFor(absl::Milliseconds(500));  // Silent for more than two heartbeat intervals.
+  Process& restarted = job.StartServer(1, {"--checkpoint_root=" + roots[1], "--restore=ck"});
+  REQUIRE(restarted.WaitForOutput("serving", absl::Seconds(20)));
+  for (int w = 0; w < 2; ++w) {
+    Job::ExpectExit(job.worker(w), 1);
+    const std::string output = job.worker(w).output();
+    INFO(output);
+    CHECK(absl::StrContains(output, "DATA_LOSS"));
+    CHECK(absl::StrContains(output, "server 1 (was 127.0.0.1:"));
+    CHECK(absl::StrContains(output, "died and was restarted from checkpoint"));
+    CHECK(absl::StrContains(output, "that it had acknowledged are lost"));
+  }
+  // The workers finished as failed: the job failed, and every daemon exits non-zero.
+  Job::ExpectExit(job.server(0), 1);
+  Job::ExpectExit(restarted, 1);
+  Job::ExpectExit(job.scheduler(), 1);
+}
+
 }  // namespace
 }  // namespace kvstore::testing

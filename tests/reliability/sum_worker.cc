@@ -3,11 +3,12 @@
 // tests/reliability/sum_reference.h describes, checking every pull against the float64
 // reference; exits 0 after the last round, 1 with a one-line reason otherwise.
 //
-//   sum_worker SEED FIRST LAST [PAUSE_MS]
+//   sum_worker SEED FIRST LAST [PAUSE_MS [MAX_RETRIES]]
 //
 // Rounds FIRST..LAST (FIRST > 1: the servers were restored from a checkpoint cut at round
 // FIRST - 1, and Init keeps their values). After each round "round R ok" is printed; PAUSE_MS
-// (default 0) is slept between rounds, so that tests can act during training.
+// (default 0) is slept between rounds, so that tests can act during training. MAX_RETRIES
+// (default 3) is DistOptions::max_retries.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -27,16 +28,18 @@ namespace {
 absl::Status Run(int argc, char** argv) {
   uint64_t seed = 0;
   int64_t first = 0, last = 0, pause_ms = 0;
+  int max_retries = 3;
   if (argc < 4 || !absl::SimpleAtoi(argv[1], &seed) || !absl::SimpleAtoi(argv[2], &first) ||
       !absl::SimpleAtoi(argv[3], &last) || first < 1 ||
-      (argc > 4 && !absl::SimpleAtoi(argv[4], &pause_ms))) {
-    return absl::InvalidArgumentError("usage: sum_worker SEED FIRST LAST [PAUSE_MS]");
+      (argc > 4 && !absl::SimpleAtoi(argv[4], &pause_ms)) ||
+      (argc > 5 && !absl::SimpleAtoi(argv[5], &max_retries))) {
+    return absl::InvalidArgumentError("usage: sum_worker SEED FIRST LAST [PAUSE_MS [MAX_RETRIES]]");
   }
   ASSIGN_OR_RETURN(DistOptions options, DistOptions::FromEnvironment());
   options.rpc_timeout = absl::Seconds(30);
   options.barrier_timeout = absl::Seconds(60);
   options.register_timeout = absl::Seconds(30);
-  options.max_retries = 3;
+  options.max_retries = max_retries;
   ASSIGN_OR_RETURN(std::unique_ptr<KVStore> kv, KVStore::Create("dist_sync", options));
   const int rank = kv->rank(), workers = kv->num_workers();
   const std::vector<SumKey> sum_keys = SumKeys();
