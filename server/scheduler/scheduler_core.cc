@@ -334,6 +334,9 @@ absl::Status SchedulerCore::Finish(uint64_t node_id, absl::Time now, std::string
         failure_ = absl::StrCat("worker ", it->second.rank, " (node ", node_id, " on ",
                                 it->second.hostname, ") failed: ", failure);
       }
+      // The job cannot go on without it (no round would complete): it fails now, and the
+      // workers still running hear why instead of waiting for their deadlines.
+      if (shutdown_reason_.empty()) shutdown_reason_ = failure_;
     }
   }
   return absl::OkStatus();

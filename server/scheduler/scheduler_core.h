@@ -155,7 +155,8 @@ class SchedulerCore {
   bool all_servers_released() const;
 
   // Finish records that a worker is done, with `failure` (empty: it succeeded) naming why it
-  // failed; when every worker is, the job is over, and failed when one of them did.
+  // failed; when every worker is, the job is over. A failed worker ends the job at once, as
+  // failed, naming it.
   absl::Status Finish(uint64_t node_id, absl::Time now, std::string failure = "");
 
   // DeadWorkers returns Aborted naming every unfinished worker (rank, node, host, how long

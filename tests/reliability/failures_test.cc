@@ -114,7 +114,7 @@ TEST_CASE("Failures: a scheduler killed mid-training is reported as lost by serv
 
 TEST_CASE("Failures: a kvserver killed and restarted with --restore rejoins the running job; "
           "the workers are told DATA_LOSS naming it and the rounds lost",
-          "[reliability][failures]") {
+          "[reliability][failures][rejoin]") {
   const uint64_t seed = TestSeed();
   std::mt19937_64 rng(seed);
   const int checkpoint_after = 3 + static_cast<int>(rng() % 10);
