@@ -387,7 +387,7 @@ TEST_CASE("Checkpoint sets: a write that fails on one server (file size limit, a
   constexpr int kWorkers = 2, kLast = 150;
   const std::string base = FreshDirectory("full");
   const std::vector<std::string> roots = {base + "/root0", base + "/root1"};
-  // Server 1 holds about 13 KB: its checkpoint file cannot be written within 8 KiB.
+  // Server 1 holds about 20 KB: its checkpoint file cannot be written within 8 KiB.
   Job job({{"--checkpoint_root=" + roots[0]}, {"--checkpoint_root=" + roots[1], "fsize_kib=8"}},
           kWorkers);
   for (int w = 0; w < kWorkers; ++w) {
