@@ -129,7 +129,10 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
 DistStore::~DistStore() {
   if (queue_ != nullptr) {
     const absl::Status pending = queue_->WaitAll();
-    if (!pending.ok()) SdkLogger()->warn("worker {}: {}", rank(), pending.ToString());
+    if (!pending.ok()) {
+      SdkLogger()->warn("worker {}: {}", rank(), pending.ToString());
+      if (membership_ != nullptr) membership_->Noted(pending).IgnoreError();
+    }
     if (pending.ok() && barrier_before_exit()) {
       const absl::Status barrier = Barrier();
       if (!barrier.ok()) {

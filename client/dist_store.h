@@ -75,8 +75,10 @@ class DistStore final : public KVStore {
 
   int rank() const override { return membership_->view().rank; }
   int num_workers() const override { return membership_->view().num_workers; }
-  absl::Status Wait(absl::Span<const Key> keys) override { return queue_->Wait(keys); }
-  absl::Status WaitAll() override { return queue_->WaitAll(); }
+  absl::Status Wait(absl::Span<const Key> keys) override {
+    return membership_->Noted(queue_->Wait(keys));
+  }
+  absl::Status WaitAll() override { return membership_->Noted(queue_->WaitAll()); }
   absl::Status Barrier() override { return membership_->Barrier(); }
   absl::Status SetUpdater(Updater updater) override;
   absl::Status SendCommandToServers(int head, const std::string& body) override;

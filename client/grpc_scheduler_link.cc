@@ -64,14 +64,16 @@ absl::StatusOr<JobView> GrpcSchedulerLink::Register(const std::string& mode, int
   return job;
 }
 
-absl::StatusOr<bool> GrpcSchedulerLink::Heartbeat(uint64_t node_id, absl::Time deadline) {
+absl::StatusOr<JobState> GrpcSchedulerLink::Heartbeat(uint64_t node_id, absl::Time deadline) {
   proto::HeartbeatRequest request;
   request.set_node_id(node_id);
   proto::HeartbeatResponse reply;
   Context context(deadline, node_credential_);
   const grpc::Status status = stub_->Heartbeat(&context, request, &reply);
   if (!status.ok()) return FromGrpcStatus(status);
-  return reply.shutdown();
+  JobState state{reply.shutdown(), reply.job_failed() ? reply.failure() : std::string(), {}};
+  state.data_loss.assign(reply.data_loss().begin(), reply.data_loss().end());
+  return state;
 }
 
 absl::Status GrpcSchedulerLink::Barrier(uint64_t node_id, absl::Time deadline) {
@@ -83,9 +85,11 @@ absl::Status GrpcSchedulerLink::Barrier(uint64_t node_id, absl::Time deadline) {
   return FromGrpcStatus(stub_->Barrier(&context, request, &reply));
 }
 
-absl::Status GrpcSchedulerLink::Finish(uint64_t node_id, absl::Time deadline) {
+absl::Status GrpcSchedulerLink::Finish(uint64_t node_id, absl::Time deadline,
+                                       const std::string& failure) {
   proto::FinishRequest request;
   request.set_node_id(node_id);
+  request.set_failure(failure);
   proto::FinishResponse reply;
   Context context(deadline, node_credential_);
   return FromGrpcStatus(stub_->Finish(&context, request, &reply));

@@ -73,8 +73,10 @@ class InProcessJob::Link final : public SchedulerLink {
     return job;
   }
 
-  absl::StatusOr<bool> Heartbeat(uint64_t node_id, absl::Time /*deadline*/) override {
-    return job_->core_->Heartbeat(node_id, absl::Now());
+  absl::StatusOr<JobState> Heartbeat(uint64_t node_id, absl::Time /*deadline*/) override {
+    ASSIGN_OR_RETURN(const bool over, job_->core_->Heartbeat(node_id, absl::Now()));
+    return JobState{over, over ? job_->core_->job_failure() : std::string(),
+                    job_->core_->data_loss()};
   }
 
   absl::Status Barrier(uint64_t node_id, absl::Time deadline) override {
@@ -86,8 +88,9 @@ class InProcessJob::Link final : public SchedulerLink {
     return waiting->Wait(deadline, "in a barrier");
   }
 
-  absl::Status Finish(uint64_t node_id, absl::Time /*deadline*/) override {
-    return job_->core_->Finish(node_id, absl::Now());
+  absl::Status Finish(uint64_t node_id, absl::Time /*deadline*/,
+                      const std::string& failure) override {
+    return job_->core_->Finish(node_id, absl::Now(), failure);
   }
 
   absl::StatusOr<std::vector<std::string>> Command(uint64_t /*node_id*/, int head,

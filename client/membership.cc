@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/named_thread.h"
 
@@ -36,16 +37,55 @@ absl::Status Membership::Named(const absl::Status& status, const std::string& wh
 }
 
 absl::Status Membership::JobOver() const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!data_loss_.empty()) return absl::DataLossError(data_loss_);
+  }
   if (!job_over_) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  if (!job_failure_.empty()) {
+    return absl::AbortedError(
+        absl::StrCat("the job run by ", link_->name(), " failed: ", job_failure_));
+  }
   return absl::CancelledError(absl::StrCat("the job run by ", link_->name(), " is over"));
+}
+
+absl::Status Membership::Noted(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (!status.ok() && !data_loss_.empty()) {
+    status = absl::DataLossError(absl::StrCat(status.message(), " (", data_loss_, ")"));
+  } else if (!status.ok()) {
+    if (!job_failure_.empty() &&
+        status.message().find(job_failure_) == absl::string_view::npos) {
+      status = absl::Status(status.code(), absl::StrCat(status.message(), " (the job failed: ",
+                                                        job_failure_, ")"));
+    } else {
+      const absl::Duration silent = absl::Now() - last_answer_;
+      if (!job_over_ && silent > 3 * view_.heartbeat_interval + absl::Seconds(1)) {
+        status = absl::Status(
+            status.code(),
+            absl::StrCat(status.message(), " (", link_->name(),
+                         " has answered no heartbeat for ",
+                         absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100))),
+                         ": the scheduler is lost, and servers exit when they lose it)"));
+      }
+    }
+  }
+  last_wait_ = status;
+  return status;
 }
 
 void Membership::Leave() {
   if (left_) return;
   left_ = true;
   if (!job_over_) {
+    std::string failure;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!last_wait_.ok()) failure = last_wait_.ToString();
+    }
     const absl::Status status =
-        link_->Finish(view_.node_id, absl::Now() + absl::Seconds(10));
+        link_->Finish(view_.node_id, absl::Now() + absl::Seconds(10), failure);
     if (!status.ok()) {
       SdkLogger()->warn("worker {}: telling {} that it finished: {}", view_.rank, link_->name(),
                    std::string(status.message()));
@@ -59,7 +99,7 @@ void Membership::HeartbeatLoop() {
   bool warned = false;
   const absl::Duration interval = view_.heartbeat_interval;
   while (!stop_heartbeat_.WaitForNotificationWithTimeout(interval)) {
-    const absl::StatusOr<bool> over = link_->Heartbeat(
+    const absl::StatusOr<JobState> over = link_->Heartbeat(
         view_.node_id, absl::Now() + std::max(interval, absl::Seconds(2)));
     if (!over.ok()) {
       if (!warned) {
@@ -70,7 +110,20 @@ void Membership::HeartbeatLoop() {
       continue;
     }
     warned = false;
-    if (*over) {
+    {
+      absl::MutexLock lock(&mu_);
+      last_answer_ = absl::Now();
+      if (over->over && !over->failure.empty()) job_failure_ = over->failure;
+      if (!over->data_loss.empty()) {
+        const std::string loss = absl::StrJoin(over->data_loss, "; ");
+        if (loss != data_loss_) spdlog::error("worker {}: data loss: {}", view_.rank, loss);
+        data_loss_ = loss;
+      }
+    }
+    if (over->over) {
+      if (!over->failure.empty()) {
+        spdlog::error("worker {}: the job failed: {}", view_.rank, over->failure);
+      }
       job_over_ = true;
       return;
     }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/scheduler_link.h"
@@ -47,8 +48,15 @@ class Membership {
   Membership& operator=(const Membership&) = delete;
 
   const JobView& view() const { return view_; }
-  // JobOver returns Cancelled naming the scheduler once it has said the job is over; OK before.
+  // JobOver returns Cancelled naming the scheduler once it has said the job is over (Aborted
+  // naming why, when the job failed: a worker died or failed); DataLoss naming the server and
+  // the rounds lost once a server has been restarted into the job; OK before.
   absl::Status JobOver() const;
+  // Noted returns `status` after noting it: the last status a Wait or WaitAll returned decides
+  // whether this worker finishes as failed (Leave). A failed status is returned with the cause
+  // the worker knows of added: the job failed (naming the worker), or the scheduler has not
+  // answered heartbeats for a while (lost).
+  absl::Status Noted(absl::Status status);
   bool job_over() const { return job_over_; }
 
   // Barrier blocks until every worker has entered it (bounded by barrier_timeout).
@@ -71,6 +79,11 @@ class Membership {
   const MembershipOptions options_;
   JobView view_;
   std::atomic<bool> job_over_{false};
+  mutable absl::Mutex mu_;
+  std::string job_failure_ ABSL_GUARDED_BY(mu_);    // Why the job failed, from a heartbeat.
+  std::string data_loss_ ABSL_GUARDED_BY(mu_);      // Servers restarted, updates lost.
+  absl::Status last_wait_ ABSL_GUARDED_BY(mu_);     // The last Wait's status (Noted).
+  absl::Time last_answer_ ABSL_GUARDED_BY(mu_) = absl::Now();  // The last heartbeat answered.
   absl::Notification stop_heartbeat_;
   std::thread heartbeat_;
   bool left_ = false;

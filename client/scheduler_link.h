@@ -35,6 +35,14 @@ struct JobView {
   std::string node_token;
 };
 
+// JobState: what a heartbeat's answer says of the job.
+struct JobState {
+  bool over = false;    // The job is over: stop.
+  std::string failure;  // When over because it failed: why (naming the worker).
+  // Servers restarted into the job, naming the rounds whose updates they lost.
+  std::vector<std::string> data_loss;
+};
+
 class SchedulerLink {
  public:
   virtual ~SchedulerLink() = default;
@@ -46,12 +54,13 @@ class SchedulerLink {
   // until every node of the job has registered; waits for a scheduler still starting.
   virtual absl::StatusOr<JobView> Register(const std::string& mode, int requested_rank,
                                            absl::Time deadline) = 0;
-  // Heartbeat reports that the worker is alive; returns whether the job is over.
-  virtual absl::StatusOr<bool> Heartbeat(uint64_t node_id, absl::Time deadline) = 0;
+  // Heartbeat reports that the worker is alive; returns whether the job is over (and failed).
+  virtual absl::StatusOr<JobState> Heartbeat(uint64_t node_id, absl::Time deadline) = 0;
   // Barrier blocks until every worker of the job has entered the barrier.
   virtual absl::Status Barrier(uint64_t node_id, absl::Time deadline) = 0;
-  // Finish records that the worker is done.
-  virtual absl::Status Finish(uint64_t node_id, absl::Time deadline) = 0;
+  // Finish records that the worker is done; `failure` (empty: it succeeded) says why it failed.
+  virtual absl::Status Finish(uint64_t node_id, absl::Time deadline,
+                              const std::string& failure) = 0;
   // Command runs a controller command on every server; returns their replies in rank order.
   virtual absl::StatusOr<std::vector<std::string>> Command(uint64_t node_id, int head,
                                                            const std::string& body,

@@ -23,7 +23,11 @@
 
 namespace kvstore {
 
-enum class StateKind : uint32_t { kShardCheckpoint = 1, kUpdaterState = 2 };
+enum class StateKind : uint32_t {
+  kShardCheckpoint = 1,
+  kUpdaterState = 2,
+  kCheckpointManifest = 3,
+};
 
 inline constexpr uint32_t kStateFileVersion = 1;
 

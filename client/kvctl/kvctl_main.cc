@@ -50,12 +50,13 @@ namespace {
 
 constexpr char kUsage[] =
     "kvctl [--scheduler=HOST:PORT] [--json] [--timeout=10s] COMMAND\n"
-    "  status               every node: role, rank, address, alive or dead, last heartbeat,\n"
-    "                       keys and bytes held by each server\n"
+    "  status               every node: role, rank, address, alive, dead, finished or failed\n"
+    "                       (and why), last heartbeat, keys and bytes held by each server\n"
     "  command HEAD BODY    run controller command HEAD (0 set updater, 1 stats, 2 ping, 16+\n"
     "                       custom) with BODY on every server; prints each server's reply\n"
-    "  checkpoint DIR       every server writes its shard to ROOT/DIR/server-RANK.ckpt on its\n"
-    "                       own machine (between rounds), ROOT its --checkpoint_root; DIR must\n"
+    "  checkpoint DIR       one cut of every key at one round: every server writes its shard to\n"
+    "                       ROOT/DIR/server-RANK.ckpt and then ROOT/DIR/MANIFEST on its own\n"
+    "                       machine, ROOT its --checkpoint_root; DIR must\n"
     "                       stay below ROOT (no absolute path, '..' or symbolic link); restart\n"
     "                       with kvserver --checkpoint_root=ROOT --restore=DIR\n"
     "  shutdown [REASON]    end the job: servers, scheduler and workers exit\n"
@@ -144,13 +145,17 @@ absl::Status Status(proto::Scheduler::Stub& stub, const std::string& address,
               "ADDRESS", "HOST", "STATE", "HEARTBEAT", "KEYS", "BYTES");
   for (const proto::NodeStatus& node : reply.nodes()) {
     const bool server = node.role() == proto::SERVER;
-    const std::string state = node.finished() ? "finished" : node.alive() ? "alive" : "dead";
+    const std::string state = node.failed()     ? "failed"
+                              : node.finished() ? "finished"
+                              : node.alive()    ? "alive"
+                                                : "dead";
     std::printf("%-7s %4d %5lu  %-21s %-16s %-8s %9.1fs %8s %10s\n", server ? "server" : "worker",
                 node.rank(), static_cast<unsigned long>(node.node_id()),
                 node.address().empty() ? "-" : node.address().c_str(), node.hostname().c_str(),
                 state.c_str(), node.last_heartbeat_age_s(),
                 server ? absl::StrCat(node.num_keys()).c_str() : "-",
                 server ? HumanBytes(node.num_bytes()).c_str() : "-");
+    if (node.failed()) std::printf("        worker %d failed: %s\n", node.rank(), node.failure().c_str());
   }
   if (dead > 0) return DeadNodes(dead);
   return absl::OkStatus();

@@ -1,9 +1,11 @@
 #include "server/core/checkpoint_root.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <system_error>
@@ -215,6 +217,76 @@ absl::StatusOr<std::string> ConfinedDirectory::ReadStateFile(const std::string& 
     }
   }
   return ParseStateFile(bytes, path, kind);
+}
+
+absl::Status ConfinedDirectory::CheckNotLink(const std::string& name) const {
+  RETURN_IF_ERROR(CheckName(name));
+  struct stat st;
+  if (fstatat(fd_.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+    return LinkRefused("cannot write the state file", PathOf(name), root_->path());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ConfinedDirectory::RenameFile(const std::string& from, const std::string& to) const {
+  RETURN_IF_ERROR(CheckName(from));
+  RETURN_IF_ERROR(CheckNotLink(to));
+  RETURN_IF_ERROR(root_->CheckBeneath(fd_.get(), path_));
+  if (renameat(fd_.get(), from.c_str(), fd_.get(), to.c_str()) != 0) {
+    return absl::ErrnoToStatus(errno,
+                               absl::StrCat("cannot rename ", PathOf(from), " to ", PathOf(to)));
+  }
+  if (fsync(fd_.get()) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot sync directory ", path_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ConfinedDirectory::RemoveFile(const std::string& name) const {
+  RETURN_IF_ERROR(CheckName(name));
+  RETURN_IF_ERROR(root_->CheckBeneath(fd_.get(), path_));
+  if (unlinkat(fd_.get(), name.c_str(), 0) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot remove ", PathOf(name)));
+  }
+  if (fsync(fd_.get()) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot sync directory ", path_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ConfinedDirectory::RemoveEmptySubdirectory(const std::string& name) const {
+  RETURN_IF_ERROR(CheckName(name));
+  RETURN_IF_ERROR(root_->CheckBeneath(fd_.get(), path_));
+  if (unlinkat(fd_.get(), name.c_str(), AT_REMOVEDIR) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    if (errno == ENOTEMPTY || errno == EEXIST) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot remove ", PathOf(name), ": it holds other files"));
+    }
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot remove ", PathOf(name)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> ConfinedDirectory::FileNames() const {
+  // fdopendir takes over the descriptor it is given: hand it a duplicate.
+  const int dup_fd = fcntl(fd_.get(), F_DUPFD_CLOEXEC, 0);
+  if (dup_fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot list ", path_));
+  DIR* dir = fdopendir(dup_fd);
+  if (dir == nullptr) {
+    close(dup_fd);
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot list ", path_));
+  }
+  rewinddir(dir);
+  std::vector<std::string> names;
+  while (const dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 }  // namespace kvstore

@@ -32,6 +32,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -61,6 +62,21 @@ class ConfinedDirectory {
   // symbolic link, FailedPrecondition for what is not a regular file, NotFound for no file;
   // otherwise errors as ReadStateFile's.
   absl::StatusOr<std::string> ReadStateFile(const std::string& name, StateKind kind) const;
+
+  // CheckNotLink returns PermissionDenied, as WriteStateFile would, when the entry `name` here
+  // is a symbolic link; OK otherwise (also when absent).
+  absl::Status CheckNotLink(const std::string& name) const;
+  // RenameFile renames the file `from` to `to` here (replacing `to`), then syncs the
+  // directory. PermissionDenied when `to` is a symbolic link; errors name both paths.
+  absl::Status RenameFile(const std::string& from, const std::string& to) const;
+  // RemoveFile removes the file `name` here (nothing when it is absent), then syncs the
+  // directory.
+  absl::Status RemoveFile(const std::string& name) const;
+  // RemoveEmptySubdirectory removes the empty directory `name` here (nothing when absent;
+  // FailedPrecondition naming it when not empty).
+  absl::Status RemoveEmptySubdirectory(const std::string& name) const;
+  // FileNames returns the names of the entries here, sorted (no "." or "..").
+  absl::StatusOr<std::vector<std::string>> FileNames() const;
 
  private:
   friend class CheckpointRoot;

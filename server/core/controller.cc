@@ -2,11 +2,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include <algorithm>
 #include <cstring>
 
 #include "common/proto_convert.h"
 #include "common/state_file.h"
 #include "common/status_macros.h"
+#include "server/core/checkpoint_set.h"
 #include "server/core/optimizer.h"
 #include "server/core/updater_state.h"
 
@@ -68,6 +70,15 @@ absl::StatusOr<std::string> Controller::Run(int head, absl::string_view body) {
       RETURN_IF_ERROR(engine_->LoadUpdaterState(state));
       return absl::StrCat("loaded the state of ", state.optimizer);
     }
+    case kCommandCutBegin:
+    case kCommandCutLimit:
+    case kCommandCutWrite:
+    case kCommandCutCommit:
+    case kCommandCutPublish:
+    case kCommandCutAbort:
+      return RunCut(head, body);
+    case kCommandMaxRound:
+      return absl::StrCat(engine_->MaxRoundStarted());
     default:
       if (head >= kFirstCustomCommand && custom_) return custom_(head, body);
       return absl::InvalidArgumentError(absl::StrCat(
@@ -104,9 +115,7 @@ absl::StatusOr<std::unique_ptr<Updater>> Controller::MakeUpdater(
   return registry_->Create(spec.registry_name(), spec.registry_config());
 }
 
-absl::StatusOr<std::string> Controller::Checkpoint(const std::string& dir) {
-  ASSIGN_OR_RETURN(const ConfinedDirectory directory, CheckpointDirectory(dir, /*create=*/true));
-  ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->Snapshot());
+proto::ShardCheckpoint Controller::MakeCheckpoint(const EngineSnapshot& snapshot) {
   proto::ShardCheckpoint checkpoint;
   checkpoint.set_server_rank(rank_);
   checkpoint.set_num_servers(job_.num_servers);
@@ -127,19 +136,22 @@ absl::StatusOr<std::string> Controller::Checkpoint(const std::string& dir) {
     *checkpoint.mutable_updater() = spec_;
   }
   UpdaterStateToProto(snapshot.updater_state, checkpoint.mutable_updater_state());
+  return checkpoint;
+}
+
+absl::StatusOr<std::string> Controller::Checkpoint(const std::string& dir) {
+  ASSIGN_OR_RETURN(const ConfinedDirectory directory, CheckpointDirectory(dir, /*create=*/true));
+  ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->Snapshot());
   return directory.WriteStateFile(CheckpointFileName(rank_), StateKind::kShardCheckpoint,
-                                  checkpoint.SerializeAsString());
+                                  MakeCheckpoint(snapshot).SerializeAsString());
 }
 
 absl::Status Controller::Restore(const std::string& dir) {
   ASSIGN_OR_RETURN(const ConfinedDirectory directory, CheckpointDirectory(dir, /*create=*/false));
   const std::string path = directory.PathOf(CheckpointFileName(rank_));
-  ASSIGN_OR_RETURN(std::string payload,
-                   directory.ReadStateFile(CheckpointFileName(rank_), StateKind::kShardCheckpoint));
-  proto::ShardCheckpoint checkpoint;
-  if (!checkpoint.ParseFromString(payload)) {
-    return absl::DataLossError(absl::StrCat(path, ": the checkpoint does not parse"));
-  }
+  ASSIGN_OR_RETURN(VerifiedSet set, VerifyCheckpointSet(directory, rank_, job_.num_servers,
+                                                        job_.mode, job_.chunk_bytes));
+  const proto::ShardCheckpoint& checkpoint = set.own;
   auto mismatch = [&](absl::string_view what, auto saved, auto now) {
     return absl::FailedPreconditionError(absl::StrCat(path, ": written by a job with ", what, " ",
                                                       saved, ", this job has ", now));
@@ -188,6 +200,9 @@ absl::Status Controller::Restore(const std::string& dir) {
     return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   }
   SetUpdaterSpec(checkpoint.updater());
+  if (set.manifest.round() >= 0) engine_->SetRoundsDone(set.manifest.round());
+  restored_round_ = std::max<int64_t>(set.manifest.round(), 0);
+  restored_checkpoint_ = set.manifest.checkpoint_id();
   return absl::OkStatus();
 }
 

@@ -17,6 +17,24 @@
 //   5  kCommandSaveOptimizerStates  replies with the serialized proto::UpdaterState.
 //   6  kCommandLoadOptimizerStates  body: a serialized proto::UpdaterState; the server keeps
 //                          the parts of the keys it holds.
+//   7-12                   The steps of a checkpoint set, sent by the scheduler's coordinator
+//                          (server/scheduler/checkpoint_coordinator.h, checkpoint_set.h):
+//   7  kCommandCutBegin    body "ID": freeze (ServerEngine::BeginCut); replies the highest
+//                          round started.
+//   8  kCommandCutLimit    body "ID ROUND": ServerEngine::LimitCut(ROUND).
+//   9  kCommandCutWrite    body "ID ROUND JOB DIR": when every key has reached ROUND, snapshot,
+//                          let the held pushes go on, write PendingFileName(R) in DIR and reply
+//                          "written BYTES CRC32"; until then reply "waiting: " and the key
+//                          still behind (nothing written).
+//  10  kCommandCutCommit   body "DIR": remove DIR/MANIFEST, rename the pending file over
+//                          server-R.ckpt.
+//  11  kCommandCutPublish  body "DIR\n" + serialized proto::CheckpointManifest: write
+//                          DIR/MANIFEST atomically.
+//  12  kCommandCutAbort    body "ID DIR": end the cut (held pushes go on) and remove the
+//                          pending file; with the body "remove DIR", remove this server's files
+//                          of the set in DIR and DIR itself when empty (keeping the last K).
+//  13  kCommandMaxRound    replies the highest round any key has started (periodic
+//                          checkpoints every N rounds).
 // Heads from kFirstCustomCommand up go to the custom controller given to the kvserver
 // (KVServerOptions::custom_controller, MXNet's `kvstore_server._controller`): a function
 // (head, body) -> StatusOr<reply>. Other heads, or custom heads without a custom controller, are
@@ -48,6 +66,13 @@ inline constexpr int kCommandSetOptimizer = 3;
 inline constexpr int kCommandCheckpoint = 4;
 inline constexpr int kCommandSaveOptimizerStates = 5;
 inline constexpr int kCommandLoadOptimizerStates = 6;
+inline constexpr int kCommandCutBegin = 7;
+inline constexpr int kCommandCutLimit = 8;
+inline constexpr int kCommandCutWrite = 9;
+inline constexpr int kCommandCutCommit = 10;
+inline constexpr int kCommandCutPublish = 11;
+inline constexpr int kCommandCutAbort = 12;
+inline constexpr int kCommandMaxRound = 13;
 
 // CheckpointFileName returns "server-RANK.ckpt", the name of a server's checkpoint file.
 std::string CheckpointFileName(int rank);
@@ -86,17 +111,26 @@ class Controller {
   // SetUpdaterSpec records how the current updater was made (the daemon's --updater).
   void SetUpdaterSpec(proto::UpdaterSpec spec);
 
-  // Restore reads the checkpoint of this rank in `dir` below the checkpoint root, checks it
-  // against the job, restores the values into the engine and installs the checkpoint's
+  // Restore verifies the checkpoint set in `dir` below the checkpoint root
+  // (VerifyCheckpointSet: manifest, every file present against it), checks it against the job, restores the values into the engine and installs the checkpoint's
   // updater with its state. Errors name the file and what does not match; a `dir` that would
   // leave the root is InvalidArgument or PermissionDenied naming it and the root.
   absl::Status Restore(const std::string& dir);
+
+  // restored_round / restored_checkpoint: the round and id of the set Restore restored (-1
+  // and "" when none).
+  int64_t restored_round() const { return restored_round_; }
+  const std::string& restored_checkpoint() const { return restored_checkpoint_; }
 
   // MakeUpdater builds the updater `spec` describes.
   absl::StatusOr<std::unique_ptr<Updater>> MakeUpdater(const proto::UpdaterSpec& spec) const;
 
  private:
   absl::StatusOr<std::string> Checkpoint(const std::string& dir);
+  // RunCut runs the checkpoint set commands 7-12 (controller_cut.cc).
+  absl::StatusOr<std::string> RunCut(int head, absl::string_view body);
+  // MakeCheckpoint builds this server's ShardCheckpoint from a snapshot.
+  proto::ShardCheckpoint MakeCheckpoint(const EngineSnapshot& snapshot);
   absl::StatusOr<ConfinedDirectory> CheckpointDirectory(const std::string& dir,
                                                         bool create) const;
   ServerEngine* engine_;
@@ -107,6 +141,11 @@ class Controller {
   std::shared_ptr<const CheckpointRoot> checkpoint_root_;
   absl::Mutex spec_mu_;
   proto::UpdaterSpec spec_ ABSL_GUARDED_BY(spec_mu_);
+  // The checkpoint set being cut (its id), empty when none.
+  int64_t restored_round_ = -1;  // Set once, by Restore, before serving.
+  std::string restored_checkpoint_;
+  absl::Mutex cut_mu_;
+  std::string cut_id_ ABSL_GUARDED_BY(cut_mu_);
 };
 
 }  // namespace kvstore

@@ -10,6 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "proto/kvstore.pb.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
 #include "server/core/sgd_updater.h"
@@ -38,7 +41,7 @@ TEST_CASE("Controller: built-in heads and the sgd updater with momentum", "[serv
                         /*rank=*/1);
   REQUIRE(controller.Run(kCommandPing, "hi").value() == "server 1: hi");
   REQUIRE(controller.Run(40, "x").value() == "custom 40 x");
-  REQUIRE(absl::IsInvalidArgument(controller.Run(7, "").status()));
+  REQUIRE(absl::IsInvalidArgument(controller.Run(15, "").status()));
   REQUIRE(absl::IsNotFound(controller.Run(kCommandSetUpdater, "adamw").status()));
   REQUIRE(absl::IsInvalidArgument(controller.Run(kCommandSetUpdater, "sgd lr=x").status()));
   const double lr = rng.Uniform(0.01, 0.5), momentum = rng.Uniform(0.1, 0.95);
@@ -64,6 +67,35 @@ TEST_CASE("Controller: built-in heads and the sgd updater with momentum", "[serv
   REQUIRE(controller.Run(kCommandStats, "").value() == "keys=1 bytes=48 updater=sgd");
 }
 
+// WriteSet writes a checkpoint set of one server into `dir` through the commands the
+// scheduler's coordinator sends (7-11), and returns the server file's path.
+absl::StatusOr<std::string> WriteSet(Controller& controller, const std::string& dir) {
+  ASSIGN_OR_RETURN(std::string round, controller.Run(kCommandCutBegin, "job-1"));
+  RETURN_IF_ERROR(controller.Run(kCommandCutLimit, "job-1 " + round).status());
+  ASSIGN_OR_RETURN(std::string written,
+                   controller.Run(kCommandCutWrite, absl::StrCat("job-1 ", round, " job ", dir)));
+  std::vector<std::string> f = absl::StrSplit(written, ' ');
+  if (f.size() != 3 || f[0] != "written") return absl::InternalError(written);
+  proto::CheckpointManifest manifest;
+  manifest.set_job_id("job");
+  manifest.set_checkpoint_id("job-1");
+  manifest.set_round(std::stoll(round));
+  manifest.set_num_servers(2);
+  manifest.set_mode("dist_sync");
+  manifest.set_chunk_bytes(1 << 20);
+  proto::CheckpointManifest::File* file = manifest.add_files();
+  file->set_name("server-0.ckpt");
+  file->set_payload_bytes(std::stoull(f[1]));
+  file->set_payload_crc32(static_cast<uint32_t>(std::stoul(f[2])));
+  // A job of two servers: the other's entry (its file lives on its own machine).
+  *manifest.add_files() = *file;
+  manifest.mutable_files(1)->set_name("server-1.ckpt");
+  ASSIGN_OR_RETURN(std::string path, controller.Run(kCommandCutCommit, dir));
+  RETURN_IF_ERROR(
+      controller.Run(kCommandCutPublish, dir + "\n" + manifest.SerializeAsString()).status());
+  return path;
+}
+
 TEST_CASE("Controller: a checkpoint restores into the same job only", "[server][checkpoint]") {
   TestRng rng;
   INFO(rng.Describe());
@@ -83,7 +115,18 @@ TEST_CASE("Controller: a checkpoint restores into the same job only", "[server][
   controller.SetCheckpointRoot(*root);
   CHECK(absl::IsInvalidArgument(controller.Run(kCommandCheckpoint, "../up").status()));
   CHECK(absl::IsInvalidArgument(controller.Run(kCommandCheckpoint, " ").status()));
-  auto path = controller.Run(kCommandCheckpoint, dir);
+  CHECK(controller.Run(kCommandCheckpoint, dir).ok());  // One server's file, outside a set.
+  // Without a manifest, the directory is no checkpoint set: refused, naming the manifest.
+  {
+    auto engine0 = NewEngine(true, {2});
+    Controller refusing(engine0.get(), &registry, nullptr, 0);
+    refusing.SetJob(JobShape{2, "dist_sync", 1 << 20});
+    refusing.SetCheckpointRoot(*root);
+    const absl::Status partial = refusing.Restore(dir);
+    CHECK(absl::IsFailedPrecondition(partial));
+    CHECK(partial.message().find(dir + "/MANIFEST is missing") != absl::string_view::npos);
+  }
+  auto path = WriteSet(controller, dir);
   INFO(path.status().ToString());
   REQUIRE(path.ok());
   REQUIRE(*path == (*root)->path() + "/" + dir + "/server-0.ckpt");
@@ -108,11 +151,13 @@ TEST_CASE("Controller: a checkpoint restores into the same job only", "[server][
   three.SetCheckpointRoot(*root);
   absl::Status s = three.Restore(dir);
   CHECK(absl::IsFailedPrecondition(s));
-  CHECK(s.message().find(*path) != absl::string_view::npos);
+  CHECK(s.message().find((*root)->path() + "/" + dir + "/MANIFEST") != absl::string_view::npos);
   Controller rank1(other.get(), &registry, nullptr, 1);
   rank1.SetJob(JobShape{2, "dist_sync", 1 << 20});
   rank1.SetCheckpointRoot(*root);
-  CHECK(absl::IsNotFound(rank1.Restore(dir)));
+  s = rank1.Restore(dir);
+  CHECK(absl::IsFailedPrecondition(s));
+  CHECK(s.message().find(dir + "/server-1.ckpt is missing") != absl::string_view::npos);
   CHECK(other->stats().num_keys == 0);
 }
 

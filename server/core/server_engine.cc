@@ -335,6 +335,13 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
       if (error.ok()) error = CheckUpdaterChosen(value.slice.key);
       chunks.push_back(*chunk);
     }
+    if (error.ok() && !failed_reason_.empty()) {
+      error = absl::AbortedError(absl::StrCat("the job failed: ", failed_reason_));
+    }
+    if (sender.ok() && error.ok() && HoldForCut(chunks)) {
+      HoldPush(node_id, request_id, values, std::move(done));
+      return;
+    }
     if (sender.ok()) call = BeginPush(node_id, request_id, chunks, &done, &error);
   }
   if (call == nullptr) {
@@ -387,6 +394,10 @@ std::shared_ptr<ServerEngine::PushCall> ServerEngine::BeginPush(uint64_t node_id
   call->done.push_back(std::move(*done));
   *done = nullptr;
   requests.pending[request_id] = call;
+  if (!rounds()) {
+    ++pushes_in_flight_;
+    for (Chunk* chunk : chunks) ++chunk->rounds_done;
+  }
   if (rounds()) {
     for (Chunk* chunk : chunks) {
       if (chunk->contributors.empty()) {
@@ -416,6 +427,7 @@ void ServerEngine::EndPush(const std::shared_ptr<PushCall>& call, bool empty,
         }
         if (!chunk->contributors.empty()) {
           --open_rounds_;
+          ++chunk->rounds_done;
           if (options_.round_observer) {
             options_.round_observer->RoundCompleted(chunk->contributors.back(),
                                                     absl::Now() - chunk->round_started);
@@ -432,6 +444,7 @@ void ServerEngine::EndPush(const std::shared_ptr<PushCall>& call, bool empty,
 }
 
 void ServerEngine::FinishCall(PushCall* call, std::vector<Done>* finished) {
+  if (!rounds()) --pushes_in_flight_;
   RecordApplied(call->node_id, call->request_id);
   for (Done& d : call->done) finished->push_back(std::move(d));
   call->done.clear();

@@ -232,6 +232,38 @@ class ServerEngine {
   // Restore stores `parts` before the server serves (kvserver --restore). A later Init of a
   // restored key with the same dtype, shape and slice succeeds and keeps the restored value.
   absl::Status Restore(absl::Span<const StoredPart> parts);
+  // SetRoundsDone records that every chunk stored now has completed `round` rounds (a
+  // checkpoint cut at that round was restored), so that later cuts count on from there.
+  void SetRoundsDone(int64_t round);
+
+  // Consistent cuts (server/core/checkpoint_set.h, docs/reliability.md): a checkpoint of the
+  // whole job holds every key of every server at one dist_sync round R. The scheduler drives
+  // the servers through these calls:
+  // BeginCut freezes: from now on no push may open a new round on any chunk (such pushes are
+  // held, their bytes copied, and applied when the cut ends; pushes joining an open round go
+  // on). Returns the highest round any chunk has started (completed, or open; in dist_sync
+  // with one worker a round is that worker's push). In dist_async, which has no rounds, every
+  // push is held until EndCut and the cut is that point in time.
+  // FailedPrecondition when a cut is already under way.
+  absl::StatusOr<int64_t> BeginCut();
+  // LimitCut lets chunks below round `round` go on up to it and holds every push that would
+  // start a later one. FailedPrecondition without BeginCut or when a chunk is already past it.
+  absl::Status LimitCut(int64_t round);
+  // CutLagging returns "" when every chunk that has started a round has completed exactly the
+  // cut's round and no push is being applied: a Snapshot now is the cut. Otherwise it names one
+  // key still behind, and its round.
+  std::string CutLagging() const;
+  // EndCut releases every held push (they are applied in arrival order) and ends the cut.
+  void EndCut();
+  // FailRounds fails every push waiting for a dist_sync round (the job failed: a worker died
+  // or failed, `reason` says which) with Aborted naming the key, the round and `reason`, and
+  // every later push at once; the held pushes of a cut too. The stored values stay as the last
+  // completed round left them.
+  void FailRounds(const std::string& reason);
+  // MaxRoundStarted returns what BeginCut would, without freezing anything.
+  int64_t MaxRoundStarted() const;
+  // cut_active is true between BeginCut and EndCut.
+  bool cut_active() const;
   // SaveUpdaterState / LoadUpdaterState: the updater's state, for SaveOptimizerStates. Load
   // keeps the parts of the keys this server holds and refuses, changing nothing, a part of a
   // held key whose element range is not one of its chunks (InvalidArgument naming the key).
@@ -295,6 +327,8 @@ class ServerEngine {
     Tensor sum;     // The round's merged pushes; reused across rounds.
     Tensor gather;  // A contiguous copy of one push, when one is needed.
     size_t arrived = 0;
+    // Rounds completed (dist_sync), or pushes applied (otherwise); guarded by the engine's mu_.
+    int64_t rounds_done = 0;
     // Set once, under the engine's mu_ and the chunk's lock.
     std::shared_ptr<Arena> arena;
     size_t arena_offset = 0;
@@ -424,6 +458,14 @@ class ServerEngine {
   std::shared_ptr<Updater> updater() const;
   // SwapUpdaterIfIdle installs the pending updater when no dist_sync round is open.
   void SwapUpdaterIfIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // HoldForCut is true when a push of `chunks` must wait for the cut under way (BeginCut).
+  bool HoldForCut(absl::Span<Chunk* const> chunks) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // HoldPush / HoldGroupPush keep a copy of a push for when the cut lets it go on.
+  void HoldPush(uint64_t node_id, uint64_t request_id, absl::Span<const IncomingValue> values,
+                Done done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HoldGroupPush(uint64_t node_id, uint64_t request_id, uint64_t group_id,
+                     const ByteChunks& bytes, Done done, Ack ack)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ServerEngineOptions options_;
   absl::flat_hash_set<uint64_t> senders_;
@@ -444,6 +486,16 @@ class ServerEngine {
   // CheckUpdaterChosen returns FailedPrecondition naming `key` while a dist_async push would
   // have no chosen updater.
   absl::Status CheckUpdaterChosen(const Key& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pushes registered and not yet finished, outside dist_sync rounds (a cut waits for them).
+  int64_t pushes_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // The cut under way: none, frozen (BeginCut), or limited to cut_round_ (LimitCut); the
+  // pushes it holds, to run again when it lets them go on.
+  enum class CutPhase { kNone, kFrozen, kLimited };
+  CutPhase cut_phase_ ABSL_GUARDED_BY(mu_) = CutPhase::kNone;
+  int64_t cut_round_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::function<void()>> held_ ABSL_GUARDED_BY(mu_);
+  // Set by FailRounds: every later push fails with it.
+  std::string failed_reason_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvstore

@@ -187,6 +187,13 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
     if (error.ok() && group != nullptr && !group->keys.empty()) {
       error = CheckUpdaterChosen(group->keys[0]);
     }
+    if (error.ok() && !failed_reason_.empty()) {
+      error = absl::AbortedError(absl::StrCat("the job failed: ", failed_reason_));
+    }
+    if (group != nullptr && error.ok() && HoldForCut(group->chunks)) {
+      HoldGroupPush(node_id, request_id, group_id, bytes, std::move(done), ack);
+      return;
+    }
     if (group != nullptr) call = BeginPush(node_id, request_id, group->chunks, &done, &error);
     in_place = call != nullptr && group->arena != nullptr && !rounds() && current->piecewise();
     // The engine's lock is taken before an arena's (RegisterGroup): only a TryLock here.

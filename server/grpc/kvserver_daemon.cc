@@ -303,6 +303,7 @@ absl::Status KVServerDaemon::RegisterAndServe() {
                                 registration.rank()));
   }
   ServerEngine* engine = backend->engine.get();
+  const Controller* controller = backend->controller.get();
   std::shared_ptr<const KVServerService::PeerTokens> peers;
   if (secured) {
     peers = std::make_shared<const KVServerService::PeerTokens>(
@@ -322,6 +323,9 @@ absl::Status KVServerDaemon::RegisterAndServe() {
     const ShardStore::Stats stats = engine->stats();
     beat.set_num_keys(stats.num_keys);
     beat.set_num_bytes(stats.num_bytes);
+    beat.set_max_round(engine->MaxRoundStarted());
+    beat.set_restored_round(controller->restored_round());
+    beat.set_restored_checkpoint(controller->restored_checkpoint());
     proto::HeartbeatResponse reply;
     grpc::ClientContext context;
     if (secured) context.AddMetadata(kNodeTokenKey, credential);
@@ -329,6 +333,14 @@ absl::Status KVServerDaemon::RegisterAndServe() {
     const grpc::Status status = stub->Heartbeat(&context, beat, &reply);
     if (status.ok()) {
       last_contact = absl::Now();
+      if (reply.shutdown() && reply.job_failed()) {
+        // Answer the pushes still waiting for a round, naming why, before exiting non-zero.
+        engine->FailRounds(reply.failure());
+        spdlog::error("kvserver rank {}: the job failed: {}", registration.rank(),
+                      reply.failure());
+        absl::SleepFor(std::max(interval, absl::Milliseconds(500)));
+        return absl::AbortedError(absl::StrCat("the job failed: ", reply.failure()));
+      }
       if (reply.shutdown()) {
         spdlog::info("kvserver rank {}: the job is over, exiting", registration.rank());
         return absl::OkStatus();

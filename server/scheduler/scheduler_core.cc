@@ -70,6 +70,18 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
     const int group_size = role == NodeRole::kServer ? options_.num_servers : options_.num_workers;
     int registered = 0;
     for (const auto& [id, node] : nodes_) registered += node.role == role;
+    std::optional<Registration> replaced;
+    if (role == NodeRole::kServer && complete_ && !ShutdownLocked() && requested_rank >= 0 &&
+        requested_rank < group_size && !address.empty()) {
+      replaced = ReplaceServer(requested_rank, address, hostname, now);
+    }
+    if (replaced.has_value()) {
+      // Outside the lock: `done` may call back.
+      mu_.Unlock();
+      done(*std::move(replaced));
+      mu_.Lock();
+      return;
+    }
     if (registration_failed_) {
       error = absl::DeadlineExceededError(
           "the job's registration window has closed (some nodes never came); restart the job");
@@ -264,8 +276,24 @@ absl::StatusOr<bool> SchedulerCore::Heartbeat(uint64_t node_id, absl::Time now,
   }
   it->second.last_heartbeat = std::max(it->second.last_heartbeat, now);
   if (it->second.role == NodeRole::kServer) {
-    it->second.num_keys = load.num_keys;
-    it->second.num_bytes = load.num_bytes;
+    NodeInfo& node = it->second;
+    node.num_keys = load.num_keys;
+    node.num_bytes = load.num_bytes;
+    node.max_round = std::max(node.max_round, load.max_round);
+    if (!node.replaced_address.empty() && node.restored_round == -1) {
+      // The first heartbeat of a server that replaced a dead one says what it restored.
+      node.restored_round = std::max<int64_t>(load.restored_round, 0);
+      const std::string what =
+          load.restored_round >= 0
+              ? absl::StrCat("restarted from checkpoint ", load.restored_checkpoint,
+                             " at round ", load.restored_round)
+              : std::string("restarted without a checkpoint (every value it held is lost)");
+      data_loss_.push_back(absl::StrCat(
+          "server ", node.rank, " (was ", node.replaced_address, ", now ", node.address,
+          ", node ", node_id, ") died and was ", what, ": the updates of rounds ",
+          node.restored_round + 1, " to ", std::max(node.replaced_round, node.restored_round),
+          " (at least) that it had acknowledged are lost"));
+    }
   }
   const bool over = ShutdownLocked();
   if (over) it->second.released = true;
@@ -326,7 +354,7 @@ bool SchedulerCore::servers_released_or_gone(absl::Time now, absl::Duration gone
   return done == options_.num_servers;
 }
 
-absl::Status SchedulerCore::Finish(uint64_t node_id, absl::Time now) {
+absl::Status SchedulerCore::Finish(uint64_t node_id, absl::Time now, std::string failure) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(node_id);
   if (it == nodes_.end()) {
@@ -341,8 +369,60 @@ absl::Status SchedulerCore::Finish(uint64_t node_id, absl::Time now) {
   if (!it->second.finished) {
     it->second.finished = true;
     ++finished_workers_;
+    if (!failure.empty()) {
+      it->second.failed = true;
+      it->second.failure = failure;
+      if (failure_.empty()) {
+        failure_ = absl::StrCat("worker ", it->second.rank, " (node ", node_id, " on ",
+                                it->second.hostname, ") failed: ", failure);
+      }
+      // The job cannot go on without it (no round would complete): it fails now, and the
+      // workers still running hear why instead of waiting for their deadlines.
+      if (shutdown_reason_.empty()) shutdown_reason_ = failure_;
+    }
   }
   return absl::OkStatus();
+}
+
+absl::Status SchedulerCore::DeadWorkers(absl::Time now) const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (!complete_ || ShutdownLocked() || options_.heartbeat_timeout == absl::InfiniteDuration()) {
+    return absl::OkStatus();
+  }
+  std::vector<std::string> dead;
+  for (const auto& [id, node] : nodes_) {
+    if (node.role != NodeRole::kWorker || node.finished) continue;
+    const absl::Duration quiet = now - node.last_heartbeat;
+    if (quiet <= options_.heartbeat_timeout) continue;
+    dead.push_back(absl::StrCat("worker ", node.rank, " (node ", id, " on ", node.hostname,
+                                ") has sent no heartbeat for ",
+                                absl::FormatDuration(absl::Trunc(quiet, absl::Milliseconds(100))),
+                                " (heartbeat timeout ",
+                                absl::FormatDuration(options_.heartbeat_timeout), "): it is dead"));
+  }
+  if (dead.empty()) return absl::OkStatus();
+  return absl::AbortedError(absl::StrJoin(dead, "; "));
+}
+
+void SchedulerCore::FailJob(std::string reason, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, node] : nodes_) {
+    if (node.role != NodeRole::kWorker || node.finished || node.failed) continue;
+    const absl::Duration quiet = now - node.last_heartbeat;
+    if (options_.heartbeat_timeout != absl::InfiniteDuration() &&
+        quiet > options_.heartbeat_timeout) {
+      node.failed = true;
+      node.failure = absl::StrCat("died: no heartbeat for ",
+                                  absl::FormatDuration(absl::Trunc(quiet, absl::Milliseconds(100))));
+    }
+  }
+  if (failure_.empty()) failure_ = reason;
+  if (shutdown_reason_.empty()) shutdown_reason_ = std::move(reason);
+}
+
+std::string SchedulerCore::job_failure() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return ShutdownLocked() ? failure_ : std::string();
 }
 
 int SchedulerCore::NumDeadNodes(int group, absl::Duration timeout, absl::Time now) const {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,9 @@ struct SchedulerOptions {
   // Once every worker that has not finished has been silent this long, the job is abandoned
   // (see WorkersLost); absl::InfiniteDuration(): never.
   absl::Duration workers_lost_timeout = absl::Minutes(5);
+  // A worker that has not finished and has sent no heartbeat for this long is dead, and a job
+  // in "fail" mode fails, naming it (DeadWorkers); absl::InfiniteDuration(): never.
+  absl::Duration heartbeat_timeout = absl::InfiniteDuration();
 };
 
 struct ServerEntry {
@@ -95,12 +99,24 @@ struct NodeInfo {
   int64_t num_bytes = 0;
   // Whether a heartbeat has told the node that the job is over.
   bool released = false;
+  // Workers: failed (finished with an error, or died), and why.
+  bool failed = false;
+  std::string failure;
+  // Servers: the highest round reported, and the checkpoint round restored (-1: none).
+  int64_t max_round = 0;
+  int64_t restored_round = -1;
+  // Servers that replaced a dead one: its address and last reported round (-1: none).
+  std::string replaced_address;
+  int64_t replaced_round = -1;
 };
 
 // What a server reports with its heartbeat.
 struct ServerLoad {
   int64_t num_keys = 0;
   int64_t num_bytes = 0;
+  int64_t max_round = 0;
+  int64_t restored_round = -1;
+  std::string restored_checkpoint;
 };
 
 class SchedulerCore {
@@ -142,8 +158,20 @@ class SchedulerCore {
   // `gone_after` (it stopped on its own, e.g. on SIGTERM, and will never ask).
   bool servers_released_or_gone(absl::Time now, absl::Duration gone_after) const;
 
-  // Finish records that a worker is done; when every worker is, the job is over.
-  absl::Status Finish(uint64_t node_id, absl::Time now);
+  // Finish records that a worker is done, with `failure` (empty: it succeeded) naming why it
+  // failed; when every worker is, the job is over. A failed worker ends the job at once, as
+  // failed, naming it.
+  absl::Status Finish(uint64_t node_id, absl::Time now, std::string failure = "");
+
+  // DeadWorkers returns Aborted naming every unfinished worker (rank, node, host, how long
+  // silent) that has sent no heartbeat for heartbeat_timeout, while the job runs; OK otherwise.
+  absl::Status DeadWorkers(absl::Time now) const;
+  // FailJob ends the job as failed with `reason` (kept when the job already failed), marking
+  // the workers silent for heartbeat_timeout as failed (died).
+  void FailJob(std::string reason, absl::Time now);
+  // job_failure returns why the job failed - FailJob's reason, or the first failed worker's -
+  // once the job is over; "" while it runs or when it succeeded.
+  std::string job_failure() const;
 
   // NumDeadNodes counts the registered nodes of `group` whose last heartbeat is older than
   // `timeout` (finished workers are not dead; nodes waiting for the job to complete are alive).
@@ -166,6 +194,9 @@ class SchedulerCore {
   // rank 1" while registering, "barrier: 3 of 4 workers; waiting for worker 2 on HOST" per open
   // barrier. Empty when nothing waits (scheduler_core_progress.cc).
   std::vector<std::string> Progress() const;
+  // data_loss returns one message per server restarted into the running job (ReplaceServer),
+  // naming it and the rounds whose updates were lost, once it has said what it restored.
+  std::vector<std::string> data_loss() const;
 
   // Nodes returns every registered node (servers by rank, then workers by rank).
   std::vector<NodeInfo> Nodes() const;
@@ -189,6 +220,13 @@ class SchedulerCore {
 
   explicit SchedulerCore(const SchedulerOptions& options) : options_(options) {}
 
+  // ReplaceServer lets a server asking for rank `rank` of an assembled job take the place of
+  // the server of that rank when that one has been silent for more than two heartbeat
+  // intervals (it died): the new node gets that rank and a new node id, the cluster view its
+  // address. Returns the registration, or nothing when the rank's server is alive.
+  std::optional<Registration> ReplaceServer(int rank, const std::string& address,
+                                            const std::string& hostname, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // AssignRanks gives every node its rank once all have registered.
   void AssignRanks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int GroupSize(int group) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -212,6 +250,8 @@ class SchedulerCore {
   int finished_workers_ ABSL_GUARDED_BY(mu_) = 0;
   std::string mode_ ABSL_GUARDED_BY(mu_);
   std::string shutdown_reason_ ABSL_GUARDED_BY(mu_);  // Set by RequestShutdown.
+  std::string failure_ ABSL_GUARDED_BY(mu_);  // Set by FailJob or a failed worker's Finish.
+  std::vector<std::string> data_loss_ ABSL_GUARDED_BY(mu_);
 
   bool ShutdownLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 };

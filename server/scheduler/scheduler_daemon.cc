@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "absl/random/random.h"
+
 #include "absl/strings/str_cat.h"
 #include "common/advertise.h"
 #include "common/grpc_channel.h"
@@ -38,6 +40,21 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   daemon->service_ = std::make_unique<SchedulerService>(
       daemon->core_.get(), daemon->options_.command_timeout, daemon->options_.security.secret,
       std::move(to_servers));
+  CheckpointCoordinatorOptions checkpoints = daemon->options_.checkpoints;
+  if (checkpoints.job_id.empty()) {
+    absl::BitGen random;
+    checkpoints.job_id = absl::StrCat(
+        absl::Hex(absl::Uniform<uint64_t>(random), absl::kZeroPad16));
+  }
+  SchedulerCore* core = daemon->core_.get();
+  SchedulerService* service = daemon->service_.get();
+  daemon->coordinator_ = std::make_unique<CheckpointCoordinator>(
+      checkpoints,
+      [service](int rank, int head, const std::string& body) {
+        return service->CallServer(rank, head, body);
+      },
+      [core] { return core->view(); }, [core] { return !core->shutdown_requested(); });
+  daemon->service_->SetCheckpointCoordinator(daemon->coordinator_.get());
   grpc::ServerBuilder builder;
   ServerLimits limits = ServerLimits::ForRequests(daemon->options_.max_request_bytes);
   limits.max_concurrent_calls = SchedulerDaemonOptions::kMaxCallsPerConnection;
@@ -96,6 +113,7 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
 SchedulerDaemon::~SchedulerDaemon() {
   Shutdown();
   if (ticker_.joinable()) ticker_.join();
+  coordinator_.reset();
 }
 
 std::string SchedulerDaemon::address() const {
@@ -252,16 +270,29 @@ absl::Status SchedulerDaemon::Tick() {
     }
     if (const absl::Status lost = core_->WorkersLost(now); !lost.ok()) {
       spdlog::error("scheduler: {}", std::string(lost.message()));
-      core_->RequestShutdown(std::string(lost.message()));
+      core_->FailJob(std::string(lost.message()), now);
       outcome = lost;
+    }
+    // A dead worker fails the job within the heartbeat timeout, naming it: a dist_sync round
+    // cannot complete without it (docs/reliability.md).
+    if (const absl::Status dead = core_->DeadWorkers(now); !dead.ok()) {
+      spdlog::error("scheduler: the job failed: {}", std::string(dead.message()));
+      core_->FailJob(std::string(dead.message()), now);
+      outcome = dead;
+    }
+    if (outcome.ok() && !core_->job_failure().empty()) {
+      outcome = absl::AbortedError(absl::StrCat("the job failed: ", core_->job_failure()));
     }
     if (!core_->shutdown_requested()) continue;
     if (over_since == absl::InfiniteFuture()) {
       over_since = now;
       spdlog::info("scheduler: the job is over ({})", core_->shutdown_reason());
     }
-    // Leave time for workers still heartbeating to hear it too.
-    if (core_->servers_released_or_gone(now, linger) && now - over_since > linger) return outcome;
+    // Leave time for workers still heartbeating to hear it too, and, when the job failed, for
+    // `kvctl status` to show who failed.
+    const absl::Duration stay =
+        core_->job_failure().empty() ? linger : std::max(linger, absl::Seconds(3));
+    if (core_->servers_released_or_gone(now, linger) && now - over_since > stay) return outcome;
     if (now - over_since > options_.shutdown_grace) {
       spdlog::warn("scheduler: servers did not all hear the end within {}; exiting",
                    absl::FormatDuration(options_.shutdown_grace));

@@ -24,6 +24,7 @@
 #include "common/metrics_http.h"
 #include "common/metrics_registry.h"
 #include "common/security_options.h"
+#include "server/scheduler/checkpoint_coordinator.h"
 #include "server/scheduler/scheduler_core.h"
 #include "server/scheduler/scheduler_service.h"
 
@@ -43,6 +44,9 @@ struct SchedulerDaemonOptions {
   absl::Duration command_timeout = absl::Seconds(60);
   // The job secret (calls unchecked without one) and TLS (common/security_options.h).
   SecurityOptions security;
+  // Checkpoint sets and periodic checkpoints (checkpoint_coordinator.h); an empty job id is
+  // drawn at random when the scheduler starts.
+  CheckpointCoordinatorOptions checkpoints;
   // The largest request the scheduler receives, in bytes; gRPC buffers at most about twice
   // that, and 64 MiB at least, for all connections together (ServerLimits::ForRequests). The
   // scheduler's requests are small, except the optimizer states a worker loads
@@ -102,6 +106,8 @@ class SchedulerDaemon {
   absl::Time last_progress_ = absl::InfinitePast();
   std::map<uint64_t, bool> dead_;  // By node id: whether last seen dead.
   bool job_running_ = false;
+  // Declared after the service it calls, so destroyed first.
+  std::unique_ptr<CheckpointCoordinator> coordinator_;
   std::thread ticker_;
   absl::Notification stop_;
   absl::Notification done_;

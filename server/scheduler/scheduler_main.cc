@@ -16,6 +16,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/advertise.h"
 #include "common/environment.h"
@@ -50,6 +51,10 @@ ABSL_FLAG(absl::Duration, workers_lost_timeout, absl::Minutes(5),
           "End the job (the servers exit, the scheduler exits 1) once every worker that has not "
           "finished has sent no heartbeat for this long; inf: never.");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Heartbeat period of every node.");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
+          "A worker that has not finished and has sent no heartbeat for this long is dead: the "
+          "job fails, naming it (the servers fail the pushes waiting for it, every daemon exits "
+          "non-zero); inf: never.");
 ABSL_FLAG(int64_t, max_request_bytes, kvstore::SchedulerDaemonOptions::kDefaultMaxRequestBytes,
           "The largest request the scheduler accepts, in bytes; a bigger one is refused with "
           "RESOURCE_EXHAUSTED. Raise it when workers load optimizer states bigger than this "
@@ -60,6 +65,15 @@ ABSL_FLAG(int, metrics_port, -1,
 ABSL_FLAG(std::string, log_level, "",
           "trace, debug, info, warn, error or off; empty: KV_LOG_LEVEL, else PS_VERBOSE (1: "
           "debug, 2: trace), else info.");
+ABSL_FLAG(std::string, checkpoint_every, "",
+          "Periodic checkpoints: N (every N dist_sync rounds) or a duration (30s, 5m); empty: "
+          "none. Each is one cut of every server, into --checkpoint_prefix/ckpt-NNNNNN below "
+          "each kvserver's --checkpoint_root (docs/reliability.md).");
+ABSL_FLAG(std::string, checkpoint_prefix, "checkpoints",
+          "Directory, below each kvserver's checkpoint root, of the periodic checkpoints.");
+ABSL_FLAG(int, checkpoint_keep, 3, "Periodic checkpoints kept (older ones are removed); 0: all.");
+ABSL_FLAG(absl::Duration, checkpoint_timeout, absl::Seconds(60),
+          "How long a checkpoint may wait for every key to reach the cut's round.");
 
 namespace kvstore {
 namespace {
@@ -95,8 +109,22 @@ absl::Status Run() {
   options.job.barrier_timeout = absl::GetFlag(FLAGS_barrier_timeout);
   options.job.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.job.workers_lost_timeout = absl::GetFlag(FLAGS_workers_lost_timeout);
+  options.job.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  const std::string every = absl::GetFlag(FLAGS_checkpoint_every);
+  if (!every.empty() && !absl::SimpleAtoi(every, &options.checkpoints.every_rounds) &&
+      !absl::ParseDuration(every, &options.checkpoints.every_time)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint_every=", every, " is neither a number of rounds nor a duration"));
+  }
+  if (options.checkpoints.every_rounds < 0 ||
+      options.checkpoints.every_time < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--checkpoint_every must not be negative");
+  }
+  options.checkpoints.prefix = absl::GetFlag(FLAGS_checkpoint_prefix);
+  options.checkpoints.keep = absl::GetFlag(FLAGS_checkpoint_keep);
+  options.checkpoints.cut_timeout = absl::GetFlag(FLAGS_checkpoint_timeout);
   if (options.job.heartbeat_interval < absl::Milliseconds(10)) {
     return absl::InvalidArgumentError("--heartbeat_interval must be at least 10ms");
   }

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/wire_frame.h"
@@ -15,6 +17,8 @@ namespace {
 
 // The scheduler's own node id (SchedulerCore issues 2, 3, ... to the others).
 constexpr uint64_t kSchedulerNodeId = 1;
+// Controller command 4 (server/core/controller.h): a checkpoint.
+constexpr int kCheckpointCommand = 4;
 
 void ViewToProto(const ClusterView& view, proto::ClusterView* out) {
   out->set_num_servers(view.num_servers);
@@ -207,8 +211,16 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
         if (!status.ok()) return done(status);
         const absl::StatusOr<bool> over =
             core_->Heartbeat(request.node_id(), absl::Now(),
-                             ServerLoad{request.num_keys(), request.num_bytes()});
+                             ServerLoad{request.num_keys(), request.num_bytes(),
+                                        request.max_round(), request.restored_round(),
+                                        request.restored_checkpoint()});
         if (over.ok()) response->set_shutdown(*over);
+        for (std::string& loss : core_->data_loss()) response->add_data_loss(std::move(loss));
+        if (over.ok() && *over) {
+          const std::string failure = core_->job_failure();
+          response->set_job_failed(!failure.empty());
+          response->set_failure(failure);
+        }
         done(over.status());
       });
 }
@@ -253,6 +265,16 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
                                      proto::CommandResponse* response, Done done) {
   absl::StatusOr<ClusterView> view = core_->view();
   if (!view.ok()) return done(view.status());
+  if (request.head() == kCheckpointCommand && coordinator_ != nullptr) {
+    // A checkpoint is one cut of every server, written as a set (checkpoint_coordinator.h).
+    coordinator_->Request(request.body(), [response, done = std::move(done)](
+                                              absl::StatusOr<std::vector<std::string>> paths) {
+      if (!paths.ok()) return done(paths.status());
+      for (std::string& path : *paths) response->add_replies(std::move(path));
+      done(absl::OkStatus());
+    });
+    return;
+  }
   // One raw call per server; the last to complete answers.
   struct FanOut {
     absl::Mutex mu;
@@ -312,6 +334,42 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
   }
 }
 
+absl::StatusOr<std::string> SchedulerService::CallServer(int rank, int head,
+                                                        const std::string& body) {
+  ASSIGN_OR_RETURN(const ClusterView view, core_->view());
+  if (rank < 0 || rank >= static_cast<int>(view.servers.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("no server of rank ", rank));
+  }
+  const ServerEntry server = view.servers[rank];
+  proto::ServerCommandRequest command;
+  command.set_node_id(kSchedulerNodeId);
+  command.set_head(head);
+  command.set_body(body);
+  grpc::ByteBuffer request = EncodeMessage(command), reply;
+  grpc::ClientContext context;
+  context.set_deadline(GrpcDeadline(absl::Now() + command_timeout_));
+  if (node_key_.has_value()) {
+    context.AddMetadata(kNodeTokenKey,
+                        NodeCredential(kSchedulerNodeId, node_key_->TokenFor(kSchedulerNodeId)));
+  }
+  absl::Notification finished;
+  absl::Status result;
+  ServerStub(server.address)
+      ->UnaryCall(&context, "/kvstore.proto.KVServer/Command", grpc::StubOptions(), &request,
+                  &reply, [&](grpc::Status grpc_status) {
+                    result = FromGrpcStatus(grpc_status);
+                    finished.Notify();
+                  });
+  finished.WaitForNotification();
+  proto::ServerCommandResponse response;
+  if (result.ok()) result = DecodeMessage(reply, &response);
+  if (!result.ok()) {
+    return absl::Status(result.code(), absl::StrCat("server ", server.rank, " at ",
+                                                    server.address, ": ", result.message()));
+  }
+  return response.reply();
+}
+
 grpc::ServerUnaryReactor* SchedulerService::ClusterStatus(grpc::CallbackServerContext* context,
                                                           const grpc::ByteBuffer* request,
                                                           grpc::ByteBuffer* response) {
@@ -340,6 +398,8 @@ absl::Status SchedulerService::HandleClusterStatus(const proto::ClusterStatusReq
     out->set_address(node.address);
     out->set_hostname(node.hostname);
     out->set_finished(node.finished);
+    out->set_failed(node.failed);
+    out->set_failure(node.failure);
     out->set_last_heartbeat_age_s(absl::ToDoubleSeconds(now - node.last_heartbeat));
     out->set_alive(node.finished || now - node.last_heartbeat <= timeout);
     out->set_num_keys(node.num_keys);
@@ -357,7 +417,7 @@ grpc::ServerUnaryReactor* SchedulerService::Finish(grpc::CallbackServerContext* 
       context, request, response, "Finish",
       [this, context](const proto::FinishRequest& request, proto::FinishResponse*, Done done) {
         absl::Status status = Check(*context, Allowed::kSelf, request.node_id());
-        if (status.ok()) status = core_->Finish(request.node_id(), absl::Now());
+        if (status.ok()) status = core_->Finish(request.node_id(), absl::Now(), request.failure());
         done(status);
       });
 }

@@ -33,6 +33,7 @@
 #include "common/job_auth.h"
 #include "proto/kvstore.grpc.pb.h"
 #include "common/metrics_registry.h"
+#include "server/scheduler/checkpoint_coordinator.h"
 #include "server/scheduler/scheduler_core.h"
 
 namespace kvstore {
@@ -81,6 +82,17 @@ class SchedulerService final : public RawSchedulerService {
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
 
+  // SetCheckpointCoordinator makes checkpoint commands (head 4) run as checkpoint sets through
+  // `coordinator` (server/scheduler/checkpoint_coordinator.h), which must outlive the service.
+  // Call it before serving.
+  void SetCheckpointCoordinator(CheckpointCoordinator* coordinator) {
+    coordinator_ = coordinator;
+  }
+  // CallServer sends controller command `head` with `body` to the server of `rank` and waits
+  // for its reply (at most the command timeout). Errors name the server. Blocks: never call it
+  // from a gRPC reaction.
+  absl::StatusOr<std::string> CallServer(int rank, int head, const std::string& body);
+
  private:
   using Done = std::function<void(absl::Status)>;
   // Who may make a call.
@@ -109,6 +121,7 @@ class SchedulerService final : public RawSchedulerService {
   std::optional<std::string> job_token_;
   std::optional<NodeKey> node_key_;
   std::shared_ptr<grpc::ChannelCredentials> server_credentials_;  // Calls to the servers.
+  CheckpointCoordinator* coordinator_ = nullptr;
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<grpc::GenericStub>> stubs_ ABSL_GUARDED_BY(mu_);
 };

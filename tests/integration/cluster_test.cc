@@ -423,9 +423,9 @@ TEST_CASE("Cluster: kvctl status, command fan-out and shutdown", "[cluster][kvct
     REQUIRE(written.find(absl::StrCat("server ", s, ": ", path)) != std::string::npos);
     REQUIRE(ReadTextFile(path).rfind(std::string("KVSTATE\0", 8), 0) == 0);
   }
-  const std::string bad = cluster.Kvctl({"command", "9", "x"}, &code);
+  const std::string bad = cluster.Kvctl({"command", "15", "x"}, &code);
   REQUIRE(code == 1);
-  REQUIRE(bad.find("no controller for command head 9") != std::string::npos);
+  REQUIRE(bad.find("no controller for command head 15") != std::string::npos);
   cluster.Kvctl({"shutdown"}, &code);
   REQUIRE(code == 0);
   Cluster::ExpectExit(cluster.server(0), 0);
@@ -454,9 +454,9 @@ TEST_CASE("Cluster: once every worker is gone, the scheduler ends the job and na
   REQUIRE_FALSE(cluster.scheduler().Exited(absl::Seconds(4)));
   REQUIRE_FALSE(cluster.server(0).Exited(absl::ZeroDuration()));
   w1.Kill();
-  // The server still holds worker 0's push of a key worker 1 never pushed; ending the job with
-  // it open is a clean exit.
-  Cluster::ExpectExit(cluster.server(0), 0);
+  // The job failed (its workers died): the server exits non-zero too, naming them.
+  Cluster::ExpectExit(cluster.server(0), 1);
+  REQUIRE(cluster.server(0).output().find("worker 1 (node") != std::string::npos);
   Cluster::ExpectExit(cluster.scheduler(), 1);
   const std::string log = cluster.scheduler().output();
   REQUIRE(log.find("the job is abandoned") != std::string::npos);

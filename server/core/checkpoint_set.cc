@@ -1,0 +1,118 @@
+#include "server/core/checkpoint_set.h"
+
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/state_file.h"
+#include "common/status_macros.h"
+#include "server/core/controller.h"
+
+namespace kvstore {
+
+std::string PendingFileName(int rank) { return CheckpointFileName(rank) + ".pending"; }
+
+namespace {
+
+// ServerFileRank returns R for "server-R.ckpt", -1 for any other name.
+int ServerFileRank(absl::string_view name) {
+  if (!absl::ConsumePrefix(&name, "server-") || !absl::ConsumeSuffix(&name, ".ckpt")) return -1;
+  int rank = -1;
+  if (!absl::SimpleAtoi(name, &rank) || rank < 0 || absl::StrCat(rank) != name) return -1;
+  return rank;
+}
+
+}  // namespace
+
+absl::StatusOr<VerifiedSet> VerifyCheckpointSet(const ConfinedDirectory& dir, int rank,
+                                                int num_servers, const std::string& mode,
+                                                int64_t chunk_bytes) {
+  VerifiedSet set;
+  const std::string manifest_path = dir.PathOf(kManifestFileName);
+  absl::StatusOr<std::string> manifest_bytes =
+      dir.ReadStateFile(kManifestFileName, StateKind::kCheckpointManifest);
+  if (absl::IsNotFound(manifest_bytes.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        manifest_path, " is missing: ", dir.path(),
+        " does not hold a complete checkpoint set (the manifest is written last, once every "
+        "server's file is in place; a partial or interrupted checkpoint has none)"));
+  }
+  RETURN_IF_ERROR(manifest_bytes.status());
+  if (!set.manifest.ParseFromString(*manifest_bytes)) {
+    return absl::DataLossError(absl::StrCat(manifest_path, ": the manifest does not parse"));
+  }
+  const proto::CheckpointManifest& manifest = set.manifest;
+  auto shape = [&](absl::string_view what, auto saved, auto now) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        manifest_path, ": the checkpoint was written by a job with ", what, " ", saved,
+        ", this job has ", now));
+  };
+  if (manifest.num_servers() != num_servers) {
+    return shape("servers:", manifest.num_servers(), num_servers);
+  }
+  if (manifest.mode() != mode) return shape("mode", manifest.mode(), mode);
+  if (manifest.chunk_bytes() != chunk_bytes) {
+    return shape("chunk bytes", manifest.chunk_bytes(), chunk_bytes);
+  }
+  if (manifest.files_size() != num_servers) {
+    return absl::DataLossError(absl::StrCat(manifest_path, ": lists ", manifest.files_size(),
+                                            " files for ", num_servers, " servers"));
+  }
+  std::map<std::string, const proto::CheckpointManifest::File*> listed;
+  for (const auto& file : manifest.files()) listed[file.name()] = &file;
+  ASSIGN_OR_RETURN(std::vector<std::string> names, dir.FileNames());
+  bool own_seen = false;
+  for (const std::string& name : names) {
+    const int file_rank = ServerFileRank(name);
+    if (file_rank < 0) continue;
+    const std::string path = dir.PathOf(name);
+    auto it = listed.find(name);
+    if (it == listed.end()) {
+      return absl::DataLossError(absl::StrCat(
+          path, " is not part of checkpoint ", manifest.checkpoint_id(), " (", manifest_path,
+          " lists ", manifest.files_size(), " files): a file of another checkpoint"));
+    }
+    ASSIGN_OR_RETURN(std::string payload, dir.ReadStateFile(name, StateKind::kShardCheckpoint));
+    if (payload.size() != it->second->payload_bytes() ||
+        Crc32(payload) != it->second->payload_crc32()) {
+      return absl::DataLossError(absl::StrCat(
+          path, " does not match ", manifest_path, " (", payload.size(), " bytes, CRC-32 ",
+          Crc32(payload), "; the manifest says ", it->second->payload_bytes(), " bytes, CRC-32 ",
+          it->second->payload_crc32(),
+          "): the directory mixes files of two checkpoints, or the file was replaced"));
+    }
+    proto::ShardCheckpoint checkpoint;
+    if (!checkpoint.ParseFromString(payload)) {
+      return absl::DataLossError(absl::StrCat(path, ": the checkpoint does not parse"));
+    }
+    if (checkpoint.job_id() != manifest.job_id() ||
+        checkpoint.checkpoint_id() != manifest.checkpoint_id() ||
+        checkpoint.round() != manifest.round() || checkpoint.server_rank() != file_rank) {
+      return absl::DataLossError(absl::StrCat(
+          path, " belongs to job ", checkpoint.job_id(), " checkpoint ",
+          checkpoint.checkpoint_id(), " round ", checkpoint.round(), " (server ",
+          checkpoint.server_rank(), "), but ", manifest_path, " is job ", manifest.job_id(),
+          " checkpoint ", manifest.checkpoint_id(), " round ", manifest.round()));
+    }
+    if (file_rank == rank) {
+      own_seen = true;
+      set.own = std::move(checkpoint);
+    }
+  }
+  if (!own_seen) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir.PathOf(CheckpointFileName(rank)), " is missing from checkpoint ",
+        manifest.checkpoint_id(), " (", manifest_path, " lists it): the set is partial"));
+  }
+  return set;
+}
+
+absl::Status RemoveCheckpointSetFiles(const ConfinedDirectory& dir, int rank) {
+  RETURN_IF_ERROR(dir.RemoveFile(kManifestFileName));
+  RETURN_IF_ERROR(dir.RemoveFile(CheckpointFileName(rank)));
+  return dir.RemoveFile(PendingFileName(rank));
+}
+
+}  // namespace kvstore

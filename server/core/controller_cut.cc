@@ -1,0 +1,150 @@
+// Controller: the steps of a checkpoint set (commands 7-12, checkpoint_set.h) on one server.
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/state_file.h"
+#include "common/status_macros.h"
+#include "server/core/checkpoint_set.h"
+#include "server/core/controller.h"
+
+namespace kvstore {
+namespace {
+
+// SplitFields cuts `body` into `n` fields at spaces; the last keeps the rest (a DIR).
+absl::StatusOr<std::vector<std::string>> SplitFields(absl::string_view body, size_t n,
+                                                     absl::string_view usage) {
+  std::vector<std::string> fields = absl::StrSplit(body, absl::MaxSplits(' ', n - 1));
+  if (fields.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint command body \"", body, "\" is not \"", usage, "\""));
+  }
+  return fields;
+}
+
+// RemoveIfEmpty removes the directory `dir` below `root` when it is empty (a checkpoint that
+// created it and was aborted, or an old set just removed); nothing otherwise.
+absl::Status RemoveIfEmpty(const CheckpointRoot& root, std::string dir) {
+  while (!dir.empty() && dir.back() == '/') dir.pop_back();
+  const size_t slash = dir.find_last_of('/');
+  const std::string parent = slash == std::string::npos ? "." : dir.substr(0, slash);
+  const std::string name = slash == std::string::npos ? dir : dir.substr(slash + 1);
+  if (name.empty() || name == ".") return absl::OkStatus();
+  absl::StatusOr<ConfinedDirectory> above = root.OpenDirectory(parent, /*create=*/false);
+  if (!above.ok()) return above.status();
+  const absl::Status removed = above->RemoveEmptySubdirectory(name);
+  return absl::IsFailedPrecondition(removed) ? absl::OkStatus() : removed;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Controller::RunCut(int head, absl::string_view body) {
+  switch (head) {
+    case kCommandCutBegin: {
+      const std::string id(absl::StripAsciiWhitespace(body));
+      ASSIGN_OR_RETURN(int64_t started, engine_->BeginCut());
+      absl::MutexLock lock(&cut_mu_);
+      cut_id_ = id;
+      return absl::StrCat(started);
+    }
+    case kCommandCutLimit: {
+      ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 2, "ID ROUND"));
+      int64_t round = 0;
+      if (!absl::SimpleAtoi(f[1], &round)) {
+        return absl::InvalidArgumentError(absl::StrCat("not a round: ", f[1]));
+      }
+      {
+        absl::MutexLock lock(&cut_mu_);
+        if (cut_id_ != f[0]) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("checkpoint ", f[0], " is not being cut here (", cut_id_, " is)"));
+        }
+      }
+      RETURN_IF_ERROR(engine_->LimitCut(round));
+      return std::string("limited");
+    }
+    case kCommandCutWrite: {
+      ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 4, "ID ROUND JOB DIR"));
+      int64_t round = 0;
+      if (!absl::SimpleAtoi(f[1], &round)) {
+        return absl::InvalidArgumentError(absl::StrCat("not a round: ", f[1]));
+      }
+      {
+        absl::MutexLock lock(&cut_mu_);
+        if (cut_id_ != f[0]) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("checkpoint ", f[0], " is not being cut here (", cut_id_, " is)"));
+        }
+      }
+      const std::string lagging = engine_->CutLagging();
+      if (!lagging.empty()) return absl::StrCat("waiting: ", lagging);
+      ASSIGN_OR_RETURN(const ConfinedDirectory directory,
+                       CheckpointDirectory(f[3], /*create=*/true));
+      RETURN_IF_ERROR(directory.CheckNotLink(CheckpointFileName(rank_)));
+      RETURN_IF_ERROR(directory.CheckNotLink(kManifestFileName));
+      ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->Snapshot());
+      // The cut is in memory: the held pushes go on while the file is written.
+      engine_->EndCut();
+      proto::ShardCheckpoint checkpoint = MakeCheckpoint(snapshot);
+      checkpoint.set_job_id(f[2]);
+      checkpoint.set_checkpoint_id(f[0]);
+      checkpoint.set_round(engine_->sync() ? round : -1);
+      const std::string payload = checkpoint.SerializeAsString();
+      RETURN_IF_ERROR(directory
+                          .WriteStateFile(PendingFileName(rank_), StateKind::kShardCheckpoint,
+                                          payload)
+                          .status());
+      return absl::StrCat("written ", payload.size(), " ", Crc32(payload));
+    }
+    case kCommandCutCommit: {
+      ASSIGN_OR_RETURN(const ConfinedDirectory directory,
+                       CheckpointDirectory(std::string(body), /*create=*/false));
+      RETURN_IF_ERROR(directory.RemoveFile(kManifestFileName));
+      RETURN_IF_ERROR(directory.RenameFile(PendingFileName(rank_), CheckpointFileName(rank_)));
+      return directory.PathOf(CheckpointFileName(rank_));
+    }
+    case kCommandCutPublish: {
+      const size_t newline = body.find('\n');
+      if (newline == absl::string_view::npos) {
+        return absl::InvalidArgumentError("publish: the body is not \"DIR\\nMANIFEST\"");
+      }
+      proto::CheckpointManifest manifest;
+      const absl::string_view bytes = body.substr(newline + 1);
+      if (!manifest.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+        return absl::InvalidArgumentError("publish: the manifest does not parse");
+      }
+      ASSIGN_OR_RETURN(const ConfinedDirectory directory,
+                       CheckpointDirectory(std::string(body.substr(0, newline)), false));
+      return directory.WriteStateFile(kManifestFileName, StateKind::kCheckpointManifest,
+                                      manifest.SerializeAsString());
+    }
+    case kCommandCutAbort: {
+      if (absl::ConsumePrefix(&body, "remove ")) {
+        const std::string dir(body);
+        ASSIGN_OR_RETURN(const ConfinedDirectory directory, CheckpointDirectory(dir, false));
+        RETURN_IF_ERROR(RemoveCheckpointSetFiles(directory, rank_));
+        // The directory itself, once empty (servers sharing it: the last one removes it).
+        RETURN_IF_ERROR(RemoveIfEmpty(*checkpoint_root_, dir));
+        return absl::StrCat("removed ", directory.path());
+      }
+      ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 2, "ID DIR"));
+      {
+        absl::MutexLock lock(&cut_mu_);
+        if (cut_id_ == f[0]) cut_id_.clear();
+      }
+      engine_->EndCut();
+      absl::StatusOr<ConfinedDirectory> directory = CheckpointDirectory(f[1], false);
+      if (directory.ok()) {
+        RETURN_IF_ERROR(directory->RemoveFile(PendingFileName(rank_)));
+        RETURN_IF_ERROR(RemoveIfEmpty(*checkpoint_root_, f[1]));
+      }
+      return std::string("aborted");
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("not a checkpoint command: ", head));
+  }
+}
+
+}  // namespace kvstore

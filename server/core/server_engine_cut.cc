@@ -1,0 +1,198 @@
+// ServerEngine: consistent cuts - the engine's part of a checkpoint of the whole job at one
+// round (BeginCut, LimitCut, CutLagging, EndCut) and the pushes a cut holds meanwhile.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/core/server_engine.h"
+#include "server/core/server_engine_internal.h"
+
+namespace kvstore {
+
+using server_engine_internal::ElementRange;
+
+bool ServerEngine::HoldForCut(absl::Span<Chunk* const> chunks) const {
+  if (cut_phase_ == CutPhase::kNone) return false;
+  // dist_async has no rounds: the cut is a point in time, every push waits for it.
+  if (!options_.sync) return true;
+  for (const Chunk* chunk : chunks) {
+    if (!chunk->contributors.empty()) continue;  // Joins a round already open: goes on.
+    if (cut_phase_ == CutPhase::kFrozen) return true;
+    if (chunk->rounds_done >= cut_round_) return true;  // Would start a round past the cut.
+  }
+  return false;
+}
+
+void ServerEngine::HoldPush(uint64_t node_id, uint64_t request_id,
+                            absl::Span<const IncomingValue> values, Done done) {
+  // The transport's bytes live only during the call: keep a copy of them.
+  struct Held {
+    std::vector<IncomingValue> values;
+    std::vector<std::vector<uint8_t>> storage;
+  };
+  auto held = std::make_shared<Held>();
+  held->storage.reserve(values.size());
+  for (const IncomingValue& value : values) {
+    IncomingValue copy = value;
+    size_t size = 0;
+    for (const auto& piece : value.bytes) size += piece.size();
+    held->storage.emplace_back(size);
+    if (size > 0) GatherBytes(value.bytes, held->storage.back().data());
+    copy.bytes = {absl::Span<const uint8_t>(held->storage.back().data(), size)};
+    held->values.push_back(std::move(copy));
+  }
+  held_.push_back([this, node_id, request_id, held, done = std::move(done)]() mutable {
+    Push(node_id, request_id, held->values, std::move(done));
+  });
+}
+
+void ServerEngine::HoldGroupPush(uint64_t node_id, uint64_t request_id, uint64_t group_id,
+                                 const ByteChunks& bytes, Done done, Ack ack) {
+  size_t size = 0;
+  for (const auto& piece : bytes) size += piece.size();
+  auto storage = std::make_shared<std::vector<uint8_t>>(size);
+  if (size > 0) GatherBytes(bytes, storage->data());
+  held_.push_back(
+      [this, node_id, request_id, group_id, storage, ack, done = std::move(done)]() mutable {
+        const ByteChunks copy = {absl::Span<const uint8_t>(storage->data(), storage->size())};
+        PushGroup(node_id, request_id, group_id, copy, std::move(done), ack);
+      });
+}
+
+int64_t ServerEngine::MaxRoundStarted() const {
+  absl::MutexLock lock(&mu_);
+  int64_t started = 0;
+  for (const auto& [key, part] : parts_) {
+    for (const auto& chunk : part->chunks) {
+      started = std::max(started, chunk->rounds_done + (chunk->contributors.empty() ? 0 : 1));
+    }
+  }
+  return started;
+}
+
+absl::StatusOr<int64_t> ServerEngine::BeginCut() {
+  absl::MutexLock lock(&mu_);
+  if (cut_phase_ != CutPhase::kNone) {
+    return absl::FailedPreconditionError(
+        "a checkpoint is already being cut on this server; one at a time");
+  }
+  cut_phase_ = CutPhase::kFrozen;
+  int64_t started = 0;
+  for (const auto& [key, part] : parts_) {
+    for (const auto& chunk : part->chunks) {
+      started = std::max(started, chunk->rounds_done + (chunk->contributors.empty() ? 0 : 1));
+    }
+  }
+  return started;
+}
+
+absl::Status ServerEngine::LimitCut(int64_t round) {
+  std::vector<std::function<void()>> release;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cut_phase_ == CutPhase::kNone) {
+      return absl::FailedPreconditionError("no checkpoint is being cut on this server");
+    }
+    if (options_.sync) {
+      for (const auto& [key, part] : parts_) {
+        for (const auto& chunk : part->chunks) {
+          const int64_t started = chunk->rounds_done + (chunk->contributors.empty() ? 0 : 1);
+          if (started > round) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "key ", key.Quoted(), " elements ",
+                ElementRange(chunk->offset, chunk->count), " has started round ", started,
+                ", past the cut's round ", round));
+          }
+        }
+      }
+    }
+    cut_phase_ = CutPhase::kLimited;
+    cut_round_ = round;
+    if (options_.sync) release.swap(held_);  // Run again: those below the cut go on.
+  }
+  for (auto& push : release) push();
+  return absl::OkStatus();
+}
+
+std::string ServerEngine::CutLagging() const {
+  absl::MutexLock lock(&mu_);
+  if (cut_phase_ != CutPhase::kLimited) return "the cut's round is not set yet";
+  if (pushes_in_flight_ > 0) return absl::StrCat(pushes_in_flight_, " pushes being applied");
+  if (!options_.sync) return std::string();
+  for (const auto& [key, part] : parts_) {
+    for (const auto& chunk : part->chunks) {
+      const bool open = !chunk->contributors.empty();
+      if (open || (chunk->rounds_done != 0 && chunk->rounds_done != cut_round_)) {
+        return absl::StrCat("key ", key.Quoted(), " elements ",
+                            ElementRange(chunk->offset, chunk->count), " has completed round ",
+                            chunk->rounds_done, open ? " (the next one open)" : "",
+                            " of the cut's ", cut_round_);
+      }
+    }
+  }
+  return std::string();
+}
+
+void ServerEngine::EndCut() {
+  std::vector<std::function<void()>> release;
+  {
+    absl::MutexLock lock(&mu_);
+    cut_phase_ = CutPhase::kNone;
+    release.swap(held_);
+  }
+  for (auto& push : release) push();
+}
+
+bool ServerEngine::cut_active() const {
+  absl::MutexLock lock(&mu_);
+  return cut_phase_ != CutPhase::kNone;
+}
+
+void ServerEngine::FailRounds(const std::string& reason) {
+  std::vector<std::pair<Done, absl::Status>> failed;
+  std::vector<std::function<void()>> held;
+  {
+    absl::MutexLock lock(&mu_);
+    failed_reason_ = reason;
+    held.swap(held_);
+    cut_phase_ = CutPhase::kNone;
+    absl::flat_hash_set<PushCall*> seen;
+    for (auto& [key, part] : parts_) {
+      for (auto& chunk : part->chunks) {
+        if (chunk->contributors.empty()) continue;
+        const absl::Status status = absl::AbortedError(absl::StrCat(
+            "key ", key.Quoted(), " elements ", ElementRange(chunk->offset, chunk->count),
+            ": dist_sync round ", chunk->rounds_done + 1, " cannot complete (", 
+            chunk->contributors.size(), " of ", options_.worker_node_ids.size(),
+            " workers pushed): the job failed: ", reason));
+        for (auto& call : chunk->calls) {
+          if (!seen.insert(call.get()).second) continue;
+          for (Done& d : call->done) failed.emplace_back(std::move(d), status);
+          call->done.clear();
+          requests_[call->node_id].pending.erase(call->request_id);
+        }
+        {
+          ChunkLock chunk_lock(*chunk);
+          chunk->arrived = 0;
+        }
+        chunk->contributors.clear();
+        chunk->calls.clear();
+        --open_rounds_;
+      }
+    }
+  }
+  for (auto& [done, status] : failed) done(status);
+  for (auto& push : held) push();  // They fail at once now.
+}
+
+void ServerEngine::SetRoundsDone(int64_t round) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, part] : parts_) {
+    for (auto& chunk : part->chunks) chunk->rounds_done = round;
+  }
+}
+
+}  // namespace kvstore

@@ -1,0 +1,164 @@
+#include "tests/reliability/job.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include <catch2/catch.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "tests/job_secret.h"
+#include "tools/cpp/runfiles/runfiles.h"
+
+namespace kvstore::testing {
+namespace {
+
+const std::string& JobSecret() {
+  static const std::string* path = new std::string(WriteJobSecret(TempDir()));
+  return *path;
+}
+
+std::unique_ptr<Process> Start(const std::string& name, std::vector<std::string> argv,
+                               std::vector<std::pair<std::string, std::string>> env) {
+  static int counter = 0;
+  ProcessOptions options;
+  env.emplace_back("KV_SECRET_FILE", JobSecret());
+  options.env = std::move(env);
+  options.log_path = absl::StrReplaceAll(
+      absl::StrCat(TempDir(), "/", name, "-", getpid(), "-", counter++, ".log"), {{" ", "_"}});
+  auto process = Process::Start(name, std::move(argv), std::move(options));
+  INFO(process.status().ToString());
+  REQUIRE(process.ok());
+  return *std::move(process);
+}
+
+}  // namespace
+
+std::string Runfile(const std::string& path) {
+  using bazel::tools::cpp::runfiles::Runfiles;
+  static Runfiles* const runfiles = [] {
+    std::string error;
+    Runfiles* created = Runfiles::CreateForTest(&error);
+    INFO(error);
+    REQUIRE(created != nullptr);
+    return created;
+  }();
+  return runfiles->Rlocation("kvstore/" + path);
+}
+
+std::string TempDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir != nullptr ? dir : "/tmp";
+}
+
+std::string FreshDirectory(const std::string& name) {
+  const std::filesystem::path dir =
+      std::filesystem::path(TempDir()) / absl::StrCat(name, "-", getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return std::filesystem::canonical(dir).string();
+}
+
+uint64_t TestSeed() {
+  uint64_t seed = 0;
+  const char* fixed = std::getenv("KV_TEST_SEED");
+  if (fixed == nullptr || !absl::SimpleAtoi(fixed, &seed)) seed = std::random_device{}() % 100000;
+  std::printf("seed %llu (KV_TEST_SEED=%llu repeats it)\n", static_cast<unsigned long long>(seed),
+              static_cast<unsigned long long>(seed));
+  std::fflush(stdout);
+  return seed;
+}
+
+Job::Job(std::vector<std::vector<std::string>> server_args, int workers,
+         std::vector<std::string> scheduler_args)
+    : num_workers_(workers) {
+  static int jobs = 0;
+  const std::string port_file = absl::StrCat(TempDir(), "/port-", getpid(), "-", ++jobs);
+  std::vector<std::string> argv = {Runfile("server/scheduler/scheduler"),
+                                   "--port=0",
+                                   "--port_file=" + port_file,
+                                   absl::StrCat("--num_servers=", server_args.size()),
+                                   absl::StrCat("--num_workers=", workers),
+                                   absl::StrCat("--big_value_bound=", kBigValueBound),
+                                   absl::StrCat("--chunk_bytes=", kChunkBytes),
+                                   "--heartbeat_interval=100ms",
+                                   "--register_timeout=30s"};
+  argv.insert(argv.end(), scheduler_args.begin(), scheduler_args.end());
+  scheduler_ = Start("scheduler", argv, {{"DMLC_ROLE", "scheduler"}});
+  const absl::StatusOr<int> port = scheduler_->WaitForPortFile(port_file, absl::Seconds(20));
+  INFO(port.status().ToString() << "\n" << scheduler_->output());
+  REQUIRE(port.ok());
+  port_ = *port;
+  servers_.resize(server_args.size());
+  for (size_t i = 0; i < server_args.size(); ++i) StartServer(static_cast<int>(i), server_args[i]);
+}
+
+Job::~Job() {
+  for (auto& w : workers_) w->Kill();
+  for (auto& s : servers_) {
+    if (s != nullptr) s->Kill();
+  }
+  scheduler_->Kill();
+}
+
+std::vector<std::pair<std::string, std::string>> Job::Env(const std::string& role,
+                                                          int rank) const {
+  return {{"DMLC_ROLE", role},
+          {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+          {"DMLC_PS_ROOT_PORT", absl::StrCat(port_)},
+          {"DMLC_NUM_WORKER", absl::StrCat(num_workers_)},
+          {role == "server" ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID", absl::StrCat(rank)}};
+}
+
+Process& Job::StartServer(int rank, std::vector<std::string> args) {
+  std::vector<std::string> argv = {Runfile("server/kvserver"),
+                                   absl::StrCat("--scheduler=127.0.0.1:", port_),
+                                   absl::StrCat("--rank=", rank), "--updater=sum"};
+  std::string fsize_kib;
+  for (const std::string& arg : args) {
+    if (absl::StartsWith(arg, "fsize_kib=")) {
+      fsize_kib = arg.substr(10);
+    } else {
+      argv.push_back(arg);
+    }
+  }
+  if (!fsize_kib.empty()) {
+    argv.insert(argv.begin(), {"/bin/bash", "-c",
+                               absl::StrCat("trap '' XFSZ; ulimit -f ", fsize_kib,
+                                            "; exec \"$0\" \"$@\"")});
+  }
+  if (servers_[rank] != nullptr) retired_.push_back(std::move(servers_[rank]));
+  servers_[rank] = Start(absl::StrCat("server ", rank), argv, Env("server", rank));
+  return *servers_[rank];
+}
+
+Process& Job::AddWorker(int rank, std::vector<std::string> args) {
+  args.insert(args.begin(), Runfile("tests/reliability/sum_worker"));
+  workers_.push_back(Start(absl::StrCat("worker ", rank), args, Env("worker", rank)));
+  return *workers_.back();
+}
+
+std::string Job::Kvctl(const std::vector<std::string>& args, int* exit_code) {
+  std::vector<std::string> argv = {Runfile("client/kvctl/kvctl"),
+                                   absl::StrCat("--scheduler=127.0.0.1:", port_)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::unique_ptr<Process> kvctl = Start("kvctl", argv, {});
+  *exit_code = kvctl->Wait(absl::Seconds(60)).value_or(-1);
+  return kvctl->output();
+}
+
+void Job::ExpectExit(Process& process, int code) {
+  const absl::StatusOr<int> exit_code = process.Wait(absl::Seconds(60));
+  INFO(process.name() << " output:\n" << process.output());
+  INFO(exit_code.status().ToString());
+  REQUIRE(exit_code.ok());
+  REQUIRE(*exit_code == code);
+}
+
+}  // namespace kvstore::testing
