@@ -249,10 +249,13 @@ class ServerEngine {
   // LimitCut lets chunks below round `round` go on up to it and holds every push that would
   // start a later one. FailedPrecondition without BeginCut or when a chunk is already past it.
   absl::Status LimitCut(int64_t round);
-  // CutLagging returns "" when every chunk that has started a round has completed exactly the
-  // cut's round and no push is being applied: a Snapshot now is the cut. Otherwise it names one
-  // key still behind, and its round.
+  // CutLagging returns "" when no round is open, no push is being applied, and every chunk
+  // that has started a round has completed exactly the cut's round: a Snapshot now is the cut.
+  // Otherwise it names one key still behind, and its round. A chunk behind the cut's round
+  // with no round open counts as behind for kCutCatchUp after LimitCut only: a key pushed less
+  // often than the others (or no more) is then cut at the round it last completed.
   std::string CutLagging() const;
+  static constexpr absl::Duration kCutCatchUp = absl::Seconds(2);
   // EndCut releases every held push (they are applied in arrival order) and ends the cut.
   void EndCut();
   // FailRounds fails every push waiting for a dist_sync round (the job failed: a worker died
@@ -493,6 +496,7 @@ class ServerEngine {
   enum class CutPhase { kNone, kFrozen, kLimited };
   CutPhase cut_phase_ ABSL_GUARDED_BY(mu_) = CutPhase::kNone;
   int64_t cut_round_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time cut_limited_at_ ABSL_GUARDED_BY(mu_);  // When LimitCut set cut_round_.
   std::vector<std::function<void()>> held_ ABSL_GUARDED_BY(mu_);
   // Set by FailRounds: every later push fails with it.
   std::string failed_reason_ ABSL_GUARDED_BY(mu_);

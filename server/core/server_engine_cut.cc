@@ -111,6 +111,7 @@ absl::Status ServerEngine::LimitCut(int64_t round) {
     }
     cut_phase_ = CutPhase::kLimited;
     cut_round_ = round;
+    cut_limited_at_ = absl::Now();
     if (options_.sync) release.swap(held_);  // Run again: those below the cut go on.
   }
   for (auto& push : release) push();
@@ -122,10 +123,15 @@ std::string ServerEngine::CutLagging() const {
   if (cut_phase_ != CutPhase::kLimited) return "the cut's round is not set yet";
   if (pushes_in_flight_ > 0) return absl::StrCat(pushes_in_flight_, " pushes being applied");
   if (!options_.sync) return std::string();
+  // A key behind the cut's round catches up while its workers go on (its next round is below
+  // the cut, so it is not held). One pushed less often than the others may never do so: after
+  // kCutCatchUp it is cut at the last round it completed, which it then holds on restore.
+  const bool catching_up = absl::Now() - cut_limited_at_ < kCutCatchUp;
   for (const auto& [key, part] : parts_) {
     for (const auto& chunk : part->chunks) {
       const bool open = !chunk->contributors.empty();
-      if (open || (chunk->rounds_done != 0 && chunk->rounds_done != cut_round_)) {
+      const bool behind = chunk->rounds_done != 0 && chunk->rounds_done != cut_round_;
+      if (open || (behind && catching_up)) {
         return absl::StrCat("key ", key.Quoted(), " elements ",
                             ElementRange(chunk->offset, chunk->count), " has completed round ",
                             chunk->rounds_done, open ? " (the next one open)" : "",

@@ -345,13 +345,13 @@ absl::StatusOr<std::string> SchedulerService::CallServer(int rank, int head,
   command.set_node_id(kSchedulerNodeId);
   command.set_head(head);
   command.set_body(body);
+  if (node_key_.has_value()) {
+    command.set_node_credential(
+        NodeCredential(kSchedulerNodeId, node_key_->TokenFor(kSchedulerNodeId)));
+  }
   grpc::ByteBuffer request = EncodeMessage(command), reply;
   grpc::ClientContext context;
   context.set_deadline(GrpcDeadline(absl::Now() + command_timeout_));
-  if (node_key_.has_value()) {
-    context.AddMetadata(kNodeTokenKey,
-                        NodeCredential(kSchedulerNodeId, node_key_->TokenFor(kSchedulerNodeId)));
-  }
   absl::Notification finished;
   absl::Status result;
   ServerStub(server.address)
