@@ -19,7 +19,6 @@ namespace {
 
 using server_engine_internal::SubRange;
 
-
 // Members of a key group bigger than this keep buffers of their own.
 constexpr size_t kArenaMemberMaxBytes = 64 << 10;
 
