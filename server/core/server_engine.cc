@@ -362,6 +362,9 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
 
 absl::Status ServerEngine::CheckRound(const Key& key, const Chunk& chunk,
                                       uint64_t node_id) const {
+  if (rounds() && chunk.arena != nullptr && chunk.arena->open_group_rounds > 0) {
+    RETURN_IF_ERROR(CheckGroupRound(key, chunk, node_id));
+  }
   if (rounds() && std::find(chunk.contributors.begin(), chunk.contributors.end(),
                                  node_id) != chunk.contributors.end()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -399,6 +402,7 @@ std::shared_ptr<ServerEngine::PushCall> ServerEngine::BeginPush(uint64_t node_id
     for (Chunk* chunk : chunks) ++chunk->rounds_done;
   }
   if (rounds()) {
+    SplitGroupRounds(chunks);
     for (Chunk* chunk : chunks) {
       if (chunk->contributors.empty()) {
         ++open_rounds_;

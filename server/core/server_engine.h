@@ -41,6 +41,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -206,6 +207,12 @@ class ServerEngine {
   // when none of its members is in an arena yet and each is at most 64 KiB, or when its
   // members lie in one arena in its order (another worker's registration of the same list).
   bool GroupInArena(uint64_t node_id, uint64_t group_id) const;
+  // GroupRounds counts the dist_sync rounds completed for a whole group at once: a group in an
+  // arena, pushed whole by every worker in the round, is summed into one buffer of the group's
+  // size and updated per run of one dtype, instead of member by member. A round in which some
+  // member is also pushed on its own (Push, or a group that is not laid out the same) goes
+  // member by member from then on; both give the same values, rounds and acknowledgements.
+  int64_t GroupRounds() const;
 
   // Pull returns each requested chunk's stored elements as a read-only handle on the stored
   // buffer (no copy): the engine never writes a buffer while a handle on it is alive - an update
@@ -314,9 +321,15 @@ class ServerEngine {
   // run of one dtype and a group pull is one copy. Its lock is the lock of every member chunk.
   // A chunk joins an arena when a group is registered and stays in it; nothing outside the
   // engine ever holds arena memory (pulls of members are copies), so it is updated in place.
+  struct GroupRound;  // server_engine_group_rounds.cc
   struct Arena {
     absl::Mutex mu;
     Tensor buffer;
+    // dist_sync rounds of whole groups in this arena, by (first byte, bytes, members); guarded
+    // by the engine's mu_, as is `open_group_rounds`, how many of them are open.
+    absl::flat_hash_map<std::tuple<size_t, size_t, size_t>, std::shared_ptr<GroupRound>>
+        group_rounds;
+    int open_group_rounds = 0;
   };
   // Chunk: one chunk of a key's part, with its round. Its fields (all but offset and count)
   // are guarded by its lock, taken with ChunkLock: its own mutex, or its arena's.
@@ -376,6 +389,7 @@ class ServerEngine {
       size_t begin, end;
     };
     std::vector<Run> runs;
+    bool group_rounds = false;  // In an arena, every member with bytes: may take group rounds.
     mutable absl::Mutex reply_mu;
     mutable Tensor reply ABSL_GUARDED_BY(reply_mu);  // Reused by PullGroup.
   };
@@ -469,6 +483,20 @@ class ServerEngine {
   void HoldGroupPush(uint64_t node_id, uint64_t request_id, uint64_t group_id,
                      const ByteChunks& bytes, Done done, Ack ack)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Group-level dist_sync rounds (server_engine_group_rounds.cc). CheckGroupRound is
+  // CheckRound for a chunk in an open group round; SplitGroupRounds turns the open group rounds
+  // holding any of `chunks` into rounds per member (before a push of those chunks one by one);
+  // PushGroupRound takes a group push into its group's round when it can, returning false
+  // (nothing done) when the push must go member by member.
+  absl::Status CheckGroupRound(const Key& key, const Chunk& chunk, uint64_t node_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SplitGroupRounds(absl::Span<Chunk* const> chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SplitAllGroupRounds splits every open group round that can be (server_engine_cut.cc).
+  void SplitAllGroupRounds() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool PushGroupRound(uint64_t node_id, uint64_t request_id,
+                      const std::shared_ptr<const Group>& group, const ByteChunks& bytes,
+                      const std::shared_ptr<Updater>& updater, Done* done)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const ServerEngineOptions options_;
   absl::flat_hash_set<uint64_t> senders_;
@@ -483,6 +511,9 @@ class ServerEngine {
   // Chunks whose dist_sync round has started and not completed, and an updater waiting for
   // their number to reach zero.
   int64_t open_rounds_ ABSL_GUARDED_BY(mu_) = 0;
+  // Of those, the group rounds (each counts once), and the group rounds completed so far.
+  int64_t open_group_rounds_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t group_rounds_done_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<Updater> pending_updater_ ABSL_GUARDED_BY(mu_);
   // False while dist_async has no chosen updater (ServerEngineOptions::updater_chosen).
   bool updater_chosen_ ABSL_GUARDED_BY(mu_) = true;

@@ -14,6 +14,19 @@ namespace kvstore {
 
 using server_engine_internal::ElementRange;
 
+void ServerEngine::SplitAllGroupRounds() {
+  if (open_group_rounds_ == 0) return;
+  std::vector<Chunk*> grouped;
+  for (const auto& [key, part] : parts_) {
+    for (const auto& chunk : part->chunks) {
+      if (chunk->arena != nullptr && chunk->arena->open_group_rounds > 0) {
+        grouped.push_back(chunk.get());
+      }
+    }
+  }
+  SplitGroupRounds(grouped);
+}
+
 bool ServerEngine::HoldForCut(absl::Span<Chunk* const> chunks) const {
   if (cut_phase_ == CutPhase::kNone) return false;
   // dist_async has no rounds: the cut is a point in time, every push waits for it.
@@ -80,6 +93,7 @@ absl::StatusOr<int64_t> ServerEngine::BeginCut() {
         "a checkpoint is already being cut on this server; one at a time");
   }
   cut_phase_ = CutPhase::kFrozen;
+  SplitAllGroupRounds();
   int64_t started = 0;
   for (const auto& [key, part] : parts_) {
     for (const auto& chunk : part->chunks) {
@@ -122,6 +136,10 @@ std::string ServerEngine::CutLagging() const {
   absl::MutexLock lock(&mu_);
   if (cut_phase_ != CutPhase::kLimited) return "the cut's round is not set yet";
   if (pushes_in_flight_ > 0) return absl::StrCat(pushes_in_flight_, " pushes being applied");
+  // Rounds of whole key groups every worker has joined (BeginCut split the others).
+  if (open_group_rounds_ > 0) {
+    return absl::StrCat(open_group_rounds_, " key group rounds completing");
+  }
   if (!options_.sync) return std::string();
   // A key behind the cut's round catches up while its workers go on (its next round is below
   // the cut, so it is not held). One pushed less often than the others may never do so: after
@@ -165,6 +183,7 @@ void ServerEngine::FailRounds(const std::string& reason) {
     failed_reason_ = reason;
     held.swap(held_);
     cut_phase_ = CutPhase::kNone;
+    SplitAllGroupRounds();  // Their waiting pushes fail below, member by member.
     absl::flat_hash_set<PushCall*> seen;
     for (auto& [key, part] : parts_) {
       for (auto& chunk : part->chunks) {

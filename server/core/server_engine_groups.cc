@@ -12,24 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/core/server_engine_internal.h"
 
 namespace kvstore {
 namespace {
 
-// SubRange returns the parts of `bytes` that hold its bytes [begin, end).
-ByteChunks SubRange(const ByteChunks& bytes, size_t begin, size_t end) {
-  ByteChunks out;
-  size_t start = 0;
-  for (const absl::Span<const uint8_t>& chunk : bytes) {
-    const size_t stop = start + chunk.size();
-    if (stop > begin && start < end) {
-      const size_t from = std::max(begin, start) - start;
-      out.push_back(chunk.subspan(from, std::min(end, stop) - start - from));
-    }
-    start = stop;
-  }
-  return out;
-}
+using server_engine_internal::SubRange;
 
 // Members of a key group bigger than this keep buffers of their own.
 constexpr size_t kArenaMemberMaxBytes = 64 << 10;
@@ -134,6 +122,10 @@ void ServerEngine::PlaceInArena(Group* group, absl::Span<const ValueSlice> membe
     }
     group->runs.back().end = group->offsets[i + 1];
   }
+  group->group_rounds = true;
+  for (size_t i = 0; i < n; ++i) {
+    if (group->offsets[i + 1] == group->offsets[i]) group->group_rounds = false;
+  }
 }
 
 bool ServerEngine::GroupInArena(uint64_t node_id, uint64_t group_id) const {
@@ -181,6 +173,15 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
             group->chunks.size(), " keys (", group->offsets.back(), " bytes)"));
       }
     }
+  }
+  // dist_sync with several workers: a group in an arena takes its group's round when it can
+  // (server_engine_group_rounds.cc); otherwise its members go one by one, below.
+  if (error.ok() && rounds() && group->arena != nullptr &&
+      PushGroupRound(node_id, request_id, group, bytes, current, &done)) {
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
     for (size_t i = 0; rounds() && error.ok() && i < group->chunks.size(); ++i) {
       error = CheckRound(group->keys[i], *group->chunks[i], node_id);
     }

@@ -3,12 +3,15 @@
 #ifndef KVSTORE_SERVER_CORE_SERVER_ENGINE_INTERNAL_H_
 #define KVSTORE_SERVER_CORE_SERVER_ENGINE_INTERNAL_H_
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/tensor.h"
+#include "server/core/byte_chunks.h"
 
 namespace kvstore::server_engine_internal {
 
@@ -39,6 +42,21 @@ inline std::string ElementRange(int64_t offset, int64_t count) {
 inline int64_t SaturatingAdd(int64_t a, int64_t b) {
   return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max()
                                                      : a + b;
+}
+
+// SubRange returns the parts of `bytes` that hold its bytes [begin, end).
+inline ByteChunks SubRange(const ByteChunks& bytes, size_t begin, size_t end) {
+  ByteChunks out;
+  size_t start = 0;
+  for (const absl::Span<const uint8_t>& chunk : bytes) {
+    const size_t stop = start + chunk.size();
+    if (stop > begin && start < end) {
+      const size_t from = std::max(begin, start) - start;
+      out.push_back(chunk.subspan(from, std::min(end, stop) - start - from));
+    }
+    start = stop;
+  }
+  return out;
 }
 
 }  // namespace kvstore::server_engine_internal
