@@ -124,6 +124,9 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
       if (static_cast<int>(nodes_.size()) == options_.num_servers + options_.num_workers) {
         AssignRanks();
         complete_ = true;
+        // A node heartbeats only once its registration is answered, which is now: the time it
+        // waited for the others is not silence.
+        for (auto& [id, node] : nodes_) node.last_heartbeat = std::max(node.last_heartbeat, now);
         completed.swap(pending_registrations_);
         spdlog::info("the job is assembled: {} and {}, {}",
                      Plural(options_.num_servers, "server"), Plural(options_.num_workers, "worker"),

@@ -277,6 +277,28 @@ TEST_CASE("SchedulerCore: heartbeats, dead nodes and the clean end", "[scheduler
   REQUIRE(core->NumDeadNodes(kGroupWorkers, absl::Seconds(1), later + absl::Hours(1)) == 0);
 }
 
+TEST_CASE("SchedulerCore: the wait for the job to assemble is not silence", "[scheduler]") {
+  SchedulerOptions options;
+  options.num_servers = 1;
+  options.num_workers = 2;
+  options.register_timeout = absl::Minutes(2);
+  options.heartbeat_timeout = absl::Seconds(10);
+  auto core = SchedulerCore::Create(options).value();
+  Outcome server, early, late;
+  // One worker registers 40 s before the last node: it cannot heartbeat before its answer.
+  core->Register(NodeRole::kWorker, -1, "", "w", kStart, early.Callback());
+  core->Register(NodeRole::kServer, -1, "127.0.0.1:1", "h", kStart + absl::Seconds(20),
+                 server.Callback());
+  core->Register(NodeRole::kWorker, -1, "", "w", kStart + absl::Seconds(40), late.Callback());
+  REQUIRE(early.result.ok());
+  const absl::Time assembled = kStart + absl::Seconds(40);
+  REQUIRE(core->DeadWorkers(assembled + absl::Seconds(5)).ok());
+  // Silence after the answer counts.
+  const absl::Status dead = core->DeadWorkers(assembled + absl::Seconds(11));
+  REQUIRE_FALSE(dead.ok());
+  REQUIRE(dead.message().find("heartbeat timeout") != absl::string_view::npos);
+}
+
 TEST_CASE("SchedulerCore: a job whose unfinished workers all went silent is abandoned",
           "[scheduler]") {
   TestRng rng;
