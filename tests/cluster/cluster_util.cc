@@ -13,31 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "tests/job_secret.h"
-#include "tools/cpp/runfiles/runfiles.h"
+#include "tests/test_files.h"
 
 namespace kvstore::testing {
-
-std::string Runfile(const std::string& path) {
-  using bazel::tools::cpp::runfiles::Runfiles;
-  static Runfiles* const runfiles = [] {
-    std::string error;
-    Runfiles* created = Runfiles::CreateForTest(&error);
-    INFO(error);
-    REQUIRE(created != nullptr);
-    return created;
-  }();
-  return runfiles->Rlocation("kvstore/" + path);
-}
-
-std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir != nullptr ? dir : "/tmp";
-}
-
-const std::string& JobSecret() {
-  static const std::string* path = new std::string(WriteJobSecret(TempDir()));
-  return *path;
-}
 
 uint64_t TestSeed() {
   static const uint64_t seed = [] {

@@ -10,17 +10,12 @@
 #include <vector>
 
 #include "tests/process.h"
+#include "tests/test_files.h"
 
 namespace kvstore::testing {
 
 using Variables = std::vector<std::pair<std::string, std::string>>;
 
-// Runfile returns the path of a runfile ("server/kvserver").
-std::string Runfile(const std::string& path);
-// TempDir returns the test's temporary folder (TEST_TMPDIR, else /tmp).
-std::string TempDir();
-// JobSecret returns the path of a job secret made once per test process.
-const std::string& JobSecret();
 // TestSeed returns the seed of the test's random inputs (KVSTORE_TEST_SEED when set), printed
 // once.
 uint64_t TestSeed();

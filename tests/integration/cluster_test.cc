@@ -18,29 +18,12 @@
 #include "absl/time/clock.h"
 #include "tests/job_secret.h"
 #include "tests/process.h"
-#include "tools/cpp/runfiles/runfiles.h"
+#include "tests/test_files.h"
 
 namespace kvstore::testing {
 namespace {
 
 using Variables = std::vector<std::pair<std::string, std::string>>;
-
-std::string Runfile(const std::string& path) {
-  using bazel::tools::cpp::runfiles::Runfiles;
-  static Runfiles* const runfiles = [] {
-    std::string error;
-    Runfiles* created = Runfiles::CreateForTest(&error);
-    INFO(error);
-    REQUIRE(created != nullptr);
-    return created;
-  }();
-  return runfiles->Rlocation("kvstore/" + path);
-}
-
-std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir != nullptr ? dir : "/tmp";
-}
 
 // FreshCheckpointRoot makes an empty directory for the kvservers' --checkpoint_root and returns
 // its canonical path, the one the servers name in their replies and errors.
@@ -54,11 +37,6 @@ std::string FreshCheckpointRoot(const std::string& name) {
 
 // JobSecret is the secret file every process of these tests gets (KV_SECRET_FILE): calls are
 // authenticated as in a launched job.
-const std::string& JobSecret() {
-  static const std::string* path = new std::string(WriteJobSecret(TempDir()));
-  return *path;
-}
-
 // StartProcess starts `argv` as `name`, its output in a log file of its own.
 std::unique_ptr<Process> StartProcess(const std::string& name, std::vector<std::string> argv,
                                       Variables env) {

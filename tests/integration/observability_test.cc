@@ -31,7 +31,7 @@
 #include "tests/job_secret.h"
 #include "tests/process.h"
 #include "tests/test_util.h"
-#include "tools/cpp/runfiles/runfiles.h"
+#include "tests/test_files.h"
 
 namespace kvstore::testing {
 namespace {
@@ -41,28 +41,6 @@ using Variables = std::vector<std::pair<std::string, std::string>>;
 Variables Joined(Variables a, const Variables& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-std::string Runfile(const std::string& path) {
-  using bazel::tools::cpp::runfiles::Runfiles;
-  static Runfiles* const runfiles = [] {
-    std::string error;
-    Runfiles* created = Runfiles::CreateForTest(&error);
-    INFO(error);
-    REQUIRE(created != nullptr);
-    return created;
-  }();
-  return runfiles->Rlocation("kvstore/" + path);
-}
-
-std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir != nullptr ? dir : "/tmp";
-}
-
-const std::string& JobSecret() {
-  static const std::string* path = new std::string(WriteJobSecret(TempDir()));
-  return *path;
 }
 
 std::unique_ptr<Process> Start(const std::string& name, std::vector<std::string> argv,

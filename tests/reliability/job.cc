@@ -14,15 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "tests/job_secret.h"
-#include "tools/cpp/runfiles/runfiles.h"
+#include "tests/test_files.h"
 
 namespace kvstore::testing {
 namespace {
-
-const std::string& JobSecret() {
-  static const std::string* path = new std::string(WriteJobSecret(TempDir()));
-  return *path;
-}
 
 std::unique_ptr<Process> Start(const std::string& name, std::vector<std::string> argv,
                                std::vector<std::pair<std::string, std::string>> env) {
@@ -39,23 +34,6 @@ std::unique_ptr<Process> Start(const std::string& name, std::vector<std::string>
 }
 
 }  // namespace
-
-std::string Runfile(const std::string& path) {
-  using bazel::tools::cpp::runfiles::Runfiles;
-  static Runfiles* const runfiles = [] {
-    std::string error;
-    Runfiles* created = Runfiles::CreateForTest(&error);
-    INFO(error);
-    REQUIRE(created != nullptr);
-    return created;
-  }();
-  return runfiles->Rlocation("kvstore/" + path);
-}
-
-std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir != nullptr ? dir : "/tmp";
-}
 
 std::string FreshDirectory(const std::string& name) {
   const std::filesystem::path dir =

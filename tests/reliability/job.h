@@ -17,6 +17,7 @@
 
 #include "absl/time/time.h"
 #include "tests/process.h"
+#include "tests/test_files.h"
 
 namespace kvstore::testing {
 
@@ -60,10 +61,6 @@ class Job {
   std::vector<std::unique_ptr<Process>> retired_;  // Replaced servers, kept for their logs.
 };
 
-// Runfile returns the path of a file of this test's runfiles ("server/kvserver").
-std::string Runfile(const std::string& path);
-// TempDir returns TEST_TMPDIR, or /tmp.
-std::string TempDir();
 // FreshDirectory makes an empty directory below TempDir() and returns its canonical path.
 std::string FreshDirectory(const std::string& name);
 // TestSeed returns a seed drawn at random, printed, or KV_TEST_SEED when set.
