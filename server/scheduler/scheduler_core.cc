@@ -176,6 +176,10 @@ absl::StatusOr<ClusterView> SchedulerCore::view() const {
     return absl::FailedPreconditionError(
         absl::StrCat("the job is not complete yet: ", MissingNodes()));
   }
+  return ViewLocked();
+}
+
+ClusterView SchedulerCore::ViewLocked() const {
   ClusterView cluster;
   cluster.num_servers = options_.num_servers;
   cluster.num_workers = options_.num_workers;

@@ -253,6 +253,8 @@ class SchedulerCore {
   std::string failure_ ABSL_GUARDED_BY(mu_);  // Set by FailJob or a failed worker's Finish.
   std::vector<std::string> data_loss_ ABSL_GUARDED_BY(mu_);
 
+  // ViewLocked builds the cluster view of the registered nodes (view() once complete).
+  ClusterView ViewLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool ShutdownLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 };
 

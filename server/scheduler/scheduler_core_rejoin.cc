@@ -38,26 +38,7 @@ std::optional<Registration> SchedulerCore::ReplaceServer(int rank, const std::st
   Registration registration;
   registration.node_id = id;
   registration.rank = rank;
-  // view() takes the lock itself; build the same view here.
-  ClusterView& cluster = registration.view;
-  cluster.num_servers = options_.num_servers;
-  cluster.num_workers = options_.num_workers;
-  cluster.big_value_bound = options_.big_value_bound;
-  cluster.chunk_bytes = options_.chunk_bytes;
-  cluster.mode = mode_.empty() ? "dist_sync" : mode_;
-  cluster.heartbeat_interval = options_.heartbeat_interval;
-  std::vector<std::pair<int, uint64_t>> workers;
-  for (const auto& [node_id, info] : nodes_) {
-    if (info.role == NodeRole::kServer) {
-      cluster.servers.push_back(ServerEntry{info.rank, node_id, info.address});
-    } else {
-      workers.emplace_back(info.rank, node_id);
-    }
-  }
-  std::sort(cluster.servers.begin(), cluster.servers.end(),
-            [](const ServerEntry& a, const ServerEntry& b) { return a.rank < b.rank; });
-  std::sort(workers.begin(), workers.end());
-  for (const auto& [worker_rank, worker_id] : workers) cluster.worker_node_ids.push_back(worker_id);
+  registration.view = ViewLocked();  // view() takes the lock itself.
   return registration;
 }
 
