@@ -131,8 +131,9 @@ struct JobSpec {
   bool secret = true;        // With a job secret; false: the daemons run --insecure.
   bool tls = false;          // TLS on every link, with a CA made by deploy/make-certs.sh.
   // Observability as a job runs by default: daemons at --log_level=info serving metrics
-  // (--metrics_port=0), workers serving theirs; false: warnings only, no metrics.
+  // (--metrics_port=0); false: warnings only, no metrics.
   bool observe = false;
+  bool observe_workers = false;  // The workers serve their metrics too (off by default).
 };
 
 struct Job {

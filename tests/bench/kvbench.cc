@@ -21,8 +21,9 @@
 //
 // With the job secret by default (--secret=false: none, the daemons run --insecure); --tls puts
 // every link of the job on TLS (tests/bench/kvbench_security.sh compares the three). --observe
-// turns metrics on in every process and the daemons' logging to its default level
-// (tests/bench/kvbench_observability.sh compares it with the run without).
+// turns metrics on in the daemons and their logging to its default level, as a job runs
+// (tests/bench/kvbench_observability.sh compares it with the run without); --observe_workers
+// adds the workers' own metrics endpoints, which a job has only when asked.
 //
 //   bazel run -c opt //tests/bench:kvbench -- [--quick] [--format=json] [--only=SUBSTRING]
 #include <netinet/in.h>
@@ -75,8 +76,10 @@ ABSL_FLAG(bool, tls, false,
           "deploy/make-certs.sh for the job.");
 ABSL_FLAG(bool, observe, false,
           "Observability on: the daemons serve Prometheus metrics (--metrics_port=0) and log at "
-          "their default level (info), the workers serve theirs (DistOptions::metrics_port); "
-          "false: no metrics, daemons at --log_level=warn.");
+          "their default level (info); false: no metrics, daemons at --log_level=warn.");
+ABSL_FLAG(bool, observe_workers, false,
+          "The workers serve their own metrics too (DistOptions::metrics_port; off by default "
+          "in a job).");
 ABSL_FLAG(int, reps, 0,
           "Timed repetitions of every case (0: the case's own, fewer with --quick).");
 ABSL_FLAG(int, raw_echo_port, 0, "Internal: run as the echo process of a raw-socket ceiling.");
@@ -271,6 +274,7 @@ JobSpec Spec() {
   spec.secret = absl::GetFlag(FLAGS_secret);
   spec.tls = absl::GetFlag(FLAGS_tls);
   spec.observe = absl::GetFlag(FLAGS_observe);
+  spec.observe_workers = absl::GetFlag(FLAGS_observe_workers);
   return spec;
 }
 
