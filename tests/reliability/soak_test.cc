@@ -55,17 +55,22 @@ TEST_CASE("Soak: checkpoints while training, a kvserver killed at random, the jo
     Job::ExpectExit(job.server(1 - victim), 1);
     Job::ExpectExit(job.scheduler(), 1);
   }
-  // The newest set both servers accept; any newer one is refused, naming a file.
+  // The newest set both servers accept, periodic or explicit (a kill soon after the last
+  // explicit one may come before the next periodic one); any other is whole or refused naming
+  // a file.
   std::vector<std::string> sets;
-  for (const auto& entry : fs::directory_iterator(roots[0] + "/checkpoints")) {
-    sets.push_back("checkpoints/" + entry.path().filename().string());
+  for (const char* folder : {"checkpoints", "explicit"}) {
+    if (!fs::exists(roots[0] + "/" + folder)) continue;
+    for (const auto& entry : fs::directory_iterator(roots[0] + "/" + folder)) {
+      sets.push_back(std::string(folder) + "/" + entry.path().filename().string());
+    }
   }
-  std::sort(sets.rbegin(), sets.rend());
   REQUIRE(!sets.empty());
   std::string chosen;
   int64_t round = -1;
   for (const std::string& dir : sets) {
     bool whole = true;
+    int64_t set_round = -1;
     for (int s = 0; s < kServers && whole; ++s) {
       auto root = CheckpointRoot::Open(roots[s]);
       REQUIRE(root.ok());
@@ -74,7 +79,7 @@ TEST_CASE("Soak: checkpoints while training, a kvserver killed at random, the jo
       if (status.ok()) {
         auto set = VerifyCheckpointSet(*directory, s, kServers, "dist_sync", kChunkBytes);
         status = set.status();
-        if (set.ok()) round = set->manifest.round();
+        if (set.ok()) set_round = set->manifest.round();
       }
       if (!status.ok()) {
         INFO(dir << " server " << s << ": " << status.ToString());
@@ -82,9 +87,9 @@ TEST_CASE("Soak: checkpoints while training, a kvserver killed at random, the jo
         whole = false;
       }
     }
-    if (whole) {
+    if (whole && set_round > round) {
       chosen = dir;
-      break;
+      round = set_round;
     }
   }
   INFO("sets: " << sets.size());
