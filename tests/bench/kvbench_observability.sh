@@ -31,18 +31,34 @@ rm -f "$out"/*.json
 tmp=${TMPDIR:-/tmp}
 
 # scrape PID: while PID runs, fetch /metrics of every daemon kvbench started (their logs name
-# the ports) once a second.
+# the ports) once a second, from one long-lived process with kept-alive connections, as a
+# Prometheus server does (and more often: its usual interval is 15 s or more).
 scrape() {
-  local pid=$1
-  while kill -0 "$pid" 2>/dev/null; do
-    for log in "$tmp"/kvbench-*-"$pid"-*.log; do
-      [[ -e "$log" ]] || continue
-      port=$(grep -o 'metrics on http://127.0.0.1:[0-9]*' "$log" 2>/dev/null | tail -1 |
-             sed 's/.*://') || true
-      [[ -n "$port" ]] && curl -s -m 1 "http://127.0.0.1:$port/metrics" >/dev/null || true
-    done
-    sleep 1
-  done
+  python3 - "$1" "$tmp" <<'PY'
+import glob, http.client, os, re, sys, time
+pid, tmp = int(sys.argv[1]), sys.argv[2]
+connections = {}
+def alive():
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+while alive():
+    for log in glob.glob(f"{tmp}/kvbench-*-{pid}-*.log"):
+        try:
+            ports = re.findall(r"metrics on http://127\.0\.0\.1:(\d+)", open(log).read())
+        except OSError:
+            continue
+        for port in ports[-1:]:
+            try:
+                conn = connections.setdefault(port, http.client.HTTPConnection("127.0.0.1", int(port), timeout=1))
+                conn.request("GET", "/metrics")
+                conn.getresponse().read()
+            except Exception:
+                connections.pop(port, None)
+    time.sleep(1)
+PY
 }
 
 for ((r = 1; r <= rounds; r++)); do
