@@ -1,9 +1,14 @@
 #include "tests/test_files.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 
 #include <catch2/catch.hpp>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "tests/job_secret.h"
 #include "tools/cpp/runfiles/runfiles.h"
 
@@ -29,6 +34,23 @@ std::string TempDir() {
 const std::string& JobSecret() {
   static const std::string* path = new std::string(WriteJobSecret(TempDir()));
   return *path;
+}
+
+std::unique_ptr<Process> StartProcess(const std::string& name, std::vector<std::string> argv,
+                                      Variables env) {
+  static int counter = 0;
+  ProcessOptions options;
+  const bool own_secret = std::any_of(env.begin(), env.end(), [](const auto& variable) {
+    return variable.first == "KV_SECRET_FILE";
+  });
+  if (!own_secret) env.emplace_back("KV_SECRET_FILE", JobSecret());
+  options.env = std::move(env);
+  options.log_path = absl::StrReplaceAll(
+      absl::StrCat(TempDir(), "/", name, "-", getpid(), "-", counter++, ".log"), {{" ", "_"}});
+  auto process = Process::Start(name, std::move(argv), std::move(options));
+  INFO(process.status().ToString());
+  REQUIRE(process.ok());
+  return *std::move(process);
 }
 
 }  // namespace kvstore::testing

@@ -1,9 +1,14 @@
-// Files of a test that runs real processes: its runfiles, its temporary folder, and a job
-// secret made once per test process.
+// Files and processes of a test that runs real processes: its runfiles, its temporary folder,
+// a job secret made once per test process, and starting a process with its own log.
 #ifndef KVSTORE_TESTS_TEST_FILES_H_
 #define KVSTORE_TESTS_TEST_FILES_H_
 
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/process.h"
 
 namespace kvstore::testing {
 
@@ -13,6 +18,14 @@ std::string Runfile(const std::string& path);
 std::string TempDir();
 // JobSecret returns the path of a job secret (tests/job_secret.h) made once per test process.
 const std::string& JobSecret();
+
+using Variables = std::vector<std::pair<std::string, std::string>>;
+
+// StartProcess starts `argv` as `name` with `env` added (and KV_SECRET_FILE=JobSecret() unless
+// `env` sets it: calls are authenticated as in a launched job), its output in a log file of its
+// own below TempDir(); REQUIREs that it started.
+std::unique_ptr<Process> StartProcess(const std::string& name, std::vector<std::string> argv,
+                                      Variables env = {});
 
 }  // namespace kvstore::testing
 

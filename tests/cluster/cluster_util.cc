@@ -29,23 +29,6 @@ uint64_t TestSeed() {
   return seed;
 }
 
-std::unique_ptr<Process> StartProcess(const std::string& name, std::vector<std::string> argv,
-                                      Variables env) {
-  static int counter = 0;
-  ProcessOptions options;
-  const bool own_secret = std::any_of(env.begin(), env.end(), [](const auto& variable) {
-    return variable.first == "KV_SECRET_FILE";
-  });
-  if (!own_secret) env.emplace_back("KV_SECRET_FILE", JobSecret());
-  options.env = std::move(env);
-  options.log_path = absl::StrReplaceAll(
-      absl::StrCat(TempDir(), "/", name, "-", getpid(), "-", counter++, ".log"), {{" ", "_"}});
-  auto process = Process::Start(name, std::move(argv), std::move(options));
-  INFO(process.status().ToString());
-  REQUIRE(process.ok());
-  return *std::move(process);
-}
-
 void ExpectExit(Process& process, int code, int seconds) {
   const absl::StatusOr<int> exit = process.Wait(absl::Seconds(seconds));
   INFO(process.name() << " output:\n" << process.output());

@@ -14,16 +14,9 @@
 
 namespace kvstore::testing {
 
-using Variables = std::vector<std::pair<std::string, std::string>>;
-
 // TestSeed returns the seed of the test's random inputs (KVSTORE_TEST_SEED when set), printed
 // once.
 uint64_t TestSeed();
-
-// StartProcess starts `argv` as `name` with `env` added (and KV_SECRET_FILE unless `env` sets
-// it), its output in a log file of its own; REQUIREs that it started.
-std::unique_ptr<Process> StartProcess(const std::string& name, std::vector<std::string> argv,
-                                      Variables env);
 
 // ExpectExit waits up to `seconds` for `process` and REQUIREs exit code `code`, showing its
 // output otherwise.

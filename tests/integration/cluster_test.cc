@@ -23,7 +23,6 @@
 namespace kvstore::testing {
 namespace {
 
-using Variables = std::vector<std::pair<std::string, std::string>>;
 
 // FreshCheckpointRoot makes an empty directory for the kvservers' --checkpoint_root and returns
 // its canonical path, the one the servers name in their replies and errors.
@@ -33,26 +32,6 @@ std::string FreshCheckpointRoot(const std::string& name) {
   std::filesystem::remove_all(root);
   std::filesystem::create_directories(root);
   return std::filesystem::canonical(root).string();
-}
-
-// JobSecret is the secret file every process of these tests gets (KV_SECRET_FILE): calls are
-// authenticated as in a launched job.
-// StartProcess starts `argv` as `name`, its output in a log file of its own.
-std::unique_ptr<Process> StartProcess(const std::string& name, std::vector<std::string> argv,
-                                      Variables env) {
-  static int counter = 0;
-  ProcessOptions options;
-  const bool own_secret = std::any_of(env.begin(), env.end(), [](const auto& variable) {
-    return variable.first == "KV_SECRET_FILE";
-  });
-  if (!own_secret) env.emplace_back("KV_SECRET_FILE", JobSecret());
-  options.env = std::move(env);
-  options.log_path = absl::StrReplaceAll(
-      absl::StrCat(TempDir(), "/", name, "-", getpid(), "-", counter++, ".log"), {{" ", "_"}});
-  auto process = Process::Start(name, std::move(argv), std::move(options));
-  INFO(process.status().ToString());
-  REQUIRE(process.ok());
-  return *std::move(process);
 }
 
 // Cluster: a scheduler and its kvservers; workers are added by the test.

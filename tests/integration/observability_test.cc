@@ -36,25 +36,10 @@
 namespace kvstore::testing {
 namespace {
 
-using Variables = std::vector<std::pair<std::string, std::string>>;
 
 Variables Joined(Variables a, const Variables& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-std::unique_ptr<Process> Start(const std::string& name, std::vector<std::string> argv,
-                               Variables env = {}) {
-  static int counter = 0;
-  env.emplace_back("KV_SECRET_FILE", JobSecret());
-  ProcessOptions options;
-  options.env = std::move(env);
-  options.log_path = absl::StrReplaceAll(
-      absl::StrCat(TempDir(), "/", name, "-", getpid(), "-", counter++, ".log"), {{" ", "_"}});
-  auto process = Process::Start(name, std::move(argv), std::move(options));
-  INFO(process.status().ToString());
-  REQUIRE(process.ok());
-  return *std::move(process);
 }
 
 int ExitCode(Process& process, absl::Duration timeout = absl::Seconds(30)) {
@@ -100,7 +85,7 @@ int MetricsPort(Process& process) {
 // Kvctl runs kvctl with `args`; returns its exit code and its output in `*output`.
 int Kvctl(std::vector<std::string> args, std::string* output) {
   args.insert(args.begin(), {Runfile("client/kvctl/kvctl"), "--timeout=5s"});
-  std::unique_ptr<Process> kvctl = Start("kvctl", args);
+  std::unique_ptr<Process> kvctl = StartProcess("kvctl", args);
   const int code = ExitCode(*kvctl);
   *output = kvctl->output();
   return code;
@@ -111,7 +96,7 @@ struct Job {
   Job(int servers, int workers, const std::string& server0_trace = "")
       : num_workers(workers) {
     const std::string port_file = absl::StrCat(TempDir(), "/port-", getpid(), "-", ++jobs);
-    scheduler = Start("scheduler", {Runfile("server/scheduler/scheduler"), "--port=0",
+    scheduler = StartProcess("scheduler", {Runfile("server/scheduler/scheduler"), "--port=0",
                                     "--port_file=" + port_file,
                                     absl::StrCat("--num_servers=", servers),
                                     absl::StrCat("--num_workers=", workers),
@@ -122,7 +107,7 @@ struct Job {
     REQUIRE(bound.ok());
     port = *bound;
     for (int i = 0; i < servers; ++i) {
-      this->servers.push_back(Start(absl::StrCat("server ", i),
+      this->servers.push_back(StartProcess(absl::StrCat("server ", i),
                                     {Runfile("server/kvserver"),
                                      absl::StrCat("--scheduler=127.0.0.1:", port),
                                      absl::StrCat("--rank=", i), "--metrics_port=0"},
@@ -172,7 +157,7 @@ class Prometheus {
       REQUIRE(config.good());
     }
     port_ = FreePort();
-    process_ = Start("prometheus", {"/usr/bin/prometheus", "--config.file=" + dir +
+    process_ = StartProcess("prometheus", {"/usr/bin/prometheus", "--config.file=" + dir +
                                     "/prometheus.yml", "--storage.tsdb.path=" + dir + "/data",
                                     absl::StrCat("--web.listen-address=127.0.0.1:", port_),
                                     "--log.level=warn"});
@@ -289,7 +274,7 @@ TEST_CASE("Observability: Prometheus scrapes a running job; its push count is th
   std::filesystem::remove(release);
   std::vector<std::unique_ptr<Process>> workers;
   for (int w = 0; w < 2; ++w) {
-    workers.push_back(Start(absl::StrCat("worker ", w),
+    workers.push_back(StartProcess(absl::StrCat("worker ", w),
                             {Runfile("tests/integration/metrics_worker"),
                              absl::StrCat(rng.seed()), absl::StrCat(keys),
                              absl::StrCat(rounds), release},
@@ -457,7 +442,7 @@ TEST_CASE("Observability: health follows the job; kvctl status exits 3 once a no
 
   const std::string release = absl::StrCat(TempDir(), "/never-", getpid());
   std::unique_ptr<Process> worker =
-      Start("worker", {Runfile("tests/integration/metrics_worker"), "7", "1", "1", release},
+      StartProcess("worker", {Runfile("tests/integration/metrics_worker"), "7", "1", "1", release},
             job.WorkerEnv(0));
   REQUIRE(worker->WaitForOutput("DONE", absl::Seconds(60)));
   REQUIRE(Kvctl({"health", server}, &output) == 0);
@@ -494,7 +479,7 @@ TEST_CASE("Observability: a kvserver given a port where no scheduler listens say
   const int nobody = FreePort();
   const absl::Time started = absl::Now();
   std::unique_ptr<Process> server =
-      Start("server", {Runfile("server/kvserver"), absl::StrCat("--scheduler=127.0.0.1:", nobody),
+      StartProcess("server", {Runfile("server/kvserver"), absl::StrCat("--scheduler=127.0.0.1:", nobody),
                        "--register_timeout=7s"});
   // A progress line names the address and the reason while it retries, then it fails with
   // them.

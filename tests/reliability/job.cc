@@ -19,20 +19,6 @@
 namespace kvstore::testing {
 namespace {
 
-std::unique_ptr<Process> Start(const std::string& name, std::vector<std::string> argv,
-                               std::vector<std::pair<std::string, std::string>> env) {
-  static int counter = 0;
-  ProcessOptions options;
-  env.emplace_back("KV_SECRET_FILE", JobSecret());
-  options.env = std::move(env);
-  options.log_path = absl::StrReplaceAll(
-      absl::StrCat(TempDir(), "/", name, "-", getpid(), "-", counter++, ".log"), {{" ", "_"}});
-  auto process = Process::Start(name, std::move(argv), std::move(options));
-  INFO(process.status().ToString());
-  REQUIRE(process.ok());
-  return *std::move(process);
-}
-
 }  // namespace
 
 std::string FreshDirectory(const std::string& name) {
@@ -68,7 +54,7 @@ Job::Job(std::vector<std::vector<std::string>> server_args, int workers,
                                    "--heartbeat_interval=100ms",
                                    "--register_timeout=30s"};
   argv.insert(argv.end(), scheduler_args.begin(), scheduler_args.end());
-  scheduler_ = Start("scheduler", argv, {{"DMLC_ROLE", "scheduler"}});
+  scheduler_ = StartProcess("scheduler", argv, {{"DMLC_ROLE", "scheduler"}});
   const absl::StatusOr<int> port = scheduler_->WaitForPortFile(port_file, absl::Seconds(20));
   INFO(port.status().ToString() << "\n" << scheduler_->output());
   REQUIRE(port.ok());
@@ -112,13 +98,13 @@ Process& Job::StartServer(int rank, std::vector<std::string> args) {
                                             "; exec \"$0\" \"$@\"")});
   }
   if (servers_[rank] != nullptr) retired_.push_back(std::move(servers_[rank]));
-  servers_[rank] = Start(absl::StrCat("server ", rank), argv, Env("server", rank));
+  servers_[rank] = StartProcess(absl::StrCat("server ", rank), argv, Env("server", rank));
   return *servers_[rank];
 }
 
 Process& Job::AddWorker(int rank, std::vector<std::string> args) {
   args.insert(args.begin(), Runfile("tests/reliability/sum_worker"));
-  workers_.push_back(Start(absl::StrCat("worker ", rank), args, Env("worker", rank)));
+  workers_.push_back(StartProcess(absl::StrCat("worker ", rank), args, Env("worker", rank)));
   return *workers_.back();
 }
 
@@ -126,7 +112,7 @@ std::string Job::Kvctl(const std::vector<std::string>& args, int* exit_code) {
   std::vector<std::string> argv = {Runfile("client/kvctl/kvctl"),
                                    absl::StrCat("--scheduler=127.0.0.1:", port_)};
   argv.insert(argv.end(), args.begin(), args.end());
-  std::unique_ptr<Process> kvctl = Start("kvctl", argv, {});
+  std::unique_ptr<Process> kvctl = StartProcess("kvctl", argv, {});
   *exit_code = kvctl->Wait(absl::Seconds(60)).value_or(-1);
   return kvctl->output();
 }
