@@ -48,7 +48,8 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
       [connections, credentials](
           const JobView& view) -> absl::StatusOr<std::unique_ptr<ServerTransport>> {
         ASSIGN_OR_RETURN(std::unique_ptr<GrpcServerTransport> transport,
-                         GrpcServerTransport::Create(view.servers, connections, credentials));
+                         GrpcServerTransport::Create(ReplicaTargets(view.servers, view.replicas),
+                                                     connections, credentials));
         return std::unique_ptr<ServerTransport>(std::move(transport));
       });
 }
@@ -94,8 +95,16 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
   store->timer_ = std::make_unique<Timer>();
   store->caller_ = std::make_unique<ServerCaller>(
       store->transport_.get(), view.servers,
-      CallPolicy{options.rpc_timeout, options.max_retries, options.retry_backoff},
+      CallPolicy{options.rpc_timeout, options.max_retries, options.retry_backoff, view.replicas},
       store->timer_.get());
+  if (view.replicas > 1) {
+    Membership* membership = store->membership_.get();
+    ServerCaller* caller = store->caller_.get();
+    caller->set_failover_check([membership](int rank, const absl::Status& error) {
+      return membership->ServerUnreachable(rank, error);
+    });
+    membership->set_on_dead_server([caller](int rank) { caller->MarkDead(rank); });
+  }
   const int servers = static_cast<int>(view.servers.size());
   ASSIGN_OR_RETURN(store->telemetry_,
                    WorkerTelemetry::Start({view.rank, servers, options.metrics_port,

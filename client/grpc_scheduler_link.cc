@@ -2,6 +2,7 @@
 
 #include <grpcpp/client_context.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -59,6 +60,7 @@ absl::StatusOr<JobView> GrpcSchedulerLink::Register(const std::string& mode, int
   }
   job.big_value_bound = view.big_value_bound();
   job.chunk_bytes = view.chunk_bytes();
+  job.replicas = std::max(1, view.replicas());
   job.node_token = reply.node_token();
   if (!job_token_.empty()) node_credential_ = NodeCredential(job.node_id, job.node_token);
   return job;
@@ -73,6 +75,7 @@ absl::StatusOr<JobState> GrpcSchedulerLink::Heartbeat(uint64_t node_id, absl::Ti
   if (!status.ok()) return FromGrpcStatus(status);
   JobState state{reply.shutdown(), reply.job_failed() ? reply.failure() : std::string(), {}};
   state.data_loss.assign(reply.data_loss().begin(), reply.data_loss().end());
+  state.dead_servers.assign(reply.dead_servers().begin(), reply.dead_servers().end());
   return state;
 }
 
@@ -120,6 +123,22 @@ absl::StatusOr<int> GrpcSchedulerLink::NumDeadNodes(uint64_t node_id, int group,
   const grpc::Status status = stub_->ClusterStatus(&context, request, &reply);
   if (!status.ok()) return FromGrpcStatus(status);
   return reply.num_dead();
+}
+
+absl::StatusOr<bool> GrpcSchedulerLink::ServerUnreachable(uint64_t node_id, int rank,
+                                                         const std::string& error,
+                                                         absl::Time deadline,
+                                                         std::string* reason) {
+  proto::ServerUnreachableRequest request;
+  request.set_node_id(node_id);
+  request.set_server_rank(rank);
+  request.set_error(error);
+  proto::ServerUnreachableResponse reply;
+  Context context(deadline, node_credential_);
+  const grpc::Status status = stub_->ServerUnreachable(&context, request, &reply);
+  if (!status.ok()) return FromGrpcStatus(status);
+  if (reason != nullptr) *reason = reply.reason();
+  return reply.dead();
 }
 
 }  // namespace kvstore

@@ -34,6 +34,8 @@ class GrpcSchedulerLink final : public SchedulerLink {
   absl::StatusOr<std::vector<std::string>> Command(uint64_t node_id, int head,
                                                    const std::string& body,
                                                    absl::Time deadline) override;
+  absl::StatusOr<bool> ServerUnreachable(uint64_t node_id, int rank, const std::string& error,
+                                         absl::Time deadline, std::string* reason) override;
   absl::StatusOr<int> NumDeadNodes(uint64_t node_id, int group, int timeout_s,
                                    absl::Time deadline) override;
 

@@ -35,6 +35,7 @@ absl::StatusOr<std::unique_ptr<GrpcServerTransport>> GrpcServerTransport::Create
           std::make_unique<grpc::GenericStub>(MakeChannel(address.address, credentials)));
     }
     server.next_stub = std::make_unique<std::atomic<uint64_t>>(0);
+    server.backup = address.backup;
     transport->servers_.push_back(std::move(server));
   }
   transport->completer_ =
@@ -59,7 +60,8 @@ void GrpcServerTransport::Send(int s, ServerMethod method,
   rpc->done = std::move(done);
   Server& server = servers_[s];
   grpc::GenericStub* stub = server.stubs[(*server.next_stub)++ % server.stubs.size()].get();
-  rpc->reader = stub->PrepareUnaryCall(&rpc->context, GrpcMethodPath(method), *request, &cq_);
+  rpc->reader = stub->PrepareUnaryCall(&rpc->context, GrpcMethodPath(method, server.backup),
+                                       *request, &cq_);
   rpc->reader->StartCall();
   Rpc* raw = rpc.release();  // Owned by cq_ until CompleteCalls takes it back.
   raw->reader->Finish(&raw->reply, &raw->status, raw);
@@ -87,8 +89,8 @@ absl::Status GrpcServerTransport::Probe(int s, ServerMethod method,
   grpc::Status status;
   // A call of its own on a queue of its own, waited for here.
   grpc::CompletionQueue cq;
-  auto call = servers_[s].stubs.front()->PrepareUnaryCall(&context, GrpcMethodPath(method),
-                                                          request, &cq);
+  auto call = servers_[s].stubs.front()->PrepareUnaryCall(
+      &context, GrpcMethodPath(method, servers_[s].backup), request, &cq);
   call->StartCall();
   call->Finish(&reply, &status, &status);
   void* tag;

@@ -30,8 +30,9 @@ namespace kvstore {
 class GrpcServerTransport final : public ServerTransport {
  public:
   // Create opens `connections` (>= 1) channels to each server over `credentials` (null:
-  // plaintext; they connect lazily) and starts the completion thread. Requests carry the
-  // node's credential themselves (proto::RequestNode), not the calls' metadata.
+  // plaintext; they connect lazily) and starts the completion thread; Send(s, ...) reaches
+  // servers[s], through the Backup methods when it is a backup copy (ReplicaTargets). Requests
+  // carry the node's credential themselves (proto::RequestNode), not the calls' metadata.
   static absl::StatusOr<std::unique_ptr<GrpcServerTransport>> Create(
       const std::vector<ServerAddress>& servers, int connections,
       std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
@@ -47,6 +48,7 @@ class GrpcServerTransport final : public ServerTransport {
   struct Server {
     std::vector<std::unique_ptr<grpc::GenericStub>> stubs;  // One per connection.
     std::unique_ptr<std::atomic<uint64_t>> next_stub;
+    bool backup = false;  // Calls the Backup methods (ServerAddress::backup).
   };
   // One unary call in flight on cq_.
   struct Rpc;

@@ -114,6 +114,9 @@ void Membership::HeartbeatLoop() {
       absl::MutexLock lock(&mu_);
       last_answer_ = absl::Now();
       if (over->over && !over->failure.empty()) job_failure_ = over->failure;
+      for (int rank : over->dead_servers) {
+        if (on_dead_server_) on_dead_server_(rank);
+      }
       if (!over->data_loss.empty()) {
         const std::string loss = absl::StrJoin(over->data_loss, "; ");
         if (loss != data_loss_) spdlog::error("worker {}: data loss: {}", view_.rank, loss);
@@ -141,6 +144,23 @@ absl::StatusOr<std::vector<std::string>> Membership::Command(int head, const std
       link_->Command(view_.node_id, head, body, absl::Now() + options_.command_timeout);
   if (replies.ok()) return replies;
   return Named(replies.status(), absl::StrCat("command ", head, " through"));
+}
+
+absl::StatusOr<bool> Membership::ServerUnreachable(int rank, const absl::Status& error) {
+  std::string reason;
+  absl::StatusOr<bool> dead = link_->ServerUnreachable(
+      view_.node_id, rank, error.ToString(), absl::Now() + kServerCheckTimeout, &reason);
+  if (!dead.ok()) return Named(dead.status(), "reporting an unreachable server to");
+  if (*dead) {
+    SdkLogger()->warn("worker {}: {}; failing over to the other copy of its shards", view_.rank,
+                      reason);
+  }
+  return dead;
+}
+
+void Membership::set_on_dead_server(std::function<void(int rank)> on_dead) {
+  absl::MutexLock lock(&mu_);
+  on_dead_server_ = std::move(on_dead);
 }
 
 absl::StatusOr<int> Membership::NumDeadNodes(int group, absl::Duration timeout) {

@@ -14,6 +14,7 @@
 #define KVSTORE_CLIENT_MEMBERSHIP_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -65,6 +66,13 @@ class Membership {
   absl::StatusOr<std::vector<std::string>> Command(int head, const std::string& body);
   // NumDeadNodes counts the nodes of `group` silent for longer than `timeout`.
   absl::StatusOr<int> NumDeadNodes(int group, absl::Duration timeout);
+  // ServerUnreachable asks the scheduler whether server `rank`, which a call could not reach
+  // (`error`), is dead (a job with replicas); the answer within kServerCheckTimeout.
+  absl::StatusOr<bool> ServerUnreachable(int rank, const absl::Status& error);
+  static constexpr absl::Duration kServerCheckTimeout = absl::Seconds(5);
+  // set_on_dead_server makes every server a heartbeat's answer says is dead reported to
+  // `on_dead` (from the heartbeat thread). Call once, before the servers are used.
+  void set_on_dead_server(std::function<void(int rank)> on_dead);
   // Leave tells the scheduler this worker finished and stops the heartbeats. Once only.
   void Leave();
 
@@ -82,6 +90,7 @@ class Membership {
   mutable absl::Mutex mu_;
   std::string job_failure_ ABSL_GUARDED_BY(mu_);    // Why the job failed, from a heartbeat.
   std::string data_loss_ ABSL_GUARDED_BY(mu_);      // Servers restarted, updates lost.
+  std::function<void(int)> on_dead_server_ ABSL_GUARDED_BY(mu_);
   absl::Status last_wait_ ABSL_GUARDED_BY(mu_);     // The last Wait's status (Noted).
   absl::Time last_answer_ ABSL_GUARDED_BY(mu_) = absl::Now();  // The last heartbeat answered.
   absl::Notification stop_heartbeat_;

@@ -33,6 +33,8 @@ struct JobView {
   int64_t chunk_bytes = 0;  // 0: the default.
   // With a job secret: this node's token, which every call to the servers carries.
   std::string node_token;
+  // Copies of each shard (ServerCaller's replicas).
+  int replicas = 1;
 };
 
 // JobState: what a heartbeat's answer says of the job.
@@ -41,6 +43,8 @@ struct JobState {
   std::string failure;  // When over because it failed: why (naming the worker).
   // Servers restarted into the job, naming the rounds whose updates they lost.
   std::vector<std::string> data_loss;
+  // In a job with replicas: the ranks of the servers declared dead.
+  std::vector<int> dead_servers;
 };
 
 class SchedulerLink {
@@ -69,6 +73,15 @@ class SchedulerLink {
   // than `timeout` (whole seconds, at least one).
   virtual absl::StatusOr<int> NumDeadNodes(uint64_t node_id, int group, int timeout_s,
                                            absl::Time deadline) = 0;
+  // ServerUnreachable tells the scheduler that server `rank` could not be reached (`error`)
+  // and returns whether it is dead (declared now or before); `reason` says why, or what the
+  // scheduler's check got. Jobs with replicas only: FailedPrecondition by default.
+  virtual absl::StatusOr<bool> ServerUnreachable(uint64_t /*node_id*/, int /*rank*/,
+                                                 const std::string& /*error*/,
+                                                 absl::Time /*deadline*/,
+                                                 std::string* /*reason*/) {
+    return absl::FailedPreconditionError("this job has no replicas");
+  }
 };
 
 }  // namespace kvstore

@@ -9,9 +9,54 @@
 
 namespace kvstore {
 
-absl::Status ServerCaller::ServerError(int s, const absl::Status& status) const {
-  return absl::Status(status.code(), absl::StrCat("server ", servers_[s].rank, " at ",
-                                                  servers_[s].address, ": ", status.message()));
+std::vector<ServerAddress> ReplicaTargets(const std::vector<ServerAddress>& servers,
+                                          int replicas) {
+  std::vector<ServerAddress> targets = servers;
+  if (replicas < 2 || servers.empty()) return targets;
+  const size_t n = servers.size();
+  for (size_t p = 0; p < n; ++p) {
+    targets.push_back(ServerAddress{static_cast<int>(p), servers[(p + 1) % n].address, true});
+  }
+  return targets;
+}
+
+ServerCaller::ServerCaller(ServerTransport* transport, std::vector<ServerAddress> servers,
+                           CallPolicy policy, Timer* timer)
+    : transport_(transport),
+      servers_(std::move(servers)),
+      targets_(ReplicaTargets(servers_, policy.replicas)),
+      policy_(policy),
+      timer_(timer),
+      dead_(new std::atomic<bool>[servers_.size()]) {
+  for (size_t i = 0; i < servers_.size(); ++i) dead_[i] = false;
+}
+
+int ServerCaller::ServerOf(int t) const {
+  return targets_[t].backup ? (targets_[t].rank + 1) % num_servers() : targets_[t].rank;
+}
+
+void ServerCaller::MarkDead(int rank) {
+  if (rank >= 0 && rank < num_servers()) dead_[rank] = true;
+}
+
+bool ServerCaller::IsDead(int rank) const { return dead_[rank].load(std::memory_order_relaxed); }
+
+absl::Status ServerCaller::ServerError(int t, const absl::Status& status) const {
+  const ServerAddress& target = targets_[t];
+  if (target.backup) {
+    return absl::Status(status.code(),
+                        absl::StrCat("server ", ServerOf(t), " at ", target.address,
+                                     " (backup of shard ", target.rank, "): ", status.message()));
+  }
+  return absl::Status(status.code(), absl::StrCat("server ", target.rank, " at ",
+                                                  target.address, ": ", status.message()));
+}
+
+absl::Status ServerCaller::AllCopiesDead(int s) const {
+  return absl::UnavailableError(absl::StrCat(
+      "shard ", s, " has no living copy: servers ", s, " at ", servers_[s].address, " and ",
+      (s + 1) % num_servers(), " at ", servers_[(s + 1) % num_servers()].address,
+      " are both dead"));
 }
 
 void ServerCaller::Call(int s, ServerMethod method,
@@ -26,16 +71,92 @@ void ServerCaller::Call(int s, ServerMethod method,
       done(std::move(status), reply);
     };
   }
-  Attempt(s, method, std::move(request), std::move(done), 0);
+  if (policy_.replicas < 2) {
+    Attempt(s, method, std::move(request), std::move(done), 0);
+  } else if (Mutates(method)) {
+    CallEveryCopy(s, method, std::move(request), std::move(done));
+  } else {
+    CallOneCopy(s, 0, method, std::move(request), std::move(done));
+  }
 }
 
-void ServerCaller::Attempt(int s, ServerMethod method,
+void ServerCaller::CallOneCopy(int s, int c, ServerMethod method,
+                               std::shared_ptr<const grpc::ByteBuffer> request,
+                               ServerTransport::Done done) {
+  while (c < policy_.replicas && IsDead(ServerOf(TargetOf(s, c)))) ++c;
+  if (c == policy_.replicas) return done(AllCopiesDead(s), nullptr);
+  const int t = TargetOf(s, c);
+  Attempt(t, method, request,
+          [this, s, c, t, method, request, done = std::move(done)](absl::Status status,
+                                                                   grpc::ByteBuffer* reply) {
+            // A copy whose server died meanwhile: the next copy answers.
+            if (!status.ok() && IsDead(ServerOf(t))) {
+              return CallOneCopy(s, c + 1, method, request, done);
+            }
+            done(std::move(status), reply);
+          },
+          0);
+}
+
+void ServerCaller::CallEveryCopy(int s, ServerMethod method,
+                                 std::shared_ptr<const grpc::ByteBuffer> request,
+                                 ServerTransport::Done done) {
+  struct FanIn {
+    absl::Mutex mu;
+    int remaining = 0;
+    std::vector<absl::Status> errors;  // By copy.
+    grpc::ByteBuffer reply;            // The answer of the first copy that answered OK.
+    int reply_copy = -1;
+    ServerTransport::Done done;
+  };
+  std::vector<int> living;
+  for (int c = 0; c < policy_.replicas; ++c) {
+    if (!IsDead(ServerOf(TargetOf(s, c)))) living.push_back(c);
+  }
+  if (living.empty()) return done(AllCopiesDead(s), nullptr);
+  auto fan_in = std::make_shared<FanIn>();
+  fan_in->remaining = static_cast<int>(living.size());
+  fan_in->errors.resize(policy_.replicas);
+  fan_in->done = std::move(done);
+  for (int c : living) {
+    const int t = TargetOf(s, c);
+    Attempt(t, method, request,
+            [this, s, c, t, fan_in](absl::Status status, grpc::ByteBuffer* reply) {
+              {
+                absl::MutexLock lock(&fan_in->mu);
+                if (status.ok()) {
+                  if (fan_in->reply_copy < 0 || c < fan_in->reply_copy) {
+                    fan_in->reply = *reply;
+                    fan_in->reply_copy = c;
+                  }
+                } else {
+                  fan_in->errors[c] = std::move(status);
+                }
+                if (--fan_in->remaining > 0) return;
+              }
+              // Every copy has answered. A failure of a copy whose server is dead does not
+              // count: the other copy holds the update.
+              absl::Status result;
+              for (size_t copy = 0; copy < fan_in->errors.size() && result.ok(); ++copy) {
+                const absl::Status& error = fan_in->errors[copy];
+                if (!error.ok() && !IsDead(ServerOf(TargetOf(s, static_cast<int>(copy))))) {
+                  result = error;
+                }
+              }
+              if (result.ok() && fan_in->reply_copy < 0) result = AllCopiesDead(s);
+              fan_in->done(result, result.ok() ? &fan_in->reply : nullptr);
+            },
+            0);
+  }
+}
+
+void ServerCaller::Attempt(int t, ServerMethod method,
                            std::shared_ptr<const grpc::ByteBuffer> request,
                            ServerTransport::Done done, int attempt) {
   const absl::Time deadline = absl::Now() + policy_.rpc_timeout;
   transport_->Send(
-      s, method, request, deadline,
-      [this, s, method, request, done = std::move(done), attempt](absl::Status status,
+      t, method, request, deadline,
+      [this, t, method, request, done = std::move(done), attempt](absl::Status status,
                                                                   grpc::ByteBuffer* reply) {
         if (status.ok()) {
           done(status, reply);
@@ -48,11 +169,36 @@ void ServerCaller::Attempt(int s, ServerMethod method,
           status = absl::UnavailableError(absl::StrCat(
               "the server cancelled the call (it is stopping): ", status.message()));
         }
+        if (!absl::IsUnavailable(status) || policy_.replicas < 2 || !failover_check_) {
+          return Retry(t, method, request, done, attempt, std::move(status));
+        }
+        // With replicas, an unreachable server may be dead: the scheduler checks, off this
+        // thread (the check blocks), before the call is retried.
+        timer_->After(absl::ZeroDuration(), [this, t, method, request, done, attempt,
+                                             status = std::move(status)]() mutable {
+          const int server = ServerOf(t);
+          if (!IsDead(server)) {
+            const absl::StatusOr<bool> dead = failover_check_(server, status);
+            if (dead.ok() && *dead) MarkDead(server);
+          }
+          if (IsDead(server)) {
+            return done(ServerError(t, absl::UnavailableError(absl::StrCat(
+                                           "declared dead by the scheduler: ", status.message()))),
+                        nullptr);
+          }
+          Retry(t, method, request, done, attempt, std::move(status));
+        });
+      });
+}
+
+void ServerCaller::Retry(int t, ServerMethod method,
+                         std::shared_ptr<const grpc::ByteBuffer> request,
+                         ServerTransport::Done done, int attempt, absl::Status status) {
         if (absl::IsUnavailable(status) && attempt < policy_.max_retries) {
           const absl::Duration backoff = std::min(
               policy_.retry_backoff * (1 << std::min(attempt, 16)), absl::Seconds(2));
-          timer_->After(backoff, [this, s, method, request, done, attempt] {
-            Attempt(s, method, request, done, attempt + 1);
+          timer_->After(backoff, [this, t, method, request, done, attempt] {
+            Attempt(t, method, request, done, attempt + 1);
           });
           return;
         }
@@ -65,8 +211,7 @@ void ServerCaller::Attempt(int s, ServerMethod method,
               GrpcMethodPath(method),
               "; in dist_sync a push waits for every worker's push of the key)"));
         }
-        done(ServerError(s, status), nullptr);
-      });
+        done(ServerError(t, status), nullptr);
 }
 
 absl::Status ServerCaller::WaitForServers(const TransferContext& ctx, absl::Duration timeout) {
@@ -74,7 +219,7 @@ absl::Status ServerCaller::WaitForServers(const TransferContext& ctx, absl::Dura
   proto::PullRequest empty;
   SetSender(ctx, &empty);
   const grpc::ByteBuffer request = EncodeMessage(empty);
-  for (int s = 0; s < num_servers(); ++s) {
+  for (int s = 0; s < static_cast<int>(targets_.size()); ++s) {
     while (true) {
       const absl::Status status = transport_->Probe(
           s, ServerMethod::kPull, request, std::min(give_up, absl::Now() + absl::Seconds(10)));

@@ -6,6 +6,14 @@
 // 2 s, until max_retries; it then fails naming the server's rank and address and the number of
 // attempts. Every error a call returns is prefixed with "server R at ADDRESS: ".
 //
+// Replicas (CallPolicy::replicas == 2): every shard p has two copies, its server's and the backup
+// the next rank's server holds. A call that changes state (Init, Push, PushPull) goes to every
+// living copy and succeeds once each has answered OK - so an acknowledged update is held twice;
+// a read goes to the first living copy. When a copy cannot be reached, the caller asks the
+// scheduler (set_failover_check) whether its server is dead: if so, the server is never called
+// again, its copies' failures are dropped, and reads go to the other copy; if not, the call is
+// retried as above. Both copies of a shard dead: the call fails naming both.
+//
 // TransferContext bundles what every transfer (dense_transfer.h, row_sparse_transfer.h,
 // group_transfer.h) needs besides its operation: the caller, this worker's node id and the
 // counters of request ids and pushed bytes.
@@ -23,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/server_transport.h"
@@ -32,24 +41,32 @@ namespace kvstore {
 
 struct TransferContext;
 
-// ServerAddress: a server of the job as the scheduler published it.
+// ServerAddress: a server of the job as the scheduler published it; or (backup) the backup copy
+// of shard `rank` that the server at `address` (rank + 1, modulo the servers) holds.
 struct ServerAddress {
   int rank = 0;
   std::string address;
+  bool backup = false;
 };
+
+// ReplicaTargets lists what a worker's transport reaches, by index: the servers in rank order,
+// then, with `replicas` 2, the backup copy of each shard p, at server (p + 1) % N's address.
+std::vector<ServerAddress> ReplicaTargets(const std::vector<ServerAddress>& servers,
+                                          int replicas);
 
 struct CallPolicy {
   absl::Duration rpc_timeout = absl::Seconds(120);
   int max_retries = 8;
   absl::Duration retry_backoff = absl::Milliseconds(50);
+  // Copies of each shard (1 or 2); with 2 the transport reaches ReplicaTargets(servers, 2).
+  int replicas = 1;
 };
 
 class ServerCaller {
  public:
   // The transport and the timer must outlive the caller.
   ServerCaller(ServerTransport* transport, std::vector<ServerAddress> servers, CallPolicy policy,
-               Timer* timer)
-      : transport_(transport), servers_(std::move(servers)), policy_(policy), timer_(timer) {}
+               Timer* timer);
 
   int num_servers() const { return static_cast<int>(servers_.size()); }
 
@@ -62,7 +79,19 @@ class ServerCaller {
   // set_observer installs `observer` (worker_telemetry.h). Call before the first Call.
   void set_observer(RequestObserver observer) { observer_ = std::move(observer); }
 
-  // Call sends `request` to server `s`, retrying UNAVAILABLE; `done` runs exactly once.
+  // FailoverCheck asks the scheduler whether server `rank`, which a call could not reach
+  // (`error`), is dead; true once it has been declared dead. It may block (it runs on the
+  // timer's thread).
+  using FailoverCheck = std::function<absl::StatusOr<bool>(int rank, const absl::Status& error)>;
+  // set_failover_check installs `check` (replicas only). Call before the first Call.
+  void set_failover_check(FailoverCheck check) { failover_check_ = std::move(check); }
+  // MarkDead records that server `rank` is dead (the scheduler said so): its copies are never
+  // called again. IsDead says whether it is.
+  void MarkDead(int rank);
+  bool IsDead(int rank) const;
+
+  // Call sends `request` to shard `s` - its server, or with replicas its copies (see above) -
+  // retrying UNAVAILABLE; `done` runs exactly once.
   void Call(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
             ServerTransport::Done done);
 
@@ -71,18 +100,35 @@ class ServerCaller {
   // checkpoint); the error naming the first server that is not ready within `timeout`.
   absl::Status WaitForServers(const TransferContext& ctx, absl::Duration timeout);
 
-  // ServerError prefixes `status`'s message with server `s`'s rank and address.
-  absl::Status ServerError(int s, const absl::Status& status) const;
+  // ServerError prefixes `status`'s message with target `t`'s server rank and address (and,
+  // for a backup copy, the shard it backs up).
+  absl::Status ServerError(int t, const absl::Status& status) const;
 
  private:
-  void Attempt(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
+  // Copy c of shard s: its index among the transport's targets, and the rank of its server.
+  int TargetOf(int s, int c) const { return c == 0 ? s : num_servers() + s; }
+  int ServerOf(int t) const;
+  // CallEveryCopy sends a state-changing request to every living copy of shard `s`;
+  // CallOneCopy sends a read to its first living copy from copy `c` on.
+  void CallEveryCopy(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
+                     ServerTransport::Done done);
+  void CallOneCopy(int s, int c, ServerMethod method,
+                   std::shared_ptr<const grpc::ByteBuffer> request, ServerTransport::Done done);
+  absl::Status AllCopiesDead(int s) const;
+  // Attempt sends `request` to target `t` once; Retry retries or fails it after `status`.
+  void Attempt(int t, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
                ServerTransport::Done done, int attempt);
+  void Retry(int t, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
+             ServerTransport::Done done, int attempt, absl::Status status);
 
   ServerTransport* const transport_;
   const std::vector<ServerAddress> servers_;
+  const std::vector<ServerAddress> targets_;  // ReplicaTargets(servers_, policy_.replicas).
   const CallPolicy policy_;
   Timer* const timer_;
   RequestObserver observer_;  // Optional.
+  FailoverCheck failover_check_;  // Optional; replicas only.
+  std::unique_ptr<std::atomic<bool>[]> dead_;  // By server rank.
 };
 
 // Replies: an operation's requests still unanswered and the first error among the answers; a

@@ -11,13 +11,25 @@ namespace kvstore {
 enum class ServerMethod { kInit, kPush, kPull, kPushPull, kRowSparsePull, kCommand };
 inline constexpr int kNumServerMethods = 6;
 
-// GrpcMethodPath returns the method's full gRPC name, e.g. "/kvstore.proto.KVServer/Push".
-inline const char* GrpcMethodPath(ServerMethod method) {
-  static constexpr const char* kPaths[kNumServerMethods] = {
-      "/kvstore.proto.KVServer/Init",     "/kvstore.proto.KVServer/Push",
-      "/kvstore.proto.KVServer/Pull",     "/kvstore.proto.KVServer/PushPull",
-      "/kvstore.proto.KVServer/RowSparsePull", "/kvstore.proto.KVServer/Command"};
-  return kPaths[static_cast<int>(method)];
+// GrpcMethodPath returns the method's full gRPC name, e.g. "/kvstore.proto.KVServer/Push", or,
+// for the backup copy a kvserver holds of the previous rank's shard (a job with replicas), the
+// Backup method: "/kvstore.proto.KVServer/BackupPush". The service lists the six methods, then
+// their six Backup methods, in this order.
+inline const char* GrpcMethodPath(ServerMethod method, bool backup = false) {
+  static constexpr const char* kPaths[2 * kNumServerMethods] = {
+      "/kvstore.proto.KVServer/Init",           "/kvstore.proto.KVServer/Push",
+      "/kvstore.proto.KVServer/Pull",           "/kvstore.proto.KVServer/PushPull",
+      "/kvstore.proto.KVServer/RowSparsePull",  "/kvstore.proto.KVServer/Command",
+      "/kvstore.proto.KVServer/BackupInit",     "/kvstore.proto.KVServer/BackupPush",
+      "/kvstore.proto.KVServer/BackupPull",     "/kvstore.proto.KVServer/BackupPushPull",
+      "/kvstore.proto.KVServer/BackupRowSparsePull", "/kvstore.proto.KVServer/BackupCommand"};
+  return kPaths[static_cast<int>(method) + (backup ? kNumServerMethods : 0)];
+}
+
+// Mutates is true for the methods that change a server's state (every copy of a shard gets
+// them in a job with replicas); false for reads, which one copy answers.
+inline bool Mutates(ServerMethod method) {
+  return method != ServerMethod::kPull && method != ServerMethod::kRowSparsePull;
 }
 
 // ServerMethodLabel returns the method's name in metrics and timelines: "init", "push",

@@ -302,7 +302,19 @@ absl::Status KVServerDaemon::RegisterAndServe() {
                  CheckpointPath(checkpoint_root_->PathOf(options_.restore_dir),
                                 registration.rank()));
   }
+  // With replicas, this server also holds the backup of the previous rank's shard: a second
+  // engine of that rank, restored from the same set, served through the Backup methods.
+  std::shared_ptr<ServerBackend> backup;
+  if (view.replicas() > 1) {
+    BackendSpec backup_spec = spec;
+    backup_spec.rank = (spec.rank + spec.num_servers - 1) % spec.num_servers;
+    backup_spec.round_observer = nullptr;
+    ASSIGN_OR_RETURN(backup, MakeServerBackend(backup_spec));
+    spdlog::info("kvserver rank {} holds the backup of shard {}", registration.rank(),
+                 backup_spec.rank);
+  }
   ServerEngine* engine = backend->engine.get();
+  ServerEngine* backup_engine = backup != nullptr ? backup->engine.get() : nullptr;
   const Controller* controller = backend->controller.get();
   std::shared_ptr<const KVServerService::PeerTokens> peers;
   if (secured) {
@@ -310,7 +322,7 @@ absl::Status KVServerDaemon::RegisterAndServe() {
         registration.peer_tokens().begin(), registration.peer_tokens().end());
   }
   const std::string credential = NodeCredential(registration.node_id(), registration.node_token());
-  service_.SetBackend(std::move(backend), std::move(peers));
+  service_.SetBackend(std::move(backend), std::move(peers), std::move(backup));
   health_->SetServing(true);
   spdlog::info("kvserver rank {} (node {}) serving {} for {} workers", registration.rank(),
               registration.node_id(), view.mode(), view.num_workers());
@@ -336,6 +348,7 @@ absl::Status KVServerDaemon::RegisterAndServe() {
       if (reply.shutdown() && reply.job_failed()) {
         // Answer the pushes still waiting for a round, naming why, before exiting non-zero.
         engine->FailRounds(reply.failure());
+        if (backup_engine != nullptr) backup_engine->FailRounds(reply.failure());
         spdlog::error("kvserver rank {}: the job failed: {}", registration.rank(),
                       reply.failure());
         absl::SleepFor(std::max(interval, absl::Milliseconds(500)));

@@ -11,10 +11,12 @@
 namespace kvstore {
 
 void KVServerService::SetBackend(std::shared_ptr<ServerBackend> backend,
-                                 std::shared_ptr<const PeerTokens> peers) {
+                                 std::shared_ptr<const PeerTokens> peers,
+                                 std::shared_ptr<ServerBackend> backup) {
   absl::MutexLock lock(&mu_);
   backend_ = std::move(backend);
   peers_ = std::move(peers);
+  backup_ = std::move(backup);
 }
 
 std::shared_ptr<ServerBackend> KVServerService::backend() const {
@@ -22,10 +24,15 @@ std::shared_ptr<ServerBackend> KVServerService::backend() const {
   return backend_;
 }
 
-void KVServerService::Serving(std::shared_ptr<ServerBackend>* backend,
+std::shared_ptr<ServerBackend> KVServerService::backup() const {
+  absl::MutexLock lock(&mu_);
+  return backup_;
+}
+
+void KVServerService::Serving(bool backup, std::shared_ptr<ServerBackend>* backend,
                               std::shared_ptr<const PeerTokens>* peers) const {
   absl::MutexLock lock(&mu_);
-  *backend = backend_;
+  *backend = backup ? backup_ : backend_;
   *peers = peers_;
 }
 
@@ -34,7 +41,8 @@ void KVServerService::Serving(std::shared_ptr<ServerBackend>* backend,
 // for or answers a call on a queue that may be shutting down.
 class KVServerService::Call {
  public:
-  static constexpr int kMethods = kNumServerMethods;  // In the order of proto/kvstore.proto.
+  // In the order of proto/kvstore.proto: the six methods, then their Backup methods.
+  static constexpr int kMethods = 2 * kNumServerMethods;
 
   // Ask requests the next call of `method` on `cq`. Requires a reader lock of serving_mu_,
   // with serving not stopped.
@@ -56,7 +64,8 @@ class KVServerService::Call {
       const bool small =
           finishing_ && ok && request_bytes < kSmallCallBytes && response_bytes < kSmallCallBytes;
       if (finishing_ && service_->metrics_ != nullptr) {
-        service_->metrics_->RecordCall(method_, code_, request_bytes, response_bytes,
+        service_->metrics_->RecordCall(method_ % kNumServerMethods, code_, request_bytes,
+                                       response_bytes,
                                        absl::Now() - started_);
       }
       delete this;
@@ -75,9 +84,15 @@ class KVServerService::Call {
     };
     std::shared_ptr<ServerBackend> backend;
     std::shared_ptr<const PeerTokens> peers;
-    service_->Serving(&backend, &peers);
-    HandleServerRequest(backend, static_cast<ServerMethod>(method_), request_, &response_,
-                        std::move(done), peers.get());
+    const bool backup = method_ >= kNumServerMethods;
+    service_->Serving(backup, &backend, &peers);
+    if (backup && backend == nullptr && service_->backend() != nullptr) {
+      done(absl::FailedPreconditionError(
+          "this kvserver holds no backup shard (the job has no replicas)"));
+      return Event::kStarted;
+    }
+    HandleServerRequest(backend, static_cast<ServerMethod>(method_ % kNumServerMethods),
+                        request_, &response_, std::move(done), peers.get());
     return Event::kStarted;
   }
 

@@ -13,7 +13,9 @@
 // handler ever blocks its thread.
 //
 // Until SetBackend is called (the server has not yet received the cluster view) every method
-// answers UNAVAILABLE, which clients retry.
+// answers UNAVAILABLE, which clients retry. The Backup methods run on the backup backend, the
+// copy of the previous rank's shard a kvserver holds in a job with replicas; without one they
+// answer FAILED_PRECONDITION.
 #ifndef KVSTORE_SERVER_GRPC_KVSERVER_SERVICE_H_
 #define KVSTORE_SERVER_GRPC_KVSERVER_SERVICE_H_
 
@@ -36,7 +38,13 @@ namespace kvstore {
 using RawAsyncKVServerService = proto::KVServer::WithRawMethod_Init<
     proto::KVServer::WithRawMethod_Push<proto::KVServer::WithRawMethod_Pull<
         proto::KVServer::WithRawMethod_PushPull<proto::KVServer::WithRawMethod_RowSparsePull<
-            proto::KVServer::WithRawMethod_Command<proto::KVServer::Service>>>>>>;
+            proto::KVServer::WithRawMethod_Command<proto::KVServer::WithRawMethod_BackupInit<
+                proto::KVServer::WithRawMethod_BackupPush<
+                    proto::KVServer::WithRawMethod_BackupPull<
+                        proto::KVServer::WithRawMethod_BackupPushPull<
+                            proto::KVServer::WithRawMethod_BackupRowSparsePull<
+                                proto::KVServer::WithRawMethod_BackupCommand<
+                                    proto::KVServer::Service>>>>>>>>>>>>;
 
 class KVServerService final : public RawAsyncKVServerService {
  public:
@@ -47,8 +55,11 @@ class KVServerService final : public RawAsyncKVServerService {
   // credential of one of them (UNAUTHENTICATED otherwise) and name that node; without, calls
   // are not checked (HandleServerRequest). Thread-safe.
   void SetBackend(std::shared_ptr<ServerBackend> backend,
-                  std::shared_ptr<const PeerTokens> peers = nullptr);
+                  std::shared_ptr<const PeerTokens> peers = nullptr,
+                  std::shared_ptr<ServerBackend> backup = nullptr);
   std::shared_ptr<ServerBackend> backend() const;
+  // backup returns the backup backend (null without replicas, or before SetBackend).
+  std::shared_ptr<ServerBackend> backup() const;
   // SetMetrics makes every answered call counted in `metrics` (requests, bytes, latency,
   // errors; kvserver_metrics.h). Call before Serve; `metrics` must outlive the service.
   void SetMetrics(KVServerMetrics* metrics) { metrics_ = metrics; }
@@ -70,12 +81,14 @@ class KVServerService final : public RawAsyncKVServerService {
  private:
   class Call;
 
-  // Serving returns the backend and the peers calls are checked against.
-  void Serving(std::shared_ptr<ServerBackend>* backend,
+  // Serving returns the backend a method runs on (the backup's for a Backup method) and the
+  // peers calls are checked against.
+  void Serving(bool backup, std::shared_ptr<ServerBackend>* backend,
                std::shared_ptr<const PeerTokens>* peers) const;
 
   mutable absl::Mutex mu_;
   std::shared_ptr<ServerBackend> backend_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<ServerBackend> backup_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const PeerTokens> peers_ ABSL_GUARDED_BY(mu_);
   KVServerMetrics* metrics_ = nullptr;  // Set before serving; optional.
   absl::Mutex serving_mu_;

@@ -40,6 +40,14 @@ absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
       options.workers_lost_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("timeouts must be positive");
   }
+  if (options.replicas < 1 || options.replicas > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replicas must be 1 or 2, not ", options.replicas));
+  }
+  if (options.replicas == 2 && options.num_servers < 2) {
+    return absl::InvalidArgumentError(
+        "replicas 2 needs at least 2 servers: a shard's backup lives on another server");
+  }
   if (options.big_value_bound < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("big value bound must be positive, got ", options.big_value_bound));
@@ -187,6 +195,7 @@ ClusterView SchedulerCore::ViewLocked() const {
   cluster.chunk_bytes = options_.chunk_bytes;
   cluster.mode = mode_.empty() ? "dist_sync" : mode_;
   cluster.heartbeat_interval = options_.heartbeat_interval;
+  cluster.replicas = options_.replicas;
   std::vector<std::pair<int, uint64_t>> workers;
   for (const auto& [id, node] : nodes_) {
     if (node.role == NodeRole::kServer) {

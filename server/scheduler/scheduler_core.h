@@ -59,6 +59,10 @@ struct SchedulerOptions {
   // A worker that has not finished and has sent no heartbeat for this long is dead, and a job
   // in "fail" mode fails, naming it (DeadWorkers); absl::InfiniteDuration(): never.
   absl::Duration heartbeat_timeout = absl::InfiniteDuration();
+  // Copies of each shard: 1, or 2 (shard p on server p and, as its backup, on server
+  // (p + 1) % num_servers; needs 2 servers or more). With 2, a dead server fails the job only
+  // when the other copy of one of its shards is dead too.
+  int replicas = 1;
 };
 
 struct ServerEntry {
@@ -78,6 +82,7 @@ struct ClusterView {
   // "dist_sync" or "dist_async": the first registering worker's mode.
   std::string mode;
   absl::Duration heartbeat_interval;
+  int replicas = 1;
 };
 
 struct Registration {
@@ -108,6 +113,9 @@ struct NodeInfo {
   // Servers that replaced a dead one: its address and last reported round (-1: none).
   std::string replaced_address;
   int64_t replaced_round = -1;
+  // Servers in a job with replicas: declared dead (DeclareServerDead), and why.
+  bool dead = false;
+  std::string death;
 };
 
 // What a server reports with its heartbeat.
@@ -197,6 +205,17 @@ class SchedulerCore {
   // data_loss returns one message per server restarted into the running job (ReplaceServer),
   // naming it and the rounds whose updates were lost, once it has said what it restored.
   std::vector<std::string> data_loss() const;
+
+  // DeclareServerDead marks the server of `rank` dead for good in a job with replicas, saying
+  // `reason`, so that workers fail over to the backups of its shards (dead_servers); the job
+  // fails, naming both, when the other copy of one of its shards is dead too. True when this
+  // call declared it (false: already dead). FailedPrecondition without replicas or before the
+  // job assembled; InvalidArgument for a rank out of range.
+  absl::StatusOr<bool> DeclareServerDead(int rank, std::string reason, absl::Time now);
+  // dead_servers returns the ranks of the servers declared dead, in order.
+  std::vector<int> dead_servers() const;
+  // ServerAddress returns the address of the server of `rank`, or NotFound.
+  absl::StatusOr<std::string> ServerAddress(int rank) const;
 
   // Nodes returns every registered node (servers by rank, then workers by rank).
   std::vector<NodeInfo> Nodes() const;

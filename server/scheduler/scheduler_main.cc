@@ -55,6 +55,11 @@ ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
           "A worker that has not finished and has sent no heartbeat for this long is dead: the "
           "job fails, naming it (the servers fail the pushes waiting for it, every daemon exits "
           "non-zero); inf: never.");
+ABSL_FLAG(int, replicas, 1,
+          "Copies of each shard: 1, or 2 (each shard also on the next rank's kvserver; a push is "
+          "acknowledged once both hold it, and a dead kvserver's shard is served by its backup "
+          "without losing an acknowledged update; docs/reliability.md). 2 needs 2 servers or "
+          "more.");
 ABSL_FLAG(int64_t, max_request_bytes, kvstore::SchedulerDaemonOptions::kDefaultMaxRequestBytes,
           "The largest request the scheduler accepts, in bytes; a bigger one is refused with "
           "RESOURCE_EXHAUSTED. Raise it when workers load optimizer states bigger than this "
@@ -110,6 +115,7 @@ absl::Status Run() {
   options.job.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.job.workers_lost_timeout = absl::GetFlag(FLAGS_workers_lost_timeout);
   options.job.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
+  options.job.replicas = absl::GetFlag(FLAGS_replicas);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   const std::string every = absl::GetFlag(FLAGS_checkpoint_every);

@@ -2,14 +2,18 @@
 
 #include <grpcpp/client_context.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
+
+#include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
+#include "common/server_methods.h"
 #include "common/wire_frame.h"
 
 namespace kvstore {
@@ -26,6 +30,7 @@ void ViewToProto(const ClusterView& view, proto::ClusterView* out) {
   out->set_big_value_bound(view.big_value_bound);
   out->set_chunk_bytes(view.chunk_bytes);
   out->set_mode(view.mode);
+  out->set_replicas(view.replicas);
   out->set_heartbeat_interval_ms(
       static_cast<int32_t>(absl::ToInt64Milliseconds(view.heartbeat_interval)));
   for (const ServerEntry& server : view.servers) {
@@ -35,6 +40,27 @@ void ViewToProto(const ClusterView& view, proto::ClusterView* out) {
     info->set_address(server.address);
   }
   for (uint64_t id : view.worker_node_ids) out->add_worker_node_ids(id);
+}
+
+// ShardCopy: one copy of a shard a command goes to - on server `server`, as its primary or
+// (backup) as the backup the next rank holds.
+struct ShardCopy {
+  int shard = 0;
+  int server = 0;
+  bool backup = false;
+};
+
+// LivingCopiesOf lists the copies of every shard on servers not in `dead`: each shard's
+// primary, and in a job with replicas its backup.
+std::vector<ShardCopy> LivingCopiesOf(const ClusterView& view, const std::vector<int>& dead) {
+  const int n = static_cast<int>(view.servers.size());
+  auto alive = [&](int rank) { return std::find(dead.begin(), dead.end(), rank) == dead.end(); };
+  std::vector<ShardCopy> copies;
+  for (int shard = 0; shard < n; ++shard) {
+    if (alive(shard)) copies.push_back({shard, shard, false});
+    if (view.replicas > 1 && alive((shard + 1) % n)) copies.push_back({shard, (shard + 1) % n, true});
+  }
+  return copies;
 }
 
 // Metadata returns the value of `key` in the call's metadata, or nothing.
@@ -216,6 +242,7 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
                                         request.restored_checkpoint()});
         if (over.ok()) response->set_shutdown(*over);
         for (std::string& loss : core_->data_loss()) response->add_data_loss(std::move(loss));
+        for (int rank : core_->dead_servers()) response->add_dead_servers(rank);
         if (over.ok() && *over) {
           const std::string failure = core_->job_failure();
           response->set_job_failed(!failure.empty());
@@ -275,7 +302,9 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
     });
     return;
   }
-  // One raw call per server; the last to complete answers.
+  // One raw call per living copy of each shard (its server, and in a job with replicas its
+  // backup's); the last to complete answers, with each shard's reply from its first living
+  // copy.
   struct FanOut {
     absl::Mutex mu;
     int remaining = 0;
@@ -289,9 +318,11 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
     grpc::ByteBuffer request;
     grpc::ByteBuffer reply;
   };
+  const std::vector<ShardCopy> copies = LivingCopiesOf(*view, core_->dead_servers());
+  if (copies.empty()) return done(absl::UnavailableError("no server of the job is alive"));
   auto fan_out = std::make_shared<FanOut>();
-  fan_out->remaining = static_cast<int>(view->servers.size());
-  fan_out->replies.resize(view->servers.size());
+  fan_out->remaining = static_cast<int>(copies.size());
+  fan_out->replies.resize(2 * view->servers.size());
   fan_out->response = response;
   fan_out->done = std::move(done);
   proto::ServerCommandRequest command;
@@ -303,15 +334,18 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
   command.set_head(request.head());
   command.set_body(request.body());
   const grpc::ByteBuffer encoded = EncodeMessage(command);
-  for (size_t i = 0; i < view->servers.size(); ++i) {
-    const ServerEntry server = view->servers[i];
+  const size_t num_shards = view->servers.size();
+  for (const ShardCopy& copy : copies) {
+    const ServerEntry server = view->servers[copy.server];
+    // Replies of primaries first, then of backups; the first of a shard's wins.
+    const size_t i = copy.shard + (copy.backup ? num_shards : 0);
     auto call = std::make_shared<Call>();
     call->request = encoded;
     call->context.set_deadline(GrpcDeadline(absl::Now() + command_timeout_));
     ServerStub(server.address)
-        ->UnaryCall(&call->context, "/kvstore.proto.KVServer/Command", grpc::StubOptions(),
-                    &call->request, &call->reply,
-                    [fan_out, call, server, i](grpc::Status grpc_status) {
+        ->UnaryCall(&call->context, GrpcMethodPath(ServerMethod::kCommand, copy.backup),
+                    grpc::StubOptions(), &call->request, &call->reply,
+                    [fan_out, call, server, i, num_shards](grpc::Status grpc_status) {
                       absl::Status result = FromGrpcStatus(grpc_status);
                       proto::ServerCommandResponse reply;
                       if (result.ok()) result = DecodeMessage(call->reply, &reply);
@@ -328,7 +362,11 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
                         last = --fan_out->remaining == 0;
                       }
                       if (!last) return;
-                      for (std::string& r : fan_out->replies) fan_out->response->add_replies(r);
+                      for (size_t shard = 0; shard < num_shards; ++shard) {
+                        fan_out->response->add_replies(fan_out->replies[shard].empty()
+                                                           ? fan_out->replies[shard + num_shards]
+                                                           : fan_out->replies[shard]);
+                      }
                       fan_out->done(fan_out->first_error);
                     });
   }
@@ -340,7 +378,10 @@ absl::StatusOr<std::string> SchedulerService::CallServer(int rank, int head,
   if (rank < 0 || rank >= static_cast<int>(view.servers.size())) {
     return absl::InvalidArgumentError(absl::StrCat("no server of rank ", rank));
   }
-  const ServerEntry server = view.servers[rank];
+  // A dead server's shard is served by its backup, on the next rank (a job with replicas).
+  const std::vector<int> dead = core_->dead_servers();
+  const bool backup = std::find(dead.begin(), dead.end(), rank) != dead.end();
+  const ServerEntry server = view.servers[backup ? (rank + 1) % view.servers.size() : rank];
   proto::ServerCommandRequest command;
   command.set_node_id(kSchedulerNodeId);
   command.set_head(head);
@@ -355,8 +396,8 @@ absl::StatusOr<std::string> SchedulerService::CallServer(int rank, int head,
   absl::Notification finished;
   absl::Status result;
   ServerStub(server.address)
-      ->UnaryCall(&context, "/kvstore.proto.KVServer/Command", grpc::StubOptions(), &request,
-                  &reply, [&](grpc::Status grpc_status) {
+      ->UnaryCall(&context, GrpcMethodPath(ServerMethod::kCommand, backup), grpc::StubOptions(),
+                  &request, &reply, [&](grpc::Status grpc_status) {
                     result = FromGrpcStatus(grpc_status);
                     finished.Notify();
                   });
@@ -364,10 +405,77 @@ absl::StatusOr<std::string> SchedulerService::CallServer(int rank, int head,
   proto::ServerCommandResponse response;
   if (result.ok()) result = DecodeMessage(reply, &response);
   if (!result.ok()) {
-    return absl::Status(result.code(), absl::StrCat("server ", server.rank, " at ",
-                                                    server.address, ": ", result.message()));
+    return absl::Status(result.code(),
+                        absl::StrCat("server ", server.rank, " at ", server.address,
+                                     backup ? absl::StrCat(" (backup of shard ", rank, ")") : "",
+                                     ": ", result.message()));
   }
   return response.reply();
+}
+
+grpc::ServerUnaryReactor* SchedulerService::ServerUnreachable(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Serve<proto::ServerUnreachableRequest, proto::ServerUnreachableResponse>(
+      context, request, response, "ServerUnreachable",
+      [this, context](const proto::ServerUnreachableRequest& request,
+                      proto::ServerUnreachableResponse* response, Done done) {
+        absl::Status status = Check(*context, Allowed::kSelf, request.node_id());
+        if (status.ok()) status = CheckCaller(request.node_id());
+        if (!status.ok()) return done(status);
+        HandleServerUnreachable(request, response, std::move(done));
+      });
+}
+
+void SchedulerService::HandleServerUnreachable(const proto::ServerUnreachableRequest& request,
+                                               proto::ServerUnreachableResponse* response,
+                                               Done done) {
+  const int rank = request.server_rank();
+  const std::vector<int> dead = core_->dead_servers();
+  if (std::find(dead.begin(), dead.end(), rank) != dead.end()) {
+    response->set_dead(true);
+    response->set_reason(absl::StrCat("server ", rank, " was declared dead before"));
+    return done(absl::OkStatus());
+  }
+  const absl::StatusOr<std::string> address = core_->ServerAddress(rank);
+  if (!address.ok()) return done(address.status());
+  struct Check {
+    grpc::ClientContext context;
+    grpc::ByteBuffer request;
+    grpc::ByteBuffer reply;
+  };
+  auto check = std::make_shared<Check>();
+  grpc::Slice empty;  // An empty grpc.health.v1.HealthCheckRequest: the server as a whole.
+  check->request = grpc::ByteBuffer(&empty, 1);
+  check->context.set_deadline(GrpcDeadline(absl::Now() + kUnreachableCheck));
+  ServerStub(*address)->UnaryCall(
+      &check->context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &check->request,
+      &check->reply,
+      [this, check, rank, address = *address, request, response,
+       done = std::move(done)](grpc::Status grpc_status) {
+        const absl::Status result = FromGrpcStatus(grpc_status);
+        if (!absl::IsUnavailable(result)) {
+          response->set_dead(false);
+          response->set_reason(absl::StrCat("server ", rank, " at ", address,
+                                            " answers a health check (",
+                                            result.ok() ? "OK" : result.ToString(), ")"));
+          return done(absl::OkStatus());
+        }
+        const std::string reason =
+            absl::StrCat("nothing answers at ", address, " (", result.message(),
+                         "; worker node ", request.node_id(), " saw: ", request.error(), ")");
+        const absl::StatusOr<bool> declared =
+            core_->DeclareServerDead(rank, reason, absl::Now());
+        if (!declared.ok()) return done(declared.status());
+        if (*declared) {
+          spdlog::error("scheduler: server {} is dead: {}; its shard is served by its backup "
+                        "on the next rank from now on",
+                        rank, reason);
+        }
+        response->set_dead(true);
+        response->set_reason(absl::StrCat("server ", rank, " is dead: ", reason));
+        done(absl::OkStatus());
+      });
 }
 
 grpc::ServerUnaryReactor* SchedulerService::ClusterStatus(grpc::CallbackServerContext* context,

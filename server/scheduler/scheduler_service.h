@@ -45,7 +45,8 @@ using RawSchedulerService = proto::Scheduler::WithRawCallbackMethod_Register<
                 proto::Scheduler::WithRawCallbackMethod_ClusterStatus<
                     proto::Scheduler::WithRawCallbackMethod_Finish<
                         proto::Scheduler::WithRawCallbackMethod_Shutdown<
-                            proto::Scheduler::Service>>>>>>>;
+                            proto::Scheduler::WithRawCallbackMethod_ServerUnreachable<
+                                proto::Scheduler::Service>>>>>>>>;
 
 class SchedulerService final : public RawSchedulerService {
  public:
@@ -81,6 +82,15 @@ class SchedulerService final : public RawSchedulerService {
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
+  // ServerUnreachable (a job with replicas): the server a worker could not reach is checked
+  // with a gRPC health check (kUnreachableCheck); when nothing answers at its address
+  // (UNAVAILABLE) it is declared dead for good (SchedulerCore::DeclareServerDead) and the
+  // worker fails over to the backups of its shards. A check that times out or answers does not
+  // declare it: the worker retries as usual.
+  grpc::ServerUnaryReactor* ServerUnreachable(grpc::CallbackServerContext* context,
+                                              const grpc::ByteBuffer* request,
+                                              grpc::ByteBuffer* response) override;
+  static constexpr absl::Duration kUnreachableCheck = absl::Milliseconds(500);
 
   // SetCheckpointCoordinator makes checkpoint commands (head 4) run as checkpoint sets through
   // `coordinator` (server/scheduler/checkpoint_coordinator.h), which must outlive the service.
@@ -111,6 +121,8 @@ class SchedulerService final : public RawSchedulerService {
                       Done done);
   void HandleCommand(const proto::CommandRequest& request, proto::CommandResponse* response,
                      Done done);
+  void HandleServerUnreachable(const proto::ServerUnreachableRequest& request,
+                               proto::ServerUnreachableResponse* response, Done done);
   absl::Status HandleClusterStatus(const proto::ClusterStatusRequest& request,
                                    proto::ClusterStatusResponse* response);
 

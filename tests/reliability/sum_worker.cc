@@ -6,9 +6,11 @@
 //   sum_worker SEED FIRST LAST [PAUSE_MS [MAX_RETRIES]]
 //
 // Rounds FIRST..LAST (FIRST > 1: the servers were restored from a checkpoint cut at round
-// FIRST - 1, and Init keeps their values). After each round "round R ok" is printed; PAUSE_MS
+// FIRST - 1, and Init keeps their values). After each round "round R ok (T ms)" is printed, T
+// the time from its first push to its checked pull; at the end "longest round: T ms". PAUSE_MS
 // (default 0) is slept between rounds, so that tests can act during training. MAX_RETRIES
 // (default 3) is DistOptions::max_retries.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -62,7 +64,9 @@ absl::Status Run(int argc, char** argv) {
     for (int64_t i = 0; i < k.elements; ++i) v[i] = Expected(seed, workers, k.key, first - 1, i);
     want.push_back(std::move(v));
   }
+  absl::Duration longest;
   for (int64_t round = first; round <= last; ++round) {
+    const absl::Time started = absl::Now();
     for (size_t k = 0; k < sum_keys.size(); ++k) {
       for (int64_t i = 0; i < sum_keys[k].elements; ++i) {
         values[k].SetFromDouble(i, Gradient(seed, sum_keys[k].key, rank, round, i));
@@ -81,12 +85,16 @@ absl::Status Run(int argc, char** argv) {
         }
       }
     }
-    std::printf("round %lld ok\n", static_cast<long long>(round));
+    const absl::Duration took = absl::Now() - started;
+    longest = std::max(longest, took);
+    std::printf("round %lld ok (%lld ms)\n", static_cast<long long>(round),
+                static_cast<long long>(absl::ToInt64Milliseconds(took)));
     std::fflush(stdout);
     if (pause_ms > 0) absl::SleepFor(absl::Milliseconds(pause_ms));
   }
-  std::printf("worker %d: rounds %lld..%lld checked\n", rank, static_cast<long long>(first),
-              static_cast<long long>(last));
+  std::printf("worker %d: rounds %lld..%lld checked\nlongest round: %lld ms\n", rank,
+              static_cast<long long>(first), static_cast<long long>(last),
+              static_cast<long long>(absl::ToInt64Milliseconds(longest)));
   return absl::OkStatus();
 }
 

@@ -1,0 +1,107 @@
+// Replicas (scheduler --replicas=2) on real processes: a kvserver killed with SIGKILL at a
+// random moment of dist_sync training (the seed is printed) loses no acknowledged update - every
+// worker's every pull equals the float64 reference of a run without the kill - and stalls the
+// workers for well under a second; the job then ends as a success. Both copies of a shard
+// dead fails the job, naming the shard.
+#include <random>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tests/reliability/job.h"
+
+namespace kvstore::testing {
+namespace {
+
+// LongestRound reads sum_worker's "longest round: T ms" line (-1 when absent).
+int64_t LongestRound(const std::string& output) {
+  const size_t at = output.rfind("longest round: ");
+  int64_t ms = -1;
+  if (at == std::string::npos) return ms;
+  const size_t start = at + std::string("longest round: ").size();
+  if (!absl::SimpleAtoi(output.substr(start, output.find(" ms", start) - start), &ms)) return -1;
+  return ms;
+}
+
+void KillOneServer(int servers) {
+  const uint64_t seed = TestSeed();
+  std::mt19937_64 rng(seed);
+  constexpr int kWorkers = 3;
+  constexpr int kRounds = 60;
+  const int victim = static_cast<int>(rng() % servers);
+  const int kill_after = 3 + static_cast<int>(rng() % 30);
+  const int delay_us = static_cast<int>(rng() % 20000);
+  std::printf("%d servers: killing server %d %d us after round %d\n", servers, victim, delay_us,
+              kill_after);
+  Job job(std::vector<std::vector<std::string>>(servers), kWorkers, {"--replicas=2"});
+  for (int w = 0; w < kWorkers; ++w) {
+    job.AddWorker(w, {absl::StrCat(seed), "1", absl::StrCat(kRounds), "5"});
+  }
+  REQUIRE(job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"),
+                                      absl::Seconds(60)));
+  absl::SleepFor(absl::Microseconds(delay_us));
+  job.server(victim).Kill();
+  for (int w = 0; w < kWorkers; ++w) {
+    Job::ExpectExit(job.worker(w), 0);
+    const std::string output = job.worker(w).output();
+    INFO("worker " << w << ":\n" << output);
+    // Every round's pull was checked against the reference (sum_worker exits 1 otherwise).
+    CHECK(absl::StrContains(output, absl::StrCat("rounds 1..", kRounds, " checked")));
+    const int64_t longest = LongestRound(output);
+    std::printf("worker %d: longest round %lld ms\n", w, static_cast<long long>(longest));
+    CHECK(longest >= 0);
+    CHECK(longest < 1000);
+  }
+  for (int s = 0; s < servers; ++s) {
+    if (s != victim) Job::ExpectExit(job.server(s), 0);
+  }
+  Job::ExpectExit(job.scheduler(), 0);
+  INFO(job.scheduler().output());
+  CHECK(absl::StrContains(job.scheduler().output(), absl::StrCat("server ", victim, " is dead")));
+}
+
+TEST_CASE("Replicas: a kvserver of 2 killed at a random moment loses no acknowledged update",
+          "[reliability][replicas]") {
+  KillOneServer(2);
+}
+
+TEST_CASE("Replicas: a kvserver of 3 killed at a random moment loses no acknowledged update",
+          "[reliability][replicas]") {
+  KillOneServer(3);
+}
+
+TEST_CASE("Replicas: both copies of a shard dead fails the job, naming the shard",
+          "[reliability][replicas]") {
+  const uint64_t seed = TestSeed();
+  std::mt19937_64 rng(seed);
+  const int first = static_cast<int>(rng() % 3);
+  const int second = (first + 1) % 3;  // Holds the backup of `first`'s shard.
+  const int kill_after = 3 + static_cast<int>(rng() % 20);
+  Job job({{}, {}, {}}, 2, {"--replicas=2"});
+  for (int w = 0; w < 2; ++w) job.AddWorker(w, {absl::StrCat(seed), "1", "100000", "5"});
+  REQUIRE(job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"),
+                                      absl::Seconds(60)));
+  job.server(first).Kill();
+  REQUIRE(job.scheduler().WaitForOutput(absl::StrCat("server ", first, " is dead"),
+                                        absl::Seconds(10)));
+  job.server(second).Kill();
+  for (int w = 0; w < 2; ++w) {
+    Job::ExpectExit(job.worker(w), 1);
+    INFO(job.worker(w).output());
+    CHECK(absl::StrContains(job.worker(w).output(), absl::StrCat("shard ", first)));
+  }
+  const int survivor = 3 - first - second;
+  Job::ExpectExit(job.server(survivor), 1);
+  Job::ExpectExit(job.scheduler(), 1);
+  INFO(job.scheduler().output());
+  CHECK(absl::StrContains(job.scheduler().output(),
+                          absl::StrCat("shard ", first, " is lost: both its copies are dead")));
+}
+
+}  // namespace
+}  // namespace kvstore::testing
