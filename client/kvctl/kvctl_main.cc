@@ -155,7 +155,10 @@ absl::Status Status(proto::Scheduler::Stub& stub, const std::string& address,
                 state.c_str(), node.last_heartbeat_age_s(),
                 server ? absl::StrCat(node.num_keys()).c_str() : "-",
                 server ? HumanBytes(node.num_bytes()).c_str() : "-");
-    if (node.failed()) std::printf("        worker %d failed: %s\n", node.rank(), node.failure().c_str());
+    if (node.failed()) {
+      std::printf("        %s %d failed: %s\n", server ? "server" : "worker", node.rank(),
+                  node.failure().c_str());
+    }
   }
   if (dead > 0) return DeadNodes(dead);
   return absl::OkStatus();

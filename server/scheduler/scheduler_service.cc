@@ -506,8 +506,8 @@ absl::Status SchedulerService::HandleClusterStatus(const proto::ClusterStatusReq
     out->set_address(node.address);
     out->set_hostname(node.hostname);
     out->set_finished(node.finished);
-    out->set_failed(node.failed);
-    out->set_failure(node.failure);
+    out->set_failed(node.failed || node.dead);
+    out->set_failure(node.dead ? absl::StrCat("declared dead: ", node.death) : node.failure);
     out->set_last_heartbeat_age_s(absl::ToDoubleSeconds(now - node.last_heartbeat));
     out->set_alive(node.finished || now - node.last_heartbeat <= timeout);
     out->set_num_keys(node.num_keys);

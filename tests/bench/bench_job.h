@@ -134,6 +134,7 @@ struct JobSpec {
   // (--metrics_port=0); false: warnings only, no metrics.
   bool observe = false;
   bool observe_workers = false;  // The workers serve their metrics too (off by default).
+  int replicas = 1;              // The scheduler's --replicas.
 };
 
 struct Job {

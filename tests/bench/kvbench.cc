@@ -23,7 +23,9 @@
 // every link of the job on TLS (tests/bench/kvbench_security.sh compares the three). --observe
 // turns metrics on in the daemons and their logging to its default level, as a job runs
 // (tests/bench/kvbench_observability.sh compares it with the run without); --observe_workers
-// adds the workers' own metrics endpoints, which a job has only when asked.
+// adds the workers' own metrics endpoints, which a job has only when asked. --replicas=2 runs
+// the job with a backup of every shard (scheduler --replicas=2): only the 2w2s cases, since a
+// backup needs a second server.
 //
 //   bazel run -c opt //tests/bench:kvbench -- [--quick] [--format=json] [--only=SUBSTRING]
 #include <netinet/in.h>
@@ -80,6 +82,7 @@ ABSL_FLAG(bool, observe, false,
 ABSL_FLAG(bool, observe_workers, false,
           "The workers serve their own metrics too (DistOptions::metrics_port; off by default "
           "in a job).");
+ABSL_FLAG(int, replicas, 1, "The scheduler's --replicas (2: only the 2-server cases run).");
 ABSL_FLAG(int, reps, 0,
           "Timed repetitions of every case (0: the case's own, fewer with --quick).");
 ABSL_FLAG(int, raw_echo_port, 0, "Internal: run as the echo process of a raw-socket ceiling.");
@@ -275,6 +278,7 @@ JobSpec Spec() {
   spec.tls = absl::GetFlag(FLAGS_tls);
   spec.observe = absl::GetFlag(FLAGS_observe);
   spec.observe_workers = absl::GetFlag(FLAGS_observe_workers);
+  spec.replicas = absl::GetFlag(FLAGS_replicas);
   return spec;
 }
 
@@ -339,6 +343,7 @@ class Bench {
       names.push_back("small_4KB_inflight64_1w1s");
     }
     if (std::none_of(names.begin(), names.end(), [&](auto& n) { return Wanted(n); })) return;
+    if (servers < absl::GetFlag(FLAGS_replicas)) return;  // A backup needs another server.
 
     std::unique_ptr<Job> job = StartJob(argv0_, servers, workers, Spec());
     Crew crew(workers);

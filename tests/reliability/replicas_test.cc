@@ -32,7 +32,7 @@ void KillOneServer(int servers) {
   const uint64_t seed = TestSeed();
   std::mt19937_64 rng(seed);
   constexpr int kWorkers = 3;
-  constexpr int kRounds = 60;
+  constexpr int kRounds = 200;
   const int victim = static_cast<int>(rng() % servers);
   const int kill_after = 3 + static_cast<int>(rng() % 30);
   const int delay_us = static_cast<int>(rng() % 20000);
@@ -46,6 +46,17 @@ void KillOneServer(int servers) {
                                       absl::Seconds(60)));
   absl::SleepFor(absl::Microseconds(delay_us));
   job.server(victim).Kill();
+  // kvctl shows the server as failed, and why, while the job trains on.
+  const absl::Time killed = absl::Now();
+  bool shown = false;
+  std::string status;
+  while (!shown && absl::Now() - killed < absl::Seconds(5)) {
+    int code = 0;
+    status = job.Kvctl({"status"}, &code);
+    shown = absl::StrContains(status, absl::StrCat("server ", victim, " failed: declared dead: "));
+  }
+  INFO(status);
+  CHECK(shown);
   for (int w = 0; w < kWorkers; ++w) {
     Job::ExpectExit(job.worker(w), 0);
     const std::string output = job.worker(w).output();
