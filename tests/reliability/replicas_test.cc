@@ -13,6 +13,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/core/checkpoint_root.h"
+#include "server/core/checkpoint_set.h"
 #include "tests/reliability/job.h"
 
 namespace kvstore::testing {
@@ -112,6 +114,64 @@ TEST_CASE("Replicas: both copies of a shard dead fails the job, naming the shard
   INFO(job.scheduler().output());
   CHECK(absl::StrContains(job.scheduler().output(),
                           absl::StrCat("shard ", first, " is lost: both its copies are dead")));
+}
+
+TEST_CASE("Replicas: a checkpoint after a failover writes the dead server's shard from its "
+          "backup; restored, training goes on exactly",
+          "[reliability][replicas]") {
+  const uint64_t seed = TestSeed();
+  std::mt19937_64 rng(seed);
+  constexpr int kServers = 3, kWorkers = 2;
+  const int victim = static_cast<int>(rng() % kServers);
+  const int kill_after = 3 + static_cast<int>(rng() % 20);
+  std::printf("killing server %d after round %d\n", victim, kill_after);
+  const std::string root = FreshDirectory("replicas-checkpoint");
+  const std::vector<std::string> server_args = {"--checkpoint_root=" + root};
+  int64_t round = 0;
+  {
+    Job job(std::vector<std::vector<std::string>>(kServers, server_args), kWorkers,
+            {"--replicas=2"});
+    for (int w = 0; w < kWorkers; ++w) {
+      job.AddWorker(w, {absl::StrCat(seed), "1", "100000", "2"});
+    }
+    REQUIRE(job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"),
+                                        absl::Seconds(60)));
+    job.server(victim).Kill();
+    REQUIRE(job.scheduler().WaitForOutput(absl::StrCat("server ", victim, " is dead"),
+                                          absl::Seconds(10)));
+    int code = 0;
+    const std::string written = job.Kvctl({"checkpoint", "after"}, &code);
+    INFO(written);
+    REQUIRE(code == 0);
+    job.Kvctl({"shutdown"}, &code);
+    for (int s = 0; s < kServers; ++s) {
+      if (s != victim) Job::ExpectExit(job.server(s), 0);
+    }
+  }
+  absl::StatusOr<std::shared_ptr<const CheckpointRoot>> opened = CheckpointRoot::Open(root);
+  REQUIRE(opened.ok());
+  absl::StatusOr<ConfinedDirectory> directory = (*opened)->OpenDirectory("after", false);
+  REQUIRE(directory.ok());
+  for (int s = 0; s < kServers; ++s) {
+    absl::StatusOr<VerifiedSet> set =
+        VerifyCheckpointSet(*directory, s, kServers, "dist_sync", kChunkBytes);
+    INFO(set.status().ToString());
+    REQUIRE(set.ok());
+    round = set->manifest.round();
+  }
+  REQUIRE(round >= kill_after);
+  // A new job with replicas restores the set (each server its shard and its backup) and goes
+  // on from round + 1; every pull is checked against the reference by the workers.
+  std::vector<std::string> restore_args = server_args;
+  restore_args.push_back("--restore=after");
+  Job job(std::vector<std::vector<std::string>>(kServers, restore_args), kWorkers,
+          {"--replicas=2"});
+  for (int w = 0; w < kWorkers; ++w) {
+    job.AddWorker(w, {absl::StrCat(seed), absl::StrCat(round + 1), absl::StrCat(round + 10)});
+  }
+  for (int w = 0; w < kWorkers; ++w) Job::ExpectExit(job.worker(w), 0);
+  for (int s = 0; s < kServers; ++s) Job::ExpectExit(job.server(s), 0);
+  Job::ExpectExit(job.scheduler(), 0);
 }
 
 }  // namespace
