@@ -104,7 +104,8 @@ std::unique_ptr<Process> StartDaemon(const std::string& name, std::vector<std::s
 std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers, const JobSpec& spec) {
   auto job = std::make_unique<Job>();
   const std::string tmp = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
-  const std::string tag = absl::StrCat(getpid(), "-", servers, "s", workers, "w");
+  const std::string tag =
+      absl::StrCat(getpid(), "-", servers, "s", workers, "w", spec.observe ? "-observe" : "");
   const std::string port_file = absl::StrCat(tmp, "/kvbench-port-", tag);
   unlink(port_file.c_str());
   const std::string scheduler =

@@ -23,7 +23,10 @@
 // every link of the job on TLS (tests/bench/kvbench_security.sh compares the three). --observe
 // turns metrics on in the daemons and their logging to its default level, as a job runs
 // (tests/bench/kvbench_observability.sh compares it with the run without); --observe_workers
-// adds the workers' own metrics endpoints, which a job has only when asked. --replicas=2 runs
+// adds the workers' own metrics endpoints, which a job has only when asked.
+// --interleave_observe runs two jobs side by side, one without and one with --observe, and
+// alternates their repetitions (A B, B A, ...), so that both see the same moments of a noisy
+// machine: every case is reported twice, the second as CASE@observe. --replicas=2 runs
 // the job with a backup of every shard (scheduler --replicas=2): only the 2w2s cases, since a
 // backup needs a second server.
 //
@@ -82,6 +85,9 @@ ABSL_FLAG(bool, observe, false,
 ABSL_FLAG(bool, observe_workers, false,
           "The workers serve their own metrics too (DistOptions::metrics_port; off by default "
           "in a job).");
+ABSL_FLAG(bool, interleave_observe, false,
+          "Two jobs, without and with --observe, their repetitions alternated; the second's "
+          "cases are named CASE@observe.");
 ABSL_FLAG(int, replicas, 1, "The scheduler's --replicas (2: only the 2-server cases run).");
 ABSL_FLAG(int, reps, 0,
           "Timed repetitions of every case (0: the case's own, fewer with --quick).");
@@ -345,9 +351,21 @@ class Bench {
     if (std::none_of(names.begin(), names.end(), [&](auto& n) { return Wanted(n); })) return;
     if (servers < absl::GetFlag(FLAGS_replicas)) return;  // A backup needs another server.
 
-    std::unique_ptr<Job> job = StartJob(argv0_, servers, workers, Spec());
+    // One job, or with --interleave_observe two: without and with observability.
+    std::vector<std::unique_ptr<Job>> jobs;
+    std::vector<std::string> job_suffix = {""};
+    if (absl::GetFlag(FLAGS_interleave_observe)) {
+      JobSpec spec = Spec();
+      spec.observe = false;
+      jobs.push_back(StartJob(argv0_, servers, workers, spec));
+      spec.observe = true;
+      jobs.push_back(StartJob(argv0_, servers, workers, spec));
+      job_suffix.push_back("@observe");
+    } else {
+      jobs.push_back(StartJob(argv0_, servers, workers, Spec()));
+    }
+    const size_t num_jobs = jobs.size();
     Crew crew(workers);
-    auto& kv = job->workers;
 
     // One key per size, pushed by every worker; pulled into one output per worker.
     for (size_t k = 0; k < sizes.size(); ++k) {
@@ -358,7 +376,9 @@ class Bench {
       if (!Wanted(op_names[0]) && !Wanted(op_names[1]) && !Wanted(op_names[2])) continue;
       const Key key = static_cast<int64_t>(k);
       Tensor init = RandomTensor(rng_, elements);
-      crew.Run([&](int w) { Check(kv[w]->Init(key, init), "init"); });
+      for (auto& job : jobs) {
+        crew.Run([&](int w) { Check(job->workers[w]->Init(key, init), "init"); });
+      }
       std::vector<Tensor> values, outs;
       for (int w = 0; w < workers; ++w) {
         values.push_back(RandomTensor(rng_, elements));
@@ -368,26 +388,44 @@ class Bench {
       const int reps = Reps(sizes[k].reps);
       for (int op = 0; op < 3; ++op) {
         if (!Wanted(op_names[op])) continue;
+        std::vector<std::unique_ptr<KVStore>>* kv = &jobs[0]->workers;
         auto once = [&](int w) {
           switch (op) {
-            case 0: Check(kv[w]->Push(key, values[w]), op_names[op]); break;
-            case 1: Check(kv[w]->Pull(key, &outs[w]), op_names[op]); break;
-            case 2: Check(kv[w]->PushPull(key, values[w], &outs[w]), op_names[op]); break;
+            case 0: Check((*kv)[w]->Push(key, values[w]), op_names[op]); break;
+            case 1: Check((*kv)[w]->Pull(key, &outs[w]), op_names[op]); break;
+            case 2: Check((*kv)[w]->PushPull(key, values[w], &outs[w]), op_names[op]); break;
           }
-          Check(kv[w]->WaitAll(), op_names[op]);
+          Check((*kv)[w]->WaitAll(), op_names[op]);
         };
-        Result result{op_names[op], bytes};
-        crew.Run(once);  // Warm up: connections, buffers.
-        for (int r = 0; r < reps; ++r) result.timing.seconds.push_back(crew.Run(once));
+        std::vector<Result> results;
+        for (size_t j = 0; j < num_jobs; ++j) {
+          results.push_back(Result{op_names[op] + job_suffix[j], bytes});
+          kv = &jobs[j]->workers;
+          crew.Run(once);  // Warm up: connections, buffers.
+        }
+        for (int r = 0; r < reps; ++r) {
+          for (size_t i = 0; i < num_jobs; ++i) {
+            const size_t j = r % 2 == 0 ? i : num_jobs - 1 - i;  // A B, then B A.
+            kv = &jobs[j]->workers;
+            results[j].timing.seconds.push_back(crew.Run(once));
+          }
+        }
         const size_t b = sizes[k].bytes;
         const size_t request = op == 1 ? 16 : b;
         const size_t response = op == 0 ? 8 : b;
-        result.ceiling_s = RawCeiling(workers, request, response, std::min(reps, 50));
-        results_.push_back(std::move(result));
+        const double ceiling_s = RawCeiling(workers, request, response, std::min(reps, 50));
+        for (Result& result : results) {
+          result.ceiling_s = ceiling_s;
+          results_.push_back(std::move(result));
+        }
       }
     }
-    if (small_cases) RunSmallCases(*kv[0], quick);
-    job->workers.clear();  // Finish: the daemons exit.
+    for (size_t j = 0; small_cases && j < num_jobs; ++j) {
+      const size_t first = results_.size();
+      RunSmallCases(*jobs[j]->workers[0], quick);
+      for (size_t i = first; i < results_.size(); ++i) results_[i].name += job_suffix[j];
+    }
+    for (auto& job : jobs) job->workers.clear();  // Finish: the daemons exit.
   }
 
   void RunSmallCases(KVStore& kv, bool quick) {

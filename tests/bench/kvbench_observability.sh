@@ -6,6 +6,11 @@
 # /metrics once a second during the "on" runs, as a deployment would.
 #
 #   bash tests/bench/kvbench_observability.sh ROUNDS [kvbench flags, e.g. --quick --only=4KB]
+#   bash tests/bench/kvbench_observability.sh --interleaved ROUNDS [kvbench flags]
+#
+# --interleaved runs kvbench --interleave_observe ROUNDS times instead: both jobs run side by
+# side and their repetitions alternate, so "off" and "on" see the same seconds of the machine,
+# not only the same minutes; the rows then compare CASE with CASE@observe of the same run.
 #
 # Prints, per case, the median over the rounds of each variant's median (us) and their ratio
 # (on/off). Builds kvbench first, unless KVBENCH names a kvbench to run (a copy of
@@ -13,6 +18,11 @@
 # to ${KVBENCH_OBSERVABILITY_DIR:-/tmp/kvbench-observability}/VARIANT-ROUND.json.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+interleaved=0
+if [[ "${1:-}" == --interleaved ]]; then
+  interleaved=1
+  shift
+fi
 [[ $# -ge 1 && "$1" =~ ^[1-9][0-9]*$ ]] || {
   echo "usage: $0 ROUNDS [kvbench flags]" >&2
   exit 2
@@ -60,6 +70,40 @@ while alive():
     time.sleep(1)
 PY
 }
+
+if ((interleaved)); then
+  for ((r = 1; r <= rounds; r++)); do
+    echo "kvbench_observability: round $r of $rounds, interleaved" >&2
+    "$kvbench" --format=json --interleave_observe "$@" >"$out/interleaved-$r.json" &
+    bench=$!
+    scrape "$bench" &
+    wait "$bench"
+    wait
+  done
+  echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+  python3 - "$out" "$rounds" <<'PY'
+import json, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+runs = [{c["name"]: c["median_s"] for c in json.load(open(f"{out}/interleaved-{r}.json"))["cases"]}
+        for r in range(1, rounds + 1)]
+print(f"{rounds} interleaved runs; off_us, on_us: medians over the runs of each case's median; "
+      "on/off: the median of the runs' ratios, with the smallest and largest")
+print(f"{'case':30} {'off_us':>10} {'on_us':>10} {'on/off':>8} {'min':>7} {'max':>7}")
+worst = 0
+for name in runs[0]:
+    if name.endswith("@observe"):
+        continue
+    off = [run[name] for run in runs]
+    on = [run[name + "@observe"] for run in runs]
+    ratios = [b / a for a, b in zip(off, on)]
+    ratio = statistics.median(ratios)
+    worst = max(worst, ratio)
+    print(f"{name:30} {statistics.median(off) * 1e6:10.1f} {statistics.median(on) * 1e6:10.1f} "
+          f"{ratio:8.3f} {min(ratios):7.3f} {max(ratios):7.3f}")
+print(f"largest on/off ratio: {worst:.3f}")
+PY
+  exit 0
+fi
 
 for ((r = 1; r <= rounds; r++)); do
   for variant in off on; do
