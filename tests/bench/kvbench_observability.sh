@@ -23,21 +23,8 @@ if [[ "${1:-}" == --interleaved ]]; then
   interleaved=1
   shift
 fi
-[[ $# -ge 1 && "$1" =~ ^[1-9][0-9]*$ ]] || {
-  echo "usage: $0 ROUNDS [kvbench flags]" >&2
-  exit 2
-}
-rounds=$1
+source tests/bench/kvbench_rounds.sh "${KVBENCH_OBSERVABILITY_DIR:-/tmp/kvbench-observability}" "$@"
 shift
-kvbench=${KVBENCH:-}
-if [[ -z "$kvbench" ]]; then
-  source deploy/bazel-env.sh
-  kv_bazel build //tests/bench:kvbench >/dev/null 2>&1 || kv_bazel build //tests/bench:kvbench
-  kvbench=bazel-bin/tests/bench/kvbench
-fi
-out=${KVBENCH_OBSERVABILITY_DIR:-/tmp/kvbench-observability}
-mkdir -p "$out"
-rm -f "$out"/*.json
 tmp=${TMPDIR:-/tmp}
 
 # scrape PID: while PID runs, fetch /metrics of every daemon kvbench started (their logs name

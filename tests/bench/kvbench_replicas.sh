@@ -11,21 +11,8 @@
 # ${KVBENCH_REPLICAS_DIR:-/tmp/kvbench-replicas}/VARIANT-ROUND.json.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[[ $# -ge 1 && "$1" =~ ^[1-9][0-9]*$ ]] || {
-  echo "usage: $0 ROUNDS [kvbench flags]" >&2
-  exit 2
-}
-rounds=$1
+source tests/bench/kvbench_rounds.sh "${KVBENCH_REPLICAS_DIR:-/tmp/kvbench-replicas}" "$@"
 shift
-kvbench=${KVBENCH:-}
-if [[ -z "$kvbench" ]]; then
-  source deploy/bazel-env.sh
-  kv_bazel build //tests/bench:kvbench >/dev/null 2>&1 || kv_bazel build //tests/bench:kvbench
-  kvbench=bazel-bin/tests/bench/kvbench
-fi
-out=${KVBENCH_REPLICAS_DIR:-/tmp/kvbench-replicas}
-mkdir -p "$out"
-rm -f "$out"/*.json
 for ((r = 1; r <= rounds; r++)); do
   for replicas in 1 2; do
     echo "kvbench_replicas: round $r of $rounds, replicas $replicas" >&2

@@ -15,22 +15,9 @@
 # goes to ${KVBENCH_SECURITY_DIR:-/tmp/kvbench-security}/VARIANT-ROUND.json.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[[ $# -ge 1 && "$1" =~ ^[1-9][0-9]*$ ]] || {
-  echo "usage: $0 ROUNDS [kvbench flags]" >&2
-  exit 2
-}
-rounds=$1
+source tests/bench/kvbench_rounds.sh "${KVBENCH_SECURITY_DIR:-/tmp/kvbench-security}" "$@"
 shift
 command -v openssl >/dev/null || { echo "kvbench_security: openssl is not installed" >&2; exit 1; }
-kvbench=${KVBENCH:-}
-if [[ -z "$kvbench" ]]; then
-  source deploy/bazel-env.sh
-  kv_bazel build //tests/bench:kvbench >/dev/null 2>&1 || kv_bazel build //tests/bench:kvbench
-  kvbench=bazel-bin/tests/bench/kvbench
-fi
-out=${KVBENCH_SECURITY_DIR:-/tmp/kvbench-security}
-mkdir -p "$out"
-rm -f "$out"/*.json
 
 # aes_gcm_gbps [-decrypt]: AES-256-GCM on 16 KB buffers (a TLS record's size) on one core.
 aes_gcm_gbps() {
