@@ -55,6 +55,12 @@ ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
           "A worker that has not finished and has sent no heartbeat for this long is dead: the "
           "job fails, naming it (the servers fail the pushes waiting for it, every daemon exits "
           "non-zero); inf: never.");
+ABSL_FLAG(bool, elastic, false,
+          "Elastic dist_sync: a worker declared dead (--heartbeat_timeout) or finished as failed "
+          "leaves the job, which goes on with the workers that remain (barriers and the "
+          "servers' rounds stop waiting for it); the job fails only when no worker is left. "
+          "KV_ELASTIC=1 sets it too. False: the job fails, naming the worker "
+          "(docs/reliability.md).");
 ABSL_FLAG(int64_t, max_request_bytes, kvstore::SchedulerDaemonOptions::kDefaultMaxRequestBytes,
           "The largest request the scheduler accepts, in bytes; a bigger one is refused with "
           "RESOURCE_EXHAUSTED. Raise it when workers load optimizer states bigger than this "
@@ -110,6 +116,7 @@ absl::Status Run() {
   options.job.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.job.workers_lost_timeout = absl::GetFlag(FLAGS_workers_lost_timeout);
   options.job.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
+  options.job.elastic = absl::GetFlag(FLAGS_elastic) || env.elastic.value_or(false);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   const std::string every = absl::GetFlag(FLAGS_checkpoint_every);
