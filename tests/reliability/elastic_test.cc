@@ -209,6 +209,8 @@ TEST_CASE("Elastic: a barrier waiting for a worker that dies passes once every l
     const absl::Duration took = absl::Now() - killed;
     INFO("worker " << w << " left the barrier " << took << " after the kill:\n"
                    << job.worker(w).output());
+    std::printf("worker %d left the barrier %s after the kill\n", w,
+                absl::FormatDuration(absl::Trunc(took, absl::Milliseconds(10))).c_str());
     // Within the heartbeat timeout (1 s) and the time to notice, not the barrier's deadline.
     CHECK(took < absl::Seconds(6));
     CHECK(absl::StrContains(job.worker(w).output(), "barrier passed"));
