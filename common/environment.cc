@@ -111,6 +111,13 @@ absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv_or_null) 
     }
     env.insecure = value->second == "1";
   }
+  if (const auto value = Lookup(getenv, {"KV_ELASTIC"})) {
+    if (value->second != "0" && value->second != "1") {
+      return absl::InvalidArgumentError(absl::StrCat("environment variable KV_ELASTIC=\"",
+                                                     value->second, "\" is not 0 or 1"));
+    }
+    env.elastic = value->second == "1";
+  }
   for (const auto& [name, field] : paths) {
     if (const auto value = Lookup(getenv, {name})) *field = value->second;
   }

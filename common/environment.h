@@ -26,6 +26,9 @@
 //   KV_TRACE_FILE       -                        write a Chrome trace of this node's operations
 //                                                to this file (docs/operations.md)
 //   KV_METRICS_PORT     -                        a worker serves its metrics on this port
+//   KV_ELASTIC          -                        "1": the scheduler runs an elastic job (a
+//                                                worker that dies or fails leaves it and the
+//                                                others go on; docs/reliability.md)
 //
 // The project's name wins when both are set.
 #ifndef KVSTORE_COMMON_ENVIRONMENT_H_
@@ -60,6 +63,8 @@ struct JobEnvironment {
   std::optional<std::string> log_level;
   std::optional<std::string> trace_file;
   std::optional<int> metrics_port;
+  // KV_ELASTIC: whether the scheduler runs an elastic job (its --elastic also makes it one).
+  std::optional<bool> elastic;
 };
 
 // Getenv returns the value of a variable, or nullptr when it is unset.

@@ -69,6 +69,21 @@ TEST_CASE("ReadJobEnvironment: the node's advertised host, interface, bind host 
   CHECK(bad.status().message().find("KV_INSECURE") != absl::string_view::npos);
 }
 
+TEST_CASE("ReadJobEnvironment: KV_ELASTIC is 0, 1 or unset", "[environment]") {
+  auto unset = ReadJobEnvironment(From({}));
+  REQUIRE(unset.ok());
+  CHECK(!unset->elastic.has_value());
+  auto on = ReadJobEnvironment(From({{"KV_ELASTIC", "1"}}));
+  REQUIRE(on.ok());
+  CHECK(on->elastic == true);
+  auto off = ReadJobEnvironment(From({{"KV_ELASTIC", "0"}}));
+  REQUIRE(off.ok());
+  CHECK(off->elastic == false);
+  auto bad = ReadJobEnvironment(From({{"KV_ELASTIC", "true"}}));
+  REQUIRE(absl::IsInvalidArgument(bad.status()));
+  CHECK(bad.status().message().find("KV_ELASTIC") != absl::string_view::npos);
+}
+
 TEST_CASE("SetEnvironmentVariables: sets every variable, or none when a name is bad",
           "[environment]") {
   REQUIRE(SetEnvironmentVariables({{"KV_ENV_TEST_A", "1"}, {"KV_ENV_TEST_B", "two"}}).ok());

@@ -6,7 +6,7 @@ Usage:
       [--scheduler-arg=ARG ...] [--server-arg=ARG ...]
       [--timeout SECONDS] [--shutdown-timeout SECONDS] [--tls [--tls-mutual]]
       [--same-command] [--launcher ssh -H HOSTFILE [--host-ip IP] [--ssh-arg=ARG ...]]
-      [--env NAME[=VALUE] ...]
+      [--env NAME[=VALUE] ...] [--elastic]
       -- worker_command [args ...]
 
 The scheduler is started with --port=0 and reports the port it bound through a
@@ -30,13 +30,20 @@ rank ("[scheduler] ", "[server 0] ", "[worker 1] ").
 
 Exit status:
   0    all workers exited 0, then the scheduler and servers exited 0 by themselves
-  N    a worker exited with status N (the rest of the job is killed)
+       (--elastic: the workers that remained exited 0, then the daemons 0)
+  N    a worker exited with status N (the rest of the job is killed; --elastic: only
+       when every worker failed)
   1    a daemon failed, did not shut down in time, or the job could not start
   124  the job ran longer than --timeout
   130/143/129  the launcher got SIGINT/SIGTERM/SIGHUP
 Whatever happens, every process group started here is killed before exiting.
 
 Pass daemon flags with the "=" form, e.g. --scheduler-arg=--register_timeout=30s.
+
+--elastic runs an elastic job (docs/reliability.md): the scheduler gets --elastic (and
+every process KV_ELASTIC=1, which a scheduler started by --same-command reads), so a worker
+that dies or fails leaves the job and the others go on; the launcher then logs a worker
+that exits non-zero and keeps the job running instead of ending it.
 
 One command for every role (--same-command, as MXNet's tools/launch.py runs a job):
 the scheduler, the servers and the workers all run the given command, with
@@ -298,6 +305,8 @@ def run(args, worker_cmd, job, tmpdir):
     host_ip = args.host_ip or HOST
     common = {"DMLC_PS_ROOT_URI": host_ip, "DMLC_NUM_SERVER": str(ns),
               "DMLC_NUM_WORKER": str(nw)}
+    if args.elastic:
+        common["KV_ELASTIC"] = "1"
     # A fresh job secret, readable by this user only: every process of the job finds it
     # through KV_SECRET_FILE, so every call is authenticated (docs/security.md).
     if "KV_SECRET_FILE" not in os.environ:
@@ -319,7 +328,8 @@ def run(args, worker_cmd, job, tmpdir):
         sched = job.start("scheduler",
                           [args.scheduler, f"--host={host_ip}", "--port=0",
                            f"--port_file={port_file}", f"--num_servers={ns}",
-                           f"--num_workers={nw}", *tls_args, *args.scheduler_arg],
+                           f"--num_workers={nw}", *tls_args,
+                           *(["--elastic"] if args.elastic else []), *args.scheduler_arg],
                           {**base, **common, "DMLC_ROLE": "scheduler"})
         port = wait_for_port(job, sched, port_file)
         common["DMLC_PS_ROOT_PORT"] = str(port)
@@ -360,13 +370,22 @@ def run(args, worker_cmd, job, tmpdir):
                           {**base, **common, "DMLC_ROLE": "worker", "DMLC_WORKER_ID": str(j)})
                for j in range(nw)]
 
-    # Watch until every worker is done; the first failure ends the job.
+    # Watch until every worker is done; the first failure ends the job (--elastic: the job
+    # goes on without it, and ends failed only when every worker failed).
+    lost = {}
     while True:
         job.check()
         for j, w in enumerate(workers):
             rc = w.poll()
             if rc is not None and rc != 0:
-                raise JobEnd(rc if rc > 0 else 1, f"worker {j} {describe(rc)}")
+                if not args.elastic:
+                    raise JobEnd(rc if rc > 0 else 1, f"worker {j} {describe(rc)}")
+                if j not in lost:
+                    lost[j] = rc
+                    job.log(f"worker {j} {describe(rc)}; the job goes on without it (--elastic)")
+        if args.elastic and len(lost) == nw:
+            j, rc = next(iter(lost.items()))
+            raise JobEnd(rc if rc > 0 else 1, f"every worker failed; worker {j} {describe(rc)}")
         # A daemon may exit 0 just before the last worker process does; that is fine.
         if any(d.poll() not in (None, 0) for _, d in daemons):
             # Servers refused by the scheduler exit at once and the scheduler a moment
@@ -377,7 +396,7 @@ def run(args, worker_cmd, job, tmpdir):
             failed = [f"{name} {describe(d.returncode)}" for name, d in daemons
                       if d.poll() not in (None, 0)]
             raise JobEnd(1, "; ".join(failed) + " while workers were running")
-        if all(w.poll() == 0 for w in workers):
+        if all(w.poll() is not None for w in workers) and len(lost) < nw:
             break
         time.sleep(POLL_S)
 
@@ -430,6 +449,8 @@ def parse_args(argv):
                    "every host is loopback)")
     p.add_argument("--ssh-arg", action="append", default=[], metavar="ARG",
                    help="extra ssh option (repeatable; e.g. --ssh-arg=-i --ssh-arg=KEY)")
+    p.add_argument("--elastic", action="store_true", help="an elastic job: a worker that dies "
+                   "or fails leaves it and the others go on (scheduler --elastic)")
     p.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="pass variable NAME (or set it to VALUE) to every process (repeatable)")
     args = p.parse_args(own)

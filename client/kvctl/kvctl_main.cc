@@ -50,8 +50,9 @@ namespace {
 
 constexpr char kUsage[] =
     "kvctl [--scheduler=HOST:PORT] [--json] [--timeout=10s] COMMAND\n"
-    "  status               every node: role, rank, address, alive, dead, finished or failed\n"
-    "                       (and why), last heartbeat, keys and bytes held by each server\n"
+    "  status               every node: role, rank, address, alive, dead, finished, failed\n"
+    "                       or left (and why), last heartbeat, keys and bytes held by each\n"
+    "                       server\n"
     "  command HEAD BODY    run controller command HEAD (0 set updater, 1 stats, 2 ping, 16+\n"
     "                       custom) with BODY on every server; prints each server's reply\n"
     "  checkpoint DIR       one cut of every key at one round: every server writes its shard to\n"
@@ -145,7 +146,8 @@ absl::Status Status(proto::Scheduler::Stub& stub, const std::string& address,
               "ADDRESS", "HOST", "STATE", "HEARTBEAT", "KEYS", "BYTES");
   for (const proto::NodeStatus& node : reply.nodes()) {
     const bool server = node.role() == proto::SERVER;
-    const std::string state = node.failed()     ? "failed"
+    const std::string state = node.left()       ? "left"
+                              : node.failed()   ? "failed"
                               : node.finished() ? "finished"
                               : node.alive()    ? "alive"
                                                 : "dead";
@@ -158,6 +160,9 @@ absl::Status Status(proto::Scheduler::Stub& stub, const std::string& address,
     if (node.failed()) {
       std::printf("        %s %d failed: %s\n", server ? "server" : "worker", node.rank(),
                   node.failure().c_str());
+    }
+    if (node.left()) {
+      std::printf("        worker %d left the job: %s\n", node.rank(), node.failure().c_str());
     }
   }
   if (dead > 0) return DeadNodes(dead);

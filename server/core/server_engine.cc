@@ -124,7 +124,17 @@ absl::Status ServerEngine::CheckBudget(int64_t bytes, absl::string_view what) co
 }
 
 absl::Status ServerEngine::CheckSender(uint64_t node_id) const {
-  if (senders_.contains(node_id)) return absl::OkStatus();
+  if (senders_.contains(node_id)) {
+    if (!any_dropped_.load()) return absl::OkStatus();
+    absl::ReaderMutexLock lock(&dropped_mu_);
+    if (!dropped_.contains(node_id)) return absl::OkStatus();
+    const auto& workers = options_.worker_node_ids;
+    const size_t rank = std::find(workers.begin(), workers.end(), node_id) - workers.begin();
+    return absl::PermissionDeniedError(absl::StrCat(
+        "node id ", node_id, " (worker ", rank,
+        ") has left the job: the scheduler dropped it (it died or failed) and the job goes on "
+        "without it (elastic); its requests are refused"));
+  }
   return absl::PermissionDeniedError(absl::StrCat(
       "node id ", node_id, " is not a worker of this job (the scheduler never issued it)"));
 }
@@ -338,6 +348,8 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
     if (error.ok() && !failed_reason_.empty()) {
       error = absl::AbortedError(absl::StrCat("the job failed: ", failed_reason_));
     }
+    // Dropped since the check above: it must not join a round that no longer waits for it.
+    if (error.ok() && any_dropped_.load()) error = CheckSender(node_id);
     if (sender.ok() && error.ok() && HoldForCut(chunks)) {
       HoldPush(node_id, request_id, values, std::move(done));
       return;
@@ -429,6 +441,7 @@ void ServerEngine::EndPush(const std::shared_ptr<PushCall>& call, bool empty,
         for (auto& waiting : chunk->calls) {
           if (--waiting->remaining == 0) finished.push_back(waiting);
         }
+        chunk->completing = false;
         if (!chunk->contributors.empty()) {
           --open_rounds_;
           ++chunk->rounds_done;

@@ -15,6 +15,8 @@
 // - chunks: a part bigger than the chunk size is held and updated chunk by chunk, each chunk
 //   with its own round, lock and buffers, so that chunks arriving on several connections are
 //   summed and updated in parallel while the rest is still on the wire.
+// - elastic jobs: workers that left the job (DropWorkers) are no longer waited for; their later
+//   requests are refused.
 //
 // Compressed pushes (2bit, 1bit) are decoded into the chunk's buffers - the round's sum, or a
 // scratch value applied at once - and then merged like any push.
@@ -270,6 +272,19 @@ class ServerEngine {
   // every later push at once; the held pushes of a cut too. The stored values stay as the last
   // completed round left them.
   void FailRounds(const std::string& reason);
+  // DropWorkers removes workers that left an elastic job (the scheduler says which: they died or
+  // finished as failed) from the workers a dist_sync round waits for; ids that are not workers
+  // of this job, or were dropped before, are ignored. Every open round that has now the push
+  // of every remaining worker completes at once - the updater runs on its sum and its waiting
+  // pushes are answered - and later rounds wait only for the remaining workers. A dropped
+  // worker's push already received in an open round stays in that round's sum (it counts as
+  // one of the round's pushes); its later requests (pushes, pulls, Init, commands, including a
+  // push a cut holds) are refused with PermissionDenied naming it. Open rounds of whole key
+  // groups go member by member from then on (server_engine_drop.cc). Returns the number of
+  // rounds (chunks) completed.
+  int64_t DropWorkers(absl::Span<const uint64_t> node_ids);
+  // dropped_workers returns how many workers DropWorkers has dropped.
+  size_t dropped_workers() const { return dropped_count_.load(); }
   // MaxRoundStarted returns what BeginCut would, without freezing anything.
   int64_t MaxRoundStarted() const;
   // cut_active is true between BeginCut and EndCut.
@@ -299,7 +314,7 @@ class ServerEngine {
   bool rounds() const { return options_.sync && options_.worker_node_ids.size() > 1; }
 
   // CheckSender returns PermissionDenied naming `node_id` unless it is a worker of this job or
-  // the scheduler.
+  // the scheduler, and has not been dropped (DropWorkers).
   absl::Status CheckSender(uint64_t node_id) const;
 
   // A chunk updated while a pull still holds its buffer moves to another buffer (copy on
@@ -343,6 +358,12 @@ class ServerEngine {
     Tensor sum;     // The round's merged pushes; reused across rounds.
     Tensor gather;  // A contiguous copy of one push, when one is needed.
     size_t arrived = 0;
+    // Workers of the job whose push the current round does not wait for (dropped, and not
+    // among its contributors): the round completes when arrived + excused reaches the number
+    // of workers. Set to the number dropped when a round completes (DropWorkers).
+    size_t excused = 0;
+    // Set when a push completed the round's data, until EndPush settles it (under mu_).
+    bool completing = false;
     // Rounds completed (dist_sync), or pushes applied (otherwise); guarded by the engine's mu_.
     int64_t rounds_done = 0;
     // Set once, under the engine's mu_ and the chunk's lock.
@@ -531,6 +552,12 @@ class ServerEngine {
   std::vector<std::function<void()>> held_ ABSL_GUARDED_BY(mu_);
   // Set by FailRounds: every later push fails with it.
   std::string failed_reason_ ABSL_GUARDED_BY(mu_);
+  // Workers dropped by DropWorkers (changed under mu_ too, so a check under mu_ holds until
+  // mu_ is released), and their number; any_dropped_ spares CheckSender the lock until one is.
+  mutable absl::Mutex dropped_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  absl::flat_hash_set<uint64_t> dropped_ ABSL_GUARDED_BY(dropped_mu_);
+  std::atomic<size_t> dropped_count_{0};
+  std::atomic<bool> any_dropped_{false};
 };
 
 }  // namespace kvstore

@@ -111,6 +111,7 @@ void ServerEngine::SplitGroupRounds(absl::Span<Chunk* const> chunks) {
             std::memcpy(member->sum.data(), sum + group.offsets[i], member->sum.byte_size());
           }
           member->arrived = round.arrived;
+          member->excused = 0;  // A group round waits for every worker (PushGroupRound).
           member->contributors = round.contributors;
           member->calls = round.calls;
           member->round_started = round.started;
@@ -142,9 +143,11 @@ bool ServerEngine::PushGroupRound(uint64_t node_id, uint64_t request_id,
   Done refused;  // Run at once, outside the lock: an error, or a retry of an applied push.
   {
     absl::MutexLock lock(&mu_);
-    // A checkpoint's cut and a failed job work on rounds member by member
-    // (server_engine_cut.cc): so does every group push meanwhile.
-    if (!group->group_rounds || cut_phase_ != CutPhase::kNone || !failed_reason_.empty()) {
+    // A checkpoint's cut, a failed job and an elastic job that lost a worker work on rounds
+    // member by member (server_engine_cut.cc, server_engine_drop.cc): so does every group push
+    // meanwhile. Group rounds thus always wait for every worker of the job.
+    if (!group->group_rounds || cut_phase_ != CutPhase::kNone || !failed_reason_.empty() ||
+        any_dropped_.load()) {
       return false;
     }
     const auto layout = std::make_tuple(group->arena_base, size, n);

@@ -191,6 +191,8 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
     if (error.ok() && !failed_reason_.empty()) {
       error = absl::AbortedError(absl::StrCat("the job failed: ", failed_reason_));
     }
+    // Dropped since the check above: it must not join a round that no longer waits for it.
+    if (error.ok() && any_dropped_.load()) error = CheckSender(node_id);
     if (group != nullptr && error.ok() && HoldForCut(group->chunks)) {
       HoldGroupPush(node_id, request_id, group_id, bytes, std::move(done), ack);
       return;

@@ -115,8 +115,10 @@ absl::StatusOr<bool> ServerEngine::Merge(const Key& key, Chunk* chunk, const Inc
         value.bytes, sum,
         [](int64_t, const Tensor& received, Tensor* summed) { return AddInto(received, summed); }));
   }
-  if (++chunk->arrived < workers) return false;
+  if (++chunk->arrived + chunk->excused < workers) return false;
   chunk->arrived = 0;
+  chunk->excused = dropped_count_.load();
+  chunk->completing = true;
   RETURN_IF_ERROR(Apply(key, chunk, sum, updater.get()));
   return true;
 }
@@ -147,8 +149,10 @@ absl::StatusOr<bool> ServerEngine::MergeCompressed(const Key& key, Chunk* chunk,
   } else {
     DequantizeAdd(value.compression, codes, chunk->count, sum.data_as<float>());
   }
-  if (++chunk->arrived < options_.worker_node_ids.size()) return false;
+  if (++chunk->arrived + chunk->excused < options_.worker_node_ids.size()) return false;
   chunk->arrived = 0;
+  chunk->excused = dropped_count_.load();
+  chunk->completing = true;
   RETURN_IF_ERROR(Apply(key, chunk, sum, updater));
   return true;
 }
@@ -178,8 +182,10 @@ absl::StatusOr<bool> ServerEngine::MergeSpan(const Key& key, Chunk* chunk, const
   } else {
     AddRaw(dtype, data, sum.data(), chunk->count);
   }
-  if (++chunk->arrived < workers) return false;
+  if (++chunk->arrived + chunk->excused < workers) return false;
   chunk->arrived = 0;
+  chunk->excused = dropped_count_.load();
+  chunk->completing = true;
   if (updater->piecewise()) {
     Tensor& stored = Writable(chunk);
     RETURN_IF_ERROR(

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/advertise.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
@@ -329,6 +330,7 @@ absl::Status KVServerDaemon::RegisterAndServe() {
 
   const absl::Duration interval = absl::Milliseconds(std::max(10, view.heartbeat_interval_ms()));
   absl::Time last_contact = absl::Now();
+  int left_workers = 0;  // How many workers had left the job at the last heartbeat.
   while (!stop_.WaitForNotificationWithTimeout(interval)) {
     proto::HeartbeatRequest beat;
     beat.set_node_id(registration.node_id());
@@ -345,6 +347,19 @@ absl::Status KVServerDaemon::RegisterAndServe() {
     const grpc::Status status = stub->Heartbeat(&context, beat, &reply);
     if (status.ok()) {
       last_contact = absl::Now();
+      if (reply.left_worker_node_ids_size() > left_workers) {
+        // An elastic job goes on without them: their open rounds stop waiting for them.
+        left_workers = reply.left_worker_node_ids_size();
+        const std::vector<uint64_t> left(reply.left_worker_node_ids().begin(),
+                                         reply.left_worker_node_ids().end());
+        int64_t completed = engine->DropWorkers(left);
+        if (backup_engine != nullptr) completed += backup_engine->DropWorkers(left);
+        spdlog::warn("kvserver rank {}: workers (node ids) {} have left the job; rounds now wait "
+                     "for the {} remaining workers ({} open rounds completed without them)",
+                     registration.rank(), absl::StrJoin(left, ", "),
+                     view.num_workers() - static_cast<int>(engine->dropped_workers()),
+                     completed);
+      }
       if (reply.shutdown() && reply.job_failed()) {
         // Answer the pushes still waiting for a round, naming why, before exiting non-zero.
         engine->FailRounds(reply.failure());

@@ -68,6 +68,16 @@ int SchedulerCore::GroupSize(int group) const {
          ((group & kGroupWorkers) ? options_.num_workers : 0);
 }
 
+int SchedulerCore::LivingSize(int group) const {
+  return GroupSize(group) - ((group & kGroupWorkers) ? left_workers_ : 0);
+}
+
+int SchedulerCore::LivingEntered(const PendingBarrier& barrier) const {
+  int living = 0;
+  for (uint64_t id : barrier.entered) living += !nodes_.at(id).left;
+  return living;
+}
+
 void SchedulerCore::Register(NodeRole role, int requested_rank, std::string address,
                              std::string hostname, absl::Time now, RegisterDone done,
                              std::string mode) {
@@ -239,6 +249,10 @@ void SchedulerCore::Barrier(uint64_t node_id, int group, absl::Time now, Barrier
           absl::StrCat(RoleName(it->second.role), " ", it->second.rank,
                        " cannot enter a barrier over group ", group, " (", GroupName(group),
                        ")"));
+    } else if (it->second.left) {
+      error = absl::FailedPreconditionError(
+          absl::StrCat("worker ", it->second.rank, " (node ", node_id,
+                       ") has left the job and cannot enter a barrier: ", it->second.failure));
     } else {
       PendingBarrier& barrier = barriers_[group & (kGroupServers | kGroupWorkers)];
       if (std::find(barrier.entered.begin(), barrier.entered.end(), node_id) !=
@@ -249,7 +263,7 @@ void SchedulerCore::Barrier(uint64_t node_id, int group, absl::Time now, Barrier
         if (barrier.entered.empty()) barrier.deadline = now + options_.barrier_timeout;
         barrier.entered.push_back(node_id);
         barrier.done.push_back(std::move(done));
-        if (static_cast<int>(barrier.entered.size()) == GroupSize(group)) {
+        if (LivingEntered(barrier) == LivingSize(group)) {
           spdlog::info("barrier over the {} passed: {} nodes; the last to enter was {} {} after "
                        "{}", GroupName(group), barrier.entered.size(),
                        std::string(RoleName(it->second.role)), it->second.rank,
@@ -272,7 +286,7 @@ void SchedulerCore::Barrier(uint64_t node_id, int group, absl::Time now, Barrier
 std::string SchedulerCore::MissingFromBarrier(int group, const PendingBarrier& barrier) const {
   std::vector<std::string> missing;
   for (const auto& [id, node] : nodes_) {
-    if (!InGroup(node.role, group)) continue;
+    if (!InGroup(node.role, group) || node.left) continue;
     if (std::find(barrier.entered.begin(), barrier.entered.end(), id) != barrier.entered.end()) {
       continue;
     }
@@ -317,7 +331,8 @@ absl::StatusOr<bool> SchedulerCore::Heartbeat(uint64_t node_id, absl::Time now,
 }
 
 bool SchedulerCore::ShutdownLocked() const {
-  return !shutdown_reason_.empty() || (complete_ && finished_workers_ == options_.num_workers);
+  return !shutdown_reason_.empty() ||
+         (complete_ && finished_workers_ + departed_workers_ == options_.num_workers);
 }
 
 void SchedulerCore::RequestShutdown(std::string reason) {
@@ -348,7 +363,12 @@ void SchedulerCore::RequestShutdown(std::string reason) {
 std::string SchedulerCore::shutdown_reason() const {
   absl::ReaderMutexLock lock(&mu_);
   if (!shutdown_reason_.empty()) return shutdown_reason_;
-  return ShutdownLocked() ? "every worker finished" : "";
+  if (!ShutdownLocked()) return "";
+  if (left_workers_ > 0) {
+    return absl::StrCat("every remaining worker finished (", Plural(left_workers_, "worker"),
+                        " left the elastic job)");
+  }
+  return "every worker finished";
 }
 
 bool SchedulerCore::all_servers_released() const {
@@ -371,32 +391,43 @@ bool SchedulerCore::servers_released_or_gone(absl::Time now, absl::Duration gone
 }
 
 absl::Status SchedulerCore::Finish(uint64_t node_id, absl::Time now, std::string failure) {
-  absl::MutexLock lock(&mu_);
-  auto it = nodes_.find(node_id);
-  if (it == nodes_.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("finish from node id ", node_id, ", never issued by this scheduler"));
-  }
-  if (it->second.role != NodeRole::kWorker) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("only workers finish the job; node ", node_id, " is a server"));
-  }
-  it->second.last_heartbeat = std::max(it->second.last_heartbeat, now);
-  if (!it->second.finished) {
-    it->second.finished = true;
-    ++finished_workers_;
-    if (!failure.empty()) {
-      it->second.failed = true;
-      it->second.failure = failure;
-      if (failure_.empty()) {
-        failure_ = absl::StrCat("worker ", it->second.rank, " (node ", node_id, " on ",
-                                it->second.hostname, ") failed: ", failure);
+  std::vector<BarrierDone> released;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = nodes_.find(node_id);
+    if (it == nodes_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("finish from node id ", node_id, ", never issued by this scheduler"));
+    }
+    if (it->second.role != NodeRole::kWorker) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("only workers finish the job; node ", node_id, " is a server"));
+    }
+    NodeInfo& node = it->second;
+    node.last_heartbeat = std::max(node.last_heartbeat, now);
+    if (!node.finished && !node.left) {
+      // In an elastic job the others go on without a failed worker, while any is left that
+      // could finish the job (they are told through heartbeats).
+      const bool leaves =
+          !failure.empty() && options_.elastic && !ShutdownLocked() && Remaining() > 1;
+      node.finished = true;
+      ++finished_workers_;
+      if (leaves) {
+        LeaveLocked(&node, absl::StrCat("finished as failed: ", failure), &released);
+      } else if (!failure.empty()) {
+        node.failed = true;
+        node.failure = failure;
+        if (failure_.empty()) {
+          failure_ = absl::StrCat("worker ", node.rank, " (node ", node_id, " on ",
+                                  node.hostname, ") failed: ", failure);
+        }
+        // The job cannot go on without it (no round would complete): it fails now, and the
+        // workers still running hear why instead of waiting for their deadlines.
+        if (shutdown_reason_.empty()) shutdown_reason_ = failure_;
       }
-      // The job cannot go on without it (no round would complete): it fails now, and the
-      // workers still running hear why instead of waiting for their deadlines.
-      if (shutdown_reason_.empty()) shutdown_reason_ = failure_;
     }
   }
+  for (BarrierDone& release : released) release(absl::OkStatus());
   return absl::OkStatus();
 }
 
@@ -407,7 +438,7 @@ absl::Status SchedulerCore::DeadWorkers(absl::Time now) const {
   }
   std::vector<std::string> dead;
   for (const auto& [id, node] : nodes_) {
-    if (node.role != NodeRole::kWorker || node.finished) continue;
+    if (node.role != NodeRole::kWorker || node.finished || node.left) continue;
     const absl::Duration quiet = now - node.last_heartbeat;
     if (quiet <= options_.heartbeat_timeout) continue;
     dead.push_back(absl::StrCat("worker ", node.rank, " (node ", id, " on ", node.hostname,
@@ -417,13 +448,17 @@ absl::Status SchedulerCore::DeadWorkers(absl::Time now) const {
                                 absl::FormatDuration(options_.heartbeat_timeout), "): it is dead"));
   }
   if (dead.empty()) return absl::OkStatus();
+  if (options_.elastic && left_workers_ > 0) {
+    dead.push_back(absl::StrCat("no other worker is left (", left_workers_,
+                                " left the elastic job before)"));
+  }
   return absl::AbortedError(absl::StrJoin(dead, "; "));
 }
 
 void SchedulerCore::FailJob(std::string reason, absl::Time now) {
   absl::MutexLock lock(&mu_);
   for (auto& [id, node] : nodes_) {
-    if (node.role != NodeRole::kWorker || node.finished || node.failed) continue;
+    if (node.role != NodeRole::kWorker || node.finished || node.failed || node.left) continue;
     const absl::Duration quiet = now - node.last_heartbeat;
     if (options_.heartbeat_timeout != absl::InfiniteDuration() &&
         quiet > options_.heartbeat_timeout) {
@@ -464,7 +499,7 @@ absl::Status SchedulerCore::WorkersLost(absl::Time now) const {
   if (!complete_ || ShutdownLocked()) return absl::OkStatus();
   std::vector<std::string> silent;
   for (const auto& [id, node] : nodes_) {
-    if (node.role != NodeRole::kWorker || node.finished) continue;
+    if (node.role != NodeRole::kWorker || node.finished || node.left) continue;
     const absl::Duration quiet = now - node.last_heartbeat;
     if (quiet <= options_.workers_lost_timeout) return absl::OkStatus();
     silent.push_back(absl::StrCat("worker ", node.rank, " (node ", id, " on ", node.hostname,

@@ -7,6 +7,12 @@
 // worker has called Finish, `shutdown_requested()` turns true and heartbeats tell the servers to
 // exit.
 //
+// Elastic jobs (SchedulerOptions::elastic): a worker that dies (DropDeadWorkers) or finishes as
+// failed leaves the job instead of failing it. The job goes on with the workers that remain:
+// barriers wait only for the living, heartbeats tell the servers which workers have left
+// (left_worker_ids), and the job is over once every worker has finished or left. When no
+// worker is left that could finish the job, it fails as a job in the default mode does.
+//
 // Waiting calls (Register, Barrier) never block: they take a completion callback, which runs
 // exactly once - when the wait is satisfied, or from ExpireDeadlines() with DeadlineExceeded and a
 // message naming what is still missing. A gRPC reactor can therefore Finish from the callback
@@ -63,6 +69,9 @@ struct SchedulerOptions {
   // (p + 1) % num_servers; needs 2 servers or more). With 2, a dead server fails the job only
   // when the other copy of one of its shards is dead too.
   int replicas = 1;
+  // Elastic dist_sync (see the top): a dead or failed worker leaves the job, which goes on
+  // with the others; false: the job fails, naming it.
+  bool elastic = false;
 };
 
 struct ServerEntry {
@@ -107,6 +116,9 @@ struct NodeInfo {
   // Workers: failed (finished with an error, or died), and why.
   bool failed = false;
   std::string failure;
+  // Workers of an elastic job: left the job (died, or finished as failed) while it went on;
+  // `failure` says why. The worker whose loss ended the job is `failed` instead.
+  bool left = false;
   // Servers: the highest round reported, and the checkpoint round restored (-1: none).
   int64_t max_round = 0;
   int64_t restored_round = -1;
@@ -146,8 +158,10 @@ class SchedulerCore {
 
   // Barrier enters node `node_id` into a barrier over `group` (bits of kGroupServers and
   // kGroupWorkers, including the node's own role); `done` runs when every node of the group has
-  // entered. InvalidArgument for a node id this scheduler never issued or a group without the
-  // node's role.
+  // entered - in an elastic job, every node of the group that has not left, so a barrier
+  // waiting for a worker that leaves passes then. InvalidArgument for a node id this scheduler
+  // never issued or a group without the node's role; FailedPrecondition for a worker that has
+  // left the job.
   void Barrier(uint64_t node_id, int group, absl::Time now, BarrierDone done);
 
   // Heartbeat records that the node is alive. Returns whether the job is over (every worker has
@@ -158,7 +172,8 @@ class SchedulerCore {
   // RequestShutdown ends the job now (kvctl shutdown): every later heartbeat says so, and
   // registrations and barriers still waiting are answered ABORTED naming the reason.
   void RequestShutdown(std::string reason);
-  // shutdown_reason says why the job ended ("every worker finished" or the request's reason).
+  // shutdown_reason says why the job ended ("every worker finished", "every remaining worker
+  // finished (1 worker left the elastic job)", or the request's reason).
   std::string shutdown_reason() const;
   // all_servers_released is true once every server has been told that the job is over.
   bool all_servers_released() const;
@@ -168,12 +183,29 @@ class SchedulerCore {
 
   // Finish records that a worker is done, with `failure` (empty: it succeeded) naming why it
   // failed; when every worker is, the job is over. A failed worker ends the job at once, as
-  // failed, naming it.
+  // failed, naming it - in an elastic job, it leaves the job instead, unless no other worker
+  // is left that could finish it. A worker that has left finishes nothing (OK, no change).
   absl::Status Finish(uint64_t node_id, absl::Time now, std::string failure = "");
 
   // DeadWorkers returns Aborted naming every unfinished worker (rank, node, host, how long
   // silent) that has sent no heartbeat for heartbeat_timeout, while the job runs; OK otherwise.
+  // Workers that have left an elastic job are not named.
   absl::Status DeadWorkers(absl::Time now) const;
+  // DropDeadWorkers, in an elastic job that runs, makes every unfinished worker silent for
+  // heartbeat_timeout leave the job and returns one line per worker, naming it (rank, node,
+  // host, how long silent) and the workers that go on. Barriers that now have every living
+  // node pass. When that would leave no worker that could finish the job (every one has died
+  // or failed), none leaves: DeadWorkers names them (and how many left before) and the job
+  // fails as in the default mode. Nothing outside an elastic job (scheduler_core_elastic.cc).
+  std::vector<std::string> DropDeadWorkers(absl::Time now);
+  // left_worker_ids returns the node ids of the workers that have left the job, in rank
+  // order (heartbeats tell the servers, which stop waiting for them).
+  std::vector<uint64_t> left_worker_ids() const;
+  // left_reason returns why node `node_id` left the job ("worker 2 (node 7 on HOST) has left
+  // the job (died: no heartbeat for 1.1s); the job goes on without it (elastic)"), or "" when
+  // it has not: a worker declared dead that is still running hears it in its heartbeat
+  // answers (as a failure of the job) and stops.
+  std::string left_reason(uint64_t node_id) const;
   // FailJob ends the job as failed with `reason` (kept when the job already failed), marking
   // the workers silent for heartbeat_timeout as failed (died).
   void FailJob(std::string reason, absl::Time now);
@@ -182,7 +214,8 @@ class SchedulerCore {
   std::string job_failure() const;
 
   // NumDeadNodes counts the registered nodes of `group` whose last heartbeat is older than
-  // `timeout` (finished workers are not dead; nodes waiting for the job to complete are alive).
+  // `timeout` (finished workers are not dead, workers that left an elastic job are; nodes
+  // waiting for the job to complete are alive).
   // Nodes still expected but never registered count as dead once registration has been waiting
   // longer than `timeout`.
   int NumDeadNodes(int group, absl::Duration timeout, absl::Time now) const;
@@ -249,6 +282,16 @@ class SchedulerCore {
   // AssignRanks gives every node its rank once all have registered.
   void AssignRanks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int GroupSize(int group) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // LivingSize is GroupSize less the workers that have left; LivingEntered counts the nodes
+  // of `barrier` that have not left. The barrier passes when the two are equal.
+  int LivingSize(int group) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  int LivingEntered(const PendingBarrier& barrier) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // LeaveLocked makes worker `node` leave the job for `why` and moves the done callbacks of
+  // the barriers that now pass into `*released` (scheduler_core_elastic.cc).
+  void LeaveLocked(NodeInfo* node, const std::string& why, std::vector<BarrierDone>* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Remaining counts the workers that have not left: running, or finished as succeeded.
+  int Remaining() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   static bool InGroup(NodeRole role, int group);
   std::string MissingNodes() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::string MissingFromBarrier(int group, const PendingBarrier& barrier) const
@@ -267,6 +310,9 @@ class SchedulerCore {
   absl::Status registration_error_ ABSL_GUARDED_BY(mu_);
   std::map<int, PendingBarrier> barriers_ ABSL_GUARDED_BY(mu_);  // By group.
   int finished_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  // Workers that left an elastic job before finishing (died), and all that left.
+  int departed_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  int left_workers_ ABSL_GUARDED_BY(mu_) = 0;
   std::string mode_ ABSL_GUARDED_BY(mu_);
   std::string shutdown_reason_ ABSL_GUARDED_BY(mu_);  // Set by RequestShutdown.
   std::string failure_ ABSL_GUARDED_BY(mu_);  // Set by FailJob or a failed worker's Finish.

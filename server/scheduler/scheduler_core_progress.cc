@@ -60,7 +60,7 @@ std::vector<std::string> SchedulerCore::Progress() const {
     if (barrier.entered.empty()) continue;
     std::vector<std::string> missing;
     for (const auto& [id, node] : nodes_) {
-      if (!InGroup(node.role, group)) continue;
+      if (!InGroup(node.role, group) || node.left) continue;
       if (std::find(barrier.entered.begin(), barrier.entered.end(), id) != barrier.entered.end()) {
         continue;
       }
@@ -71,7 +71,7 @@ std::vector<std::string> SchedulerCore::Progress() const {
     const char* members = group == kGroupServers   ? "servers"
                           : group == kGroupWorkers ? "workers"
                                                    : "nodes";
-    lines.push_back(absl::StrCat("barrier: ", barrier.entered.size(), " of ", GroupSize(group),
+    lines.push_back(absl::StrCat("barrier: ", LivingEntered(barrier), " of ", LivingSize(group),
                                  " ", members, "; waiting for ", absl::StrJoin(missing, ", ")));
   }
   return lines;

@@ -183,7 +183,7 @@ void SchedulerDaemon::AddCollectors() {
     // Nodes by role and state: alive, dead, finished, and the expected ones not registered.
     std::map<std::pair<std::string, std::string>, int> counts;
     for (const char* role : {"server", "worker"}) {
-      for (const char* state : {"registering", "alive", "dead", "finished", "missing"}) {
+      for (const char* state : {"registering", "alive", "dead", "finished", "missing", "left"}) {
         counts[{role, state}] = 0;
       }
     }
@@ -192,6 +192,7 @@ void SchedulerDaemon::AddCollectors() {
       const std::string role = node.role == NodeRole::kServer ? "server" : "worker";
       ++(node.role == NodeRole::kServer ? servers : workers);
       const char* state = !assembled                                    ? "registering"
+                          : node.left                                   ? "left"
                           : node.finished                               ? "finished"
                           : now - node.last_heartbeat > dead_after ? "dead"
                                                                         : "alive";
@@ -201,7 +202,7 @@ void SchedulerDaemon::AddCollectors() {
     counts[{"worker", "missing"}] = options_.job.num_workers - workers;
     out->Family("kvstore_scheduler_nodes",
                 "Nodes of the job by role and state (registering: waiting for the rest of the "
-                "job; missing: expected, not registered).",
+                "job; missing: expected, not registered; left: workers gone from an elastic job).",
                 MetricsWriter::Type::kGauge);
     for (const auto& [key, n] : counts) {
       out->Sample("kvstore_scheduler_nodes", {{"role", key.first}, {"state", key.second}}, n);
@@ -272,6 +273,11 @@ absl::Status SchedulerDaemon::Tick() {
       spdlog::error("scheduler: {}", std::string(lost.message()));
       core_->FailJob(std::string(lost.message()), now);
       outcome = lost;
+    }
+    // In an elastic job a dead worker leaves it and the others go on: the servers hear it in
+    // their heartbeats and stop waiting for it.
+    for (const std::string& line : core_->DropDeadWorkers(now)) {
+      spdlog::warn("scheduler: {}", line);
     }
     // A dead worker fails the job within the heartbeat timeout, naming it: a dist_sync round
     // cannot complete without it (docs/reliability.md).

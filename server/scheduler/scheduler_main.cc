@@ -60,6 +60,12 @@ ABSL_FLAG(int, replicas, 1,
           "acknowledged once both hold it, and a dead kvserver's shard is served by its backup "
           "without losing an acknowledged update; docs/reliability.md). 2 needs 2 servers or "
           "more.");
+ABSL_FLAG(bool, elastic, false,
+          "Elastic dist_sync: a worker declared dead (--heartbeat_timeout) or finished as failed "
+          "leaves the job, which goes on with the workers that remain (barriers and the "
+          "servers' rounds stop waiting for it); the job fails only when no worker is left. "
+          "KV_ELASTIC=1 sets it too. False: the job fails, naming the worker "
+          "(docs/reliability.md).");
 ABSL_FLAG(int64_t, max_request_bytes, kvstore::SchedulerDaemonOptions::kDefaultMaxRequestBytes,
           "The largest request the scheduler accepts, in bytes; a bigger one is refused with "
           "RESOURCE_EXHAUSTED. Raise it when workers load optimizer states bigger than this "
@@ -116,6 +122,7 @@ absl::Status Run() {
   options.job.workers_lost_timeout = absl::GetFlag(FLAGS_workers_lost_timeout);
   options.job.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.job.replicas = absl::GetFlag(FLAGS_replicas);
+  options.job.elastic = absl::GetFlag(FLAGS_elastic) || env.elastic.value_or(false);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   const std::string every = absl::GetFlag(FLAGS_checkpoint_every);

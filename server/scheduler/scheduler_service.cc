@@ -248,6 +248,13 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
           response->set_job_failed(!failure.empty());
           response->set_failure(failure);
         }
+        for (uint64_t id : core_->left_worker_ids()) response->add_left_worker_node_ids(id);
+        // A worker that left an elastic job (declared dead, yet still running) stops.
+        if (const std::string left = core_->left_reason(request.node_id()); !left.empty()) {
+          response->set_shutdown(true);
+          response->set_job_failed(true);
+          response->set_failure(left);
+        }
         done(over.status());
       });
 }
@@ -508,6 +515,7 @@ absl::Status SchedulerService::HandleClusterStatus(const proto::ClusterStatusReq
     out->set_finished(node.finished);
     out->set_failed(node.failed || node.dead);
     out->set_failure(node.dead ? absl::StrCat("declared dead: ", node.death) : node.failure);
+    out->set_left(node.left);
     out->set_last_heartbeat_age_s(absl::ToDoubleSeconds(now - node.last_heartbeat));
     out->set_alive(node.finished || now - node.last_heartbeat <= timeout);
     out->set_num_keys(node.num_keys);
