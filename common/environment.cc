@@ -67,6 +67,9 @@ absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv_or_null) 
                      kMaxCount, &env.rank);
   }
   if (status.ok()) {
+    status = ReadInt(getenv, {"KV_REPLICAS"}, 1, 2, &env.replicas);
+  }
+  if (status.ok()) {
     status = ReadInt(getenv, {"KV_METRICS_PORT"}, 0, 65535, &env.metrics_port);
   }
   if (!status.ok()) return status;

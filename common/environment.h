@@ -29,6 +29,8 @@
 //   KV_ELASTIC          -                        "1": the scheduler runs an elastic job (a
 //                                                worker that dies or fails leaves it and the
 //                                                others go on; docs/reliability.md)
+//   KV_REPLICAS         -                        copies of each shard, 1 or 2: the scheduler's
+//                                                --replicas when the SDK runs it
 //
 // The project's name wins when both are set.
 #ifndef KVSTORE_COMMON_ENVIRONMENT_H_
@@ -65,6 +67,9 @@ struct JobEnvironment {
   std::optional<int> metrics_port;
   // KV_ELASTIC: whether the scheduler runs an elastic job (its --elastic also makes it one).
   std::optional<bool> elastic;
+  // KV_REPLICAS: copies of each shard (1 or 2), for a scheduler the SDK runs (its --replicas
+  // otherwise).
+  std::optional<int> replicas;
 };
 
 // Getenv returns the value of a variable, or nullptr when it is unset.

@@ -69,6 +69,20 @@ TEST_CASE("ReadJobEnvironment: the node's advertised host, interface, bind host 
   CHECK(bad.status().message().find("KV_INSECURE") != absl::string_view::npos);
 }
 
+TEST_CASE("ReadJobEnvironment: KV_REPLICAS is 1, 2 or unset", "[environment]") {
+  auto unset = ReadJobEnvironment(From({}));
+  REQUIRE(unset.ok());
+  CHECK(!unset->replicas.has_value());
+  auto two = ReadJobEnvironment(From({{"KV_REPLICAS", "2"}}));
+  REQUIRE(two.ok());
+  CHECK(two->replicas == 2);
+  for (const char* bad : {"3", "0", "two"}) {
+    auto refused = ReadJobEnvironment(From({{"KV_REPLICAS", bad}}));
+    REQUIRE(!refused.ok());
+    CHECK(refused.status().message().find("KV_REPLICAS") != absl::string_view::npos);
+  }
+}
+
 TEST_CASE("ReadJobEnvironment: KV_ELASTIC is 0, 1 or unset", "[environment]") {
   auto unset = ReadJobEnvironment(From({}));
   REQUIRE(unset.ok());

@@ -77,6 +77,7 @@ absl::Status RunScheduler(const JobEnvironment& env) {
   options.job.num_servers = env.num_servers.value_or(1);
   options.job.num_workers = env.num_workers.value_or(1);
   options.job.elastic = env.elastic.value_or(false);
+  options.job.replicas = env.replicas.value_or(1);
   ASSIGN_OR_RETURN(options.security, Security(env, options.host, "scheduler"));
   ASSIGN_OR_RETURN(auto daemon, SchedulerDaemon::Start(std::move(options)));
   return ServeUntilEnd(daemon.get(), "scheduler", [](SchedulerDaemon* d, int signal) {

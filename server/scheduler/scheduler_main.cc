@@ -59,7 +59,7 @@ ABSL_FLAG(int, replicas, 1,
           "Copies of each shard: 1, or 2 (each shard also on the next rank's kvserver; a push is "
           "acknowledged once both hold it, and a dead kvserver's shard is served by its backup "
           "without losing an acknowledged update; docs/reliability.md). 2 needs 2 servers or "
-          "more.");
+          "more. Left at 1, KV_REPLICAS sets it.");
 ABSL_FLAG(bool, elastic, false,
           "Elastic dist_sync: a worker declared dead (--heartbeat_timeout) or finished as failed "
           "leaves the job, which goes on with the workers that remain (barriers and the "
@@ -121,7 +121,9 @@ absl::Status Run() {
   options.job.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.job.workers_lost_timeout = absl::GetFlag(FLAGS_workers_lost_timeout);
   options.job.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
+  // The flag, unless left at 1 with KV_REPLICAS set.
   options.job.replicas = absl::GetFlag(FLAGS_replicas);
+  if (options.job.replicas == 1) options.job.replicas = env.replicas.value_or(1);
   options.job.elastic = absl::GetFlag(FLAGS_elastic) || env.elastic.value_or(false);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
