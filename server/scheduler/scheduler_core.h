@@ -242,8 +242,9 @@ class SchedulerCore {
   // DeclareServerDead marks the server of `rank` dead for good in a job with replicas, saying
   // `reason`, so that workers fail over to the backups of its shards (dead_servers); the job
   // fails, naming both, when the other copy of one of its shards is dead too. True when this
-  // call declared it (false: already dead). FailedPrecondition without replicas or before the
-  // job assembled; InvalidArgument for a rank out of range.
+  // call declared it (false: already dead). FailedPrecondition without replicas, before the
+  // job assembled or once it is over (its servers exit then); InvalidArgument for a rank out
+  // of range.
   absl::StatusOr<bool> DeclareServerDead(int rank, std::string reason, absl::Time now);
   // dead_servers returns the ranks of the servers declared dead, in order.
   std::vector<int> dead_servers() const;

@@ -17,6 +17,13 @@ absl::StatusOr<bool> SchedulerCore::DeclareServerDead(int rank, std::string reas
       return absl::FailedPreconditionError("the job has no replicas: no server is failed over");
     }
     if (!complete_) return absl::FailedPreconditionError("the job has not assembled yet");
+    // Once the job is over its servers exit on their own: one gone is not a failure.
+    if (ShutdownLocked()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the job is over (", shutdown_reason_.empty() ? "every worker finished"
+                                                                     : shutdown_reason_,
+                       "): its servers are exiting"));
+    }
     if (rank < 0 || rank >= options_.num_servers) {
       return absl::InvalidArgumentError(absl::StrCat("no server of rank ", rank));
     }

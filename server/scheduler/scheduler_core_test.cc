@@ -407,3 +407,59 @@ TEST_CASE("SchedulerCore: progress names the missing ranks, then the nodes a bar
 
 }  // namespace
 }  // namespace kvstore
+
+namespace kvstore {
+namespace {
+
+std::unique_ptr<SchedulerCore> MakeReplicatedCore(int servers, int workers) {
+  SchedulerOptions options;
+  options.num_servers = servers;
+  options.num_workers = workers;
+  options.replicas = 2;
+  return SchedulerCore::Create(options).value();
+}
+
+TEST_CASE("SchedulerCore: replicas need 2 servers; a dead server is declared once; both copies "
+          "of a shard dead fail the job, naming it",
+          "[scheduler][replicas]") {
+  SchedulerOptions one;
+  one.replicas = 2;
+  CHECK(absl::IsInvalidArgument(SchedulerCore::Create(one).status()));
+  one.replicas = 3;
+  one.num_servers = 3;
+  CHECK(absl::IsInvalidArgument(SchedulerCore::Create(one).status()));
+
+  TestRng rng;
+  INFO(rng.Describe());
+  auto core = MakeReplicatedCore(3, 2);
+  CHECK(absl::IsFailedPrecondition(core->DeclareServerDead(0, "early", kStart).status()));
+  RegisterAll(core.get(), 2, {-1, -1, -1}, &rng);
+  REQUIRE(core->view()->replicas == 2);
+  const int first = static_cast<int>(rng.Int(0, 2));
+  CHECK(*core->DeclareServerDead(first, "killed", kStart) == true);
+  CHECK(*core->DeclareServerDead(first, "killed again", kStart) == false);
+  CHECK(core->dead_servers() == std::vector<int>{first});
+  CHECK(core->job_failure().empty());
+  CHECK(absl::IsInvalidArgument(core->DeclareServerDead(3, "no such", kStart).status()));
+  // The next rank holds the backup of `first`'s shard: both copies gone.
+  const int second = (first + 1) % 3;
+  CHECK(*core->DeclareServerDead(second, "killed too", kStart) == true);
+  const std::string failure = core->job_failure();
+  INFO(failure);
+  CHECK(failure.find(absl::StrCat("shard ", first, " is lost")) != std::string::npos);
+}
+
+TEST_CASE("SchedulerCore: once the job is over, a server gone is not declared dead",
+          "[scheduler][replicas]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto core = MakeReplicatedCore(2, 1);
+  RegisterAll(core.get(), 1, {-1, -1}, &rng);
+  core->RequestShutdown("kvctl shutdown");
+  const absl::StatusOr<bool> declared = core->DeclareServerDead(0, "exited", kStart);
+  CHECK(absl::IsFailedPrecondition(declared.status()));
+  CHECK(core->dead_servers().empty());
+}
+
+}  // namespace
+}  // namespace kvstore

@@ -194,7 +194,7 @@ void SchedulerDaemon::AddCollectors() {
       const char* state = !assembled                                    ? "registering"
                           : node.left                                   ? "left"
                           : node.finished                               ? "finished"
-                          : now - node.last_heartbeat > dead_after ? "dead"
+                          : node.dead || now - node.last_heartbeat > dead_after ? "dead"
                                                                         : "alive";
       ++counts[{role, state}];
     }
