@@ -194,24 +194,24 @@ void ServerCaller::Attempt(int t, ServerMethod method,
 void ServerCaller::Retry(int t, ServerMethod method,
                          std::shared_ptr<const grpc::ByteBuffer> request,
                          ServerTransport::Done done, int attempt, absl::Status status) {
-        if (absl::IsUnavailable(status) && attempt < policy_.max_retries) {
-          const absl::Duration backoff = std::min(
-              policy_.retry_backoff * (1 << std::min(attempt, 16)), absl::Seconds(2));
-          timer_->After(backoff, [this, t, method, request, done, attempt] {
-            Attempt(t, method, request, done, attempt + 1);
-          });
-          return;
-        }
-        if (absl::IsUnavailable(status)) {
-          status = absl::UnavailableError(absl::StrCat("unreachable after ", attempt + 1,
-                                                       " attempts: ", status.message()));
-        } else if (absl::IsDeadlineExceeded(status)) {
-          status = absl::DeadlineExceededError(absl::StrCat(
-              "no answer within ", absl::FormatDuration(policy_.rpc_timeout), " (",
-              GrpcMethodPath(method),
-              "; in dist_sync a push waits for every worker's push of the key)"));
-        }
-        done(ServerError(t, status), nullptr);
+  if (absl::IsUnavailable(status) && attempt < policy_.max_retries) {
+    const absl::Duration backoff = std::min(
+        policy_.retry_backoff * (1 << std::min(attempt, 16)), absl::Seconds(2));
+    timer_->After(backoff, [this, t, method, request, done, attempt] {
+      Attempt(t, method, request, done, attempt + 1);
+    });
+    return;
+  }
+  if (absl::IsUnavailable(status)) {
+    status = absl::UnavailableError(absl::StrCat("unreachable after ", attempt + 1,
+                                                 " attempts: ", status.message()));
+  } else if (absl::IsDeadlineExceeded(status)) {
+    status = absl::DeadlineExceededError(absl::StrCat(
+        "no answer within ", absl::FormatDuration(policy_.rpc_timeout), " (",
+        GrpcMethodPath(method),
+        "; in dist_sync a push waits for every worker's push of the key)"));
+  }
+  done(ServerError(t, status), nullptr);
 }
 
 absl::Status ServerCaller::WaitForServers(const TransferContext& ctx, absl::Duration timeout) {

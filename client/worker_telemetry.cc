@@ -42,28 +42,13 @@ absl::StatusOr<std::unique_ptr<WorkerTelemetry>> WorkerTelemetry::Start(const Op
   if (options.metrics_port >= 0) {
     t->metrics_ = true;
     MetricsRegistry& r = t->registry_;
-    for (int m = 0; m < kNumServerMethods; ++m) {
-      const char* method = ServerMethodLabel(static_cast<ServerMethod>(m));
-      MethodCounters& c = t->methods_[m];
-      c.requests = r.AddCounter("kvstore_worker_requests_total",
-                                "Requests this worker sent to servers, by method.",
-                                {{"method", method}});
-      c.request_bytes = r.AddCounter("kvstore_worker_request_bytes_total",
-                                     "Bytes this worker sent in requests, by method.",
-                                     {{"method", method}});
-      c.response_bytes = r.AddCounter("kvstore_worker_response_bytes_total",
-                                      "Bytes this worker received in replies, by method.",
-                                      {{"method", method}});
-      c.latency = r.AddHistogram("kvstore_worker_request_duration_seconds",
-                                 "Time from a request's first send to its answer (retries "
-                                 "included).",
-                                 {{"method", method}}, LatencyBounds());
-      for (int code = 1; code < kCodes; ++code) {
-        c.errors[code] = r.AddCounter("kvstore_worker_errors_total",
-                                      "Requests that failed, by method and code.",
-                                      {{"method", method}, {"code", StatusCodeLabel(code)}});
-      }
-    }
+    t->calls_.emplace(
+        &r, "kvstore_worker",
+        CallMetrics::Help{"Requests this worker sent to servers, by method.",
+                          "Bytes this worker sent in requests, by method.",
+                          "Bytes this worker received in replies, by method.",
+                          "Time from a request's first send to its answer (retries included).",
+                          "Requests that failed, by method and code."});
     for (int k = 0; k < kKinds; ++k) {
       const char* kind = KindLabel(static_cast<Kind>(k));
       t->operations_[k] = r.AddCounter("kvstore_worker_operations_total",
@@ -99,13 +84,7 @@ void WorkerTelemetry::RequestDone(int server, ServerMethod method, size_t reques
                                   size_t reply_bytes, absl::Time sent, absl::Time answered,
                                   absl::StatusCode code) {
   if (metrics_) {
-    MethodCounters& c = methods_[static_cast<int>(method)];
-    c.requests->Increment();
-    c.request_bytes->Increment(request_bytes);
-    c.response_bytes->Increment(reply_bytes);
-    c.latency->ObserveDuration(answered - sent);
-    const int index = static_cast<int>(code);
-    if (index > 0 && index < kCodes) c.errors[index]->Increment();
+    calls_->Record(method, code, request_bytes, reply_bytes, answered - sent);
   }
   if (trace_ != nullptr) {
     TraceWriter::Args args = {{"server", absl::StrCat(server)},

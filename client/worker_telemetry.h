@@ -18,12 +18,14 @@
 
 #include <array>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/key_info.h"
+#include "common/call_metrics.h"
 #include "common/key.h"
 #include "common/metrics_http.h"
 #include "common/metrics_registry.h"
@@ -58,19 +60,11 @@ class WorkerTelemetry {
 
  private:
   static constexpr int kKinds = 7;
-  static constexpr int kCodes = 17;
   WorkerTelemetry() = default;
 
   bool metrics_ = false;
   MetricsRegistry registry_;
-  struct MethodCounters {
-    Counter* requests;
-    Counter* request_bytes;
-    Counter* response_bytes;
-    Histogram* latency;
-    std::array<Counter*, kCodes> errors;
-  };
-  std::array<MethodCounters, kNumServerMethods> methods_{};
+  std::optional<CallMetrics> calls_;  // With metrics (common/call_metrics.h, kvstore_worker).
   std::array<Counter*, kKinds> operations_{};
   std::array<Histogram*, kKinds> operation_latency_{};
   std::unique_ptr<MetricsHttpServer> http_;

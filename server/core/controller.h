@@ -48,6 +48,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -129,6 +130,9 @@ class Controller {
   absl::StatusOr<std::string> Checkpoint(const std::string& dir);
   // RunCut runs the checkpoint set commands 7-12 (controller_cut.cc).
   absl::StatusOr<std::string> RunCut(int head, absl::string_view body);
+  // CutRound reads the "ID ROUND" leading a cut step's fields: the round, once ID is the
+  // checkpoint being cut here; InvalidArgument or FailedPrecondition otherwise.
+  absl::StatusOr<int64_t> CutRound(const std::vector<std::string>& fields);
   // MakeCheckpoint builds this server's ShardCheckpoint from a snapshot.
   proto::ShardCheckpoint MakeCheckpoint(const EngineSnapshot& snapshot);
   absl::StatusOr<ConfinedDirectory> CheckpointDirectory(const std::string& dir,

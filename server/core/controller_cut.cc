@@ -40,6 +40,19 @@ absl::Status RemoveIfEmpty(const CheckpointRoot& root, std::string dir) {
 
 }  // namespace
 
+absl::StatusOr<int64_t> Controller::CutRound(const std::vector<std::string>& fields) {
+  int64_t round = 0;
+  if (!absl::SimpleAtoi(fields[1], &round)) {
+    return absl::InvalidArgumentError(absl::StrCat("not a round: ", fields[1]));
+  }
+  absl::MutexLock lock(&cut_mu_);
+  if (cut_id_ != fields[0]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", fields[0], " is not being cut here (", cut_id_, " is)"));
+  }
+  return round;
+}
+
 absl::StatusOr<std::string> Controller::RunCut(int head, absl::string_view body) {
   switch (head) {
     case kCommandCutBegin: {
@@ -51,33 +64,13 @@ absl::StatusOr<std::string> Controller::RunCut(int head, absl::string_view body)
     }
     case kCommandCutLimit: {
       ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 2, "ID ROUND"));
-      int64_t round = 0;
-      if (!absl::SimpleAtoi(f[1], &round)) {
-        return absl::InvalidArgumentError(absl::StrCat("not a round: ", f[1]));
-      }
-      {
-        absl::MutexLock lock(&cut_mu_);
-        if (cut_id_ != f[0]) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("checkpoint ", f[0], " is not being cut here (", cut_id_, " is)"));
-        }
-      }
+      ASSIGN_OR_RETURN(const int64_t round, CutRound(f));
       RETURN_IF_ERROR(engine_->LimitCut(round));
       return std::string("limited");
     }
     case kCommandCutWrite: {
       ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 4, "ID ROUND JOB DIR"));
-      int64_t round = 0;
-      if (!absl::SimpleAtoi(f[1], &round)) {
-        return absl::InvalidArgumentError(absl::StrCat("not a round: ", f[1]));
-      }
-      {
-        absl::MutexLock lock(&cut_mu_);
-        if (cut_id_ != f[0]) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("checkpoint ", f[0], " is not being cut here (", cut_id_, " is)"));
-        }
-      }
+      ASSIGN_OR_RETURN(const int64_t round, CutRound(f));
       const std::string lagging = engine_->CutLagging();
       if (!lagging.empty()) return absl::StrCat("waiting: ", lagging);
       ASSIGN_OR_RETURN(const ConfinedDirectory directory,

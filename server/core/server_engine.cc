@@ -79,6 +79,19 @@ void ServerEngine::SetUpdater(std::unique_ptr<Updater> updater) {
   SwapUpdaterIfIdle();
 }
 
+void ServerEngine::EndRound(Chunk* chunk) {
+  if (!chunk->contributors.empty()) {
+    --open_rounds_;
+    ++chunk->rounds_done;
+    if (options_.round_observer) {
+      options_.round_observer->RoundCompleted(chunk->contributors.back(),
+                                              absl::Now() - chunk->round_started);
+    }
+  }
+  chunk->contributors.clear();
+  chunk->calls.clear();
+}
+
 void ServerEngine::SwapUpdaterIfIdle() {
   if (pending_updater_ == nullptr || open_rounds_ > 0) return;
   absl::MutexLock lock(&updater_mu_);
@@ -442,16 +455,7 @@ void ServerEngine::EndPush(const std::shared_ptr<PushCall>& call, bool empty,
           if (--waiting->remaining == 0) finished.push_back(waiting);
         }
         chunk->completing = false;
-        if (!chunk->contributors.empty()) {
-          --open_rounds_;
-          ++chunk->rounds_done;
-          if (options_.round_observer) {
-            options_.round_observer->RoundCompleted(chunk->contributors.back(),
-                                                    absl::Now() - chunk->round_started);
-          }
-        }
-        chunk->contributors.clear();
-        chunk->calls.clear();
+        EndRound(chunk);
       }
       SwapUpdaterIfIdle();
     }

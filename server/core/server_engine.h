@@ -373,6 +373,8 @@ class ServerEngine {
     std::vector<uint64_t> contributors;
     absl::Time round_started;  // When the first push of the open round arrived.
     std::vector<std::shared_ptr<PushCall>> calls;
+    // rounds_started counts the completed rounds and the open one (under the engine's mu_).
+    int64_t rounds_started() const { return rounds_done + (contributors.empty() ? 0 : 1); }
   };
   // ChunkLock holds a chunk's lock (following it into an arena).
   class ChunkLock {
@@ -494,6 +496,11 @@ class ServerEngine {
   static Tensor& Writable(Chunk* chunk);
   void RecordApplied(uint64_t node_id, uint64_t request_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<Updater> updater() const;
+  // EndRound closes `chunk`'s open round, if any, once its waiting pushes have been answered
+  // (or queued to be): it is counted and observed, and its contributors and calls forgotten.
+  void EndRound(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // MaxRoundStartedLocked is MaxRoundStarted under mu_.
+  int64_t MaxRoundStartedLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // SwapUpdaterIfIdle installs the pending updater when no dist_sync round is open.
   void SwapUpdaterIfIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // HoldForCut is true when a push of `chunks` must wait for the cut under way (BeginCut).

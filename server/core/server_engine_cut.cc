@@ -77,11 +77,13 @@ void ServerEngine::HoldGroupPush(uint64_t node_id, uint64_t request_id, uint64_t
 
 int64_t ServerEngine::MaxRoundStarted() const {
   absl::MutexLock lock(&mu_);
+  return MaxRoundStartedLocked();
+}
+
+int64_t ServerEngine::MaxRoundStartedLocked() const {
   int64_t started = 0;
   for (const auto& [key, part] : parts_) {
-    for (const auto& chunk : part->chunks) {
-      started = std::max(started, chunk->rounds_done + (chunk->contributors.empty() ? 0 : 1));
-    }
+    for (const auto& chunk : part->chunks) started = std::max(started, chunk->rounds_started());
   }
   return started;
 }
@@ -94,13 +96,7 @@ absl::StatusOr<int64_t> ServerEngine::BeginCut() {
   }
   cut_phase_ = CutPhase::kFrozen;
   SplitAllGroupRounds();
-  int64_t started = 0;
-  for (const auto& [key, part] : parts_) {
-    for (const auto& chunk : part->chunks) {
-      started = std::max(started, chunk->rounds_done + (chunk->contributors.empty() ? 0 : 1));
-    }
-  }
-  return started;
+  return MaxRoundStartedLocked();
 }
 
 absl::Status ServerEngine::LimitCut(int64_t round) {
@@ -113,7 +109,7 @@ absl::Status ServerEngine::LimitCut(int64_t round) {
     if (options_.sync) {
       for (const auto& [key, part] : parts_) {
         for (const auto& chunk : part->chunks) {
-          const int64_t started = chunk->rounds_done + (chunk->contributors.empty() ? 0 : 1);
+          const int64_t started = chunk->rounds_started();
           if (started > round) {
             return absl::FailedPreconditionError(absl::StrCat(
                 "key ", key.Quoted(), " elements ",

@@ -78,14 +78,7 @@ int64_t ServerEngine::DropWorkers(absl::Span<const uint64_t> node_ids) {
         for (auto& waiting : chunk->calls) {
           if (--waiting->remaining == 0) FinishCall(waiting.get(), &finished);
         }
-        --open_rounds_;
-        ++chunk->rounds_done;
-        if (options_.round_observer) {
-          options_.round_observer->RoundCompleted(chunk->contributors.back(),
-                                                  absl::Now() - chunk->round_started);
-        }
-        chunk->contributors.clear();
-        chunk->calls.clear();
+        EndRound(chunk);
       }
     }
     SwapUpdaterIfIdle();

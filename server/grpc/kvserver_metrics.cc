@@ -55,45 +55,19 @@ class RoundMetrics final : public RoundObserver {
 
 }  // namespace
 
-const char* ServerMethodName(int method) {
-  return ServerMethodLabel(static_cast<ServerMethod>(method));
-}
-
-KVServerMetrics::KVServerMetrics(MetricsRegistry* registry) : registry_(registry) {
-  for (int m = 0; m < kNumServerMethods; ++m) {
-    const MetricLabels labels = {{"method", ServerMethodName(m)}};
-    MethodCounters& c = methods_[m];
-    c.requests = registry->AddCounter("kvstore_server_requests_total",
-                                      "Requests answered by the kvserver, by method.", labels);
-    c.request_bytes = registry->AddCounter("kvstore_server_request_bytes_total",
-                                           "Bytes received in requests, by method.", labels);
-    c.response_bytes = registry->AddCounter("kvstore_server_response_bytes_total",
-                                            "Bytes sent in replies, by method.", labels);
-    c.latency = registry->AddHistogram(
-        "kvstore_server_request_duration_seconds",
-        "Time from a request's arrival to its reply being sent (a dist_sync push includes its "
-        "wait for the round).",
-        labels, LatencyBounds());
-  }
-  for (int m = 0; m < kNumServerMethods; ++m) {
-    for (int code = 1; code < kCodes; ++code) {
-      methods_[m].errors[code] = registry->AddCounter(
-          "kvstore_server_errors_total", "Requests answered with an error, by method and code.",
-          {{"method", ServerMethodName(m)}, {"code", StatusCodeLabel(code)}});
-    }
-    methods_[m].errors[0] = nullptr;
-  }
-}
+KVServerMetrics::KVServerMetrics(MetricsRegistry* registry)
+    : registry_(registry),
+      calls_(registry, "kvstore_server",
+             CallMetrics::Help{
+                 "Requests answered by the kvserver, by method.",
+                 "Bytes received in requests, by method.", "Bytes sent in replies, by method.",
+                 "Time from a request's arrival to its reply being sent (a dist_sync push "
+                 "includes its wait for the round).",
+                 "Requests answered with an error, by method and code."}) {}
 
 void KVServerMetrics::RecordCall(int method, absl::StatusCode code, size_t request_bytes,
                                  size_t response_bytes, absl::Duration latency) {
-  MethodCounters& c = methods_[method];
-  c.requests->Increment();
-  c.request_bytes->Increment(request_bytes);
-  c.response_bytes->Increment(response_bytes);
-  c.latency->ObserveDuration(latency);
-  const int index = static_cast<int>(code);
-  if (index > 0 && index < kCodes) c.errors[index]->Increment();
+  calls_.Record(static_cast<ServerMethod>(method), code, request_bytes, response_bytes, latency);
 }
 
 std::shared_ptr<RoundObserver> KVServerMetrics::ForJob(

@@ -2,7 +2,8 @@
 //
 // Created once per daemon over its MetricsRegistry; every child is registered in the
 // constructor (or in ForJob, once the job is known), so recording is a few relaxed atomic adds:
-// no lock, allocation or formatting per request.
+// no lock, allocation or formatting per request. The per-method call families are
+// common/call_metrics.h's, prefix kvstore_server:
 //
 //   kvstore_server_requests_total{method}            calls answered, by method
 //   kvstore_server_request_bytes_total{method}       bytes received in requests
@@ -25,6 +26,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/call_metrics.h"
 #include "common/metrics_registry.h"
 #include "common/server_methods.h"
 #include "common/trace_writer.h"
@@ -51,21 +53,9 @@ class KVServerMetrics {
   MetricsRegistry* registry() const { return registry_; }
 
  private:
-  static constexpr int kCodes = 17;  // absl::StatusCode 0..16.
-  struct MethodCounters {
-    Counter* requests;
-    Counter* request_bytes;
-    Counter* response_bytes;
-    Histogram* latency;
-    std::array<Counter*, kCodes> errors;
-  };
   MetricsRegistry* registry_;
-  std::array<MethodCounters, kNumServerMethods> methods_;
+  CallMetrics calls_;
 };
-
-// ServerMethodName returns "init", "push", "pull", "push_pull", "row_sparse_pull" or
-// "command": the `method` label.
-const char* ServerMethodName(int method);
 
 }  // namespace kvstore
 
