@@ -103,7 +103,10 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
     caller->set_failover_check([membership](int rank, const absl::Status& error) {
       return membership->ServerUnreachable(rank, error);
     });
-    membership->set_on_dead_server([caller](int rank) { caller->MarkDead(rank); });
+    caller->set_view_refresh([membership] { return membership->RefreshRouting(); });
+    membership->set_on_routing([caller](const JobState& state) {
+      caller->ApplyView(state.view_epoch, state.servers, state.dead_servers);
+    });
   }
   const int servers = static_cast<int>(view.servers.size());
   ASSIGN_OR_RETURN(store->telemetry_,

@@ -76,6 +76,10 @@ absl::StatusOr<JobState> GrpcSchedulerLink::Heartbeat(uint64_t node_id, absl::Ti
   JobState state{reply.shutdown(), reply.job_failed() ? reply.failure() : std::string(), {}};
   state.data_loss.assign(reply.data_loss().begin(), reply.data_loss().end());
   state.dead_servers.assign(reply.dead_servers().begin(), reply.dead_servers().end());
+  state.view_epoch = reply.view_epoch();
+  for (const proto::ServerInfo& info : reply.servers()) {
+    state.servers.push_back(ServerAddress{info.rank(), info.address()});
+  }
   return state;
 }
 

@@ -8,6 +8,7 @@
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/named_thread.h"
+#include "common/view_epoch.h"
 
 namespace kvstore {
 
@@ -27,13 +28,11 @@ absl::StatusOr<std::unique_ptr<GrpcServerTransport>> GrpcServerTransport::Create
         absl::StrCat("connections per server must be >= 1, not ", connections));
   }
   std::unique_ptr<GrpcServerTransport> transport(new GrpcServerTransport());
+  transport->credentials_ = std::move(credentials);
+  transport->connections_ = connections;
   for (const ServerAddress& address : servers) {
     Server server;
-    for (int c = 0; c < connections; ++c) {
-      // MakeChannel gives every channel its own connection.
-      server.stubs.push_back(
-          std::make_unique<grpc::GenericStub>(MakeChannel(address.address, credentials)));
-    }
+    server.stubs = transport->Connect(address.address);
     server.next_stub = std::make_unique<std::atomic<uint64_t>>(0);
     server.backup = address.backup;
     transport->servers_.push_back(std::move(server));
@@ -41,6 +40,27 @@ absl::StatusOr<std::unique_ptr<GrpcServerTransport>> GrpcServerTransport::Create
   transport->completer_ =
       NamedThread("kv-completion", [t = transport.get()] { t->CompleteCalls(); });
   return transport;
+}
+
+std::shared_ptr<const GrpcServerTransport::Stubs> GrpcServerTransport::Connect(
+    const std::string& address) const {
+  auto stubs = std::make_shared<Stubs>();
+  for (int c = 0; c < connections_; ++c) {
+    // MakeChannel gives every channel its own connection.
+    stubs->push_back(std::make_unique<grpc::GenericStub>(MakeChannel(address, credentials_)));
+  }
+  return stubs;
+}
+
+absl::Status GrpcServerTransport::Retarget(int s, const std::string& address) {
+  if (s < 0 || s >= static_cast<int>(servers_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("no server target ", s));
+  }
+  std::shared_ptr<const Stubs> stubs = Connect(address);
+  std::shared_ptr<const Stubs> old = std::atomic_exchange(&servers_[s].stubs, std::move(stubs));
+  absl::MutexLock lock(&retired_mu_);
+  retired_.push_back(std::move(old));  // Calls in flight may still use them.
+  return absl::OkStatus();
 }
 
 GrpcServerTransport::~GrpcServerTransport() { Close(); }
@@ -54,12 +74,14 @@ void GrpcServerTransport::Close() {
 
 void GrpcServerTransport::Send(int s, ServerMethod method,
                                std::shared_ptr<const grpc::ByteBuffer> request,
-                               absl::Time deadline, Done done) {
+                               absl::Time deadline, uint64_t view_epoch, Done done) {
   auto rpc = std::make_unique<Rpc>();
   rpc->context.set_deadline(GrpcDeadline(deadline));
+  if (view_epoch > 0) rpc->context.AddMetadata(kViewEpochKey, absl::StrCat(view_epoch));
   rpc->done = std::move(done);
   Server& server = servers_[s];
-  grpc::GenericStub* stub = server.stubs[(*server.next_stub)++ % server.stubs.size()].get();
+  const std::shared_ptr<const Stubs> stubs = std::atomic_load(&server.stubs);
+  grpc::GenericStub* stub = (*stubs)[(*server.next_stub)++ % stubs->size()].get();
   rpc->reader = stub->PrepareUnaryCall(&rpc->context, GrpcMethodPath(method, server.backup),
                                        *request, &cq_);
   rpc->reader->StartCall();
@@ -89,7 +111,8 @@ absl::Status GrpcServerTransport::Probe(int s, ServerMethod method,
   grpc::Status status;
   // A call of its own on a queue of its own, waited for here.
   grpc::CompletionQueue cq;
-  auto call = servers_[s].stubs.front()->PrepareUnaryCall(
+  const std::shared_ptr<const Stubs> stubs = std::atomic_load(&servers_[s].stubs);
+  auto call = stubs->front()->PrepareUnaryCall(
       &context, GrpcMethodPath(method, servers_[s].backup), request, &cq);
   call->StartCall();
   call->Finish(&reply, &status, &status);

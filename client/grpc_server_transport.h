@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "client/server_caller.h"
 #include "client/server_transport.h"
 
@@ -39,14 +40,16 @@ class GrpcServerTransport final : public ServerTransport {
   ~GrpcServerTransport() override;
 
   void Send(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
-            absl::Time deadline, Done done) override;
+            absl::Time deadline, uint64_t view_epoch, Done done) override;
+  absl::Status Retarget(int s, const std::string& address) override;
   absl::Status Probe(int s, ServerMethod method, const grpc::ByteBuffer& request,
                      absl::Time deadline) override;
   void Close() override;
 
  private:
+  using Stubs = std::vector<std::unique_ptr<grpc::GenericStub>>;  // One per connection.
   struct Server {
-    std::vector<std::unique_ptr<grpc::GenericStub>> stubs;  // One per connection.
+    std::shared_ptr<const Stubs> stubs;  // Read and replaced atomically (Retarget).
     std::unique_ptr<std::atomic<uint64_t>> next_stub;
     bool backup = false;  // Calls the Backup methods (ServerAddress::backup).
   };
@@ -54,10 +57,16 @@ class GrpcServerTransport final : public ServerTransport {
   struct Rpc;
 
   GrpcServerTransport() = default;
+  // Connect opens the channels to `address`.
+  std::shared_ptr<const Stubs> Connect(const std::string& address) const;
   // CompleteCalls runs every call's completion until cq_ shuts down.
   void CompleteCalls();
 
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  int connections_ = 1;
   std::vector<Server> servers_;
+  absl::Mutex retired_mu_;
+  std::vector<std::shared_ptr<const Stubs>> retired_ ABSL_GUARDED_BY(retired_mu_);
   grpc::CompletionQueue cq_;
   std::thread completer_;
   bool closed_ = false;

@@ -96,7 +96,7 @@ void InProcessServerTransport::Close() {
 
 void InProcessServerTransport::Send(int s, ServerMethod method,
                                     std::shared_ptr<const grpc::ByteBuffer> request,
-                                    absl::Time deadline, Done done) {
+                                    absl::Time deadline, uint64_t view_epoch, Done done) {
   auto call = std::make_shared<Completions::Call>();
   call->done = std::move(done);
   call->deadline = deadline;
@@ -104,10 +104,12 @@ void InProcessServerTransport::Send(int s, ServerMethod method,
     absl::MutexLock lock(&completions_->mu);
     completions_->pending.emplace(deadline, call);
   }
-  HandleServerRequest(servers_[s]->backend(), method, *request, &call->response,
-                      [completions = completions_, call](absl::Status status) {
-                        completions->Answer(call, std::move(status));
-                      });
+  HandleServerRequest(
+      servers_[s]->backend(), method, *request, &call->response,
+      [completions = completions_, call](absl::Status status) {
+        completions->Answer(call, std::move(status));
+      },
+      /*peers=*/nullptr, view_epoch);
 }
 
 absl::Status InProcessServerTransport::Probe(int s, ServerMethod method,

@@ -42,7 +42,7 @@ class InProcessServerTransport final : public ServerTransport {
   ~InProcessServerTransport() override;
 
   void Send(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
-            absl::Time deadline, Done done) override;
+            absl::Time deadline, uint64_t view_epoch, Done done) override;
   absl::Status Probe(int s, ServerMethod method, const grpc::ByteBuffer& request,
                      absl::Time deadline) override;
   void Close() override;

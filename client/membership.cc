@@ -95,41 +95,53 @@ void Membership::Leave() {
   if (heartbeat_.joinable()) heartbeat_.join();
 }
 
+absl::StatusOr<bool> Membership::Beat() {
+  const absl::Duration interval = view_.heartbeat_interval;
+  absl::StatusOr<JobState> over =
+      link_->Heartbeat(view_.node_id, absl::Now() + std::max(interval, absl::Seconds(2)));
+  if (!over.ok()) return over.status();
+  OnRouting on_routing;
+  {
+    absl::MutexLock lock(&mu_);
+    last_answer_ = absl::Now();
+    if (over->over && !over->failure.empty()) job_failure_ = over->failure;
+    on_routing = on_routing_;
+    if (!over->data_loss.empty()) {
+      const std::string loss = absl::StrJoin(over->data_loss, "; ");
+      if (loss != data_loss_) spdlog::error("worker {}: data loss: {}", view_.rank, loss);
+      data_loss_ = loss;
+    }
+  }
+  if (on_routing && view_.replicas > 1) on_routing(*over);
+  if (over->over) {
+    if (!over->failure.empty() && !job_over_.exchange(true)) {
+      spdlog::error("worker {}: the job failed: {}", view_.rank, over->failure);
+    }
+    job_over_ = true;
+  }
+  return over->over;
+}
+
+absl::Status Membership::RefreshRouting() {
+  absl::StatusOr<bool> over = Beat();
+  return over.ok() ? absl::OkStatus() : Named(over.status(), "a heartbeat to");
+}
+
 void Membership::HeartbeatLoop() {
   bool warned = false;
   const absl::Duration interval = view_.heartbeat_interval;
   while (!stop_heartbeat_.WaitForNotificationWithTimeout(interval)) {
-    const absl::StatusOr<JobState> over = link_->Heartbeat(
-        view_.node_id, absl::Now() + std::max(interval, absl::Seconds(2)));
+    const absl::StatusOr<bool> over = Beat();
     if (!over.ok()) {
       if (!warned) {
         SdkLogger()->warn("worker {}: heartbeat to {} failed: {}", view_.rank, link_->name(),
-                     std::string(over.status().message()));
+                          std::string(over.status().message()));
       }
       warned = true;
       continue;
     }
     warned = false;
-    {
-      absl::MutexLock lock(&mu_);
-      last_answer_ = absl::Now();
-      if (over->over && !over->failure.empty()) job_failure_ = over->failure;
-      for (int rank : over->dead_servers) {
-        if (on_dead_server_) on_dead_server_(rank);
-      }
-      if (!over->data_loss.empty()) {
-        const std::string loss = absl::StrJoin(over->data_loss, "; ");
-        if (loss != data_loss_) spdlog::error("worker {}: data loss: {}", view_.rank, loss);
-        data_loss_ = loss;
-      }
-    }
-    if (over->over) {
-      if (!over->failure.empty()) {
-        spdlog::error("worker {}: the job failed: {}", view_.rank, over->failure);
-      }
-      job_over_ = true;
-      return;
-    }
+    if (*over || job_over_) return;
   }
 }
 
@@ -158,9 +170,9 @@ absl::StatusOr<bool> Membership::ServerUnreachable(int rank, const absl::Status&
   return dead;
 }
 
-void Membership::set_on_dead_server(std::function<void(int rank)> on_dead) {
+void Membership::set_on_routing(OnRouting on_routing) {
   absl::MutexLock lock(&mu_);
-  on_dead_server_ = std::move(on_dead);
+  on_routing_ = std::move(on_routing);
 }
 
 absl::StatusOr<int> Membership::NumDeadNodes(int group, absl::Duration timeout) {

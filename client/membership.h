@@ -70,9 +70,14 @@ class Membership {
   // (`error`), is dead (a job with replicas); the answer within kServerCheckTimeout.
   absl::StatusOr<bool> ServerUnreachable(int rank, const absl::Status& error);
   static constexpr absl::Duration kServerCheckTimeout = absl::Seconds(5);
-  // set_on_dead_server makes every server a heartbeat's answer says is dead reported to
-  // `on_dead` (from the heartbeat thread). Call once, before the servers are used.
-  void set_on_dead_server(std::function<void(int rank)> on_dead);
+  // set_on_routing makes every heartbeat's answer in a job with replicas - its view epoch,
+  // servers and dead servers - reported to `on_routing` (from the thread that sent the
+  // heartbeat). Call once, before the servers are used.
+  using OnRouting = std::function<void(const JobState& state)>;
+  void set_on_routing(OnRouting on_routing);
+  // RefreshRouting sends a heartbeat now and reports its answer as the heartbeat thread does
+  // (a server refused a request routed by an old view); the link's error otherwise.
+  absl::Status RefreshRouting();
   // Leave tells the scheduler this worker finished and stops the heartbeats. Once only.
   void Leave();
 
@@ -80,6 +85,8 @@ class Membership {
   Membership(std::unique_ptr<SchedulerLink> link, MembershipOptions options)
       : link_(std::move(link)), options_(options) {}
   void HeartbeatLoop();
+  // Beat sends one heartbeat and takes in its answer; true once the job is over.
+  absl::StatusOr<bool> Beat();
   // Named prefixes `status`'s message with what was done and the scheduler's name.
   absl::Status Named(const absl::Status& status, const std::string& what) const;
 
@@ -90,7 +97,7 @@ class Membership {
   mutable absl::Mutex mu_;
   std::string job_failure_ ABSL_GUARDED_BY(mu_);    // Why the job failed, from a heartbeat.
   std::string data_loss_ ABSL_GUARDED_BY(mu_);      // Servers restarted, updates lost.
-  std::function<void(int)> on_dead_server_ ABSL_GUARDED_BY(mu_);
+  OnRouting on_routing_ ABSL_GUARDED_BY(mu_);
   absl::Status last_wait_ ABSL_GUARDED_BY(mu_);     // The last Wait's status (Noted).
   absl::Time last_answer_ ABSL_GUARDED_BY(mu_) = absl::Now();  // The last heartbeat answered.
   absl::Notification stop_heartbeat_;

@@ -43,8 +43,11 @@ struct JobState {
   std::string failure;  // When over because it failed: why (naming the worker).
   // Servers restarted into the job, naming the rounds whose updates they lost.
   std::vector<std::string> data_loss;
-  // In a job with replicas: the ranks of the servers declared dead.
+  // In a job with replicas: the ranks of the servers declared dead, and the view epoch
+  // (common/view_epoch.h) with, once above 0, every server's address (replacements joined).
   std::vector<int> dead_servers;
+  uint64_t view_epoch = 0;
+  std::vector<ServerAddress> servers;
 };
 
 class SchedulerLink {

@@ -10,9 +10,16 @@
 // the next rank's server holds. A call that changes state (Init, Push, PushPull) goes to every
 // living copy and succeeds once each has answered OK - so an acknowledged update is held twice;
 // a read goes to the first living copy. When a copy cannot be reached, the caller asks the
-// scheduler (set_failover_check) whether its server is dead: if so, the server is never called
+// scheduler (set_failover_check) whether its server is dead: if so, the server is not called
 // again, its copies' failures are dropped, and reads go to the other copy; if not, the call is
 // retried as above. Both copies of a shard dead: the call fails naming both.
+//
+// A replacement server may take a dead server's rank back (server/scheduler/server_joiner.h).
+// Every request carries the view epoch its copies were chosen by (common/view_epoch.h); the
+// heartbeats' answers bring new views (ApplyView: the servers' addresses, the dead ones). A
+// copy that refuses a request as routed by an old view names the epoch it needs: the caller
+// then learns the view from the scheduler (set_view_refresh) and sends the request again -
+// the same bytes, so the same request id - to the copies of the new view.
 //
 // TransferContext bundles what every transfer (dense_transfer.h, row_sparse_transfer.h,
 // group_transfer.h) needs besides its operation: the caller, this worker's node id and the
@@ -68,7 +75,7 @@ class ServerCaller {
   ServerCaller(ServerTransport* transport, std::vector<ServerAddress> servers, CallPolicy policy,
                Timer* timer);
 
-  int num_servers() const { return static_cast<int>(servers_.size()); }
+  int num_servers() const { return num_servers_; }
 
   // RequestObserver is told of every call when it completes: the server, the method, the bytes
   // each way (0 for a failed call's reply), when it was first sent and answered, and the code.
@@ -85,10 +92,23 @@ class ServerCaller {
   using FailoverCheck = std::function<absl::StatusOr<bool>(int rank, const absl::Status& error)>;
   // set_failover_check installs `check` (replicas only). Call before the first Call.
   void set_failover_check(FailoverCheck check) { failover_check_ = std::move(check); }
-  // MarkDead records that server `rank` is dead (the scheduler said so): its copies are never
-  // called again. IsDead says whether it is.
-  void MarkDead(int rank);
+  // ViewRefresh asks the scheduler for the current view now, which reaches ApplyView.
+  using ViewRefresh = std::function<absl::Status()>;
+  // set_view_refresh installs `refresh` (replicas only). Call before the first Call.
+  void set_view_refresh(ViewRefresh refresh) { view_refresh_ = std::move(refresh); }
+  // ApplyView takes in the scheduler's view `epoch`: `servers` (every server's address; empty
+  // keeps them) and the ranks of the `dead` ones. A view older than the one held is ignored;
+  // at the same epoch only new dead servers count. Thread-safe.
+  void ApplyView(uint64_t epoch, const std::vector<ServerAddress>& servers,
+                 const std::vector<int>& dead);
+  uint64_t view_epoch() const { return view_epoch_.load(std::memory_order_acquire); }
+  // MarkDead records that server `rank` is dead (the scheduler said so) in view `epoch`: its
+  // copies are not called again until a later view says otherwise; nothing when the view has
+  // moved on since. IsDead says whether it is.
+  void MarkDead(int rank, uint64_t epoch);
   bool IsDead(int rank) const;
+  // How many times one call is sent again after stale-view refusals before it fails.
+  static constexpr int kMaxReroutes = 8;
 
   // Call sends `request` to shard `s` - its server, or with replicas its copies (see above) -
   // retrying UNAVAILABLE; `done` runs exactly once.
@@ -107,27 +127,44 @@ class ServerCaller {
  private:
   // Copy c of shard s: its index among the transport's targets, and the rank of its server.
   int TargetOf(int s, int c) const { return c == 0 ? s : num_servers() + s; }
-  int ServerOf(int t) const;
+  int ServerOf(int t) const { return t < num_servers() ? t : (t - num_servers() + 1) % num_servers(); }
+  // Route sends a call of a job with replicas to the copies of the current view, and again
+  // (up to kMaxReroutes times) once a newer view is known when a copy refused it as stale.
+  void Route(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
+             ServerTransport::Done done, int reroutes);
+  // AwaitView returns once the view is at `epoch` or later, asking the scheduler (bounded by
+  // the call timeout); the error says what it waited for.
+  absl::Status AwaitView(uint64_t epoch);
   // CallEveryCopy sends a state-changing request to every living copy of shard `s`;
-  // CallOneCopy sends a read to its first living copy from copy `c` on.
+  // CallOneCopy sends a read to its first living copy from copy `c` on. Both route by view
+  // `epoch`.
   void CallEveryCopy(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
-                     ServerTransport::Done done);
+                     uint64_t epoch, ServerTransport::Done done);
   void CallOneCopy(int s, int c, ServerMethod method,
-                   std::shared_ptr<const grpc::ByteBuffer> request, ServerTransport::Done done);
+                   std::shared_ptr<const grpc::ByteBuffer> request, uint64_t epoch,
+                   ServerTransport::Done done);
   absl::Status AllCopiesDead(int s) const;
-  // Attempt sends `request` to target `t` once; Retry retries or fails it after `status`.
+  // Attempt sends `request` to target `t` once, routed by view `epoch`; Retry retries or
+  // fails it after `status`.
   void Attempt(int t, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
-               ServerTransport::Done done, int attempt);
+               uint64_t epoch, ServerTransport::Done done, int attempt);
   void Retry(int t, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
-             ServerTransport::Done done, int attempt, absl::Status status);
+             uint64_t epoch, ServerTransport::Done done, int attempt, absl::Status status);
+  std::string AddressOf(int t) const;
 
   ServerTransport* const transport_;
-  const std::vector<ServerAddress> servers_;
-  const std::vector<ServerAddress> targets_;  // ReplicaTargets(servers_, policy_.replicas).
+  const int num_servers_;
   const CallPolicy policy_;
   Timer* const timer_;
   RequestObserver observer_;  // Optional.
   FailoverCheck failover_check_;  // Optional; replicas only.
+  ViewRefresh view_refresh_;      // Optional; replicas only.
+  // The view: its epoch, every target's address (ReplicaTargets of the servers), the dead
+  // servers. Senders read the epoch first, then the dead flags; ApplyView writes them in the
+  // other order, so a request routed by epoch E went to every living copy of E.
+  mutable absl::Mutex view_mu_;  // Serializes view changes; guards the addresses.
+  std::vector<ServerAddress> targets_ ABSL_GUARDED_BY(view_mu_);
+  std::atomic<uint64_t> view_epoch_{0};
   std::unique_ptr<std::atomic<bool>[]> dead_;  // By server rank.
 };
 

@@ -19,7 +19,9 @@
 #include <grpcpp/support/byte_buffer.h>
 
 #include <functional>
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -36,10 +38,17 @@ class ServerTransport {
 
   virtual ~ServerTransport() = default;
 
-  // Send sends `request` to server `s` (its rank: 0 <= s < the job's servers) once; `done`
+  // Send sends `request` to target `s` (0 <= s < the job's targets: ReplicaTargets) once,
+  // saying it was routed by view `view_epoch` (common/view_epoch.h; 0 says nothing); `done`
   // runs exactly once, with DeadlineExceeded when there is no answer by `deadline`.
   virtual void Send(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
-                    absl::Time deadline, Done done) = 0;
+                    absl::Time deadline, uint64_t view_epoch, Done done) = 0;
+
+  // Retarget makes later requests to target `s` go to `address` (a replacement server joined
+  // the job there). Requests in flight finish where they went. Unimplemented by default.
+  virtual absl::Status Retarget(int s, const std::string& address) {
+    return absl::UnimplementedError("this transport's servers do not move");
+  }
 
   // Probe sends `request` to server `s` and blocks for its answer until `deadline`, waiting
   // for a connection to come up rather than failing at once (joining a job whose servers are

@@ -79,6 +79,9 @@ absl::StatusOr<std::string> Controller::Run(int head, absl::string_view body) {
       return RunCut(head, body);
     case kCommandMaxRound:
       return absl::StrCat(engine_->MaxRoundStarted());
+    case kCommandCopyOut:
+    case kCommandCopyIn:
+      return RunCopy(head, body);
     default:
       if (head >= kFirstCustomCommand && custom_) return custom_(head, body);
       return absl::InvalidArgumentError(absl::StrCat(
@@ -146,15 +149,11 @@ absl::StatusOr<std::string> Controller::Checkpoint(const std::string& dir) {
                                   MakeCheckpoint(snapshot).SerializeAsString());
 }
 
-absl::Status Controller::Restore(const std::string& dir) {
-  ASSIGN_OR_RETURN(const ConfinedDirectory directory, CheckpointDirectory(dir, /*create=*/false));
-  const std::string path = directory.PathOf(CheckpointFileName(rank_));
-  ASSIGN_OR_RETURN(VerifiedSet set, VerifyCheckpointSet(directory, rank_, job_.num_servers,
-                                                        job_.mode, job_.chunk_bytes));
-  const proto::ShardCheckpoint& checkpoint = set.own;
-  auto mismatch = [&](absl::string_view what, auto saved, auto now) {
-    return absl::FailedPreconditionError(absl::StrCat(path, ": written by a job with ", what, " ",
-                                                      saved, ", this job has ", now));
+absl::Status Controller::RestoreShard(const proto::ShardCheckpoint& checkpoint,
+                                      const std::string& what) {
+  auto mismatch = [&](absl::string_view field, auto saved, auto now) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": written by a job with ", field,
+                                                      " ", saved, ", this job has ", now));
   };
   if (checkpoint.server_rank() != rank_) {
     return mismatch("this file for server rank", checkpoint.server_rank(), rank_);
@@ -172,34 +171,50 @@ absl::Status Controller::Restore(const std::string& dir) {
     StoredPart part;
     absl::StatusOr<Key> key = KeyFromProto(h.key());
     absl::StatusOr<DType> dtype = key.ok() ? DTypeFromProto(h.dtype()) : key.status();
-    if (!dtype.ok()) return absl::DataLossError(absl::StrCat(path, ": ", dtype.status().message()));
+    if (!dtype.ok()) return absl::DataLossError(absl::StrCat(what, ": ", dtype.status().message()));
     part.layout = ValueSlice{*key, *dtype, Shape(h.shape().begin(), h.shape().end()),
                              h.element_offset(), h.element_count()};
     if (h.element_count() < 0 ||
         value.data().size() != static_cast<size_t>(h.element_count()) * DTypeSize(*dtype)) {
-      return absl::DataLossError(absl::StrCat(path, ": key ", key->Quoted(), " holds ",
+      return absl::DataLossError(absl::StrCat(what, ": key ", key->Quoted(), " holds ",
                                               value.data().size(), " bytes for ",
                                               h.element_count(), " elements"));
     }
     part.data = Tensor::Zeros(*dtype, {h.element_count()});
     std::memcpy(part.data.data(), value.data().data(), value.data().size());
+    part.chunk_rounds.assign(value.chunk_rounds().begin(), value.chunk_rounds().end());
     parts.push_back(std::move(part));
   }
   absl::StatusOr<UpdaterStateData> state = UpdaterStateFromProto(checkpoint.updater_state());
-  if (!state.ok()) return absl::DataLossError(absl::StrCat(path, ": ", state.status().message()));
+  if (!state.ok()) return absl::DataLossError(absl::StrCat(what, ": ", state.status().message()));
   absl::StatusOr<std::unique_ptr<Updater>> updater = MakeUpdater(checkpoint.updater());
   if (!updater.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        path, ": cannot make the checkpoint's updater: ", updater.status().message()));
+        what, ": cannot make the checkpoint's updater: ", updater.status().message()));
   }
   if (absl::Status s = engine_->Restore(parts); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+    return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
   }
   engine_->SetUpdater(*std::move(updater));
   if (absl::Status s = engine_->LoadUpdaterState(*state); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+    return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
   }
   SetUpdaterSpec(checkpoint.updater());
+  std::vector<AppliedRequests> applied;
+  for (const proto::AppliedRequestIds& node : checkpoint.applied()) {
+    applied.push_back({node.node_id(), std::vector<uint64_t>(node.request_ids().begin(),
+                                                             node.request_ids().end())});
+  }
+  engine_->LoadApplied(applied);
+  return absl::OkStatus();
+}
+
+absl::Status Controller::Restore(const std::string& dir) {
+  ASSIGN_OR_RETURN(const ConfinedDirectory directory, CheckpointDirectory(dir, /*create=*/false));
+  const std::string path = directory.PathOf(CheckpointFileName(rank_));
+  ASSIGN_OR_RETURN(VerifiedSet set, VerifyCheckpointSet(directory, rank_, job_.num_servers,
+                                                        job_.mode, job_.chunk_bytes));
+  RETURN_IF_ERROR(RestoreShard(set.own, path));
   if (set.manifest.round() >= 0) engine_->SetRoundsDone(set.manifest.round());
   restored_round_ = std::max<int64_t>(set.manifest.round(), 0);
   restored_checkpoint_ = set.manifest.checkpoint_id();

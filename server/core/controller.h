@@ -35,6 +35,21 @@
 //                          of the set in DIR and DIR itself when empty (keeping the last K).
 //  13  kCommandMaxRound    replies the highest round any key has started (periodic
 //                          checkpoints every N rounds).
+//  14  kCommandCopyOut     a copy of this shard for a replacement server joining the job (a
+//                          job with replicas; checkpoint_coordinator.h), after steps 7 and 8:
+//                          "cut ID ROUND EPOCH": once every key has reached ROUND, snapshot,
+//                          refuse from then on writes routed by a view older than EPOCH
+//                          (common/view_epoch.h; the pushes the cut holds too), keep the
+//                          serialized ShardCheckpoint (with each chunk's round and the applied
+//                          request ids) and reply "copied BYTES CRC32" - until then "waiting: "
+//                          and the key behind; "read ID OFFSET LENGTH": reply those bytes of it;
+//                          "end ID": drop it; "abort ID": drop it, end the cut and refuse
+//                          nothing (the join failed).
+//  15  kCommandCopyIn      on the replacement server: "append\n" + bytes: add them to the copy
+//                          being received; "load BYTES CRC32": check the copy's size and CRC,
+//                          restore it (values, rounds, updater and state, applied request ids)
+//                          into this server's engine, which must hold no key, and reply
+//                          "loaded N keys".
 // Heads from kFirstCustomCommand up go to the custom controller given to the kvserver
 // (KVServerOptions::custom_controller, MXNet's `kvstore_server._controller`): a function
 // (head, body) -> StatusOr<reply>. Other heads, or custom heads without a custom controller, are
@@ -74,6 +89,8 @@ inline constexpr int kCommandCutCommit = 10;
 inline constexpr int kCommandCutPublish = 11;
 inline constexpr int kCommandCutAbort = 12;
 inline constexpr int kCommandMaxRound = 13;
+inline constexpr int kCommandCopyOut = 14;
+inline constexpr int kCommandCopyIn = 15;
 
 // CheckpointFileName returns "server-RANK.ckpt", the name of a server's checkpoint file.
 std::string CheckpointFileName(int rank);
@@ -133,6 +150,11 @@ class Controller {
   // CutRound reads the "ID ROUND" leading a cut step's fields: the round, once ID is the
   // checkpoint being cut here; InvalidArgument or FailedPrecondition otherwise.
   absl::StatusOr<int64_t> CutRound(const std::vector<std::string>& fields);
+  // RunCopy runs commands 14 and 15 (controller_copy.cc).
+  absl::StatusOr<std::string> RunCopy(int head, absl::string_view body);
+  // RestoreShard restores `checkpoint` (checked against the job) into the engine; `what`
+  // names where it came from in errors (a file's path).
+  absl::Status RestoreShard(const proto::ShardCheckpoint& checkpoint, const std::string& what);
   // MakeCheckpoint builds this server's ShardCheckpoint from a snapshot.
   proto::ShardCheckpoint MakeCheckpoint(const EngineSnapshot& snapshot);
   absl::StatusOr<ConfinedDirectory> CheckpointDirectory(const std::string& dir,
@@ -150,6 +172,11 @@ class Controller {
   std::string restored_checkpoint_;
   absl::Mutex cut_mu_;
   std::string cut_id_ ABSL_GUARDED_BY(cut_mu_);
+  // Command 14: the copy taken (its cut's id and bytes); command 15: the copy received.
+  std::string copy_id_ ABSL_GUARDED_BY(cut_mu_);
+  std::string copy_out_ ABSL_GUARDED_BY(cut_mu_);
+  uint64_t copy_floor_before_ ABSL_GUARDED_BY(cut_mu_) = 0;  // The engine's view floor before.
+  std::string copy_in_ ABSL_GUARDED_BY(cut_mu_);
 };
 
 }  // namespace kvstore

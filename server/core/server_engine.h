@@ -93,6 +93,16 @@ struct IncomingValue {
 struct StoredPart {
   ValueSlice layout;
   Tensor data;  // layout.count elements of layout.dtype.
+  // The dist_sync rounds each chunk of the part has completed, in element order (Snapshot
+  // fills it; Restore applies it when given, for a copy that carries on from the same round).
+  std::vector<int64_t> chunk_rounds;
+};
+
+// AppliedRequests: the request ids of one node's pushes an engine has applied (deduplication),
+// oldest first.
+struct AppliedRequests {
+  uint64_t node_id = 0;
+  std::vector<uint64_t> request_ids;
 };
 
 // EngineSnapshot: what a checkpoint holds of an engine.
@@ -265,8 +275,20 @@ class ServerEngine {
   // often than the others (or no more) is then cut at the round it last completed.
   std::string CutLagging() const;
   static constexpr absl::Duration kCutCatchUp = absl::Seconds(2);
-  // EndCut releases every held push (they are applied in arrival order) and ends the cut.
-  void EndCut();
+  // EndCut releases every held push (they are applied in arrival order) and ends the cut; with
+  // a `refusal`, the held pushes are answered with it instead, unapplied (a copy of the engine
+  // was taken at the cut: their senders send them again to every copy).
+  void EndCut(absl::Status refusal = absl::OkStatus());
+  // View epochs (common/view_epoch.h): SetViewFloor makes the engine refuse, with
+  // StaleViewError, writes routed by a view older than `epoch` - every request with
+  // `reads_too` - as CheckView(epoch of the request, whether it writes) says. 0: none refused.
+  void SetViewFloor(uint64_t epoch, bool reads_too);
+  absl::Status CheckView(uint64_t request_epoch, bool write) const;
+  uint64_t view_floor() const { return view_floor_.load(std::memory_order_acquire); }
+  // Applied / LoadApplied: the request ids applied per node (deduplication), for a copy of the
+  // engine that must not apply them again.
+  std::vector<AppliedRequests> Applied() const;
+  void LoadApplied(absl::Span<const AppliedRequests> applied);
   // FailRounds fails every push waiting for a dist_sync round (the job failed: a worker died
   // or failed, `reason` says which) with Aborted naming the key, the round and `reason`, and
   // every later push at once; the held pushes of a cut too. The stored values stay as the last
@@ -556,7 +578,10 @@ class ServerEngine {
   CutPhase cut_phase_ ABSL_GUARDED_BY(mu_) = CutPhase::kNone;
   int64_t cut_round_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time cut_limited_at_ ABSL_GUARDED_BY(mu_);  // When LimitCut set cut_round_.
-  std::vector<std::function<void()>> held_ ABSL_GUARDED_BY(mu_);
+  // Held pushes: run with OK (applied), or answered with the status (refused).
+  std::vector<std::function<void(absl::Status)>> held_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> view_floor_{0};
+  std::atomic<bool> floor_reads_{false};
   // Set by FailRounds: every later push fails with it.
   std::string failed_reason_ ABSL_GUARDED_BY(mu_);
   // Workers dropped by DropWorkers (changed under mu_ too, so a check under mu_ holds until

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/view_epoch.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_internal.h"
 
@@ -57,9 +58,11 @@ void ServerEngine::HoldPush(uint64_t node_id, uint64_t request_id,
     copy.bytes = {absl::Span<const uint8_t>(held->storage.back().data(), size)};
     held->values.push_back(std::move(copy));
   }
-  held_.push_back([this, node_id, request_id, held, done = std::move(done)]() mutable {
-    Push(node_id, request_id, held->values, std::move(done));
-  });
+  held_.push_back(
+      [this, node_id, request_id, held, done = std::move(done)](absl::Status refusal) mutable {
+        if (!refusal.ok()) return done(std::move(refusal));
+        Push(node_id, request_id, held->values, std::move(done));
+      });
 }
 
 void ServerEngine::HoldGroupPush(uint64_t node_id, uint64_t request_id, uint64_t group_id,
@@ -69,7 +72,9 @@ void ServerEngine::HoldGroupPush(uint64_t node_id, uint64_t request_id, uint64_t
   auto storage = std::make_shared<std::vector<uint8_t>>(size);
   if (size > 0) GatherBytes(bytes, storage->data());
   held_.push_back(
-      [this, node_id, request_id, group_id, storage, ack, done = std::move(done)]() mutable {
+      [this, node_id, request_id, group_id, storage, ack,
+       done = std::move(done)](absl::Status refusal) mutable {
+        if (!refusal.ok()) return done(std::move(refusal));
         const ByteChunks copy = {absl::Span<const uint8_t>(storage->data(), storage->size())};
         PushGroup(node_id, request_id, group_id, copy, std::move(done), ack);
       });
@@ -100,7 +105,7 @@ absl::StatusOr<int64_t> ServerEngine::BeginCut() {
 }
 
 absl::Status ServerEngine::LimitCut(int64_t round) {
-  std::vector<std::function<void()>> release;
+  std::vector<std::function<void(absl::Status)>> release;
   {
     absl::MutexLock lock(&mu_);
     if (cut_phase_ == CutPhase::kNone) {
@@ -124,7 +129,7 @@ absl::Status ServerEngine::LimitCut(int64_t round) {
     cut_limited_at_ = absl::Now();
     if (options_.sync) release.swap(held_);  // Run again: those below the cut go on.
   }
-  for (auto& push : release) push();
+  for (auto& push : release) push(absl::OkStatus());
   return absl::OkStatus();
 }
 
@@ -156,14 +161,27 @@ std::string ServerEngine::CutLagging() const {
   return std::string();
 }
 
-void ServerEngine::EndCut() {
-  std::vector<std::function<void()>> release;
+void ServerEngine::EndCut(absl::Status refusal) {
+  std::vector<std::function<void(absl::Status)>> release;
   {
     absl::MutexLock lock(&mu_);
     cut_phase_ = CutPhase::kNone;
     release.swap(held_);
   }
-  for (auto& push : release) push();
+  for (auto& push : release) push(refusal);
+}
+
+void ServerEngine::SetViewFloor(uint64_t epoch, bool reads_too) {
+  floor_reads_.store(reads_too, std::memory_order_release);
+  view_floor_.store(epoch, std::memory_order_release);
+}
+
+absl::Status ServerEngine::CheckView(uint64_t request_epoch, bool write) const {
+  const uint64_t floor = view_floor_.load(std::memory_order_acquire);
+  if (request_epoch >= floor || (!write && !floor_reads_.load(std::memory_order_acquire))) {
+    return absl::OkStatus();
+  }
+  return StaleViewError(request_epoch, floor);
 }
 
 bool ServerEngine::cut_active() const {
@@ -173,7 +191,7 @@ bool ServerEngine::cut_active() const {
 
 void ServerEngine::FailRounds(const std::string& reason) {
   std::vector<std::pair<Done, absl::Status>> failed;
-  std::vector<std::function<void()>> held;
+  std::vector<std::function<void(absl::Status)>> held;
   {
     absl::MutexLock lock(&mu_);
     failed_reason_ = reason;
@@ -206,7 +224,7 @@ void ServerEngine::FailRounds(const std::string& reason) {
     }
   }
   for (auto& [done, status] : failed) done(status);
-  for (auto& push : held) push();  // They fail at once now.
+  for (auto& push : held) push(absl::OkStatus());  // They fail at once now.
 }
 
 void ServerEngine::SetRoundsDone(int64_t round) {

@@ -30,6 +30,7 @@ absl::StatusOr<EngineSnapshot> ServerEngine::Snapshot() const {
       std::memcpy(static_cast<uint8_t*>(stored.data.data()) +
                       static_cast<size_t>(chunk->offset - part->layout.offset) * element,
                   chunk->stored.data(), chunk->stored.byte_size());
+      stored.chunk_rounds.push_back(chunk->rounds_done);
     }
     snapshot.parts.push_back(std::move(stored));
   }
@@ -48,8 +49,33 @@ absl::Status ServerEngine::Restore(absl::Span<const StoredPart> parts) {
   }
   RETURN_IF_ERROR(Init(kSchedulerNodeId, values));
   absl::MutexLock lock(&mu_);
-  for (const StoredPart& part : parts) parts_.at(part.layout.key)->restored = true;
+  for (const StoredPart& part : parts) {
+    Part& restored = *parts_.at(part.layout.key);
+    restored.restored = true;
+    if (part.chunk_rounds.size() != restored.chunks.size()) continue;
+    for (size_t c = 0; c < restored.chunks.size(); ++c) {
+      restored.chunks[c]->rounds_done = part.chunk_rounds[c];
+    }
+  }
   return absl::OkStatus();
+}
+
+std::vector<AppliedRequests> ServerEngine::Applied() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<AppliedRequests> applied;
+  for (const auto& [node_id, requests] : requests_) {
+    if (requests.applied_order.empty()) continue;
+    applied.push_back({node_id, std::vector<uint64_t>(requests.applied_order.begin(),
+                                                      requests.applied_order.end())});
+  }
+  return applied;
+}
+
+void ServerEngine::LoadApplied(absl::Span<const AppliedRequests> applied) {
+  absl::MutexLock lock(&mu_);
+  for (const AppliedRequests& node : applied) {
+    for (uint64_t id : node.request_ids) RecordApplied(node.node_id, id);
+  }
 }
 
 absl::StatusOr<UpdaterStateData> ServerEngine::SaveUpdaterState() const {

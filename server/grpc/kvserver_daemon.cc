@@ -289,6 +289,17 @@ absl::Status KVServerDaemon::RegisterAndServe() {
   spec.memory_budget_bytes = options_.memory_budget_bytes;
   spec.checkpoint_root = checkpoint_root_;
   spec.restore_dir = options_.restore_dir;
+  // A server replacing a dead one of a job with replicas: the scheduler copies its shards
+  // from the survivors, newer than any checkpoint.
+  const uint64_t join_epoch = registration.join_epoch();
+  if (join_epoch > 0) {
+    if (!spec.restore_dir.empty()) {
+      spdlog::warn("kvserver rank {}: joining a running job with replicas: its shards are "
+                   "copied from the servers that hold them, not restored from {}",
+                   registration.rank(), spec.restore_dir);
+    }
+    spec.restore_dir.clear();
+  }
   if (metrics_http_ != nullptr || trace_ != nullptr) {
     spec.round_observer = metrics_.ForJob(spec.worker_node_ids, trace_.get());
     absl::MutexLock lock(&info_mu_);
@@ -297,7 +308,7 @@ absl::Status KVServerDaemon::RegisterAndServe() {
              {"address", address()}};
   }
   ASSIGN_OR_RETURN(std::shared_ptr<ServerBackend> backend, MakeServerBackend(spec));
-  if (!options_.restore_dir.empty()) {
+  if (!spec.restore_dir.empty()) {
     spdlog::info("kvserver rank {} restored {} keys from {}", registration.rank(),
                  backend->engine->stats().num_keys,
                  CheckpointPath(checkpoint_root_->PathOf(options_.restore_dir),
@@ -316,6 +327,16 @@ absl::Status KVServerDaemon::RegisterAndServe() {
   }
   ServerEngine* engine = backend->engine.get();
   ServerEngine* backup_engine = backup != nullptr ? backup->engine.get() : nullptr;
+  if (join_epoch > 0) {
+    // Empty until the copies arrive: nothing routed by an older view is served.
+    engine->SetViewFloor(join_epoch, /*reads_too=*/true);
+    if (backup_engine != nullptr) backup_engine->SetViewFloor(join_epoch, /*reads_too=*/true);
+    spdlog::info("kvserver rank {} (node {}) replaces a dead server of the running job: the "
+                 "scheduler copies shards {} and {} into it, then publishes it at view epoch {}",
+                 registration.rank(), registration.node_id(), registration.rank(),
+                 (registration.rank() + view.num_servers() - 1) % view.num_servers(),
+                 join_epoch);
+  }
   const Controller* controller = backend->controller.get();
   std::shared_ptr<const KVServerService::PeerTokens> peers;
   if (secured) {
@@ -347,6 +368,12 @@ absl::Status KVServerDaemon::RegisterAndServe() {
     const grpc::Status status = stub->Heartbeat(&context, beat, &reply);
     if (status.ok()) {
       last_contact = absl::Now();
+      if (!reply.join_failure().empty()) {
+        spdlog::error("kvserver rank {}: joining the running job failed: {}",
+                      registration.rank(), reply.join_failure());
+        return absl::AbortedError(
+            absl::StrCat("joining the running job failed: ", reply.join_failure()));
+      }
       if (reply.left_worker_node_ids_size() > left_workers) {
         // An elastic job goes on without them: their open rounds stop waiting for them.
         left_workers = reply.left_worker_node_ids_size();

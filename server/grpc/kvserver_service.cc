@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/grpc_status.h"
+#include "common/view_epoch.h"
 
 namespace kvstore {
 
@@ -91,8 +92,17 @@ class KVServerService::Call {
           "this kvserver holds no backup shard (the job has no replicas)"));
       return Event::kStarted;
     }
+    // The view the worker routed by matters only once a replacement server has joined.
+    uint64_t view_epoch = 0;
+    if (backend != nullptr && backend->engine->view_floor() > 0) {
+      const auto& metadata = context_.client_metadata();
+      const auto found = metadata.find(kViewEpochKey);
+      if (found != metadata.end()) {
+        view_epoch = ParseViewEpoch(std::string(found->second.data(), found->second.size()));
+      }
+    }
     HandleServerRequest(backend, static_cast<ServerMethod>(method_ % kNumServerMethods),
-                        request_, &response_, std::move(done), peers.get());
+                        request_, &response_, std::move(done), peers.get(), view_epoch);
     return Event::kStarted;
   }
 

@@ -365,9 +365,13 @@ void HandleCommand(const std::shared_ptr<ServerBackend>& backend, const grpc::By
 
 void HandleServerRequest(const std::shared_ptr<ServerBackend>& backend, ServerMethod method,
                          const grpc::ByteBuffer& request, grpc::ByteBuffer* response,
-                         Done done, const PeerTokens* peers) {
+                         Done done, const PeerTokens* peers, uint64_t view_epoch) {
   if (backend == nullptr) {
     return done(absl::UnavailableError("this server is waiting for the job's nodes to register"));
+  }
+  if (method != ServerMethod::kCommand) {
+    absl::Status view = backend->engine->CheckView(view_epoch, Mutates(method));
+    if (!view.ok()) return done(std::move(view));
   }
   switch (method) {
     case ServerMethod::kInit:

@@ -49,7 +49,12 @@ CheckpointCoordinator::~CheckpointCoordinator() {
 
 void CheckpointCoordinator::Request(std::string dir, Done done) {
   absl::MutexLock lock(&mu_);
-  queue_.push_back({std::move(dir), std::move(done)});
+  queue_.push_back({std::move(dir), std::move(done), nullptr});
+}
+
+void CheckpointCoordinator::RunExclusive(std::function<void()> task) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back({"", nullptr, std::move(task)});
 }
 
 void CheckpointCoordinator::Loop() {
@@ -63,7 +68,7 @@ void CheckpointCoordinator::Loop() {
       mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Milliseconds(100));
       if (stop_) {
         for (Pending& p : queue_) {
-          p.done(absl::CancelledError("the scheduler stopped before the checkpoint ran"));
+          if (p.done) p.done(absl::CancelledError("the scheduler stopped before the checkpoint ran"));
         }
         queue_.clear();
         return;
@@ -73,7 +78,9 @@ void CheckpointCoordinator::Loop() {
         queue_.pop_front();
       }
     }
-    if (pending.done) {
+    if (pending.task) {
+      pending.task();
+    } else if (pending.done) {
       pending.done(Checkpoint(pending.dir));
     } else {
       Periodic();

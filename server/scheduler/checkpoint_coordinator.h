@@ -76,6 +76,10 @@ class CheckpointCoordinator {
   // the error.
   void Request(std::string dir, Done done);
 
+  // RunExclusive queues `task` to run on the coordinator's thread, between checkpoints (a
+  // replacement server's join, server_joiner.h, which cuts servers too).
+  void RunExclusive(std::function<void()> task);
+
   // Checkpoint runs one checkpoint now, on the calling thread (the coordinator's, or a test's).
   absl::StatusOr<std::vector<std::string>> Checkpoint(const std::string& dir);
 
@@ -83,6 +87,7 @@ class CheckpointCoordinator {
   struct Pending {
     std::string dir;
     Done done;
+    std::function<void()> task;  // RunExclusive's, instead of a checkpoint.
   };
   void Loop();
   // MaxRound returns the highest round any server has started (command 13), or an error.

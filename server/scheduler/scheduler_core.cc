@@ -89,8 +89,20 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
     int registered = 0;
     for (const auto& [id, node] : nodes_) registered += node.role == role;
     std::optional<Registration> replaced;
-    if (role == NodeRole::kServer && complete_ && !ShutdownLocked() && requested_rank >= 0 &&
-        requested_rank < group_size && !address.empty()) {
+    if (role == NodeRole::kServer && complete_ && !ShutdownLocked() && options_.replicas > 1 &&
+        requested_rank >= -1 && requested_rank < group_size && !address.empty()) {
+      // With replicas a dead server's shards live on: its replacement copies them.
+      absl::StatusOr<Registration> joined = JoinServer(requested_rank, address, hostname, now);
+      if (joined.ok()) {
+        replaced = *std::move(joined);
+      } else if (!absl::IsNotFound(joined.status())) {
+        mu_.Unlock();
+        done(joined.status());
+        mu_.Lock();
+        return;
+      }
+    } else if (role == NodeRole::kServer && complete_ && !ShutdownLocked() &&
+               requested_rank >= 0 && requested_rank < group_size && !address.empty()) {
       replaced = ReplaceServer(requested_rank, address, hostname, now);
     }
     if (replaced.has_value()) {

@@ -98,6 +98,17 @@ struct Registration {
   uint64_t node_id = 0;
   int rank = 0;
   ClusterView view;
+  // A server replacing a dead one in a running job with replicas (see JoinServer): the view
+  // epoch it is published at once its shards are copied; 0 for every other registration.
+  uint64_t join_epoch = 0;
+};
+
+// Routing: what a worker routes its requests by in a job with replicas - the view epoch, every
+// server's address, and the ranks of the dead servers - taken at one moment.
+struct Routing {
+  uint64_t epoch = 0;
+  std::vector<ServerEntry> servers;  // In rank order.
+  std::vector<int> dead;
 };
 
 struct NodeInfo {
@@ -128,6 +139,11 @@ struct NodeInfo {
   // Servers in a job with replicas: declared dead (DeclareServerDead), and why.
   bool dead = false;
   std::string death;
+  // Servers replacing a dead one (JoinServer): being loaded with its shards, the view epoch
+  // they are published at, and why the join failed ("" unless it did).
+  bool joining = false;
+  uint64_t join_epoch = 0;
+  std::string join_failure;
 };
 
 // What a server reports with its heartbeat.
@@ -248,6 +264,24 @@ class SchedulerCore {
   absl::StatusOr<bool> DeclareServerDead(int rank, std::string reason, absl::Time now);
   // dead_servers returns the ranks of the servers declared dead, in order.
   std::vector<int> dead_servers() const;
+
+  // Replacement servers (scheduler_core_join.cc). In a job with replicas that runs, a server
+  // registering for the rank of a dead server (declared dead, or silent for more than two
+  // heartbeat intervals, which declares it), or for any rank while one is dead, takes that
+  // rank: it gets a new node id and a Registration with a join_epoch, and stays dead (its
+  // shards served by the other copies) while the scheduler copies its shards into it. Refused,
+  // naming why, when the rank's server is alive, already being replaced, or when the other copy
+  // of one of its shards is dead too.
+  // CompleteJoin publishes it: alive at its address, the view at its join epoch.
+  // FailedPrecondition when it is no longer joining (the job ended, or the join failed).
+  absl::Status CompleteJoin(uint64_t node_id);
+  // FailJoin records that its shards could not be copied (`reason`): it stays dead, and its
+  // heartbeats are answered with join_failure, so that it exits.
+  void FailJoin(uint64_t node_id, std::string reason);
+  // join_failure returns why node `node_id`'s join failed, or "".
+  std::string join_failure(uint64_t node_id) const;
+  // routing returns the view epoch, the servers and the dead ones, at one moment.
+  Routing routing() const;
   // ServerAddress returns the address of the server of `rank`, or NotFound.
   absl::StatusOr<std::string> ServerAddress(int rank) const;
 
@@ -279,6 +313,11 @@ class SchedulerCore {
   // address. Returns the registration, or nothing when the rank's server is alive.
   std::optional<Registration> ReplaceServer(int rank, const std::string& address,
                                             const std::string& hostname, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // JoinServer registers a replacement server (see CompleteJoin); NotFound when this
+  // registration is not one (no dead server to replace), another error to refuse it.
+  absl::StatusOr<Registration> JoinServer(int requested_rank, const std::string& address,
+                                          const std::string& hostname, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // AssignRanks gives every node its rank once all have registered.
   void AssignRanks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -318,6 +357,9 @@ class SchedulerCore {
   std::string shutdown_reason_ ABSL_GUARDED_BY(mu_);  // Set by RequestShutdown.
   std::string failure_ ABSL_GUARDED_BY(mu_);  // Set by FailJob or a failed worker's Finish.
   std::vector<std::string> data_loss_ ABSL_GUARDED_BY(mu_);
+  // The view epoch published (CompleteJoin) and the last one given to a joining server.
+  uint64_t view_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_join_epoch_ ABSL_GUARDED_BY(mu_) = 0;
 
   // ViewLocked builds the cluster view of the registered nodes (view() once complete).
   ClusterView ViewLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);

@@ -55,6 +55,25 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
       },
       [core] { return core->view(); }, [core] { return !core->shutdown_requested(); });
   daemon->service_->SetCheckpointCoordinator(daemon->coordinator_.get());
+  // A replacement server's join cuts servers too: it runs between checkpoints.
+  daemon->joiner_ = std::make_unique<ServerJoiner>(
+      core,
+      [service](int shard, int head, const std::string& body) {
+        return service->CallServer(shard, head, body);
+      },
+      [service](const std::string& address, bool backup, int head, const std::string& body) {
+        return service->CallAddress(address, backup, head, body);
+      },
+      [service](bool pause) { service->PauseCommands(pause); }, checkpoints.cut_timeout);
+  CheckpointCoordinator* coordinator = daemon->coordinator_.get();
+  ServerJoiner* joiner = daemon->joiner_.get();
+  daemon->service_->SetJoinHandler(
+      [coordinator, joiner](Registration registration, std::string address) {
+        coordinator->RunExclusive([joiner, registration = std::move(registration),
+                                   address = std::move(address)] {
+          joiner->Join(registration, address).IgnoreError();
+        });
+      });
   grpc::ServerBuilder builder;
   ServerLimits limits = ServerLimits::ForRequests(daemon->options_.max_request_bytes);
   limits.max_concurrent_calls = SchedulerDaemonOptions::kMaxCallsPerConnection;

@@ -27,6 +27,7 @@
 #include "server/scheduler/checkpoint_coordinator.h"
 #include "server/scheduler/scheduler_core.h"
 #include "server/scheduler/scheduler_service.h"
+#include "server/scheduler/server_joiner.h"
 
 namespace kvstore {
 
@@ -106,6 +107,8 @@ class SchedulerDaemon {
   absl::Time last_progress_ = absl::InfinitePast();
   std::map<uint64_t, bool> dead_;  // By node id: whether last seen dead.
   bool job_running_ = false;
+  // Replacement servers' joins: they run on the coordinator's thread, which is joined first.
+  std::unique_ptr<ServerJoiner> joiner_;
   // Declared after the service it calls, so destroyed first.
   std::unique_ptr<CheckpointCoordinator> coordinator_;
   std::thread ticker_;

@@ -205,7 +205,16 @@ void SchedulerService::HandleRegister(const proto::RegisterRequest& request,
   }
   core_->Register(
       role, request.requested_rank(), request.address(), request.hostname(), absl::Now(),
-      [this, role, response, done = std::move(done)](absl::StatusOr<Registration> registration) {
+      [this, role, response, address = request.address(),
+       done = std::move(done)](absl::StatusOr<Registration> registration) {
+        if (registration.ok() && registration->join_epoch > 0) {
+          response->set_join_epoch(registration->join_epoch);
+          if (join_) {
+            join_(*registration, address);
+          } else {
+            core_->FailJoin(registration->node_id, "this scheduler copies no shards");
+          }
+        }
         if (registration.ok()) {
           response->set_node_id(registration->node_id);
           response->set_rank(registration->rank);
@@ -242,7 +251,19 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
                                         request.restored_checkpoint()});
         if (over.ok()) response->set_shutdown(*over);
         for (std::string& loss : core_->data_loss()) response->add_data_loss(std::move(loss));
-        for (int rank : core_->dead_servers()) response->add_dead_servers(rank);
+        const Routing routing = core_->routing();
+        for (int rank : routing.dead) response->add_dead_servers(rank);
+        if (routing.epoch > 0) {
+          // A replacement server joined: every server's address, as of this epoch.
+          response->set_view_epoch(routing.epoch);
+          for (const ServerEntry& server : routing.servers) {
+            proto::ServerInfo* info = response->add_servers();
+            info->set_rank(server.rank);
+            info->set_node_id(server.node_id);
+            info->set_address(server.address);
+          }
+        }
+        response->set_join_failure(core_->join_failure(request.node_id()));
         if (over.ok() && *over) {
           const std::string failure = core_->job_failure();
           response->set_job_failed(!failure.empty());
@@ -295,8 +316,27 @@ grpc::ServerUnaryReactor* SchedulerService::Command(grpc::CallbackServerContext*
       });
 }
 
+void SchedulerService::PauseCommands(bool pause) {
+  std::vector<std::function<void()>> held;
+  {
+    absl::MutexLock lock(&pause_mu_);
+    paused_ = pause;
+    if (!pause) held.swap(held_commands_);
+  }
+  for (auto& command : held) command();
+}
+
 void SchedulerService::HandleCommand(const proto::CommandRequest& request,
                                      proto::CommandResponse* response, Done done) {
+  {
+    absl::MutexLock lock(&pause_mu_);
+    if (paused_) {
+      held_commands_.push_back([this, request, response, done = std::move(done)]() mutable {
+        HandleCommand(request, response, std::move(done));
+      });
+      return;
+    }
+  }
   absl::StatusOr<ClusterView> view = core_->view();
   if (!view.ok()) return done(view.status());
   if (request.head() == kCheckpointCommand && coordinator_ != nullptr) {
@@ -389,6 +429,31 @@ absl::StatusOr<std::string> SchedulerService::CallServer(int rank, int head,
   const std::vector<int> dead = core_->dead_servers();
   const bool backup = std::find(dead.begin(), dead.end(), rank) != dead.end();
   const ServerEntry server = view.servers[backup ? (rank + 1) % view.servers.size() : rank];
+  absl::StatusOr<std::string> reply = CallRaw(server.address, backup, head, body);
+  if (!reply.ok()) {
+    return absl::Status(reply.status().code(),
+                        absl::StrCat("server ", server.rank, " at ", server.address,
+                                     backup ? absl::StrCat(" (backup of shard ", rank, ")") : "",
+                                     ": ", reply.status().message()));
+  }
+  return reply;
+}
+
+absl::StatusOr<std::string> SchedulerService::CallAddress(const std::string& address,
+                                                          bool backup, int head,
+                                                          const std::string& body) {
+  absl::StatusOr<std::string> reply = CallRaw(address, backup, head, body);
+  if (!reply.ok()) {
+    return absl::Status(reply.status().code(),
+                        absl::StrCat("the server at ", address,
+                                     backup ? " (its backup shard)" : "", ": ",
+                                     reply.status().message()));
+  }
+  return reply;
+}
+
+absl::StatusOr<std::string> SchedulerService::CallRaw(const std::string& address, bool backup,
+                                                      int head, const std::string& body) {
   proto::ServerCommandRequest command;
   command.set_node_id(kSchedulerNodeId);
   command.set_head(head);
@@ -402,7 +467,7 @@ absl::StatusOr<std::string> SchedulerService::CallServer(int rank, int head,
   context.set_deadline(GrpcDeadline(absl::Now() + command_timeout_));
   absl::Notification finished;
   absl::Status result;
-  ServerStub(server.address)
+  ServerStub(address)
       ->UnaryCall(&context, GrpcMethodPath(ServerMethod::kCommand, backup), grpc::StubOptions(),
                   &request, &reply, [&](grpc::Status grpc_status) {
                     result = FromGrpcStatus(grpc_status);
@@ -411,12 +476,7 @@ absl::StatusOr<std::string> SchedulerService::CallServer(int rank, int head,
   finished.WaitForNotification();
   proto::ServerCommandResponse response;
   if (result.ok()) result = DecodeMessage(reply, &response);
-  if (!result.ok()) {
-    return absl::Status(result.code(),
-                        absl::StrCat("server ", server.rank, " at ", server.address,
-                                     backup ? absl::StrCat(" (backup of shard ", rank, ")") : "",
-                                     ": ", result.message()));
-  }
+  if (!result.ok()) return result;
   return response.reply();
 }
 

@@ -26,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -98,10 +99,23 @@ class SchedulerService final : public RawSchedulerService {
   void SetCheckpointCoordinator(CheckpointCoordinator* coordinator) {
     coordinator_ = coordinator;
   }
-  // CallServer sends controller command `head` with `body` to the server of `rank` and waits
-  // for its reply (at most the command timeout). Errors name the server. Blocks: never call it
-  // from a gRPC reaction.
+  // SetJoinHandler makes every replacement server's registration (Registration::join_epoch,
+  // a job with replicas) handed to `join` with the server's address, once answered; the
+  // daemon runs a ServerJoiner for it. Call it before serving.
+  void SetJoinHandler(std::function<void(Registration, std::string address)> join) {
+    join_ = std::move(join);
+  }
+  // PauseCommands holds workers' and kvctl's controller commands (true), or runs the held ones
+  // and lets later ones go on (false): a join copies shards meanwhile.
+  void PauseCommands(bool pause);
+  // CallServer sends controller command `head` with `body` to the server of `rank` - with
+  // replicas, to the backup of its shard while it is dead - and waits for its reply (at most
+  // the command timeout). Errors name the server. Blocks: never call it from a gRPC reaction.
   absl::StatusOr<std::string> CallServer(int rank, int head, const std::string& body);
+  // CallAddress sends the command to the server at `address`, to its backup engine when
+  // `backup`; as CallServer otherwise.
+  absl::StatusOr<std::string> CallAddress(const std::string& address, bool backup, int head,
+                                          const std::string& body);
 
  private:
   using Done = std::function<void(absl::Status)>;
@@ -114,6 +128,10 @@ class SchedulerService final : public RawSchedulerService {
                      uint64_t node_id) const;
   // CheckCaller accepts node id 0 (a controller such as kvctl) or an issued node id.
   absl::Status CheckCaller(uint64_t node_id) const;
+  // CallRaw sends a command to the server at `address` (its backup engine when `backup`);
+  // errors as the call returned them.
+  absl::StatusOr<std::string> CallRaw(const std::string& address, bool backup, int head,
+                                      const std::string& body);
   // ServerStub returns the (cached) raw stub for a server's address.
   std::shared_ptr<grpc::GenericStub> ServerStub(const std::string& address);
 
@@ -134,6 +152,10 @@ class SchedulerService final : public RawSchedulerService {
   std::optional<NodeKey> node_key_;
   std::shared_ptr<grpc::ChannelCredentials> server_credentials_;  // Calls to the servers.
   CheckpointCoordinator* coordinator_ = nullptr;
+  std::function<void(Registration, std::string)> join_;  // Optional; set before serving.
+  absl::Mutex pause_mu_;
+  bool paused_ ABSL_GUARDED_BY(pause_mu_) = false;
+  std::vector<std::function<void()>> held_commands_ ABSL_GUARDED_BY(pause_mu_);
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<grpc::GenericStub>> stubs_ ABSL_GUARDED_BY(mu_);
 };

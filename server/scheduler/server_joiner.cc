@@ -1,0 +1,123 @@
+#include "server/scheduler/server_joiner.h"
+
+#include <spdlog/spdlog.h>
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace kvstore {
+namespace {
+
+// The server commands a join sends (server/core/controller.h).
+constexpr int kPing = 2;
+constexpr int kCutBegin = 7;
+constexpr int kCutLimit = 8;
+constexpr int kCopyOut = 14;
+constexpr int kCopyIn = 15;
+
+absl::Status Step(absl::string_view step, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(step, ": ", status.message()));
+}
+
+}  // namespace
+
+absl::Status ServerJoiner::CopyShard(int shard, const std::string& id, uint64_t epoch,
+                                     const std::string& address, bool backup) {
+  const std::string what = absl::StrCat("copying shard ", shard);
+  absl::StatusOr<std::string> reply = to_shard_(shard, kCutBegin, id);
+  int64_t round = 0;
+  if (reply.ok() && !absl::SimpleAtoi(*reply, &round)) {
+    reply = absl::InternalError(absl::StrCat("replied \"", *reply, "\" for its round"));
+  }
+  if (!reply.ok()) return Step(what, reply.status());
+  reply = to_shard_(shard, kCutLimit, absl::StrCat(id, " ", round));
+  if (!reply.ok()) return Step(what, reply.status());
+  const absl::Time deadline = absl::Now() + cut_timeout_;
+  for (;;) {
+    reply = to_shard_(shard, kCopyOut, absl::StrCat("cut ", id, " ", round, " ", epoch));
+    if (!reply.ok()) return Step(what, reply.status());
+    if (absl::StartsWith(*reply, "copied ")) break;
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          what, ": its keys did not reach round ", round, " within ",
+          absl::FormatDuration(cut_timeout_), ": ", *reply));
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  const std::vector<std::string> f = absl::StrSplit(*reply, ' ');
+  uint64_t bytes = 0;
+  if (f.size() != 3 || !absl::SimpleAtoi(f[1], &bytes)) {
+    return absl::InternalError(absl::StrCat(what, ": the copy was answered \"", *reply, "\""));
+  }
+  for (uint64_t offset = 0; offset < bytes; offset += kPageBytes) {
+    reply = to_shard_(shard, kCopyOut, absl::StrCat("read ", id, " ", offset, " ", kPageBytes));
+    if (!reply.ok()) return Step(what, reply.status());
+    reply = to_address_(address, backup, kCopyIn, absl::StrCat("append\n", *reply));
+    if (!reply.ok()) return Step(absl::StrCat(what, " into the new server"), reply.status());
+  }
+  reply = to_address_(address, backup, kCopyIn, absl::StrCat("load ", f[1], " ", f[2]));
+  if (!reply.ok()) return Step(absl::StrCat(what, " into the new server"), reply.status());
+  spdlog::info("join: shard {} ({} bytes, every key at round {}) copied into the server at {}: {}",
+               shard, bytes, round, address, *reply);
+  return absl::OkStatus();
+}
+
+absl::Status ServerJoiner::Join(const Registration& registration, const std::string& address) {
+  const int rank = registration.rank;
+  const int n = registration.view.num_servers;
+  const uint64_t epoch = registration.join_epoch;
+  const absl::Time started = absl::Now();
+  // The shard the new server holds as primary, then the one it backs up.
+  const std::vector<std::pair<int, bool>> shards = {{rank, false}, {(rank + n - 1) % n, true}};
+  spdlog::info("join: server {} at {} (node {}) replaces the dead server of rank {}: copying "
+               "shard {} from server {} and shard {} from server {}",
+               rank, address, registration.node_id, rank, rank, (rank + 1) % n,
+               shards[1].first, shards[1].first);
+  // The new server serves once it has set itself up after registering.
+  absl::Status status;
+  for (;;) {
+    status = to_address_(address, false, kPing, "join").status();
+    if (status.ok() || !absl::IsUnavailable(status) || absl::Now() - started > cut_timeout_) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  if (!status.ok()) status = Step("waiting for the new server to serve", status);
+  pause_(true);
+  std::vector<std::string> ids;
+  for (const auto& [shard, backup] : shards) {
+    if (!status.ok()) break;
+    ids.push_back(absl::StrCat("join-", epoch, "-", shard));
+    status = CopyShard(shard, ids.back(), epoch, address, backup);
+  }
+  if (status.ok()) status = core_->CompleteJoin(registration.node_id);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const absl::StatusOr<std::string> ended = to_shard_(
+        shards[i].first, kCopyOut, absl::StrCat(status.ok() ? "end " : "abort ", ids[i]));
+    if (!ended.ok()) {
+      spdlog::warn("join: ending the copy of shard {}: {}", shards[i].first,
+                   ended.status().ToString());
+    }
+  }
+  pause_(false);
+  if (!status.ok()) {
+    core_->FailJoin(registration.node_id, std::string(status.message()));
+    spdlog::error("join: server {} at {} could not join: {}; its shards stay with their "
+                  "other copies",
+                  rank, address, status.ToString());
+    return status;
+  }
+  spdlog::info("join: server {} at {} serves shards {} and {} again, view epoch {} ({})", rank,
+               address, rank, shards[1].first, epoch,
+               absl::FormatDuration(absl::Now() - started));
+  return absl::OkStatus();
+}
+
+}  // namespace kvstore

@@ -1,0 +1,81 @@
+// ServerJoiner: brings a replacement kvserver into a running job with replicas - the scheduler's
+// side of SchedulerCore::JoinServer.
+//
+// A kvserver of rank D holds two shards: its own (primary; the other copy is the backup on
+// server D+1) and the backup of shard D-1 (the primary on server D-1). When D has died and a
+// new server has registered in its place, Join copies both from their living copies:
+//   1. cut:   the living copy is frozen (controller commands 7 and 8) at the highest round it
+//             has started; once every key has completed it (command 14 "cut"), the copy is
+//             taken and, from that moment, the living copy refuses writes routed by a view
+//             older than the join's epoch (common/view_epoch.h) - the pushes the cut held too;
+//   2. move:  the copy goes to the new server in pages (14 "read", 15 "append") and is
+//             loaded there (15 "load": size and CRC-32 checked, values, rounds, updater and
+//             state, applied request ids);
+//   3. publish: SchedulerCore::CompleteJoin: the server is alive at its address and the view
+//             at the join's epoch. Workers learn it from heartbeats (or at once, when a refusal
+//             sends them to the scheduler) and send the refused writes again, under the same
+//             request ids, to both copies.
+// Controller commands of workers (a new optimizer) wait while a join runs (`pause`), so
+// that both copies get them. Any error ends the join: the living copies refuse nothing more
+// (14 "abort"), the new server stays dead and is told why (SchedulerCore::FailJoin), and the
+// error names the step and the server.
+//
+// Threading: Join blocks; run it on the checkpoint coordinator's thread (RunExclusive), so
+// that it never overlaps a checkpoint's cut.
+#ifndef KVSTORE_SERVER_SCHEDULER_SERVER_JOINER_H_
+#define KVSTORE_SERVER_SCHEDULER_SERVER_JOINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/scheduler/scheduler_core.h"
+
+namespace kvstore {
+
+class ServerJoiner {
+ public:
+  // ShardCall sends controller command `head` with `body` to the living copy of shard `shard`
+  // the scheduler routes to (SchedulerService::CallServer); AddressCall sends it to the
+  // server at `address`, its backup engine when `backup`. Both block and name the server.
+  using ShardCall =
+      std::function<absl::StatusOr<std::string>(int shard, int head, const std::string& body)>;
+  using AddressCall = std::function<absl::StatusOr<std::string>(
+      const std::string& address, bool backup, int head, const std::string& body)>;
+  // Pause holds workers' controller commands (true) or lets them go on (false).
+  using Pause = std::function<void(bool)>;
+
+  // `core` must outlive the joiner. `cut_timeout` bounds each copy's wait for its keys to
+  // reach the cut's round, and the wait for the new server to serve.
+  ServerJoiner(SchedulerCore* core, ShardCall to_shard, AddressCall to_address, Pause pause,
+               absl::Duration cut_timeout)
+      : core_(core),
+        to_shard_(std::move(to_shard)),
+        to_address_(std::move(to_address)),
+        pause_(std::move(pause)),
+        cut_timeout_(cut_timeout) {}
+
+  // Join copies the shards of rank `registration.rank` into the server at `address` that
+  // registered as `registration` and publishes it; on error it is failed (see the top).
+  absl::Status Join(const Registration& registration, const std::string& address);
+
+  // The bytes of one page of a copy.
+  static constexpr size_t kPageBytes = size_t{1} << 20;
+
+ private:
+  // CopyShard copies `shard` from its living copy into the new server's engine (`backup`).
+  absl::Status CopyShard(int shard, const std::string& id, uint64_t epoch,
+                         const std::string& address, bool backup);
+
+  SchedulerCore* const core_;
+  const ShardCall to_shard_;
+  const AddressCall to_address_;
+  const Pause pause_;
+  const absl::Duration cut_timeout_;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_SERVER_SCHEDULER_SERVER_JOINER_H_
