@@ -86,6 +86,13 @@ absl::Status ServerCaller::ServerError(int t, const absl::Status& status) const 
                                                   target.address, ": ", status.message()));
 }
 
+bool ServerCaller::NoLivingCopy(int s) const {
+  for (int c = 0; c < policy_.replicas; ++c) {
+    if (!IsDead(ServerOf(TargetOf(s, c)))) return false;
+  }
+  return true;
+}
+
 absl::Status ServerCaller::AllCopiesDead(int s) const {
   const int next = (s + 1) % num_servers();
   return absl::UnavailableError(absl::StrCat(
@@ -117,9 +124,20 @@ void ServerCaller::Route(int s, ServerMethod method,
                          ServerTransport::Done done, int reroutes) {
   // The epoch first: the copies chosen below are those of this view or a later one.
   const uint64_t epoch = view_epoch();
-  ServerTransport::Done rerouted = [this, s, method, request, done, reroutes](
+  ServerTransport::Done rerouted = [this, s, method, request, done, reroutes, epoch](
                                        absl::Status status, grpc::ByteBuffer* reply) {
     const std::optional<uint64_t> needed = RequiredViewEpoch(status);
+    if (!needed.has_value() && !status.ok() && reroutes < kMaxReroutes && view_refresh_ &&
+        NoLivingCopy(s)) {
+      // Every copy is dead in this view: a replacement may have joined since. Ask once.
+      timer_->After(absl::ZeroDuration(), [this, s, method, request, done, reroutes, epoch,
+                                           status = std::move(status)] {
+        view_refresh_().IgnoreError();
+        if (view_epoch() > epoch) return Route(s, method, request, done, reroutes + 1);
+        done(status, nullptr);
+      });
+      return;
+    }
     if (!needed.has_value() || reroutes >= kMaxReroutes) return done(std::move(status), reply);
     // A copy refused it as routed by an old view: learn the new one (off this thread: it
     // blocks), then send it again, to the copies of that view.

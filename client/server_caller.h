@@ -144,6 +144,7 @@ class ServerCaller {
                    std::shared_ptr<const grpc::ByteBuffer> request, uint64_t epoch,
                    ServerTransport::Done done);
   absl::Status AllCopiesDead(int s) const;
+  bool NoLivingCopy(int s) const;
   // Attempt sends `request` to target `t` once, routed by view `epoch`; Retry retries or
   // fails it after `status`.
   void Attempt(int t, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,

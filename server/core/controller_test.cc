@@ -41,7 +41,7 @@ TEST_CASE("Controller: built-in heads and the sgd updater with momentum", "[serv
                         /*rank=*/1);
   REQUIRE(controller.Run(kCommandPing, "hi").value() == "server 1: hi");
   REQUIRE(controller.Run(40, "x").value() == "custom 40 x");
-  REQUIRE(absl::IsInvalidArgument(controller.Run(15, "").status()));
+  REQUIRE(absl::IsInvalidArgument(controller.Run(-1, "").status()));
   REQUIRE(absl::IsNotFound(controller.Run(kCommandSetUpdater, "adamw").status()));
   REQUIRE(absl::IsInvalidArgument(controller.Run(kCommandSetUpdater, "sgd lr=x").status()));
   const double lr = rng.Uniform(0.01, 0.5), momentum = rng.Uniform(0.1, 0.95);

@@ -461,5 +461,101 @@ TEST_CASE("SchedulerCore: once the job is over, a server gone is not declared de
   CHECK(core->dead_servers().empty());
 }
 
+// JoinAs registers a server for `rank` at `address` at time `now` and returns the outcome.
+absl::StatusOr<Registration> JoinAs(SchedulerCore* core, int rank, const std::string& address,
+                                    absl::Time now) {
+  Outcome outcome;
+  core->Register(NodeRole::kServer, rank, address, "newhost", now, outcome.Callback());
+  REQUIRE(outcome.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  return outcome.result;
+}
+
+TEST_CASE("SchedulerCore: a replacement server takes a dead server's rank back; the view "
+          "moves to its epoch once it is loaded",
+          "[scheduler][replicas]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  const int servers = static_cast<int>(rng.Int(2, 5));
+  auto core = MakeReplicatedCore(servers, 2);
+  auto outcomes = RegisterAll(core.get(), 2, std::vector<int>(servers, -1), &rng);
+  const int victim = static_cast<int>(rng.Int(0, servers - 1));
+  const absl::Time later = kStart + absl::Milliseconds(500);
+  // Its server alive: refused, naming it.
+  absl::StatusOr<Registration> early = JoinAs(core.get(), victim, "127.0.0.1:30001", later);
+  INFO(early.status().ToString());
+  CHECK(absl::IsFailedPrecondition(early.status()));
+  CHECK(early.status().message().find("is alive") != absl::string_view::npos);
+
+  REQUIRE(*core->DeclareServerDead(victim, "killed", later));
+  CHECK(core->routing().dead == std::vector<int>{victim});
+  CHECK(core->routing().epoch == 0);
+  // Any rank (-1) takes the dead one.
+  absl::StatusOr<Registration> joined = JoinAs(core.get(), -1, "127.0.0.1:30002", later);
+  REQUIRE(joined.ok());
+  CHECK(joined->rank == victim);
+  CHECK(joined->join_epoch == 1);
+  CHECK(joined->view.servers[victim].address == "127.0.0.1:30002");
+  // While it is loaded it stays dead (its shards served by the other copies), and a second
+  // replacement is refused.
+  Routing routing = core->routing();
+  CHECK(routing.epoch == 0);
+  CHECK(routing.dead == std::vector<int>{victim});
+  absl::StatusOr<Registration> second = JoinAs(core.get(), victim, "127.0.0.1:30003", later);
+  CHECK(absl::IsFailedPrecondition(second.status()));
+  CHECK(second.status().message().find("already being replaced") != absl::string_view::npos);
+  // Published: alive at its address, the view at its epoch.
+  REQUIRE(core->CompleteJoin(joined->node_id).ok());
+  routing = core->routing();
+  CHECK(routing.epoch == 1);
+  CHECK(routing.dead.empty());
+  CHECK(routing.servers[victim].address == "127.0.0.1:30002");
+  CHECK(absl::IsFailedPrecondition(core->CompleteJoin(joined->node_id)));
+  CHECK(core->join_failure(joined->node_id).empty());
+  // No dead server left: a further server is refused as before.
+  absl::StatusOr<Registration> extra = JoinAs(core.get(), -1, "127.0.0.1:30004", later);
+  CHECK(absl::IsFailedPrecondition(extra.status()));
+  CHECK(extra.status().message().find("already has all its") != absl::string_view::npos);
+}
+
+TEST_CASE("SchedulerCore: a silent server is replaced; a failed join is told why; a shard "
+          "without a living copy cannot be copied",
+          "[scheduler][replicas]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto core = MakeReplicatedCore(3, 1);
+  RegisterAll(core.get(), 1, {0, 1, 2}, &rng);
+  const int victim = static_cast<int>(rng.Int(0, 2));
+  // Silent for more than two heartbeat intervals (no heartbeat since kStart): declared dead by
+  // the replacement's registration.
+  const absl::Time later = kStart + absl::Seconds(3);
+  absl::StatusOr<Registration> joined = JoinAs(core.get(), victim, "127.0.0.1:30010", later);
+  REQUIRE(joined.ok());
+  CHECK(joined->join_epoch == 1);
+  core->FailJoin(joined->node_id, "copying shard 1: DEADLINE_EXCEEDED");
+  CHECK(core->join_failure(joined->node_id) == "copying shard 1: DEADLINE_EXCEEDED");
+  CHECK(core->routing().dead == std::vector<int>{victim});
+  CHECK(core->routing().epoch == 0);
+  CHECK(absl::IsFailedPrecondition(core->CompleteJoin(joined->node_id)));
+  // Another try gets a later epoch.
+  absl::StatusOr<Registration> again = JoinAs(core.get(), victim, "127.0.0.1:30011", later);
+  REQUIRE(again.ok());
+  CHECK(again->join_epoch == 2);
+  REQUIRE(core->CompleteJoin(again->node_id).ok());
+  CHECK(core->routing().epoch == 2);
+  // The next server dies, then the one after it: the second one's own shard has lost its
+  // other copy's server (the next rank), so no replacement of it could be loaded.
+  const int next = (victim + 1) % 3;
+  REQUIRE(*core->DeclareServerDead(next, "killed", later));
+  CHECK(core->job_failure().empty());
+  const int after = (victim + 2) % 3;
+  absl::StatusOr<Registration> lost = JoinAs(core.get(), next, "127.0.0.1:30012", later);
+  REQUIRE(lost.ok());  // Its shards' other copies (victim's replacement, `after`) live.
+  core->FailJoin(lost->node_id, "test");
+  REQUIRE(*core->DeclareServerDead(after, "killed", later));
+  // Both copies of shard `next` (servers next and after) are dead: the job failed.
+  CHECK(core->job_failure().find(absl::StrCat("shard ", next, " is lost")) != std::string::npos);
+}
+
+
 }  // namespace
 }  // namespace kvstore

@@ -88,6 +88,91 @@ TEST_CASE("Replicas: a kvserver of 3 killed at a random moment loses no acknowle
   KillOneServer(3);
 }
 
+// LastRound returns the last round sum_worker printed "round R ok" for (0: none).
+int64_t LastRound(const std::string& output) {
+  const size_t found = output.rfind("\nround ");
+  if (found == std::string::npos) return 0;
+  const size_t start = found + 7;
+  int64_t round = 0;
+  const size_t end = output.find(' ', start);
+  if (end == std::string::npos || !absl::SimpleAtoi(output.substr(start, end - start), &round)) {
+    return 0;
+  }
+  return round;
+}
+
+// ReplaceOneServer kills a random kvserver, starts a replacement for its rank, which joins
+// the running job and copies its shards from the survivors, then kills the server that held
+// the other copy of the replaced server's own shard: from then on that shard lives only on the
+// replacement (with 2 servers, both shards do). No acknowledged update may be lost.
+void ReplaceOneServer(int servers) {
+  const uint64_t seed = TestSeed();
+  std::mt19937_64 rng(seed);
+  constexpr int kWorkers = 3;
+  constexpr int kRounds = 500;
+  const int victim = static_cast<int>(rng() % servers);
+  const int second = (victim + 1) % servers;  // Held the other copy of the victim's shard.
+  const int kill_after = 3 + static_cast<int>(rng() % 20);
+  std::printf("%d servers: killing server %d after round %d, replacing it, then killing "
+              "server %d\n", servers, victim, kill_after, second);
+  Job job(std::vector<std::vector<std::string>>(servers), kWorkers, {"--replicas=2"});
+  for (int w = 0; w < kWorkers; ++w) {
+    job.AddWorker(w, {absl::StrCat(seed), "1", absl::StrCat(kRounds), "5"});
+  }
+  REQUIRE(job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"),
+                                      absl::Seconds(60)));
+  job.server(victim).Kill();
+  REQUIRE(job.scheduler().WaitForOutput(absl::StrCat("server ", victim, " is dead"),
+                                        absl::Seconds(10)));
+  job.StartServer(victim, {});
+  const std::string joined = absl::StrCat("join: server ", victim, " at ");
+  INFO(job.scheduler().output());
+  REQUIRE(job.scheduler().WaitForOutput("serves shards", absl::Seconds(30)));
+  CHECK(absl::StrContains(job.scheduler().output(), joined));
+  CHECK_FALSE(absl::StrContains(job.scheduler().output(), "could not join"));
+  // kvctl shows the rank alive again, at the replacement's address.
+  int code = 0;
+  const std::string status = job.Kvctl({"status"}, &code);
+  INFO(status);
+  CHECK(code == 0);
+  CHECK_FALSE(absl::StrContains(status, absl::StrCat("server ", victim, " failed")));
+  // The other copy of the victim's shard goes: the replacement's copy is all that is left.
+  absl::SleepFor(absl::Milliseconds(100));
+  const int64_t round_at_kill = LastRound(job.worker(0).output());
+  std::printf("killing server %d after round %lld\n", second,
+              static_cast<long long>(round_at_kill));
+  REQUIRE(round_at_kill < kRounds - 50);  // Training still has far to go.
+  job.server(second).Kill();
+  REQUIRE(job.scheduler().WaitForOutput(absl::StrCat("server ", second, " is dead"),
+                                        absl::Seconds(10)));
+  for (int w = 0; w < kWorkers; ++w) {
+    Job::ExpectExit(job.worker(w), 0);
+    const std::string output = job.worker(w).output();
+    INFO("worker " << w << ":\n" << output);
+    CHECK(absl::StrContains(output, absl::StrCat("rounds 1..", kRounds, " checked")));
+    const int64_t longest = LongestRound(output);
+    std::printf("worker %d: longest round %lld ms\n", w, static_cast<long long>(longest));
+    CHECK(longest >= 0);
+    CHECK(longest < 1000);
+  }
+  for (int s = 0; s < servers; ++s) {
+    if (s != second) Job::ExpectExit(job.server(s), 0);
+  }
+  Job::ExpectExit(job.scheduler(), 0);
+}
+
+TEST_CASE("Replicas: a replacement kvserver of 2 takes a dead server's rank back and holds "
+          "its shards",
+          "[reliability][replicas]") {
+  ReplaceOneServer(2);
+}
+
+TEST_CASE("Replicas: a replacement kvserver of 3 takes a dead server's rank back and holds "
+          "its shards",
+          "[reliability][replicas]") {
+  ReplaceOneServer(3);
+}
+
 TEST_CASE("Replicas: both copies of a shard dead fails the job, naming the shard",
           "[reliability][replicas]") {
   const uint64_t seed = TestSeed();

@@ -1,0 +1,215 @@
+// Tests of the copy of a shard a replacement server takes (controller commands 14 and 15): the
+// copy carries the values, each chunk's rounds, the updater with its state and the applied
+// request ids; the pushes the cut held, and later writes routed by an older view, are refused
+// with the epoch they need; a damaged copy or a server that already holds keys is refused.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "common/view_epoch.h"
+#include "server/core/controller.h"
+#include "server/core/server_engine.h"
+#include "server/core/server_engine_test_util.h"
+#include "server/core/sgd_updater.h"
+#include "tests/test_util.h"
+
+namespace kvstore {
+namespace {
+
+using testing::Incoming;
+using testing::NewEngine;
+using testing::PullAll;
+using testing::TestRng;
+
+constexpr uint64_t kWorkerA = 2, kWorkerB = 3;
+
+// PushBoth pushes `grads[w]` from each worker under request `id` and waits for the round.
+void PushBoth(ServerEngine& engine, const std::vector<Key>& keys,
+              const std::vector<std::vector<Tensor>>& grads, uint64_t id) {
+  std::vector<absl::Notification> done(2);
+  std::vector<absl::Status> status(2);
+  for (int w = 0; w < 2; ++w) {
+    std::vector<IncomingValue> values;
+    for (size_t k = 0; k < keys.size(); ++k) values.push_back(Incoming(keys[k], grads[w][k]));
+    engine.Push(w == 0 ? kWorkerA : kWorkerB, id, values, [&, w](absl::Status s) {
+      status[w] = s;
+      done[w].Notify();
+    });
+  }
+  for (int w = 0; w < 2; ++w) {
+    REQUIRE(done[w].WaitForNotificationWithTimeout(absl::Seconds(10)));
+    REQUIRE(status[w].ok());
+  }
+}
+
+// Transfer moves the copy held by `from` (cut `id`) into `to` in pages of `page` bytes.
+absl::StatusOr<std::string> Transfer(Controller& from, Controller& to, const std::string& id,
+                                     const std::string& copied, size_t page) {
+  const std::vector<std::string> f = absl::StrSplit(copied, ' ');
+  REQUIRE(f.size() == 3);
+  uint64_t bytes = 0;
+  REQUIRE(absl::SimpleAtoi(f[1], &bytes));
+  for (uint64_t offset = 0; offset < bytes; offset += page) {
+    absl::StatusOr<std::string> piece =
+        from.Run(kCommandCopyOut, absl::StrCat("read ", id, " ", offset, " ", page));
+    REQUIRE(piece.ok());
+    REQUIRE(to.Run(kCommandCopyIn, absl::StrCat("append\n", *piece)).ok());
+  }
+  return to.Run(kCommandCopyIn, absl::StrCat("load ", f[1], " ", f[2]));
+}
+
+TEST_CASE("Controller: a copied shard carries values, rounds, updater state and applied "
+          "requests; held and stale writes are refused with the epoch they need",
+          "[server][controller][replicas]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  UpdaterRegistry registry = UpdaterRegistry::WithBuiltins();
+  REQUIRE(RegisterSgdUpdater(&registry).ok());
+  const JobShape job{2, "dist_sync", 1 << 20};
+  auto source = NewEngine(true, {kWorkerA, kWorkerB});
+  Controller out(source.get(), &registry, nullptr, /*rank=*/1);
+  out.SetJob(job);
+  REQUIRE(out.Run(kCommandSetUpdater,
+                  absl::StrFormat("sgd lr=%.17g momentum=%.17g", rng.Uniform(0.01, 0.5),
+                                  rng.Uniform(0.1, 0.9)))
+              .ok());
+  const int num_keys = static_cast<int>(rng.Int(1, 5));
+  std::vector<Key> keys;
+  std::vector<Tensor> inits;
+  for (int k = 0; k < num_keys; ++k) {
+    keys.push_back(Key(static_cast<int64_t>(k * 7 + 1)));
+    inits.push_back(rng.RandomTensor(DType::kFloat64, {static_cast<int64_t>(rng.Int(1, 40))}));
+    REQUIRE(source->Init(kWorkerA, {Incoming(keys[k], inits[k])}).ok());
+  }
+  auto grads = [&] {
+    std::vector<std::vector<Tensor>> g(2);
+    for (int w = 0; w < 2; ++w) {
+      for (int k = 0; k < num_keys; ++k) {
+        g[w].push_back(rng.RandomTensor(DType::kFloat64, inits[k].shape()));
+      }
+    }
+    return g;
+  };
+  const int rounds = static_cast<int>(rng.Int(1, 6));
+  uint64_t id = 100;
+  for (int r = 0; r < rounds; ++r) PushBoth(*source, keys, grads(), ++id);
+  const uint64_t last_applied = id;
+
+  // The cut: a push of the next round is held, then refused once the copy is taken.
+  const std::string cut = "join-5-1";
+  REQUIRE(out.Run(kCommandCutBegin, cut).value() == absl::StrCat(rounds));
+  absl::Notification held_done;
+  absl::Status held_status;
+  const std::vector<std::vector<Tensor>> next = grads();
+  std::vector<IncomingValue> held_values;
+  for (int k = 0; k < num_keys; ++k) held_values.push_back(Incoming(keys[k], next[0][k]));
+  source->Push(kWorkerA, ++id, held_values, [&](absl::Status s) {
+    held_status = s;
+    held_done.Notify();
+  });
+  CHECK_FALSE(held_done.HasBeenNotified());
+  REQUIRE(out.Run(kCommandCutLimit, absl::StrCat(cut, " ", rounds)).ok());
+  std::vector<std::vector<double>> before;
+  for (int k = 0; k < num_keys; ++k) before.push_back(PullAll(*source, keys[k], inits[k]));
+  const absl::StatusOr<std::string> copied =
+      out.Run(kCommandCopyOut, absl::StrCat("cut ", cut, " ", rounds, " 5"));
+  INFO(copied.status().ToString());
+  REQUIRE(copied.ok());
+  REQUIRE(absl::StartsWith(*copied, "copied "));
+  REQUIRE(held_done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  CHECK(RequiredViewEpoch(held_status) == 5);
+  for (int k = 0; k < num_keys; ++k) CHECK(PullAll(*source, keys[k], inits[k]) == before[k]);
+  // Writes routed by an older view are refused from now on; reads and newer writes are not.
+  CHECK(RequiredViewEpoch(source->CheckView(4, /*write=*/true)) == 5);
+  CHECK(source->CheckView(5, true).ok());
+  CHECK(source->CheckView(0, /*write=*/false).ok());
+
+  // Into an empty engine of the same rank, in pages of a random size.
+  auto target = NewEngine(true, {kWorkerA, kWorkerB});
+  Controller in(target.get(), &registry, nullptr, /*rank=*/1);
+  in.SetJob(job);
+  const size_t page = static_cast<size_t>(rng.Int(1, 300));
+  const absl::StatusOr<std::string> loaded = Transfer(out, in, cut, *copied, page);
+  INFO(loaded.status().ToString());
+  REQUIRE(loaded.ok());
+  CHECK(*loaded == absl::StrCat("loaded ", num_keys, " keys"));
+  CHECK(target->MaxRoundStarted() == source->MaxRoundStarted());
+  for (int k = 0; k < num_keys; ++k) CHECK(PullAll(*target, keys[k], inits[k]) == before[k]);
+  // An applied request sent again is not applied again on the copy.
+  {
+    absl::Notification again;
+    std::vector<IncomingValue> values;
+    for (int k = 0; k < num_keys; ++k) values.push_back(Incoming(keys[k], next[1][k]));
+    target->Push(kWorkerB, last_applied, values, [&](absl::Status s) {
+      CHECK(s.ok());
+      again.Notify();
+    });
+    REQUIRE(again.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    for (int k = 0; k < num_keys; ++k) CHECK(PullAll(*target, keys[k], inits[k]) == before[k]);
+  }
+  // Both copies go on alike: the optimizer's momentum came along.
+  REQUIRE(out.Run(kCommandCopyOut, absl::StrCat("end ", cut)).ok());
+  for (int r = 0; r < 3; ++r) {
+    const std::vector<std::vector<Tensor>> g = grads();
+    PushBoth(*source, keys, g, ++id);
+    PushBoth(*target, keys, g, id);
+  }
+  for (int k = 0; k < num_keys; ++k) {
+    CHECK(PullAll(*target, keys[k], inits[k]) == PullAll(*source, keys[k], inits[k]));
+  }
+  CHECK(target->MaxRoundStarted() == rounds + 3);
+}
+
+TEST_CASE("Controller: a damaged copy, a server holding keys and an aborted copy",
+          "[server][controller][replicas]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  UpdaterRegistry registry = UpdaterRegistry::WithBuiltins();
+  const JobShape job{2, "dist_sync", 1 << 20};
+  auto source = NewEngine(true, {kWorkerA});
+  Controller out(source.get(), &registry, nullptr, 0);
+  out.SetJob(job);
+  const Tensor init = rng.RandomTensor(DType::kFloat32, {static_cast<int64_t>(rng.Int(2, 30))});
+  REQUIRE(source->Init(kWorkerA, {Incoming(Key(int64_t{9}), init)}).ok());
+  REQUIRE(out.Run(kCommandCutBegin, "c").ok());
+  REQUIRE(out.Run(kCommandCutLimit, "c 0").ok());
+  const std::string copied = out.Run(kCommandCopyOut, "cut c 0 3").value();
+  CHECK(absl::IsFailedPrecondition(out.Run(kCommandCopyOut, "read other 0 10").status()));
+  CHECK(absl::IsInvalidArgument(out.Run(kCommandCopyOut, "cut c 0").status()));
+  std::vector<std::string> f = absl::StrSplit(copied, ' ');
+  REQUIRE(f.size() == 3);
+  // A wrong CRC: refused, nothing loaded.
+  auto target = NewEngine(true, {kWorkerA});
+  Controller in(target.get(), &registry, nullptr, 0);
+  in.SetJob(job);
+  REQUIRE(in.Run(kCommandCopyIn,
+                 absl::StrCat("append\n", out.Run(kCommandCopyOut, "read c 0 1000000").value()))
+              .ok());
+  uint32_t crc = 0;
+  REQUIRE(absl::SimpleAtoi(f[2], &crc));
+  const absl::Status damaged =
+      in.Run(kCommandCopyIn, absl::StrCat("load ", f[1], " ", crc ^ 1)).status();
+  INFO(damaged.ToString());
+  CHECK(absl::IsDataLoss(damaged));
+  CHECK(target->stats().num_keys == 0);
+  // A server that already holds keys takes no copy.
+  CHECK(Transfer(out, in, "c", copied, 1 << 20).ok());
+  const absl::Status twice = Transfer(out, in, "c", copied, 1 << 20).status();
+  CHECK(absl::IsFailedPrecondition(twice));
+  // Aborted: the floor the copy set is lifted, old writes are accepted again.
+  CHECK(RequiredViewEpoch(source->CheckView(2, true)) == 3);
+  REQUIRE(out.Run(kCommandCopyOut, "abort c").ok());
+  CHECK(source->CheckView(2, true).ok());
+  CHECK(absl::IsFailedPrecondition(out.Run(kCommandCopyOut, "read c 0 10").status()));
+}
+
+}  // namespace
+}  // namespace kvstore
