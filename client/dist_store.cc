@@ -18,19 +18,10 @@
 #include "common/proto_convert.h"
 #include "common/status_macros.h"
 #include "proto/kvstore.pb.h"
+#include "common/server_commands.h"
 #include "server/core/updater_state.h"
 
 namespace kvstore {
-namespace {
-
-// The servers' controller commands the store sends (server/core/controller.h).
-constexpr int kSetOptimizerCommand = 3;
-constexpr int kCheckpointCommand = 4;
-constexpr int kSaveStatesCommand = 5;
-constexpr int kLoadStatesCommand = 6;
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
                                                               const DistOptions& options) {
   if (options.scheduler_port <= 0 || options.scheduler_port > 65535) {
@@ -400,7 +391,7 @@ absl::Status DistStore::SetUpdater(Updater /*updater*/) {
 absl::Status DistStore::DoSetOptimizer(const OptimizerConfig& config) {
   proto::OptimizerConfig message;
   OptimizerConfigToProto(config, &message);
-  return SendCommandToServers(kSetOptimizerCommand, message.SerializeAsString());
+  return SendCommandToServers(kCommandSetOptimizer, message.SerializeAsString());
 }
 
 absl::Status DistStore::DoSetGradientCompression(const CompressionParams& params) {
@@ -416,7 +407,7 @@ absl::Status DistStore::SendCommandToServers(int head, const std::string& body) 
 }
 
 absl::Status DistStore::SaveOptimizerStates(const std::string& path) {
-  ASSIGN_OR_RETURN(std::vector<std::string> replies, membership_->Command(kSaveStatesCommand, ""));
+  ASSIGN_OR_RETURN(std::vector<std::string> replies, membership_->Command(kCommandSaveOptimizerStates, ""));
   UpdaterStateData merged;
   for (size_t s = 0; s < replies.size(); ++s) {
     proto::UpdaterState message;
@@ -442,7 +433,7 @@ absl::Status DistStore::LoadOptimizerStates(const std::string& path) {
   proto::UpdaterState message;
   UpdaterStateToProto(state, &message);
   const std::string body = message.SerializeAsString();
-  const absl::Status status = membership_->Command(kLoadStatesCommand, body).status();
+  const absl::Status status = membership_->Command(kCommandLoadOptimizerStates, body).status();
   if (status.ok()) return status;
   if (absl::IsResourceExhausted(status)) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -454,7 +445,7 @@ absl::Status DistStore::LoadOptimizerStates(const std::string& path) {
 }
 
 absl::Status DistStore::Checkpoint(const std::string& dir) {
-  return membership_->Command(kCheckpointCommand, dir).status();
+  return membership_->Command(kCommandCheckpoint, dir).status();
 }
 
 absl::StatusOr<int> DistStore::NumDeadNodes(NodeGroup group, absl::Duration timeout) {

@@ -68,6 +68,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/server_commands.h"
 #include "proto/kvstore.pb.h"
 #include "server/core/checkpoint_root.h"
 #include "server/core/server_engine.h"
@@ -75,22 +76,6 @@
 
 namespace kvstore {
 
-inline constexpr int kCommandSetUpdater = 0;
-inline constexpr int kCommandStats = 1;
-inline constexpr int kCommandPing = 2;
-inline constexpr int kCommandSetOptimizer = 3;
-inline constexpr int kCommandCheckpoint = 4;
-inline constexpr int kCommandSaveOptimizerStates = 5;
-inline constexpr int kCommandLoadOptimizerStates = 6;
-inline constexpr int kCommandCutBegin = 7;
-inline constexpr int kCommandCutLimit = 8;
-inline constexpr int kCommandCutWrite = 9;
-inline constexpr int kCommandCutCommit = 10;
-inline constexpr int kCommandCutPublish = 11;
-inline constexpr int kCommandCutAbort = 12;
-inline constexpr int kCommandMaxRound = 13;
-inline constexpr int kCommandCopyOut = 14;
-inline constexpr int kCommandCopyIn = 15;
 
 // CheckpointFileName returns "server-RANK.ckpt", the name of a server's checkpoint file.
 std::string CheckpointFileName(int rank);
@@ -103,7 +88,6 @@ struct JobShape {
   std::string mode;
   int64_t chunk_bytes = 0;
 };
-inline constexpr int kFirstCustomCommand = 16;
 
 using CustomController = std::function<absl::StatusOr<std::string>(int head, absl::string_view body)>;
 

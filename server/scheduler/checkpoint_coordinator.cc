@@ -13,20 +13,13 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/state_file.h"
+#include "common/server_commands.h"
 #include "common/status_macros.h"
 #include "proto/kvstore.pb.h"
 
 namespace kvstore {
 namespace {
 
-// The server commands of a checkpoint set (server/core/controller.h).
-constexpr int kCutBegin = 7;
-constexpr int kCutLimit = 8;
-constexpr int kCutWrite = 9;
-constexpr int kCutCommit = 10;
-constexpr int kCutPublish = 11;
-constexpr int kCutAbort = 12;
-constexpr int kMaxRound = 13;
 
 }  // namespace
 
@@ -91,7 +84,7 @@ void CheckpointCoordinator::Loop() {
 absl::StatusOr<int64_t> CheckpointCoordinator::MaxRound(int num_servers) {
   int64_t max_round = 0;
   for (int rank = 0; rank < num_servers; ++rank) {
-    ASSIGN_OR_RETURN(std::string reply, call_(rank, kMaxRound, ""));
+    ASSIGN_OR_RETURN(std::string reply, call_(rank, kCommandMaxRound, ""));
     int64_t round = 0;
     if (!absl::SimpleAtoi(reply, &round)) {
       return absl::InternalError(absl::StrCat("server ", rank, " replied \"", reply,
@@ -131,7 +124,7 @@ void CheckpointCoordinator::Periodic() {
     const std::string old = kept_.front();
     kept_.pop_front();
     for (int rank = 0; rank < view->num_servers; ++rank) {
-      absl::StatusOr<std::string> removed = call_(rank, kCutAbort, "remove " + old);
+      absl::StatusOr<std::string> removed = call_(rank, kCommandCutAbort, "remove " + old);
       if (!removed.ok()) {
         spdlog::warn("removing the old checkpoint {}: {}", old, removed.status().ToString());
       }
@@ -142,8 +135,8 @@ void CheckpointCoordinator::Periodic() {
 void CheckpointCoordinator::Abort(int num_servers, const std::string& id,
                                   const std::string& dir, bool committed) {
   for (int rank = 0; rank < num_servers; ++rank) {
-    absl::StatusOr<std::string> aborted = call_(rank, kCutAbort, absl::StrCat(id, " ", dir));
-    if (committed && aborted.ok()) aborted = call_(rank, kCutAbort, "remove " + dir);
+    absl::StatusOr<std::string> aborted = call_(rank, kCommandCutAbort, absl::StrCat(id, " ", dir));
+    if (committed && aborted.ok()) aborted = call_(rank, kCommandCutAbort, "remove " + dir);
     if (!aborted.ok()) {
       spdlog::warn("checkpoint {}: aborting on server {}: {}", id, rank,
                    aborted.status().ToString());
@@ -170,7 +163,7 @@ absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(
   // 1. Freeze every server; the cut's round is the highest any has started.
   int64_t round = 0;
   for (int rank = 0; rank < num_servers; ++rank) {
-    absl::StatusOr<std::string> reply = call_(rank, kCutBegin, id);
+    absl::StatusOr<std::string> reply = call_(rank, kCommandCutBegin, id);
     int64_t server_round = 0;
     if (reply.ok() && !absl::SimpleAtoi(*reply, &server_round)) {
       reply = absl::InternalError(absl::StrCat("server ", rank, " replied \"", *reply,
@@ -181,7 +174,7 @@ absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(
   }
   // 2. Let every key go on up to that round, and no further.
   for (int rank = 0; rank < num_servers; ++rank) {
-    absl::StatusOr<std::string> reply = call_(rank, kCutLimit, absl::StrCat(id, " ", round));
+    absl::StatusOr<std::string> reply = call_(rank, kCommandCutLimit, absl::StrCat(id, " ", round));
     if (!reply.ok()) return fail(reply.status());
   }
   // 3. Each server writes its file once its keys are there.
@@ -196,7 +189,7 @@ absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(
   for (int rank = 0; rank < num_servers; ++rank) {
     for (;;) {
       absl::StatusOr<std::string> reply =
-          call_(rank, kCutWrite, absl::StrCat(id, " ", round, " ", options_.job_id, " ", trimmed));
+          call_(rank, kCommandCutWrite, absl::StrCat(id, " ", round, " ", options_.job_id, " ", trimmed));
       if (!reply.ok()) return fail(reply.status());
       if (absl::StartsWith(*reply, "written ")) {
         std::vector<std::string> f = absl::StrSplit(*reply, ' ');
@@ -227,14 +220,14 @@ absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(
   committed = true;
   std::vector<std::string> paths;
   for (int rank = 0; rank < num_servers; ++rank) {
-    absl::StatusOr<std::string> reply = call_(rank, kCutCommit, trimmed);
+    absl::StatusOr<std::string> reply = call_(rank, kCommandCutCommit, trimmed);
     if (!reply.ok()) return fail(reply.status());
     paths.push_back(*reply);
   }
   manifest.set_written_unix_ms(absl::ToUnixMillis(absl::Now()));
   const std::string body = absl::StrCat(trimmed, "\n", manifest.SerializeAsString());
   for (int rank = 0; rank < num_servers; ++rank) {
-    absl::StatusOr<std::string> reply = call_(rank, kCutPublish, body);
+    absl::StatusOr<std::string> reply = call_(rank, kCommandCutPublish, body);
     if (!reply.ok()) return fail(reply.status());
   }
   last_round_ = std::max(last_round_, round);

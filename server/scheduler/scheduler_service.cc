@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
+#include "common/server_commands.h"
 #include "common/server_methods.h"
 #include "common/wire_frame.h"
 
@@ -21,8 +22,6 @@ namespace {
 
 // The scheduler's own node id (SchedulerCore issues 2, 3, ... to the others).
 constexpr uint64_t kSchedulerNodeId = 1;
-// Controller command 4 (server/core/controller.h): a checkpoint.
-constexpr int kCheckpointCommand = 4;
 
 void ViewToProto(const ClusterView& view, proto::ClusterView* out) {
   out->set_num_servers(view.num_servers);
@@ -339,7 +338,7 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
   }
   absl::StatusOr<ClusterView> view = core_->view();
   if (!view.ok()) return done(view.status());
-  if (request.head() == kCheckpointCommand && coordinator_ != nullptr) {
+  if (request.head() == kCommandCheckpoint && coordinator_ != nullptr) {
     // A checkpoint is one cut of every server, written as a set (checkpoint_coordinator.h).
     coordinator_->Request(request.body(), [response, done = std::move(done)](
                                               absl::StatusOr<std::vector<std::string>> paths) {

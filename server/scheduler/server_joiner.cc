@@ -10,17 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/server_commands.h"
 #include "common/status_macros.h"
 
 namespace kvstore {
 namespace {
 
-// The server commands a join sends (server/core/controller.h).
-constexpr int kPing = 2;
-constexpr int kCutBegin = 7;
-constexpr int kCutLimit = 8;
-constexpr int kCopyOut = 14;
-constexpr int kCopyIn = 15;
 
 absl::Status Step(absl::string_view step, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(step, ": ", status.message()));
@@ -31,17 +26,17 @@ absl::Status Step(absl::string_view step, const absl::Status& status) {
 absl::Status ServerJoiner::CopyShard(int shard, const std::string& id, uint64_t epoch,
                                      const std::string& address, bool backup) {
   const std::string what = absl::StrCat("copying shard ", shard);
-  absl::StatusOr<std::string> reply = to_shard_(shard, kCutBegin, id);
+  absl::StatusOr<std::string> reply = to_shard_(shard, kCommandCutBegin, id);
   int64_t round = 0;
   if (reply.ok() && !absl::SimpleAtoi(*reply, &round)) {
     reply = absl::InternalError(absl::StrCat("replied \"", *reply, "\" for its round"));
   }
   if (!reply.ok()) return Step(what, reply.status());
-  reply = to_shard_(shard, kCutLimit, absl::StrCat(id, " ", round));
+  reply = to_shard_(shard, kCommandCutLimit, absl::StrCat(id, " ", round));
   if (!reply.ok()) return Step(what, reply.status());
   const absl::Time deadline = absl::Now() + cut_timeout_;
   for (;;) {
-    reply = to_shard_(shard, kCopyOut, absl::StrCat("cut ", id, " ", round, " ", epoch));
+    reply = to_shard_(shard, kCommandCopyOut, absl::StrCat("cut ", id, " ", round, " ", epoch));
     if (!reply.ok()) return Step(what, reply.status());
     if (absl::StartsWith(*reply, "copied ")) break;
     if (absl::Now() > deadline) {
@@ -57,12 +52,12 @@ absl::Status ServerJoiner::CopyShard(int shard, const std::string& id, uint64_t 
     return absl::InternalError(absl::StrCat(what, ": the copy was answered \"", *reply, "\""));
   }
   for (uint64_t offset = 0; offset < bytes; offset += kPageBytes) {
-    reply = to_shard_(shard, kCopyOut, absl::StrCat("read ", id, " ", offset, " ", kPageBytes));
+    reply = to_shard_(shard, kCommandCopyOut, absl::StrCat("read ", id, " ", offset, " ", kPageBytes));
     if (!reply.ok()) return Step(what, reply.status());
-    reply = to_address_(address, backup, kCopyIn, absl::StrCat("append\n", *reply));
+    reply = to_address_(address, backup, kCommandCopyIn, absl::StrCat("append\n", *reply));
     if (!reply.ok()) return Step(absl::StrCat(what, " into the new server"), reply.status());
   }
-  reply = to_address_(address, backup, kCopyIn, absl::StrCat("load ", f[1], " ", f[2]));
+  reply = to_address_(address, backup, kCommandCopyIn, absl::StrCat("load ", f[1], " ", f[2]));
   if (!reply.ok()) return Step(absl::StrCat(what, " into the new server"), reply.status());
   spdlog::info("join: shard {} ({} bytes, every key at round {}) copied into the server at {}: {}",
                shard, bytes, round, address, *reply);
@@ -83,7 +78,7 @@ absl::Status ServerJoiner::Join(const Registration& registration, const std::str
   // The new server serves once it has set itself up after registering.
   absl::Status status;
   for (;;) {
-    status = to_address_(address, false, kPing, "join").status();
+    status = to_address_(address, false, kCommandPing, "join").status();
     if (status.ok() || !absl::IsUnavailable(status) || absl::Now() - started > cut_timeout_) {
       break;
     }
@@ -100,7 +95,7 @@ absl::Status ServerJoiner::Join(const Registration& registration, const std::str
   if (status.ok()) status = core_->CompleteJoin(registration.node_id);
   for (size_t i = 0; i < ids.size(); ++i) {
     const absl::StatusOr<std::string> ended = to_shard_(
-        shards[i].first, kCopyOut, absl::StrCat(status.ok() ? "end " : "abort ", ids[i]));
+        shards[i].first, kCommandCopyOut, absl::StrCat(status.ok() ? "end " : "abort ", ids[i]));
     if (!ended.ok()) {
       spdlog::warn("join: ending the copy of shard {}: {}", shards[i].first,
                    ended.status().ToString());

@@ -30,6 +30,21 @@ int64_t LongestRound(const std::string& output) {
   return ms;
 }
 
+// ExpectExactTraining requires every worker to exit 0 having checked every round's pull
+// against the reference (sum_worker exits 1 otherwise), no round stalled for a second or more.
+void ExpectExactTraining(Job& job, int workers, int rounds) {
+  for (int w = 0; w < workers; ++w) {
+    Job::ExpectExit(job.worker(w), 0);
+    const std::string output = job.worker(w).output();
+    INFO("worker " << w << ":\n" << output);
+    CHECK(absl::StrContains(output, absl::StrCat("rounds 1..", rounds, " checked")));
+    const int64_t longest = LongestRound(output);
+    std::printf("worker %d: longest round %lld ms\n", w, static_cast<long long>(longest));
+    CHECK(longest >= 0);
+    CHECK(longest < 1000);
+  }
+}
+
 void KillOneServer(int servers) {
   const uint64_t seed = TestSeed();
   std::mt19937_64 rng(seed);
@@ -59,17 +74,7 @@ void KillOneServer(int servers) {
   }
   INFO(status);
   CHECK(shown);
-  for (int w = 0; w < kWorkers; ++w) {
-    Job::ExpectExit(job.worker(w), 0);
-    const std::string output = job.worker(w).output();
-    INFO("worker " << w << ":\n" << output);
-    // Every round's pull was checked against the reference (sum_worker exits 1 otherwise).
-    CHECK(absl::StrContains(output, absl::StrCat("rounds 1..", kRounds, " checked")));
-    const int64_t longest = LongestRound(output);
-    std::printf("worker %d: longest round %lld ms\n", w, static_cast<long long>(longest));
-    CHECK(longest >= 0);
-    CHECK(longest < 1000);
-  }
+  ExpectExactTraining(job, kWorkers, kRounds);
   for (int s = 0; s < servers; ++s) {
     if (s != victim) Job::ExpectExit(job.server(s), 0);
   }
@@ -128,6 +133,11 @@ void ReplaceOneServer(int servers) {
   const std::string joined = absl::StrCat("join: server ", victim, " at ");
   INFO(job.scheduler().output());
   REQUIRE(job.scheduler().WaitForOutput("serves shards", absl::Seconds(30)));
+  {
+    const std::string log = job.scheduler().output();
+    const size_t line = log.rfind('\n', log.find("serves shards"));
+    std::printf("%s\n", log.substr(line + 1, log.find('\n', line + 1) - line - 1).c_str());
+  }
   CHECK(absl::StrContains(job.scheduler().output(), joined));
   CHECK_FALSE(absl::StrContains(job.scheduler().output(), "could not join"));
   // kvctl shows the rank alive again, at the replacement's address.
@@ -145,16 +155,7 @@ void ReplaceOneServer(int servers) {
   job.server(second).Kill();
   REQUIRE(job.scheduler().WaitForOutput(absl::StrCat("server ", second, " is dead"),
                                         absl::Seconds(10)));
-  for (int w = 0; w < kWorkers; ++w) {
-    Job::ExpectExit(job.worker(w), 0);
-    const std::string output = job.worker(w).output();
-    INFO("worker " << w << ":\n" << output);
-    CHECK(absl::StrContains(output, absl::StrCat("rounds 1..", kRounds, " checked")));
-    const int64_t longest = LongestRound(output);
-    std::printf("worker %d: longest round %lld ms\n", w, static_cast<long long>(longest));
-    CHECK(longest >= 0);
-    CHECK(longest < 1000);
-  }
+  ExpectExactTraining(job, kWorkers, kRounds);
   for (int s = 0; s < servers; ++s) {
     if (s != second) Job::ExpectExit(job.server(s), 0);
   }
