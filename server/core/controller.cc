@@ -87,7 +87,7 @@ absl::StatusOr<std::string> Controller::Run(int head, absl::string_view body) {
       return absl::InvalidArgumentError(absl::StrCat(
           "no controller for command head ", head,
           " (built in: 0 set updater, 1 stats, 2 ping, 3 set optimizer, 4 checkpoint, 5 save "
-          "and 6 load optimizer states; ",
+          "and 6 load optimizer states, 7-15 the scheduler's checkpoint sets and shard copies; ",
           kFirstCustomCommand, " and up need a custom controller)"));
   }
 }

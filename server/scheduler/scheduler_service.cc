@@ -336,6 +336,13 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
       return;
     }
   }
+  if (request.head() >= kCommandCutBegin && request.head() <= kCommandCopyIn) {
+    // The steps of checkpoint sets and shard copies: sent by the scheduler itself, in order.
+    return done(absl::InvalidArgumentError(absl::StrCat(
+        "command head ", request.head(), " is a step of the scheduler's own checkpoints and "
+        "shard copies (heads ", kCommandCutBegin, "-", kCommandCopyIn,
+        "); it is not sent on request (a checkpoint is head ", kCommandCheckpoint, ")")));
+  }
   absl::StatusOr<ClusterView> view = core_->view();
   if (!view.ok()) return done(view.status());
   if (request.head() == kCommandCheckpoint && coordinator_ != nullptr) {

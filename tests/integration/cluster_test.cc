@@ -380,9 +380,17 @@ TEST_CASE("Cluster: kvctl status, command fan-out and shutdown", "[cluster][kvct
     REQUIRE(written.find(absl::StrCat("server ", s, ": ", path)) != std::string::npos);
     REQUIRE(ReadTextFile(path).rfind(std::string("KVSTATE\0", 8), 0) == 0);
   }
-  const std::string bad = cluster.Kvctl({"command", "15", "x"}, &code);
+  const std::string bad = cluster.Kvctl({"command", "16", "x"}, &code);
   REQUIRE(code == 1);
-  REQUIRE(bad.find("no controller for command head 15") != std::string::npos);
+  REQUIRE(bad.find("no controller for command head 16") != std::string::npos);
+  // The steps of the scheduler's own checkpoints and shard copies are not sent on request.
+  for (const char* head : {"7", "12", "14", "15"}) {
+    const std::string internal = cluster.Kvctl({"command", head, "x"}, &code);
+    INFO(internal);
+    REQUIRE(code == 1);
+    REQUIRE(internal.find(absl::StrCat("command head ", head, " is a step of the scheduler's")) !=
+            std::string::npos);
+  }
   cluster.Kvctl({"shutdown"}, &code);
   REQUIRE(code == 0);
   Cluster::ExpectExit(cluster.server(0), 0);
