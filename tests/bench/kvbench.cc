@@ -15,7 +15,9 @@
 // raw-socket request/response moving the same bytes over loopback to an echo process (W
 // connections at once for W workers). `bytes` is the payload every worker together moves in
 // one repetition (a push+pull counts it once); gbps = bytes / median; ratio = gbps /
-// ceiling_gbps. Beside them, once per run: the raw 4 KB exchange with both ends pinned to one
+// ceiling_gbps. With several workers a repetition lasts from the earliest worker's start to
+// the latest worker's end, the workers' threads released untimed (as ps-lite's benchmark
+// times its workers after a barrier). Beside them, once per run: the raw 4 KB exchange with both ends pinned to one
 // CPU and to two (raw_4KB_one_cpu_us, raw_4KB_two_cpus_us), the two values an unpinned
 // ceiling of a small exchange lands near.
 //
