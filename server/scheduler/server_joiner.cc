@@ -23,8 +23,7 @@ absl::Status Step(absl::string_view step, const absl::Status& status) {
 
 }  // namespace
 
-absl::Status ServerJoiner::CopyShard(int shard, const std::string& id, uint64_t epoch,
-                                     const std::string& address, bool backup) {
+absl::StatusOr<int64_t> ServerJoiner::BeginCopy(int shard, const std::string& id) {
   const std::string what = absl::StrCat("copying shard ", shard);
   absl::StatusOr<std::string> reply = to_shard_(shard, kCommandCutBegin, id);
   int64_t round = 0;
@@ -34,25 +33,38 @@ absl::Status ServerJoiner::CopyShard(int shard, const std::string& id, uint64_t 
   if (!reply.ok()) return Step(what, reply.status());
   reply = to_shard_(shard, kCommandCutLimit, absl::StrCat(id, " ", round));
   if (!reply.ok()) return Step(what, reply.status());
-  const absl::Time deadline = absl::Now() + cut_timeout_;
-  for (;;) {
-    reply = to_shard_(shard, kCommandCopyOut, absl::StrCat("cut ", id, " ", round, " ", epoch));
-    if (!reply.ok()) return Step(what, reply.status());
-    if (absl::StartsWith(*reply, "copied ")) break;
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          what, ": its keys did not reach round ", round, " within ",
-          absl::FormatDuration(cut_timeout_), ": ", *reply));
-    }
-    absl::SleepFor(absl::Milliseconds(2));
+  return round;
+}
+
+absl::StatusOr<std::string> ServerJoiner::TakeCopy(int shard, const std::string& id,
+                                                   int64_t round, uint64_t epoch,
+                                                   absl::Time deadline) {
+  const std::string what = absl::StrCat("copying shard ", shard);
+  absl::StatusOr<std::string> reply =
+      to_shard_(shard, kCommandCopyOut, absl::StrCat("cut ", id, " ", round, " ", epoch));
+  if (!reply.ok()) return Step(what, reply.status());
+  if (absl::StartsWith(*reply, "copied ")) return reply;
+  if (absl::Now() > deadline) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        what, ": its keys did not reach round ", round, " within ",
+        absl::FormatDuration(cut_timeout_), ": ", *reply));
   }
-  const std::vector<std::string> f = absl::StrSplit(*reply, ' ');
+  return std::string();  // Not yet.
+}
+
+absl::Status ServerJoiner::MoveCopy(int shard, const std::string& id, int64_t round,
+                                    const std::string& copied, const std::string& address,
+                                    bool backup) {
+  const std::string what = absl::StrCat("copying shard ", shard);
+  const std::vector<std::string> f = absl::StrSplit(copied, ' ');
   uint64_t bytes = 0;
   if (f.size() != 3 || !absl::SimpleAtoi(f[1], &bytes)) {
-    return absl::InternalError(absl::StrCat(what, ": the copy was answered \"", *reply, "\""));
+    return absl::InternalError(absl::StrCat(what, ": the copy was answered \"", copied, "\""));
   }
+  absl::StatusOr<std::string> reply;
   for (uint64_t offset = 0; offset < bytes; offset += kPageBytes) {
-    reply = to_shard_(shard, kCommandCopyOut, absl::StrCat("read ", id, " ", offset, " ", kPageBytes));
+    reply = to_shard_(shard, kCommandCopyOut,
+                      absl::StrCat("read ", id, " ", offset, " ", kPageBytes));
     if (!reply.ok()) return Step(what, reply.status());
     reply = to_address_(address, backup, kCommandCopyIn, absl::StrCat("append\n", *reply));
     if (!reply.ok()) return Step(absl::StrCat(what, " into the new server"), reply.status());
@@ -86,11 +98,33 @@ absl::Status ServerJoiner::Join(const Registration& registration, const std::str
   }
   if (!status.ok()) status = Step("waiting for the new server to serve", status);
   pause_(true);
+  // Both living copies are cut first, then copied as each reaches its round: the two waits
+  // for a round to complete overlap.
   std::vector<std::string> ids;
+  std::vector<int64_t> rounds;
   for (const auto& [shard, backup] : shards) {
     if (!status.ok()) break;
     ids.push_back(absl::StrCat("join-", epoch, "-", shard));
-    status = CopyShard(shard, ids.back(), epoch, address, backup);
+    absl::StatusOr<int64_t> round = BeginCopy(shard, ids.back());
+    status = round.status();
+    if (status.ok()) rounds.push_back(*round);
+  }
+  std::vector<std::string> copied(shards.size());
+  const absl::Time deadline = absl::Now() + cut_timeout_;
+  for (bool waiting = status.ok(); waiting && status.ok();) {
+    waiting = false;
+    for (size_t i = 0; i < shards.size() && status.ok(); ++i) {
+      if (!copied[i].empty()) continue;
+      absl::StatusOr<std::string> reply =
+          TakeCopy(shards[i].first, ids[i], rounds[i], epoch, deadline);
+      status = reply.status();
+      if (status.ok() && !reply->empty()) copied[i] = *reply;
+      waiting |= status.ok() && copied[i].empty();
+    }
+    if (waiting) absl::SleepFor(absl::Milliseconds(2));
+  }
+  for (size_t i = 0; i < shards.size() && status.ok(); ++i) {
+    status = MoveCopy(shards[i].first, ids[i], rounds[i], copied[i], address, shards[i].second);
   }
   if (status.ok()) status = core_->CompleteJoin(registration.node_id);
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -4,9 +4,9 @@
 // A kvserver of rank D holds two shards: its own (primary; the other copy is the backup on
 // server D+1) and the backup of shard D-1 (the primary on server D-1). When D has died and a
 // new server has registered in its place, Join copies both from their living copies:
-//   1. cut:   the living copy is frozen (controller commands 7 and 8) at the highest round it
-//             has started; once every key has completed it (command 14 "cut"), the copy is
-//             taken and, from that moment, the living copy refuses writes routed by a view
+//   1. cut:   both living copies are frozen (controller commands 7 and 8), each at the highest
+//             round it has started; once every key of one has completed it (command 14 "cut"),
+//             its copy is taken and, from that moment, it refuses writes routed by a view
 //             older than the join's epoch (common/view_epoch.h) - the pushes the cut held too;
 //   2. move:  the copy goes to the new server in pages (14 "read", 15 "append") and is
 //             loaded there (15 "load": size and CRC-32 checked, values, rounds, updater and
@@ -65,9 +65,17 @@ class ServerJoiner {
   static constexpr size_t kPageBytes = size_t{1} << 20;
 
  private:
-  // CopyShard copies `shard` from its living copy into the new server's engine (`backup`).
-  absl::Status CopyShard(int shard, const std::string& id, uint64_t epoch,
-                         const std::string& address, bool backup);
+  // BeginCopy cuts the living copy of `shard` (controller commands 7 and 8) as copy `id`
+  // and returns the cut's round.
+  absl::StatusOr<int64_t> BeginCopy(int shard, const std::string& id);
+  // TakeCopy asks for the copy once (command 14 "cut"): the "copied BYTES CRC32" reply, or ""
+  // while a key is still short of `round`; DeadlineExceeded past `deadline`.
+  absl::StatusOr<std::string> TakeCopy(int shard, const std::string& id, int64_t round,
+                                       uint64_t epoch, absl::Time deadline);
+  // MoveCopy sends the copy `copied` describes into the new server's engine (`backup`) and
+  // loads it there.
+  absl::Status MoveCopy(int shard, const std::string& id, int64_t round,
+                        const std::string& copied, const std::string& address, bool backup);
 
   SchedulerCore* const core_;
   const ShardCall to_shard_;
