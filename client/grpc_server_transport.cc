@@ -32,7 +32,8 @@ absl::StatusOr<std::unique_ptr<GrpcServerTransport>> GrpcServerTransport::Create
   transport->connections_ = connections;
   for (const ServerAddress& address : servers) {
     Server server;
-    server.stubs = transport->Connect(address.address);
+    server.stubs =
+        std::make_unique<std::atomic<const Stubs*>>(transport->Connect(address.address));
     server.next_stub = std::make_unique<std::atomic<uint64_t>>(0);
     server.backup = address.backup;
     transport->servers_.push_back(std::move(server));
@@ -42,24 +43,23 @@ absl::StatusOr<std::unique_ptr<GrpcServerTransport>> GrpcServerTransport::Create
   return transport;
 }
 
-std::shared_ptr<const GrpcServerTransport::Stubs> GrpcServerTransport::Connect(
-    const std::string& address) const {
-  auto stubs = std::make_shared<Stubs>();
+const GrpcServerTransport::Stubs* GrpcServerTransport::Connect(const std::string& address) {
+  auto stubs = std::make_unique<Stubs>();
   for (int c = 0; c < connections_; ++c) {
     // MakeChannel gives every channel its own connection.
     stubs->push_back(std::make_unique<grpc::GenericStub>(MakeChannel(address, credentials_)));
   }
-  return stubs;
+  const Stubs* connected = stubs.get();
+  absl::MutexLock lock(&connected_mu_);
+  connected_.push_back(std::move(stubs));
+  return connected;
 }
 
 absl::Status GrpcServerTransport::Retarget(int s, const std::string& address) {
   if (s < 0 || s >= static_cast<int>(servers_.size())) {
     return absl::InvalidArgumentError(absl::StrCat("no server target ", s));
   }
-  std::shared_ptr<const Stubs> stubs = Connect(address);
-  std::shared_ptr<const Stubs> old = std::atomic_exchange(&servers_[s].stubs, std::move(stubs));
-  absl::MutexLock lock(&retired_mu_);
-  retired_.push_back(std::move(old));  // Calls in flight may still use them.
+  servers_[s].stubs->store(Connect(address), std::memory_order_release);
   return absl::OkStatus();
 }
 
@@ -80,7 +80,7 @@ void GrpcServerTransport::Send(int s, ServerMethod method,
   if (view_epoch > 0) rpc->context.AddMetadata(kViewEpochKey, absl::StrCat(view_epoch));
   rpc->done = std::move(done);
   Server& server = servers_[s];
-  const std::shared_ptr<const Stubs> stubs = std::atomic_load(&server.stubs);
+  const Stubs* stubs = server.stubs->load(std::memory_order_acquire);
   grpc::GenericStub* stub = (*stubs)[(*server.next_stub)++ % stubs->size()].get();
   rpc->reader = stub->PrepareUnaryCall(&rpc->context, GrpcMethodPath(method, server.backup),
                                        *request, &cq_);
@@ -111,7 +111,7 @@ absl::Status GrpcServerTransport::Probe(int s, ServerMethod method,
   grpc::Status status;
   // A call of its own on a queue of its own, waited for here.
   grpc::CompletionQueue cq;
-  const std::shared_ptr<const Stubs> stubs = std::atomic_load(&servers_[s].stubs);
+  const Stubs* stubs = servers_[s].stubs->load(std::memory_order_acquire);
   auto call = stubs->front()->PrepareUnaryCall(
       &context, GrpcMethodPath(method, servers_[s].backup), request, &cq);
   call->StartCall();

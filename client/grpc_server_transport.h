@@ -49,7 +49,9 @@ class GrpcServerTransport final : public ServerTransport {
  private:
   using Stubs = std::vector<std::unique_ptr<grpc::GenericStub>>;  // One per connection.
   struct Server {
-    std::shared_ptr<const Stubs> stubs;  // Read and replaced atomically (Retarget).
+    // The current connections, replaced by Retarget; every set stays owned by `connected_`
+    // (calls in flight may still use an old one), so a send reads a plain pointer.
+    std::unique_ptr<std::atomic<const Stubs*>> stubs;
     std::unique_ptr<std::atomic<uint64_t>> next_stub;
     bool backup = false;  // Calls the Backup methods (ServerAddress::backup).
   };
@@ -57,16 +59,16 @@ class GrpcServerTransport final : public ServerTransport {
   struct Rpc;
 
   GrpcServerTransport() = default;
-  // Connect opens the channels to `address`.
-  std::shared_ptr<const Stubs> Connect(const std::string& address) const;
+  // Connect opens the channels to `address`; the transport keeps them until it is destroyed.
+  const Stubs* Connect(const std::string& address);
   // CompleteCalls runs every call's completion until cq_ shuts down.
   void CompleteCalls();
 
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
   int connections_ = 1;
   std::vector<Server> servers_;
-  absl::Mutex retired_mu_;
-  std::vector<std::shared_ptr<const Stubs>> retired_ ABSL_GUARDED_BY(retired_mu_);
+  absl::Mutex connected_mu_;
+  std::vector<std::unique_ptr<const Stubs>> connected_ ABSL_GUARDED_BY(connected_mu_);
   grpc::CompletionQueue cq_;
   std::thread completer_;
   bool closed_ = false;

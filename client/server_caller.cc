@@ -55,7 +55,9 @@ void ServerCaller::ApplyView(uint64_t epoch, const std::vector<ServerAddress>& s
       if (rank < 0 || rank >= num_servers() || targets_[rank].address == server.address) continue;
       // The server's own shard, and with replicas the backup it holds of the previous one.
       std::vector<int> moved = {TargetOf(rank, 0)};
-      if (policy_.replicas > 1) moved.push_back(TargetOf((rank + num_servers() - 1) % num_servers(), 1));
+      if (policy_.replicas > 1) {
+        moved.push_back(TargetOf((rank + num_servers() - 1) % num_servers(), 1));
+      }
       for (int t : moved) {
         const absl::Status retargeted = transport_->Retarget(t, server.address);
         if (!retargeted.ok()) continue;  // Its requests keep failing, naming the old address.

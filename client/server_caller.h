@@ -127,7 +127,9 @@ class ServerCaller {
  private:
   // Copy c of shard s: its index among the transport's targets, and the rank of its server.
   int TargetOf(int s, int c) const { return c == 0 ? s : num_servers() + s; }
-  int ServerOf(int t) const { return t < num_servers() ? t : (t - num_servers() + 1) % num_servers(); }
+  int ServerOf(int t) const {
+    return t < num_servers() ? t : (t - num_servers() + 1) % num_servers();
+  }
   // Route sends a call of a job with replicas to the copies of the current view, and again
   // (up to kMaxReroutes times) once a newer view is known when a copy refused it as stale.
   void Route(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,

@@ -129,6 +129,10 @@ class Controller {
 
  private:
   absl::StatusOr<std::string> Checkpoint(const std::string& dir);
+  // SplitFields cuts a command's `body` into `n` fields at spaces, the last keeping the rest
+  // (a DIR); InvalidArgument showing `usage` otherwise (controller_cut.cc).
+  static absl::StatusOr<std::vector<std::string>> SplitFields(absl::string_view body, size_t n,
+                                                              absl::string_view usage);
   // RunCut runs the checkpoint set commands 7-12 (controller_cut.cc).
   absl::StatusOr<std::string> RunCut(int head, absl::string_view body);
   // CutRound reads the "ID ROUND" leading a cut step's fields: the round, once ID is the

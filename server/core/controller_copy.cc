@@ -5,7 +5,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/state_file.h"
 #include "common/status_macros.h"
@@ -14,16 +13,6 @@
 
 namespace kvstore {
 namespace {
-
-absl::StatusOr<std::vector<std::string>> CopyFields(absl::string_view body, size_t n,
-                                                    absl::string_view usage) {
-  std::vector<std::string> fields = absl::StrSplit(body, ' ');
-  if (fields.size() != n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("copy command body \"", body.substr(0, 80), "\" is not \"", usage, "\""));
-  }
-  return fields;
-}
 
 absl::StatusOr<uint64_t> Number(const std::string& field, absl::string_view what) {
   uint64_t n = 0;
@@ -42,7 +31,7 @@ absl::StatusOr<std::string> Controller::RunCopy(int head, absl::string_view body
       copy_in_.append(body.data(), body.size());
       return absl::StrCat("received ", copy_in_.size());
     }
-    ASSIGN_OR_RETURN(std::vector<std::string> f, CopyFields(body, 3, "load BYTES CRC32"));
+    ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 3, "load BYTES CRC32"));
     if (f[0] != "load") {
       return absl::InvalidArgumentError(
           absl::StrCat("copy-in command \"", f[0], "\" is not append or load"));
@@ -56,8 +45,9 @@ absl::StatusOr<std::string> Controller::RunCopy(int head, absl::string_view body
     }
     const std::string what = absl::StrCat("the copy of shard ", rank_);
     if (copy.size() != bytes || Crc32(copy) != crc) {
-      return absl::DataLossError(absl::StrCat(what, ": received ", copy.size(), " bytes with CRC-32 ",
-                                              Crc32(copy), ", sent ", bytes, " with ", crc));
+      return absl::DataLossError(absl::StrCat(what, ": received ", copy.size(),
+                                              " bytes with CRC-32 ", Crc32(copy), ", sent ",
+                                              bytes, " with ", crc));
     }
     if (engine_->stats().num_keys > 0) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -74,7 +64,7 @@ absl::StatusOr<std::string> Controller::RunCopy(int head, absl::string_view body
 
   const std::string verb(body.substr(0, body.find(' ')));
   if (verb == "cut") {
-    ASSIGN_OR_RETURN(std::vector<std::string> f, CopyFields(body, 4, "cut ID ROUND EPOCH"));
+    ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 4, "cut ID ROUND EPOCH"));
     ASSIGN_OR_RETURN(const int64_t round, CutRound({f[1], f[2]}));
     ASSIGN_OR_RETURN(const uint64_t epoch, Number(f[3], "a view epoch"));
     const std::string lagging = engine_->CutLagging();
@@ -106,7 +96,7 @@ absl::StatusOr<std::string> Controller::RunCopy(int head, absl::string_view body
     return absl::StrCat("copied ", copy_out_.size(), " ", Crc32(copy_out_));
   }
   if (verb == "read") {
-    ASSIGN_OR_RETURN(std::vector<std::string> f, CopyFields(body, 4, "read ID OFFSET LENGTH"));
+    ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 4, "read ID OFFSET LENGTH"));
     ASSIGN_OR_RETURN(const uint64_t offset, Number(f[2], "an offset"));
     ASSIGN_OR_RETURN(const uint64_t length, Number(f[3], "a length"));
     absl::MutexLock lock(&cut_mu_);
@@ -121,7 +111,7 @@ absl::StatusOr<std::string> Controller::RunCopy(int head, absl::string_view body
     return copy_out_.substr(offset, length);
   }
   if (verb == "end" || verb == "abort") {
-    ASSIGN_OR_RETURN(std::vector<std::string> f, CopyFields(body, 2, "end|abort ID"));
+    ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 2, "end|abort ID"));
     bool ended_cut = false;
     bool copied = false;
     uint64_t floor_before = 0;

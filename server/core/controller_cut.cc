@@ -13,17 +13,6 @@
 namespace kvstore {
 namespace {
 
-// SplitFields cuts `body` into `n` fields at spaces; the last keeps the rest (a DIR).
-absl::StatusOr<std::vector<std::string>> SplitFields(absl::string_view body, size_t n,
-                                                     absl::string_view usage) {
-  std::vector<std::string> fields = absl::StrSplit(body, absl::MaxSplits(' ', n - 1));
-  if (fields.size() != n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint command body \"", body, "\" is not \"", usage, "\""));
-  }
-  return fields;
-}
-
 // RemoveIfEmpty removes the directory `dir` below `root` when it is empty (a checkpoint that
 // created it and was aborted, or an old set just removed); nothing otherwise.
 absl::Status RemoveIfEmpty(const CheckpointRoot& root, std::string dir) {
@@ -39,6 +28,17 @@ absl::Status RemoveIfEmpty(const CheckpointRoot& root, std::string dir) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<std::string>> Controller::SplitFields(absl::string_view body,
+                                                                 size_t n,
+                                                                 absl::string_view usage) {
+  std::vector<std::string> fields = absl::StrSplit(body, absl::MaxSplits(' ', n - 1));
+  if (fields.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "command body \"", body.substr(0, 80), "\" is not \"", usage, "\""));
+  }
+  return fields;
+}
 
 absl::StatusOr<int64_t> Controller::CutRound(const std::vector<std::string>& fields) {
   int64_t round = 0;

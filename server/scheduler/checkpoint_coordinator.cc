@@ -61,7 +61,8 @@ void CheckpointCoordinator::Loop() {
       mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Milliseconds(100));
       if (stop_) {
         for (Pending& p : queue_) {
-          if (p.done) p.done(absl::CancelledError("the scheduler stopped before the checkpoint ran"));
+          if (!p.done) continue;
+          p.done(absl::CancelledError("the scheduler stopped before the checkpoint ran"));
         }
         queue_.clear();
         return;

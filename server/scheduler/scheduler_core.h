@@ -314,6 +314,13 @@ class SchedulerCore {
   std::optional<Registration> ReplaceServer(int rank, const std::string& address,
                                             const std::string& hostname, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // TakeOverRank replaces node `old` by a new node of its role and rank at `address` (a new
+  // node id, its keys, bytes and restored round reset, `replaced_address` the old one's
+  // address) and returns it.
+  NodeInfo& TakeOverRank(NodeInfo* old, const std::string& address, const std::string& hostname,
+                         absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RegistrationOf is the registration answering `node` (its join epoch when it is joining).
+  Registration RegistrationOf(const NodeInfo& node) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // JoinServer registers a replacement server (see CompleteJoin); NotFound when this
   // registration is not one (no dead server to replace), another error to refuse it.
   absl::StatusOr<Registration> JoinServer(int requested_rank, const std::string& address,

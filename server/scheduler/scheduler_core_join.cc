@@ -54,37 +54,19 @@ absl::StatusOr<Registration> SchedulerCore::JoinServer(int requested_rank,
           " is dead too: ", copy->death, ")"));
     }
   }
-  NodeInfo node = *old;
-  const uint64_t id = next_node_id_++;
-  const uint64_t epoch = ++last_join_epoch_;
-  node.node_id = id;
-  node.address = address;
-  node.hostname = hostname;
-  node.last_heartbeat = now;
-  node.num_keys = 0;
-  node.num_bytes = 0;
+  const std::string death =
+      absl::StrCat("replaced: the server at ", address, " (node ", next_node_id_,
+                   ") is copying its shards (was ", old->address,
+                   old->dead ? absl::StrCat(": ", old->death) : std::string(), ")");
+  NodeInfo& node = TakeOverRank(old, address, hostname, now);
+  node.replaced_address.clear();  // Nothing is lost: no data loss to report.
   node.max_round = 0;
-  node.restored_round = -1;
-  node.released = false;
-  node.replaced_address.clear();
-  node.replaced_round = -1;
   node.dead = true;  // Its shards are served by their other copies until it is published.
-  node.death = absl::StrCat("replaced: the server at ", address, " (node ", id,
-                            ") is copying its shards (was ", old->address,
-                            old->dead ? absl::StrCat(": ", old->death) : std::string(), ")");
+  node.death = death;
   node.joining = true;
-  node.join_epoch = epoch;
+  node.join_epoch = ++last_join_epoch_;
   node.join_failure.clear();
-  requested_rank_.erase(old->node_id);
-  nodes_.erase(old->node_id);
-  nodes_[id] = node;
-  requested_rank_[id] = rank;
-  Registration registration;
-  registration.node_id = id;
-  registration.rank = rank;
-  registration.view = ViewLocked();
-  registration.join_epoch = epoch;
-  return registration;
+  return RegistrationOf(node);
 }
 
 absl::Status SchedulerCore::CompleteJoin(uint64_t node_id) {
