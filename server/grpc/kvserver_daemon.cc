@@ -99,7 +99,9 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
                    ServerCredentialsFor(daemon->options_.security.tls));
   builder.AddListeningPort(listen, credentials, &daemon->port_);
   builder.RegisterService(&daemon->service_);
-  EnableHealthService();
+  // NOT_SERVING until registered (and restored).
+  daemon->health_ = std::make_unique<DaemonHealth>("kvstore.proto.KVServer");
+  daemon->health_->AddTo(&builder);
   for (int i = 0; i < daemon->options_.serving_threads; ++i) {
     daemon->cqs_.push_back(builder.AddCompletionQueue());
   }
@@ -107,9 +109,6 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
   if (daemon->server_ == nullptr || daemon->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("kvserver cannot listen on ", listen));
   }
-  // NOT_SERVING until registered (and restored).
-  daemon->health_ =
-      std::make_unique<DaemonHealth>(daemon->server_.get(), "kvstore.proto.KVServer");
   if (!daemon->options_.trace_file.empty()) {
     ASSIGN_OR_RETURN(daemon->trace_,
                      TraceWriter::Open(daemon->options_.trace_file, "kvserver"));
@@ -125,6 +124,7 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
   }
   for (auto& cq : daemon->cqs_) {
     daemon->serving_.push_back(NamedThread("kv-serve", [d = daemon.get(), cq = cq.get()] {
+      d->health_->Ask(cq);
       d->service_.Serve(cq, d->options_.serving_poll);
     }));
   }
@@ -156,6 +156,7 @@ KVServerDaemon::~KVServerDaemon() {
   // serving threads drain them and return.
   if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
   service_.StopServing();
+  if (health_ != nullptr) health_->StopServing();
   for (auto& cq : cqs_) cq->Shutdown();
   for (std::thread& t : serving_) t.join();
   if (serving_.empty()) {

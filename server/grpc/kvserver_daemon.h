@@ -136,11 +136,12 @@ class KVServerDaemon {
   absl::Mutex info_mu_;
   MetricLabels info_ ABSL_GUARDED_BY(info_mu_);  // kvstore_server_info's labels, once known.
   KVServerService service_;
+  // The health service; like service_, it must outlive the server.
+  std::unique_ptr<DaemonHealth> health_;
   // One serving thread per completion queue.
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs_;
   std::vector<std::thread> serving_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<DaemonHealth> health_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;
   std::unique_ptr<TraceWriter> trace_;  // Outlives the engine's round observer: see ~.
   std::thread thread_;

@@ -40,7 +40,7 @@ void KVServerService::Serving(bool backup, std::shared_ptr<ServerBackend>* backe
 // One call of one method: asked for, then run, then finished. Every step runs on a serving
 // thread under a reader lock of serving_mu_, so that once StopServing returns, nothing asks
 // for or answers a call on a queue that may be shutting down.
-class KVServerService::Call {
+class KVServerService::Call final : public ServingTag {
  public:
   // In the order of proto/kvstore.proto: the six methods, then their Backup methods.
   static constexpr int kMethods = 2 * kNumServerMethods;
@@ -50,14 +50,12 @@ class KVServerService::Call {
   static void Ask(KVServerService* service, int method, grpc::ServerCompletionQueue* cq) {
     auto* call = new Call(service, method, cq);
     service->RequestAsyncUnary(method, &call->context_, &call->request_, &call->responder_, cq,
-                               cq, call);
+                               cq, static_cast<ServingTag*>(call));
   }
 
-  enum class Event { kStarted, kSmallEnded, kEnded };
-
-  // Proceed runs for each event of the call: its arrival, then its finish, and says which it
-  // was (kSmallEnded: a call of under kSmallCallBytes each way has been answered).
-  Event Proceed(bool ok) {
+  // Proceed runs for each event of the call: its arrival (kOther), then its finish, and says
+  // which it was (kSmallEnded: a call of under kSmallCallBytes each way has been answered).
+  Event Proceed(bool ok) override {
     absl::ReaderMutexLock lock(&service_->serving_mu_);
     if (finishing_ || !ok || service_->stopped_) {  // Done, or the server is shutting down.
       const size_t request_bytes = finishing_ ? request_.Length() : 0;
@@ -77,10 +75,10 @@ class KVServerService::Call {
     if (service_->metrics_ != nullptr) started_ = absl::Now();
     std::function<void(absl::Status)> done = [this](absl::Status status) {
       if (status.ok()) {
-        responder_.Finish(response_, grpc::Status::OK, this);
+        responder_.Finish(response_, grpc::Status::OK, static_cast<ServingTag*>(this));
       } else {
         code_ = status.code();
-        responder_.FinishWithError(ToGrpcStatus(status), this);
+        responder_.FinishWithError(ToGrpcStatus(status), static_cast<ServingTag*>(this));
       }
     };
     std::shared_ptr<ServerBackend> backend;
@@ -90,7 +88,7 @@ class KVServerService::Call {
     if (backup && backend == nullptr && service_->backend() != nullptr) {
       done(absl::FailedPreconditionError(
           "this kvserver holds no backup shard (the job has no replicas)"));
-      return Event::kStarted;
+      return Event::kOther;
     }
     // The view the worker routed by matters only once a replacement server has joined.
     uint64_t view_epoch = 0;
@@ -103,7 +101,7 @@ class KVServerService::Call {
     }
     HandleServerRequest(backend, static_cast<ServerMethod>(method_ % kNumServerMethods),
                         request_, &response_, std::move(done), peers.get(), view_epoch);
-    return Event::kStarted;
+    return Event::kOther;
   }
 
  private:
@@ -143,10 +141,10 @@ void KVServerService::Serve(grpc::ServerCompletionQueue* cq, absl::Duration poll
     } else if (!cq->Next(&tag, &ok)) {
       return;
     }
-    switch (static_cast<Call*>(tag)->Proceed(ok)) {
-      case Call::Event::kStarted: break;  // Its finish follows.
-      case Call::Event::kSmallEnded: poll_until = absl::Now() + poll; break;
-      case Call::Event::kEnded: poll_until = absl::InfinitePast(); break;
+    switch (static_cast<ServingTag*>(tag)->Proceed(ok)) {
+      case ServingTag::Event::kOther: break;  // A call's arrival (its finish follows).
+      case ServingTag::Event::kSmallEnded: poll_until = absl::Now() + poll; break;
+      case ServingTag::Event::kEnded: poll_until = absl::InfinitePast(); break;
     }
   }
 }

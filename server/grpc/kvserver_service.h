@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/serving_tag.h"
 #include "proto/kvstore.grpc.pb.h"
 #include "server/grpc/kvserver_metrics.h"
 #include "server/grpc/request_handler.h"
@@ -65,7 +66,9 @@ class KVServerService final : public RawAsyncKVServerService {
   void SetMetrics(KVServerMetrics* metrics) { metrics_ = metrics; }
 
   // Serve asks for calls of every method on `cq` and runs them until the queue shuts down and
-  // is drained. The daemon runs it on one thread per completion queue. After answering a
+  // is drained. The daemon runs it on one thread per completion queue. Every tag on `cq` must
+  // be a ServingTag (common/serving_tag.h): calls of other services asked for on the same
+  // queue (the health service) are served by the same thread. After answering a
   // small call (under kSmallCallBytes each way) the thread polls `cq` for `poll` before it
   // sleeps: where idle CPUs halt (virtual machines), waking a sleeping thread takes tens of
   // microseconds, more than a small call's own work, and the next small call of a training

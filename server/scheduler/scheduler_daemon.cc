@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/advertise.h"
 #include "common/grpc_channel.h"
+#include "common/named_thread.h"
 #include "common/status_macros.h"
 
 namespace kvstore {
@@ -81,7 +82,9 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   const std::string listen = FormatHostPort(daemon->options_.host, daemon->options_.port);
   builder.AddListeningPort(listen, credentials, &daemon->port_);
   builder.RegisterService(daemon->service_.get());
-  EnableHealthService();
+  daemon->health_ = std::make_unique<DaemonHealth>("kvstore.proto.Scheduler");
+  daemon->health_->AddTo(&builder);
+  daemon->health_cq_ = builder.AddCompletionQueue();
   if (daemon->options_.metrics_port >= 0) {
     daemon->service_->SetBarrierWait(daemon->registry_.AddHistogram(
         "kvstore_scheduler_barrier_wait_seconds",
@@ -93,8 +96,9 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
     return absl::UnavailableError(absl::StrCat("scheduler cannot listen on ", listen));
   }
   // The scheduler serves registrations as soon as it listens.
-  daemon->health_ =
-      std::make_unique<DaemonHealth>(daemon->server_.get(), "kvstore.proto.Scheduler");
+  daemon->health_thread_ = NamedThread("kv-health", [d = daemon.get()] {
+    d->health_->Serve(d->health_cq_.get());
+  });
   daemon->health_->SetServing(true);
   daemon->health_->Set(kJobHealthService, false);
   if (daemon->options_.metrics_port >= 0) {
@@ -132,6 +136,20 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
 SchedulerDaemon::~SchedulerDaemon() {
   Shutdown();
   if (ticker_.joinable()) ticker_.join();
+  // The server first (the ticker did, unless Start failed), then the health service's queue.
+  if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
+  if (health_ != nullptr) health_->StopServing();
+  if (health_cq_ != nullptr) {
+    health_cq_->Shutdown();
+    if (health_thread_.joinable()) {
+      health_thread_.join();
+    } else {
+      void* tag;
+      bool ok;
+      while (health_cq_->Next(&tag, &ok)) {
+      }
+    }
+  }
   coordinator_.reset();
 }
 

@@ -100,8 +100,11 @@ class SchedulerDaemon {
   MetricsRegistry registry_;  // Before the service, which records into it.
   std::unique_ptr<SchedulerCore> core_;
   std::unique_ptr<SchedulerService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  // The health service (it must outlive the server) and the queue and thread that serve it.
   std::unique_ptr<DaemonHealth> health_;
+  std::unique_ptr<grpc::ServerCompletionQueue> health_cq_;
+  std::thread health_thread_;
+  std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;
   // Watch's state (ticker thread only).
   absl::Time last_progress_ = absl::InfinitePast();
