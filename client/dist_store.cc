@@ -29,6 +29,7 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
         "scheduler port ", options.scheduler_port, " is not in 1..65535"));
   }
   const int connections = options.connections_per_server;
+  std::shared_ptr<CompletionThread> completions = options.completion_thread;
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                    ChannelCredentialsFor(options.security.tls));
   return Connect(
@@ -36,11 +37,11 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
       std::make_unique<GrpcSchedulerLink>(
           absl::StrCat(options.scheduler_host, ":", options.scheduler_port), credentials,
           options.security.secret),
-      [connections, credentials](
+      [connections, credentials, completions](
           const JobView& view) -> absl::StatusOr<std::unique_ptr<ServerTransport>> {
         ASSIGN_OR_RETURN(std::unique_ptr<GrpcServerTransport> transport,
                          GrpcServerTransport::Create(ReplicaTargets(view.servers, view.replicas),
-                                                     connections, credentials));
+                                                     connections, credentials, completions));
         return std::unique_ptr<ServerTransport>(std::move(transport));
       });
 }

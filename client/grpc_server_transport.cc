@@ -7,12 +7,21 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
-#include "common/named_thread.h"
 #include "common/view_epoch.h"
 
 namespace kvstore {
 
-struct GrpcServerTransport::Rpc {
+struct GrpcServerTransport::Rpc final : CompletionThread::Completion {
+  // Complete runs `done` with the call's outcome, then deletes the call.
+  void Complete(bool) override {
+    const std::unique_ptr<Rpc> self(this);
+    if (status.ok()) {
+      done(absl::OkStatus(), &reply);
+    } else {
+      done(FromGrpcStatus(status), nullptr);
+    }
+  }
+
   grpc::ClientContext context;
   grpc::ByteBuffer reply;
   grpc::Status status;
@@ -22,7 +31,8 @@ struct GrpcServerTransport::Rpc {
 
 absl::StatusOr<std::unique_ptr<GrpcServerTransport>> GrpcServerTransport::Create(
     const std::vector<ServerAddress>& servers, int connections,
-    std::shared_ptr<grpc::ChannelCredentials> credentials) {
+    std::shared_ptr<grpc::ChannelCredentials> credentials,
+    std::shared_ptr<CompletionThread> completions) {
   if (connections < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("connections per server must be >= 1, not ", connections));
@@ -38,8 +48,9 @@ absl::StatusOr<std::unique_ptr<GrpcServerTransport>> GrpcServerTransport::Create
     server.backup = address.backup;
     transport->servers_.push_back(std::move(server));
   }
-  transport->completer_ =
-      NamedThread("kv-completion", [t = transport.get()] { t->CompleteCalls(); });
+  transport->completions_ =
+      completions != nullptr ? std::move(completions) : CompletionThread::Start();
+  transport->cq_ = transport->completions_->queue();
   return transport;
 }
 
@@ -65,12 +76,7 @@ absl::Status GrpcServerTransport::Retarget(int s, const std::string& address) {
 
 GrpcServerTransport::~GrpcServerTransport() { Close(); }
 
-void GrpcServerTransport::Close() {
-  if (closed_) return;
-  closed_ = true;
-  cq_.Shutdown();
-  if (completer_.joinable()) completer_.join();
-}
+void GrpcServerTransport::Close() { completions_.reset(); }
 
 void GrpcServerTransport::Send(int s, ServerMethod method,
                                std::shared_ptr<const grpc::ByteBuffer> request,
@@ -83,23 +89,10 @@ void GrpcServerTransport::Send(int s, ServerMethod method,
   const Stubs* stubs = server.stubs->load(std::memory_order_acquire);
   grpc::GenericStub* stub = (*stubs)[(*server.next_stub)++ % stubs->size()].get();
   rpc->reader = stub->PrepareUnaryCall(&rpc->context, GrpcMethodPath(method, server.backup),
-                                       *request, &cq_);
+                                       *request, cq_);
   rpc->reader->StartCall();
-  Rpc* raw = rpc.release();  // Owned by cq_ until CompleteCalls takes it back.
-  raw->reader->Finish(&raw->reply, &raw->status, raw);
-}
-
-void GrpcServerTransport::CompleteCalls() {
-  void* tag;
-  bool ok;
-  while (cq_.Next(&tag, &ok)) {
-    std::unique_ptr<Rpc> rpc(static_cast<Rpc*>(tag));
-    if (rpc->status.ok()) {
-      rpc->done(absl::OkStatus(), &rpc->reply);
-    } else {
-      rpc->done(FromGrpcStatus(rpc->status), nullptr);
-    }
-  }
+  Rpc* raw = rpc.release();  // Owned by the queue until its Complete.
+  raw->reader->Finish(&raw->reply, &raw->status, static_cast<CompletionThread::Completion*>(raw));
 }
 
 absl::Status GrpcServerTransport::Probe(int s, ServerMethod method,

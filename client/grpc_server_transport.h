@@ -2,27 +2,27 @@
 // of proto/kvstore.proto's KVServer service, its frame the call's message as it is.
 //
 // Each server gets `connections` channels, each its own TCP connection, which requests take in
-// turn: big values then move in parallel chunks. Calls complete on one completion queue that a
-// single thread of the transport's own ("kv-completion") polls and runs `done` on - gRPC's
-// async API; its callback API keeps two threads polling, each event waking the other
-// (docs/performance.md).
+// turn: big values then move in parallel chunks. Calls complete on the queue of a
+// CompletionThread (client/completion_thread.h), whose single thread runs `done` - gRPC's async
+// API; its callback API keeps two threads polling, each event waking the other
+// (docs/performance.md). The thread is the transport's own unless it is given one to share.
 //
-// Threading: as ServerTransport. Close shuts the queue down and joins the thread.
+// Threading: as ServerTransport. Close lets go of the completion thread (joining it when it was
+// the last holder).
 #ifndef KVSTORE_CLIENT_GRPC_SERVER_TRANSPORT_H_
 #define KVSTORE_CLIENT_GRPC_SERVER_TRANSPORT_H_
 
-#include <grpcpp/completion_queue.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 
 #include <atomic>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "client/completion_thread.h"
 #include "client/server_caller.h"
 #include "client/server_transport.h"
 
@@ -31,12 +31,14 @@ namespace kvstore {
 class GrpcServerTransport final : public ServerTransport {
  public:
   // Create opens `connections` (>= 1) channels to each server over `credentials` (null:
-  // plaintext; they connect lazily) and starts the completion thread; Send(s, ...) reaches
+  // plaintext; they connect lazily) and takes `completions` as its completion thread (null:
+  // starts one of its own); Send(s, ...) reaches
   // servers[s], through the Backup methods when it is a backup copy (ReplicaTargets). Requests
   // carry the node's credential themselves (proto::RequestNode), not the calls' metadata.
   static absl::StatusOr<std::unique_ptr<GrpcServerTransport>> Create(
       const std::vector<ServerAddress>& servers, int connections,
-      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+      std::shared_ptr<CompletionThread> completions = nullptr);
   ~GrpcServerTransport() override;
 
   void Send(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
@@ -61,17 +63,14 @@ class GrpcServerTransport final : public ServerTransport {
   GrpcServerTransport() = default;
   // Connect opens the channels to `address`; the transport keeps them until it is destroyed.
   const Stubs* Connect(const std::string& address);
-  // CompleteCalls runs every call's completion until cq_ shuts down.
-  void CompleteCalls();
 
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
   int connections_ = 1;
   std::vector<Server> servers_;
   absl::Mutex connected_mu_;
   std::vector<std::unique_ptr<const Stubs>> connected_ ABSL_GUARDED_BY(connected_mu_);
-  grpc::CompletionQueue cq_;
-  std::thread completer_;
-  bool closed_ = false;
+  std::shared_ptr<CompletionThread> completions_;  // Null once closed.
+  grpc::CompletionQueue* cq_ = nullptr;             // completions_'s queue.
 };
 
 }  // namespace kvstore

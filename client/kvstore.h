@@ -93,6 +93,17 @@ struct GradientCompression {
   std::optional<double> threshold;
 };
 
+// CompletionThread: the thread that runs a distributed store's replies from its servers
+// (client/completion_thread.h). Each store starts one of its own unless
+// DistOptions::completion_thread gives it one to share.
+class CompletionThread;
+// NewCompletionThread starts a completion thread for the distributed stores of one process to
+// share (DistOptions::completion_thread). A process that runs several stores (several workers,
+// or several jobs) should: gRPC polls every connection of a process from one thread at a time,
+// and with a thread per store, the one polling reads the others' replies and hands each over
+// (docs/performance.md, entry 42). The thread stops once its last store is gone.
+std::shared_ptr<CompletionThread> NewCompletionThread();
+
 // DistOptions: how a distributed store ("dist_sync", "dist_async") joins its job.
 struct DistOptions {
   // The scheduler's address.
@@ -138,6 +149,9 @@ struct DistOptions {
   // Write a Chrome-trace timeline of this worker's operations to this file (KV_TRACE_FILE;
   // docs/operations.md); empty: none.
   std::string trace_file;
+  // The thread that runs this store's replies, shared with other stores of the process
+  // (NewCompletionThread); null: a thread of the store's own.
+  std::shared_ptr<CompletionThread> completion_thread;
 
   // FromEnvironment reads the scheduler address, the job size and the rank from the launch
   // environment (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_WORKER_ID or the KV_ names, see

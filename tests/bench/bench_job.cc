@@ -140,10 +140,13 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers, const
                                        job->security));
   }
   job->workers.resize(workers);
+  const std::shared_ptr<CompletionThread> completions =
+      spec.shared_completion_thread ? NewCompletionThread() : nullptr;
   std::vector<std::thread> joining;
   for (int w = 0; w < workers; ++w) {
-    joining.emplace_back([&job, &spec, w, port] {
+    joining.emplace_back([&job, &spec, w, port, completions] {
       DistOptions options;
+      options.completion_thread = completions;
       options.scheduler_port = port;
       options.security = job->security.workers;
       options.requested_rank = w;

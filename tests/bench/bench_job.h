@@ -1,7 +1,8 @@
 // The job of a benchmark (kvbench, kvscale): a scheduler and kvservers started as real
 // processes over 127.0.0.1 (the binaries from the runfiles, the `sum` updater, dist_sync), the
-// workers joined in this process, one DistStore each (each its own TCP connections); and the
-// timing helpers the benchmarks share.
+// workers joined in this process, one DistStore each (each its own TCP connections, all sharing
+// one completion thread, as the stores of one process should: DistOptions::completion_thread);
+// and the timing helpers the benchmarks share.
 #ifndef KVSTORE_TESTS_BENCH_BENCH_JOB_H_
 #define KVSTORE_TESTS_BENCH_BENCH_JOB_H_
 
@@ -142,6 +143,8 @@ struct JobSpec {
   bool observe = false;
   bool observe_workers = false;  // The workers serve their metrics too (off by default).
   int replicas = 1;              // The scheduler's --replicas.
+  // The workers share one completion thread (NewCompletionThread); false: one each.
+  bool shared_completion_thread = true;
 };
 
 struct Job {

@@ -3,7 +3,8 @@
 //
 // For one worker and one server, then two workers and two servers, it starts a scheduler and
 // the kvservers as real processes (the binaries from the runfiles, the `sum` updater, dist_sync),
-// joins the job with one DistStore per worker (each its own TCP connections) and times:
+// joins the job with one DistStore per worker (each its own TCP connections, all sharing one
+// completion thread unless --noshared_completion_thread) and times:
 //   {push,pull,pushpull}_{4KB,1MB,16MB,100MB}_{1w1s,2w2s}  one float32 key, every worker at once
 //   {push,pull}_100kx16B_1w1s                              100,000 keys of 16 B in one call,
 //                                                          the values views of one buffer
@@ -71,6 +72,9 @@ ABSL_FLAG(std::string, kvserver, "", "kvserver binary (default: from the runfile
 ABSL_FLAG(std::string, scheduler, "", "scheduler binary (default: from the runfiles).");
 ABSL_FLAG(int64_t, chunk_bytes, 0, "Chunk size of the job (0: the scheduler's default).");
 ABSL_FLAG(int, connections, 0, "TCP connections per server (0: the SDK's default).");
+ABSL_FLAG(bool, shared_completion_thread, true,
+          "The workers of the process share one completion thread (DistOptions::"
+          "completion_thread); false: each its own.");
 ABSL_FLAG(int, serving_threads, 0, "The kvservers' --serving_threads (0: their default).");
 ABSL_FLAG(std::string, serving_poll, "",
           "The kvservers' --serving_poll, e.g. 0 (empty: their default).");
@@ -280,6 +284,7 @@ JobSpec Spec() {
   spec.kvserver = absl::GetFlag(FLAGS_kvserver);
   spec.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   spec.connections = absl::GetFlag(FLAGS_connections);
+  spec.shared_completion_thread = absl::GetFlag(FLAGS_shared_completion_thread);
   spec.serving_threads = absl::GetFlag(FLAGS_serving_threads);
   spec.serving_poll = absl::GetFlag(FLAGS_serving_poll);
   spec.secret = absl::GetFlag(FLAGS_secret);
