@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/gpu/staging.h"
+#include "client/launch_order.h"
 #include "client/request_header.h"
 #include "common/reduce.h"
 #include "common/row_sparse.h"
@@ -183,6 +184,17 @@ void TransferDense(const TransferContext& ctx, Kind kind, std::vector<KeyWork> w
     }
   }
 
+  // The servers take turns (launch_order.h), each server's requests keeping their order.
+  {
+    std::vector<int> servers;
+    servers.reserve(requests.size());
+    for (const Request& request : requests) servers.push_back(request.server);
+    std::vector<Request> turns;
+    turns.reserve(requests.size());
+    for (size_t r : TakeTurns(servers)) turns.push_back(std::move(requests[r]));
+    requests.swap(turns);
+  }
+
   std::vector<std::shared_ptr<const grpc::ByteBuffer>> frames;
   for (Request& request : requests) {
     absl::StatusOr<grpc::ByteBuffer> frame;
@@ -238,6 +250,15 @@ void TransferDense(const TransferContext& ctx, Kind kind, std::vector<KeyWork> w
     ctx.caller->Call(s, method, std::move(frame),
          [ctx, state, s, receives, targets = std::move(targets)](
              absl::Status status, grpc::ByteBuffer* reply) {
+           // The next request first: its server works while this reply is copied out.
+           std::function<void()> next;
+           {
+             absl::MutexLock lock(&state->mu);
+             if (state->next_launch < state->launches.size()) {
+               next = std::move(state->launches[state->next_launch++]);
+             }
+           }
+           if (next) next();
            if (status.ok() && receives) {
              // Copy each returned chunk from the received bytes into the first output.
              proto::PullResponse header;
@@ -268,16 +289,11 @@ void TransferDense(const TransferContext& ctx, Kind kind, std::vector<KeyWork> w
              if (!status.ok()) status = ctx.caller->ServerError(s, status);
            }
            bool last;
-           std::function<void()> next;
            {
              absl::MutexLock lock(&state->mu);
              if (!status.ok() && state->error.ok()) state->error = status;
              last = --state->remaining == 0;
-             if (state->next_launch < state->launches.size()) {
-               next = std::move(state->launches[state->next_launch++]);
-             }
            }
-           if (next) next();
            if (!last) return;
            if (state->error.ok() && receives) {
              // One key pulled into several outputs: copy the first into the others; with
