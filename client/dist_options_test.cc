@@ -19,7 +19,7 @@ TEST_CASE("DistOptions: values out of range are refused, naming the option", "[d
   const std::vector<Bad> cases = {
       {"scheduler port", [](DistOptions* o) { o->scheduler_port = 70000; }},
       {"max_inflight", [](DistOptions* o) { o->max_inflight = 0; }},
-      {"connections_per_server", [](DistOptions* o) { o->connections_per_server = 0; }},
+      {"connections_per_server", [](DistOptions* o) { o->connections_per_server = -1; }},
       {"max_retries", [](DistOptions* o) { o->max_retries = -1; }},
       {"fusion_bytes", [](DistOptions* o) { o->fusion_bytes = -1; }},
   };

@@ -22,13 +22,23 @@
 #include "server/core/updater_state.h"
 
 namespace kvstore {
+namespace {
+
+// ConnectionsPerServer: DistOptions::connections_per_server, or when 0 the count for the job's
+// size (2 for one worker, 1 for more).
+int ConnectionsPerServer(const DistOptions& options, const JobView& view) {
+  if (options.connections_per_server > 0) return options.connections_per_server;
+  return view.num_workers > 1 ? 1 : 2;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
                                                               const DistOptions& options) {
   if (options.scheduler_port <= 0 || options.scheduler_port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
         "scheduler port ", options.scheduler_port, " is not in 1..65535"));
   }
-  const int connections = options.connections_per_server;
   std::shared_ptr<CompletionThread> completions = options.completion_thread;
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                    ChannelCredentialsFor(options.security.tls));
@@ -37,11 +47,12 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
       std::make_unique<GrpcSchedulerLink>(
           absl::StrCat(options.scheduler_host, ":", options.scheduler_port), credentials,
           options.security.secret),
-      [connections, credentials, completions](
+      [options, credentials, completions](
           const JobView& view) -> absl::StatusOr<std::unique_ptr<ServerTransport>> {
         ASSIGN_OR_RETURN(std::unique_ptr<GrpcServerTransport> transport,
                          GrpcServerTransport::Create(ReplicaTargets(view.servers, view.replicas),
-                                                     connections, credentials, completions));
+                                                     ConnectionsPerServer(options, view),
+                                                     credentials, completions));
         return std::unique_ptr<ServerTransport>(std::move(transport));
       });
 }
@@ -61,9 +72,10 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
     return absl::InvalidArgumentError(
         absl::StrCat("max_inflight must be >= 1, not ", options.max_inflight));
   }
-  if (options.connections_per_server < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("connections_per_server must be >= 1, not ",
-                                                   options.connections_per_server));
+  if (options.connections_per_server < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "connections_per_server must be >= 0 (0: chosen by the job's size), not ",
+        options.connections_per_server));
   }
   if (options.max_retries < 0) {
     return absl::InvalidArgumentError(
@@ -119,7 +131,7 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
       store->caller_.get(), view.node_id,
       options.security.secret.empty() ? "" : NodeCredential(view.node_id, view.node_token),
       &store->next_request_id_, &store->push_payload_bytes_,
-      static_cast<size_t>(options.connections_per_server) * static_cast<size_t>(servers)};
+      static_cast<size_t>(ConnectionsPerServer(options, view)) * static_cast<size_t>(servers)};
   RETURN_IF_ERROR(store->caller_->WaitForServers(store->context_, options.register_timeout));
   store->queue_ = std::make_unique<OpQueue>(
       OpQueue::Options{options.max_inflight, options.fusion_bytes},

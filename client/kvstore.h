@@ -125,8 +125,10 @@ struct DistOptions {
   // Operations started concurrently; more wait in a queue ordered by priority.
   int max_inflight = 64;
   // TCP connections to each server; requests take them in turn. Several connections let big
-  // values move in parallel chunks.
-  int connections_per_server = 4;
+  // values move in parallel chunks. 0: chosen by the job's size - 2 when the job has one
+  // worker, 1 when it has more (a server then reads several workers' connections at once
+  // anyway, and each more connection costs it CPU; docs/performance.md, entry 44).
+  int connections_per_server = 0;
   // Operations of one kind that are ready together are sent as one request per server
   // (tensor fusion) while their payload stays under this many bytes; 0 turns fusion off.
   int64_t fusion_bytes = 1 << 20;

@@ -1,10 +1,12 @@
 // Two workers of one job in one process sharing one completion thread
 // (DistOptions::completion_thread): both run dist_sync rounds over real gRPC to two kvservers
 // (in this process, on 127.0.0.1 with OS-chosen ports) and pull exact sums, while the process
-// has one "kv-completion" thread; the thread stops once both stores are gone.
+// has one "kv-completion" thread; the thread stops once both stores are gone. Each worker has
+// one connection to each server (the default for a job of several workers).
 #include <dirent.h>
 
 #include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -35,6 +37,26 @@ int CompletionThreads() {
     if (name == "kv-completion") ++count;
   }
   closedir(tasks);
+  return count;
+}
+
+// ConnectionsTo counts the established TCP connections to `port` of this network namespace, on
+// the connecting side (/proc/net/tcp and tcp6: gRPC may connect over a v4-mapped socket).
+int ConnectionsTo(int port) {
+  int count = 0;
+  for (const char* file : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream table(file);
+    std::string line;
+    std::getline(table, line);  // The heading.
+    while (std::getline(table, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      const size_t colon = remote.find(':');
+      if (colon == std::string::npos || state != "01") continue;  // 01: ESTABLISHED.
+      if (std::stoi(remote.substr(colon + 1), nullptr, 16) == port) ++count;
+    }
+  }
   return count;
 }
 
@@ -146,6 +168,10 @@ TEST_CASE("Shared completion thread: two workers of one process, exact dist_sync
       CHECK(MaxAbsDiff(ToDoubles(pulled[r][0][k]), want) <= Tolerance(DType::kFloat32, 2, 4));
     }
   }
+
+  // With more than one worker each opens one connection to each server by default
+  // (DistOptions::connections_per_server 0).
+  for (const auto& server : servers) CHECK(ConnectionsTo(server->port()) == kWorkers);
 
   workers[0].reset();
   shared.reset();
