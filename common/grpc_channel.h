@@ -18,8 +18,10 @@ namespace kvstore {
 
 // MakeChannel returns a channel to `address` ("host:port") with no message size limit and its
 // own TCP connection (channels with equal arguments would otherwise share one), over
-// `credentials` (ChannelCredentialsFor; null: plaintext). It connects lazily; calls fail with
+// `credentials` (ChannelCredentialsFor; null: plaintext), receiving with a fixed window of
+// kStreamWindowBytes per stream (no BDP probing). It connects lazily; calls fail with
 // UNAVAILABLE while the peer is down.
+inline constexpr int kStreamWindowBytes = 2 << 20;
 std::shared_ptr<grpc::Channel> MakeChannel(
     const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
