@@ -68,7 +68,9 @@ class DaemonHealth::WatchCall final : public ServingTag {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(health->mu_) {
     auto* call = new WatchCall(health, cq);
     call->context_.AsyncNotifyWhenDone(static_cast<ServingTag*>(&call->done_));
-    call->pending_ = 1;
+    // The arrival, and the done notice if the call arrives (in either order: a queue's
+    // events are not ordered).
+    call->pending_ = 2;
     health->async_.RequestWatch(&call->context_, &call->request_, &call->writer_, cq, cq,
                                 static_cast<ServingTag*>(call));
   }
@@ -76,19 +78,19 @@ class DaemonHealth::WatchCall final : public ServingTag {
   // The arrival, or the end of a write or of the finish.
   Event Proceed(bool ok) override {
     absl::MutexLock lock(&health_->mu_);
-    --pending_;
     if (!started_) {
-      if (ok) {
-        started_ = true;
-        ++pending_;  // gRPC now owes the done notice.
-        if (!health_->stopped_) {
-          Ask(health_, cq_);  // The next Watch.
+      started_ = true;
+      pending_ -= ok ? 1 : 2;  // No done notice for a call that never arrived.
+      if (ok && !health_->stopped_) {
+        Ask(health_, cq_);  // The next Watch.
+        if (!done_called_) {
           health_->watching_.insert(this);
           want_ = health_->Lookup(request_.service());
           Send();
         }
       }
     } else {
+      --pending_;
       writing_ = false;
       if (ok) Send();
     }
