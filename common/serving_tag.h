@@ -11,7 +11,7 @@ namespace kvstore {
 class ServingTag {
  public:
   // What an event was, for the loop's choice to poll or sleep next (KVServerService::Serve):
-  // kSmallEnded a call of under 64 KB each way has been answered, kEnded another call has
+  // kSmallEnded a call has been answered with under 64 KB, kEnded another call has
   // ended, kOther anything else.
   enum class Event { kOther, kSmallEnded, kEnded };
 

@@ -48,7 +48,8 @@ ABSL_FLAG(int, serving_threads, 0,
           "Threads that read, run and answer requests, each with its own completion queue; 0: one "
           "per 4 cores, at least one.");
 ABSL_FLAG(absl::Duration, serving_poll, absl::Microseconds(250),
-          "After answering a call of under 64 KB each way, a serving thread polls for the next "
+          "After answering a call with a reply of under 64 KB (any push, a small pull), a "
+          "serving thread polls for the next "
           "one this long before it sleeps (spares a wake-up on machines whose idle CPUs halt); "
           "0: never.");
 ABSL_FLAG(int64_t, max_value_bytes, kvstore::kDefaultMaxValueBytes,

@@ -76,8 +76,8 @@ struct KVServerOptions {
   // Threads that read, run and answer requests, each with a completion queue of its own (a
   // connection's calls all go to one of them); 0: one per 4 cores, at least one.
   int serving_threads = 0;
-  // After answering a call of under 64 KB each way, a serving thread polls its queue this long
-  // before it sleeps (see KVServerService::Serve); zero: never.
+  // After answering a call with a reply of under 64 KB (any push, a small pull), a serving
+  // thread polls its queue this long before it sleeps (see KVServerService::Serve); zero: never.
   absl::Duration serving_poll = absl::Microseconds(250);
   // The largest value, in bytes (ServerEngineOptions::max_value_bytes). It bounds requests
   // too: gRPC receives at most max_value_bytes + kRequestHeaderBytes in one request (and at

@@ -54,14 +54,13 @@ class KVServerService::Call final : public ServingTag {
   }
 
   // Proceed runs for each event of the call: its arrival (kOther), then its finish, and says
-  // which it was (kSmallEnded: a call of under kSmallCallBytes each way has been answered).
+  // which it was (kSmallEnded: a call has been answered with under kSmallReplyBytes).
   Event Proceed(bool ok) override {
     absl::ReaderMutexLock lock(&service_->serving_mu_);
     if (finishing_ || !ok || service_->stopped_) {  // Done, or the server is shutting down.
       const size_t request_bytes = finishing_ ? request_.Length() : 0;
       const size_t response_bytes = finishing_ ? response_.Length() : 0;
-      const bool small =
-          finishing_ && ok && request_bytes < kSmallCallBytes && response_bytes < kSmallCallBytes;
+      const bool small = finishing_ && ok && response_bytes < kSmallReplyBytes;
       if (finishing_ && service_->metrics_ != nullptr) {
         service_->metrics_->RecordCall(method_ % kNumServerMethods, code_, request_bytes,
                                        response_bytes,

@@ -68,14 +68,15 @@ class KVServerService final : public RawAsyncKVServerService {
   // Serve asks for calls of every method on `cq` and runs them until the queue shuts down and
   // is drained. The daemon runs it on one thread per completion queue. Every tag on `cq` must
   // be a ServingTag (common/serving_tag.h): calls of other services asked for on the same
-  // queue (the health service) are served by the same thread. After answering a
-  // small call (under kSmallCallBytes each way) the thread polls `cq` for `poll` before it
-  // sleeps: where idle CPUs halt (virtual machines), waking a sleeping thread takes tens of
-  // microseconds, more than a small call's own work, and the next small call of a training
-  // loop tends to come within that time. Big calls never poll: their time goes to moving bytes,
-  // and a polling thread would take a CPU from that (docs/performance.md, entry 37).
+  // queue (the health service) are served by the same thread. After answering a call with a
+  // small reply (under kSmallReplyBytes: any push, or a small pull) the thread polls `cq` for
+  // `poll` before it sleeps: where idle CPUs halt (virtual machines), waking a sleeping thread
+  // takes tens of microseconds, more than a small call's own work, and the next call of a
+  // training loop, or the next chunk of a big push, tends to come within that time. A call with
+  // a big reply never polls: the worker is still receiving it, and a polling thread would take
+  // a CPU from that (docs/performance.md, entries 37 and 46).
   void Serve(grpc::ServerCompletionQueue* cq, absl::Duration poll);
-  static constexpr size_t kSmallCallBytes = 64 << 10;
+  static constexpr size_t kSmallReplyBytes = 64 << 10;
   // StopServing makes the serving threads drop every later event: once it returns, no call is
   // asked for or answered any more, and the completion queues may be shut down. Call it after
   // the server's Shutdown.
