@@ -24,10 +24,10 @@
 namespace kvstore {
 namespace {
 
-// ConnectionsPerServer: DistOptions::connections_per_server, or when 0 the count for the job's
-// size (2 for one worker, 1 for more).
-int ConnectionsPerServer(const DistOptions& options, const JobView& view) {
-  if (options.connections_per_server > 0) return options.connections_per_server;
+// ConnectionsPerServer: `requested` (DistOptions::connections_per_server), or when 0 the count
+// for the job's size (2 for one worker, 1 for more).
+int ConnectionsPerServer(int requested, const JobView& view) {
+  if (requested > 0) return requested;
   return view.num_workers > 1 ? 1 : 2;
 }
 
@@ -39,6 +39,7 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
     return absl::InvalidArgumentError(absl::StrCat(
         "scheduler port ", options.scheduler_port, " is not in 1..65535"));
   }
+  const int connections = options.connections_per_server;
   std::shared_ptr<CompletionThread> completions = options.completion_thread;
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                    ChannelCredentialsFor(options.security.tls));
@@ -47,11 +48,11 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
       std::make_unique<GrpcSchedulerLink>(
           absl::StrCat(options.scheduler_host, ":", options.scheduler_port), credentials,
           options.security.secret),
-      [options, credentials, completions](
+      [connections, credentials, completions](
           const JobView& view) -> absl::StatusOr<std::unique_ptr<ServerTransport>> {
         ASSIGN_OR_RETURN(std::unique_ptr<GrpcServerTransport> transport,
                          GrpcServerTransport::Create(ReplicaTargets(view.servers, view.replicas),
-                                                     ConnectionsPerServer(options, view),
+                                                     ConnectionsPerServer(connections, view),
                                                      credentials, completions));
         return std::unique_ptr<ServerTransport>(std::move(transport));
       });
@@ -131,7 +132,8 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
       store->caller_.get(), view.node_id,
       options.security.secret.empty() ? "" : NodeCredential(view.node_id, view.node_token),
       &store->next_request_id_, &store->push_payload_bytes_,
-      static_cast<size_t>(ConnectionsPerServer(options, view)) * static_cast<size_t>(servers)};
+      static_cast<size_t>(ConnectionsPerServer(options.connections_per_server, view)) *
+          static_cast<size_t>(servers)};
   RETURN_IF_ERROR(store->caller_->WaitForServers(store->context_, options.register_timeout));
   store->queue_ = std::make_unique<OpQueue>(
       OpQueue::Options{options.max_inflight, options.fusion_bytes},

@@ -50,7 +50,6 @@ absl::StatusOr<std::unique_ptr<GrpcServerTransport>> GrpcServerTransport::Create
   }
   transport->completions_ =
       completions != nullptr ? std::move(completions) : CompletionThread::Start();
-  transport->cq_ = transport->completions_->queue();
   return transport;
 }
 
@@ -89,7 +88,7 @@ void GrpcServerTransport::Send(int s, ServerMethod method,
   const Stubs* stubs = server.stubs->load(std::memory_order_acquire);
   grpc::GenericStub* stub = (*stubs)[(*server.next_stub)++ % stubs->size()].get();
   rpc->reader = stub->PrepareUnaryCall(&rpc->context, GrpcMethodPath(method, server.backup),
-                                       *request, cq_);
+                                       *request, completions_->queue());
   rpc->reader->StartCall();
   Rpc* raw = rpc.release();  // Owned by the queue until its Complete.
   raw->reader->Finish(&raw->reply, &raw->status, static_cast<CompletionThread::Completion*>(raw));

@@ -70,7 +70,6 @@ class GrpcServerTransport final : public ServerTransport {
   absl::Mutex connected_mu_;
   std::vector<std::unique_ptr<const Stubs>> connected_ ABSL_GUARDED_BY(connected_mu_);
   std::shared_ptr<CompletionThread> completions_;  // Null once closed.
-  grpc::CompletionQueue* cq_ = nullptr;             // completions_'s queue.
 };
 
 }  // namespace kvstore
