@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/chunk_requests.h"
 #include "client/gpu/staging.h"
 #include "client/launch_order.h"
 #include "client/request_header.h"
@@ -28,7 +29,7 @@ void TransferDense(const TransferContext& ctx, Kind kind, std::vector<KeyWork> w
     size_t work_index;
     Slice chunk;
   };
-  // One request: the small values bound for a server together, or one chunk of a cut value.
+  // One request: the small values bound for a server together, or chunks of a cut value.
   struct Request {
     int server = 0;
     bool deferred = false;  // An Init of parts whose bytes follow (kInitFill).
@@ -143,15 +144,38 @@ void TransferDense(const TransferContext& ctx, Kind kind, std::vector<KeyWork> w
       }
       return false;
     };
+    // The chunks of a cut part that start a request (chunk_requests.h); the others join the
+    // request of the chunk before them.
+    std::vector<bool> starts(chunks.size(), true);
+    for (size_t c = 0; !init && c < chunks.size();) {
+      size_t end = c;
+      std::vector<int64_t> sizes;
+      while (end < chunks.size() && info.alone[end] && chunks[end].server == chunks[c].server) {
+        sizes.push_back(chunks[end].count * static_cast<int64_t>(element));
+        ++end;
+      }
+      if (end == c) {
+        ++c;
+        continue;
+      }
+      for (size_t run : RequestRuns(kind, sizes, kRequestBytes)) {
+        for (size_t k = 1; k < run; ++k) starts[c + k] = false;
+        c += run;
+      }
+    }
+    size_t run_request = 0;  // The request of the current run of chunks.
     for (size_t c = 0; c < chunks.size(); ++c) {
       const Slice& chunk = chunks[c];
       if (kind == Kind::kInitFill && !info.alone[c]) continue;  // Sent whole by the Init.
       const bool deferred = init && cut(chunk.server);
       Request* request;
       if (!init && info.alone[c]) {
-        requests.emplace_back();
-        request = &requests.back();
-        request->server = chunk.server;
+        if (starts[c]) {
+          run_request = requests.size();
+          requests.emplace_back();
+          requests.back().server = chunk.server;
+        }
+        request = &requests[run_request];
       } else {
         int& index = (deferred ? deferred_request : shared_request)[chunk.server];
         if (index < 0) {

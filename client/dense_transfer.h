@@ -1,8 +1,10 @@
 // TransferDense: how a dense Init, Push, Pull or PushPull of some keys travels to the servers.
 //
 // Each key's value goes by chunk (KeyInfo::chunks): the chunks of small values bound for one
-// server share one request, and each chunk of a value cut in several goes in a request of its
-// own, so that no request holds a whole big value. Requests start in order, at most
+// server share one request, and the chunks of a value cut in several go in requests of their
+// own - a push's or pull's consecutive chunks for one server up to 1 MiB a request, a
+// push+pull's one chunk each (chunk_requests.h) - so that no request holds a whole big
+// value. Requests start in order, at most
 // ctx.window at a time, so that chunks arrive one after another and the server sums and
 // updates each while the next is on the wire. Tensor bytes travel as slices over the caller's
 // memory (or the sum's, when a key was pushed several values, or the GPU sum's pinned copy);

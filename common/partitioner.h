@@ -32,8 +32,10 @@ struct Slice {
 };
 
 // kDefaultChunkBytes: a server's part of a value bigger than this travels and is updated in
-// chunks of this many bytes, so that transfer, summing and updating overlap.
-inline constexpr int64_t kDefaultChunkBytes = 1 << 20;
+// chunks of this many bytes, so that transfer, summing and updating overlap. Pushes and pulls
+// carry up to 1 MiB of chunks a request (client/chunk_requests.h); a push+pull's reply of one
+// chunk travels while the next chunk goes up (docs/performance.md, entry 47).
+inline constexpr int64_t kDefaultChunkBytes = 512 << 10;
 
 // ChunkSlice cuts `slice` into consecutive chunks of at most max(1, chunk_bytes / element_size)
 // elements, on the same server. A slice that fits (or is empty) is returned whole. Clients and

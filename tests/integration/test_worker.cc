@@ -520,7 +520,7 @@ absl::Status Compressed(KVStore& kv, const std::string& type, uint64_t seed) {
   const double threshold = type == "2bit" ? 0.5 : 0.0;
   ASSIGN_OR_RETURN(CompressionParams params, MakeCompressionParams(type, threshold));
   // Key 22 is split over the servers (above the default big-value bound) and travels in
-  // 1 MiB chunks; both sizes are multiples of 32 per chunk, so the codes have no padding.
+  // 512 KiB chunks; both sizes are multiples of 32 per chunk, so the codes have no padding.
   const std::vector<int> keys = {21, 22};
   const std::vector<int64_t> sizes = {1600, 1200000};
   std::vector<Tensor> inits;
