@@ -34,7 +34,8 @@ struct KeyInfo {
   Shape shape;
   std::vector<Slice> slices;
   // The slices cut into chunks (ChunkSlice); `alone[i]` when chunk i is part of a cut slice
-  // and travels in a request of its own, else it shares one request per server.
+  // and travels in requests of that slice's own (chunk_requests.h), else it shares one request
+  // per server with the other small values.
   std::vector<Slice> chunks;
   std::vector<bool> alone;
   int64_t bytes = 0;
