@@ -145,9 +145,12 @@ void TransferDense(const TransferContext& ctx, Kind kind, std::vector<KeyWork> w
       return false;
     };
     // The chunks of a cut part that start a request (chunk_requests.h); the others join the
-    // request of the chunk before them.
-    std::vector<bool> starts(chunks.size(), true);
-    for (size_t c = 0; !init && c < chunks.size();) {
+    // request of the chunk before them. Left empty (no allocation) for a value not cut.
+    std::vector<bool> starts;
+    if (!init && std::find(info.alone.begin(), info.alone.end(), true) != info.alone.end()) {
+      starts.assign(chunks.size(), true);
+    }
+    for (size_t c = 0; !starts.empty() && c < chunks.size();) {
       size_t end = c;
       std::vector<int64_t> sizes;
       while (end < chunks.size() && info.alone[end] && chunks[end].server == chunks[c].server) {
@@ -170,7 +173,7 @@ void TransferDense(const TransferContext& ctx, Kind kind, std::vector<KeyWork> w
       const bool deferred = init && cut(chunk.server);
       Request* request;
       if (!init && info.alone[c]) {
-        if (starts[c]) {
+        if (starts.empty() || starts[c]) {
           run_request = requests.size();
           requests.emplace_back();
           requests.back().server = chunk.server;
