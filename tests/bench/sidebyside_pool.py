@@ -33,6 +33,22 @@ def load_rows(path, variant):
     return rows, run
 
 
+def load_range(run):
+    """"load average A-B": the 1-minute load averages the run recorded (sidebyside.sh keeps,
+    for each round, the three load averages at its start and at its end)."""
+    def firsts(x):
+        if isinstance(x, list) and x and isinstance(x[0], list):
+            return [v for item in x for v in firsts(item)]
+        return x[:1] if isinstance(x, list) else []
+    values = []
+    for v in firsts(run.get("loadavg", [])):
+        try:
+            values.append(float(v))
+        except (TypeError, ValueError):
+            pass
+    return f"load average {min(values):.1f}-{max(values):.1f}" if values else "load average ?"
+
+
 def speedup(ratio, higher_is_better):
     """How many times faster kvbench is: the ratio as is for rates, inverted for latencies."""
     return ratio if higher_is_better else 1.0 / ratio
@@ -95,7 +111,7 @@ def main():
                   file=sys.stderr)
             continue
         runs.append(rows)
-        names.append(f"{run.get('kvbench_commit', '?')} (load {run.get('loadavg', '?')})")
+        names.append(f"{run.get('kvbench_commit', '?')}, {load_range(run)}")
     if not runs:
         raise SystemExit("sidebyside_pool: no run to pool")
     cases = pool(runs)

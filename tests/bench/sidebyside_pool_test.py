@@ -35,7 +35,9 @@ def random_run(rng, rounds):
         ratios = [rng.uniform(0.5, 2.0) for _ in range(rounds)]
         rows.append({"case": case, "unit": unit, "higher_is_better": higher,
                      "ratio": stats(ratios)})
-    return {"kvbench_commit": "abc1234", "loadavg": [1.0], "tables": {"pslite_tcmalloc": rows}}
+    load = [[[f"{rng.uniform(0, 4):.2f}", "1.0", "1.0"], [f"{rng.uniform(0, 4):.2f}", "1.0", "1.0"]]
+            for _ in range(rounds)]
+    return {"kvbench_commit": "abc1234", "loadavg": load, "tables": {"pslite_tcmalloc": rows}}
 
 
 class PoolTest(unittest.TestCase):
@@ -92,6 +94,7 @@ class PoolTest(unittest.TestCase):
             self.assertIn("has no pslite_tcmalloc table; left out", err.getvalue())
             self.assertIn("| push_100MB_2w2s | GB/s |", out.getvalue())
             self.assertIn(" of 1 |", out.getvalue())
+            self.assertRegex(err.getvalue(), r"run 1: kvbench at abc1234, load average \d\.\d-\d\.\d")
 
 
 if __name__ == "__main__":
