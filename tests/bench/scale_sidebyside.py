@@ -207,13 +207,12 @@ def run_pslite(args, workers, servers, seed, tmp):
     return row(workers, servers, seconds, cpu, len(seconds))
 
 
-def run_kvscale(args, seed):
-    """One kvscale sweep: {(workers, servers): row} of its pushpull_16MB case."""
+def run_kvscale(args, seed, jobs):
+    """One kvscale sweep of `jobs` jobs: {(workers, servers): row} of its pushpull_16MB case."""
     out = subprocess.run([args.kvscale, "--format=json", f"--workers={args.workers}",
                           f"--servers={args.servers}", f"--reps={args.reps}", f"--seed={seed}"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         timeout=args.timeout_s * len(counts(args.workers, "workers")) *
-                         len(counts(args.servers, "servers")))
+                         timeout=args.timeout_s * jobs)
     if out.returncode != 0:
         raise RuntimeError(f"kvscale exited with {out.returncode}:\n{out.stderr[-2000:]}")
     rows = {}
@@ -260,7 +259,7 @@ def main():
             got = {"kvstore": {}, "pslite": {}}
 
             def kv():
-                for (w, s), case in run_kvscale(args, seed + r).items():
+                for (w, s), case in run_kvscale(args, seed + r, len(workers) * len(servers)).items():
                     got["kvstore"][f"{w}w{s}s"] = case
 
             def ps():
