@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "client/dense_transfer.h"
@@ -128,10 +129,15 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
   store->keys_ = std::make_unique<KeyTable>(
       partitioner, view.chunk_bytes > 0 ? view.chunk_bytes : kDefaultChunkBytes);
   store->groups_ = std::make_unique<GroupCache>(servers);
+  store->membership_->set_acknowledged_round(
+      [keys = store->keys_.get()](int rank) { return keys->AcknowledgedRound(rank); },
+      mode == "dist_sync");
+  if (!options.security.secret.empty()) {
+    store->signer_ = std::make_unique<RequestSigner>(view.node_id, view.node_token);
+    store->caller_->set_signer(store->signer_.get());
+  }
   store->context_ = TransferContext{
-      store->caller_.get(), view.node_id,
-      options.security.secret.empty() ? "" : NodeCredential(view.node_id, view.node_token),
-      &store->next_request_id_, &store->push_payload_bytes_,
+      store->caller_.get(), view.node_id, &store->next_request_id_, &store->push_payload_bytes_,
       static_cast<size_t>(ConnectionsPerServer(options.connections_per_server, view)) *
           static_cast<size_t>(servers)};
   RETURN_IF_ERROR(store->caller_->WaitForServers(store->context_, options.register_timeout));
@@ -193,7 +199,7 @@ absl::Status DistStore::DoInit(absl::Span<const Key> keys, absl::Span<const Tens
   // no worker is left alone in the barrier.
   const absl::Status barrier = Barrier();
   if (status.ok()) status = barrier;
-  if (!status.ok()) return status;
+  if (!status.ok()) return membership_->Noted(status);
   keys_->Record(&work);
   return absl::OkStatus();
 }
@@ -285,6 +291,9 @@ void DistStore::Start(Op op, OpDone done) {
       done(std::move(status));
     };
   }
+  if (op.kind == Kind::kPush || op.kind == Kind::kPushPull || op.kind == Kind::kRowSparsePush) {
+    done = CountingAcknowledged(op, std::move(done));
+  }
   if (op.group != nullptr) {
     TransferGroup(context_, op.kind, std::move(op.group), std::move(op.group_work),
                   std::move(done));
@@ -293,6 +302,29 @@ void DistStore::Start(Op op, OpDone done) {
   } else {
     TransferDense(context_, op.kind, std::move(op.work), op.compression, std::move(done));
   }
+}
+
+OpDone DistStore::CountingAcknowledged(const Op& op, OpDone done) {
+  if (op.group != nullptr) {
+    return [group = op.group, done = std::move(done)](absl::Status status) {
+      if (status.ok()) {
+        for (const KeyInfo* info : group->infos) {
+          info->acknowledged_pushes.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+      done(std::move(status));
+    };
+  }
+  absl::InlinedVector<std::shared_ptr<KeyInfo>, 2> infos;
+  for (const KeyWork& entry : op.work) infos.push_back(entry.info);
+  return [infos = std::move(infos), done = std::move(done)](absl::Status status) {
+    if (status.ok()) {
+      for (const auto& info : infos) {
+        info->acknowledged_pushes.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    done(std::move(status));
+  };
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -91,6 +91,9 @@ class DistStore final : public KVStore {
   // its calls carry in a job with a secret (common/job_auth.h; empty otherwise).
   uint64_t node_id() const { return membership_->view().node_id; }
   const std::string& node_token() const { return membership_->view().node_token; }
+  // signer signs this worker's requests to the servers (null in a job without a secret), for
+  // tools that send raw requests as this worker: they must share its sequence numbers.
+  RequestSigner* signer() const { return signer_.get(); }
   // push_payload_bytes returns the tensor bytes sent by pushes so far (the codes, when
   // compressed), not counting headers.
   int64_t push_payload_bytes() const { return push_payload_bytes_.load(); }
@@ -128,6 +131,9 @@ class DistStore final : public KVStore {
   void Enqueue(int priority, std::vector<KeyWork> work, Kind kind);
   // Start runs an operation the queue started, through its transfer.
   void Start(Op op, OpDone done);
+  // CountingAcknowledged wraps the `done` of push operation `op` so that its success counts
+  // one acknowledged push of each of its keys (KeyInfo::acknowledged_pushes).
+  static OpDone CountingAcknowledged(const Op& op, OpDone done);
   CompressionParams compression() const;
 
   // Key groups (caller thread). GroupsUsable is false when a call of `n` keys cannot use a
@@ -156,6 +162,7 @@ class DistStore final : public KVStore {
   std::unique_ptr<ServerTransport> transport_;
   std::unique_ptr<Timer> timer_;
   std::unique_ptr<ServerCaller> caller_;
+  std::unique_ptr<RequestSigner> signer_;  // A job with a secret: signs every request.
   std::unique_ptr<KeyTable> keys_;
   std::unique_ptr<GroupCache> groups_;
   std::atomic<uint64_t> next_request_id_{1};

@@ -74,7 +74,10 @@ absl::StatusOr<JobState> GrpcSchedulerLink::Heartbeat(uint64_t node_id, absl::Ti
   const grpc::Status status = stub_->Heartbeat(&context, request, &reply);
   if (!status.ok()) return FromGrpcStatus(status);
   JobState state{reply.shutdown(), reply.job_failed() ? reply.failure() : std::string(), {}};
-  state.data_loss.assign(reply.data_loss().begin(), reply.data_loss().end());
+  for (const proto::LostUpdates& lost : reply.data_loss()) {
+    state.data_loss.push_back(LostUpdates{lost.rank(), lost.server(), lost.restored(),
+                                          lost.restored_round(), lost.reported_round()});
+  }
   state.dead_servers.assign(reply.dead_servers().begin(), reply.dead_servers().end());
   state.view_epoch = reply.view_epoch();
   for (const proto::ServerInfo& info : reply.servers()) {

@@ -6,6 +6,7 @@
 #ifndef KVSTORE_CLIENT_KEY_INFO_H_
 #define KVSTORE_CLIENT_KEY_INFO_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -50,6 +51,10 @@ struct KeyInfo {
   Tensor gpu_scratch;
   Tensor gpu_staging;
   Tensor pull_staging;
+  // Pushes of the key the servers have acknowledged (dense, row-sparse or in a key group): in
+  // dist_sync, the key's round on its servers. Named in DATA_LOSS messages (KeyTable::
+  // AcknowledgedRound); counted by the store when a push operation succeeds.
+  mutable std::atomic<int64_t> acknowledged_pushes{0};
 };
 
 // KeyWork: one key's part of an operation: its values (push) and outputs (pull); for row-sparse

@@ -1,5 +1,6 @@
 #include "client/key_table.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -188,6 +189,19 @@ std::vector<const KeyInfo*> KeyTable::InfosOf(absl::Span<const Key> keys) const 
     infos.push_back(it->second.get());
   }
   return infos;
+}
+
+int64_t KeyTable::AcknowledgedRound(int server) const {
+  absl::ReaderMutexLock lock(&mu_);
+  int64_t round = 0;
+  for (const auto& [key, info] : keys_) {
+    for (const Slice& slice : info->slices) {
+      if (slice.server == server && slice.count > 0) {
+        round = std::max(round, info->acknowledged_pushes.load(std::memory_order_relaxed));
+      }
+    }
+  }
+  return round;
 }
 
 }  // namespace kvstore

@@ -36,24 +36,82 @@ absl::Status Membership::Named(const absl::Status& status, const std::string& wh
                       absl::StrCat(what, " ", link_->name(), ": ", status.message()));
 }
 
-absl::Status Membership::JobOver() const {
+bool Membership::FailsWorker(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kUnimplemented:
+    case absl::StatusCode::kCancelled:
+      return false;
+    default:
+      return true;
+  }
+}
+
+void Membership::set_acknowledged_round(AcknowledgedRound acknowledged, bool exact) {
+  acknowledged_ = std::move(acknowledged);
+  exact_rounds_ = exact;
+}
+
+absl::Status Membership::failure() const {
+  absl::MutexLock lock(&mu_);
+  return failure_;
+}
+
+void Membership::NoteLocked(const absl::Status& status) {
+  if (failure_.ok() && FailsWorker(status)) failure_ = status;
+}
+
+std::string Membership::DataLossLocked() const {
+  std::vector<std::string> lines;
+  for (const LostUpdates& loss : data_loss_) {
+    const int64_t acknowledged = acknowledged_ ? acknowledged_(loss.rank) : 0;
+    lines.push_back(Describe(loss, acknowledged, acknowledged_ && exact_rounds_));
+  }
+  return absl::StrJoin(lines, "; ");
+}
+
+absl::Status Membership::JobOver() {
   {
     absl::MutexLock lock(&mu_);
-    if (!data_loss_.empty()) return absl::DataLossError(data_loss_);
+    if (!data_loss_.empty()) {
+      const absl::Status status = absl::DataLossError(DataLossLocked());
+      NoteLocked(status);
+      return status;
+    }
   }
   if (!job_over_) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   if (!job_failure_.empty()) {
-    return absl::AbortedError(
+    const absl::Status status = absl::AbortedError(
         absl::StrCat("the job run by ", link_->name(), " failed: ", job_failure_));
+    NoteLocked(status);
+    return status;
   }
   return absl::CancelledError(absl::StrCat("the job run by ", link_->name(), " is over"));
 }
 
 absl::Status Membership::Noted(absl::Status status) {
+  if (absl::IsDataLoss(status)) {
+    bool known;
+    {
+      absl::MutexLock lock(&mu_);
+      known = !data_loss_.empty();
+    }
+    // A server refused a request as restarted into the job: the scheduler knows what it
+    // restored (the server told it before serving).
+    if (!known) Beat().IgnoreError();
+  }
   absl::MutexLock lock(&mu_);
   if (!status.ok() && !data_loss_.empty()) {
-    status = absl::DataLossError(absl::StrCat(status.message(), " (", data_loss_, ")"));
+    const std::string loss = DataLossLocked();
+    if (status.message().find(loss) == absl::string_view::npos) {
+      status = absl::DataLossError(absl::StrCat(status.message(), " (", loss, ")"));
+    }
   } else if (!status.ok()) {
     if (!job_failure_.empty() &&
         status.message().find(job_failure_) == absl::string_view::npos) {
@@ -71,7 +129,7 @@ absl::Status Membership::Noted(absl::Status status) {
       }
     }
   }
-  last_wait_ = status;
+  NoteLocked(status);
   return status;
 }
 
@@ -82,7 +140,7 @@ void Membership::Leave() {
     std::string failure;
     {
       absl::MutexLock lock(&mu_);
-      if (!last_wait_.ok()) failure = last_wait_.ToString();
+      if (!failure_.ok()) failure = failure_.ToString();
     }
     const absl::Status status =
         link_->Finish(view_.node_id, absl::Now() + absl::Seconds(10), failure);
@@ -106,10 +164,9 @@ absl::StatusOr<bool> Membership::Beat() {
     last_answer_ = absl::Now();
     if (over->over && !over->failure.empty()) job_failure_ = over->failure;
     on_routing = on_routing_;
-    if (!over->data_loss.empty()) {
-      const std::string loss = absl::StrJoin(over->data_loss, "; ");
-      if (loss != data_loss_) spdlog::error("worker {}: data loss: {}", view_.rank, loss);
-      data_loss_ = loss;
+    if (over->data_loss.size() > data_loss_.size()) {
+      data_loss_ = over->data_loss;
+      spdlog::error("worker {}: data loss: {}", view_.rank, DataLossLocked());
     }
   }
   if (on_routing && view_.replicas > 1) on_routing(*over);
@@ -148,14 +205,14 @@ void Membership::HeartbeatLoop() {
 absl::Status Membership::Barrier() {
   const absl::Status status =
       link_->Barrier(view_.node_id, absl::Now() + options_.barrier_timeout);
-  return status.ok() ? status : Named(status, "barrier at");
+  return status.ok() ? status : Noted(Named(status, "barrier at"));
 }
 
 absl::StatusOr<std::vector<std::string>> Membership::Command(int head, const std::string& body) {
   absl::StatusOr<std::vector<std::string>> replies =
       link_->Command(view_.node_id, head, body, absl::Now() + options_.command_timeout);
   if (replies.ok()) return replies;
-  return Named(replies.status(), absl::StrCat("command ", head, " through"));
+  return Noted(Named(replies.status(), absl::StrCat("command ", head, " through")));
 }
 
 absl::StatusOr<bool> Membership::ServerUnreachable(int rank, const absl::Status& error) {
@@ -181,7 +238,7 @@ absl::StatusOr<int> Membership::NumDeadNodes(int group, absl::Duration timeout) 
   absl::StatusOr<int> dead =
       link_->NumDeadNodes(view_.node_id, group, timeout_s, absl::Now() + absl::Seconds(30));
   if (dead.ok()) return dead;
-  return Named(dead.status(), "counting dead nodes through");
+  return Noted(Named(dead.status(), "counting dead nodes through"));
 }
 
 }  // namespace kvstore

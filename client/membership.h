@@ -51,13 +51,29 @@ class Membership {
   const JobView& view() const { return view_; }
   // JobOver returns Cancelled naming the scheduler once it has said the job is over (Aborted
   // naming why, when the job failed: a worker died or failed); DataLoss naming the server and
-  // the rounds lost once a server has been restarted into the job; OK before.
-  absl::Status JobOver() const;
-  // Noted returns `status` after noting it: the last status a Wait or WaitAll returned decides
-  // whether this worker finishes as failed (Leave). A failed status is returned with the cause
-  // the worker knows of added: the job failed (naming the worker), or the scheduler has not
-  // answered heartbeats for a while (lost).
+  // the rounds lost once a server has been restarted into the job; OK before. An Aborted or
+  // DataLoss answer is noted as this worker's failure (Noted).
+  absl::Status JobOver();
+  // Noted returns `status` after noting it: the first error of any call of the worker's store
+  // that is not one of the caller's own mistakes (FailsWorker) makes this worker finish as
+  // failed (Leave), and the job then fails. A failed status is returned with the cause the
+  // worker knows of added: servers restarted into the job (the rounds lost; on a DataLoss
+  // error from a server, a heartbeat first asks the scheduler for them), the job failed
+  // (naming the worker), or the scheduler has not answered heartbeats for a while (lost).
   absl::Status Noted(absl::Status status);
+  // FailsWorker: whether an error a store call returned makes the worker finish as failed.
+  // Errors that refused the call before anything changed - InvalidArgument, NotFound,
+  // AlreadyExists, OutOfRange, FailedPrecondition, Unimplemented - do not (a program may try a
+  // call and go on); neither does Cancelled, the job being over. Every other error does.
+  static bool FailsWorker(const absl::Status& status);
+  // AcknowledgedRound returns the highest round server `rank` has acknowledged to this worker
+  // (its acknowledged pushes of the keys the server holds); `exact` when that is the server's
+  // own count (dist_sync), so that lost rounds are named exactly. Set once, before the store
+  // is used; without it, the scheduler's figure alone names the range, as a lower bound.
+  using AcknowledgedRound = std::function<int64_t(int rank)>;
+  void set_acknowledged_round(AcknowledgedRound acknowledged, bool exact);
+  // failure returns the error this worker will finish as failed with, or OK.
+  absl::Status failure() const;
   bool job_over() const { return job_over_; }
 
   // Barrier blocks until every worker has entered it (bounded by barrier_timeout).
@@ -89,6 +105,11 @@ class Membership {
   absl::StatusOr<bool> Beat();
   // Named prefixes `status`'s message with what was done and the scheduler's name.
   absl::Status Named(const absl::Status& status, const std::string& what) const;
+  // DataLossLocked names every server restarted into the job and the rounds it lost ("" when
+  // none is known).
+  std::string DataLossLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // NoteLocked records `status` as the worker's failure when it is the first that fails it.
+  void NoteLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::unique_ptr<SchedulerLink> link_;
   const MembershipOptions options_;
@@ -96,9 +117,11 @@ class Membership {
   std::atomic<bool> job_over_{false};
   mutable absl::Mutex mu_;
   std::string job_failure_ ABSL_GUARDED_BY(mu_);    // Why the job failed, from a heartbeat.
-  std::string data_loss_ ABSL_GUARDED_BY(mu_);      // Servers restarted, updates lost.
+  std::vector<LostUpdates> data_loss_ ABSL_GUARDED_BY(mu_);  // Servers restarted, updates lost.
   OnRouting on_routing_ ABSL_GUARDED_BY(mu_);
-  absl::Status last_wait_ ABSL_GUARDED_BY(mu_);     // The last Wait's status (Noted).
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);  // The first error that fails the worker.
+  AcknowledgedRound acknowledged_;  // Set before use; then read only.
+  bool exact_rounds_ = false;
   absl::Time last_answer_ ABSL_GUARDED_BY(mu_) = absl::Now();  // The last heartbeat answered.
   absl::Notification stop_heartbeat_;
   std::thread heartbeat_;

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/server_caller.h"
+#include "common/lost_updates.h"
 
 namespace kvstore {
 
@@ -41,8 +42,8 @@ struct JobView {
 struct JobState {
   bool over = false;    // The job is over: stop.
   std::string failure;  // When over because it failed: why (naming the worker).
-  // Servers restarted into the job, naming the rounds whose updates they lost.
-  std::vector<std::string> data_loss;
+  // Servers restarted into the job without replicas, and what they restored.
+  std::vector<LostUpdates> data_loss;
   // In a job with replicas: the ranks of the servers declared dead, and the view epoch
   // (common/view_epoch.h) with, once above 0, every server's address (replacements joined).
   std::vector<int> dead_servers;

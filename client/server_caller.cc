@@ -37,6 +37,15 @@ std::string ServerCaller::AddressOf(int t) const {
   return targets_[t].address;
 }
 
+std::shared_ptr<const grpc::ByteBuffer> ServerCaller::Signed(
+    int t, ServerMethod method, const std::shared_ptr<const grpc::ByteBuffer>& request,
+    uint64_t epoch) const {
+  if (signer_ == nullptr) return request;
+  const std::string receiver = AddressOf(t);
+  return std::make_shared<const grpc::ByteBuffer>(
+      signer_->Sign({method, t >= num_servers(), receiver, epoch}, *request));
+}
+
 void ServerCaller::MarkDead(int rank, uint64_t epoch) {
   absl::MutexLock lock(&view_mu_);
   if (rank >= 0 && rank < num_servers() && epoch == view_epoch()) dead_[rank] = true;
@@ -258,7 +267,7 @@ void ServerCaller::Attempt(int t, ServerMethod method,
                            ServerTransport::Done done, int attempt) {
   const absl::Time deadline = absl::Now() + policy_.rpc_timeout;
   transport_->Send(
-      t, method, request, deadline, epoch,
+      t, method, Signed(t, method, request, epoch), deadline, epoch,
       [this, t, method, request, epoch, done = std::move(done), attempt](
           absl::Status status, grpc::ByteBuffer* reply) {
         if (status.ok()) {
@@ -323,12 +332,13 @@ absl::Status ServerCaller::WaitForServers(const TransferContext& ctx, absl::Dura
   const absl::Time give_up = absl::Now() + timeout;
   proto::PullRequest empty;
   SetSender(ctx, &empty);
-  const grpc::ByteBuffer request = EncodeMessage(empty);
+  const auto request = std::make_shared<const grpc::ByteBuffer>(EncodeMessage(empty));
   const int targets = policy_.replicas > 1 ? 2 * num_servers() : num_servers();
   for (int s = 0; s < targets; ++s) {
     while (true) {
-      const absl::Status status = transport_->Probe(
-          s, ServerMethod::kPull, request, std::min(give_up, absl::Now() + absl::Seconds(10)));
+      const absl::Status status =
+          transport_->Probe(s, ServerMethod::kPull, *Signed(s, ServerMethod::kPull, request, 0),
+                            std::min(give_up, absl::Now() + absl::Seconds(10)));
       if (status.ok()) break;
       if (!absl::IsUnavailable(status) || absl::Now() >= give_up) {
         return ServerError(s, absl::Status(status.code(),

@@ -1,8 +1,9 @@
 // ServerCaller: a worker's calls to its servers, over a ServerTransport, with the job's policy:
 // a deadline on every call, retries of an unreachable server, and errors that name the server.
 //
-// A call that fails with UNAVAILABLE is sent again - the same bytes, so a push keeps its request
-// id and the server applies it once - after a backoff that doubles from retry_backoff up to
+// A call that fails with UNAVAILABLE is sent again - the same request, so a push keeps its
+// request id and the server applies it once, signed afresh in a job with a secret - after a
+// backoff that doubles from retry_backoff up to
 // 2 s, until max_retries; it then fails naming the server's rank and address and the number of
 // attempts. Every error a call returns is prefixed with "server R at ADDRESS: ".
 //
@@ -43,6 +44,7 @@
 #include "absl/time/time.h"
 #include "client/server_transport.h"
 #include "client/timer.h"
+#include "common/request_signature.h"
 
 namespace kvstore {
 
@@ -96,6 +98,10 @@ class ServerCaller {
   using ViewRefresh = std::function<absl::Status()>;
   // set_view_refresh installs `refresh` (replicas only). Call before the first Call.
   void set_view_refresh(ViewRefresh refresh) { view_refresh_ = std::move(refresh); }
+  // set_signer makes every attempt of every call, and every probe, signed afresh by `signer`
+  // for the server it goes to and the view it is routed by (common/request_signature.h): a
+  // job with a secret. `signer` must outlive the caller. Call before the first Call.
+  void set_signer(RequestSigner* signer) { signer_ = signer; }
   // ApplyView takes in the scheduler's view `epoch`: `servers` (every server's address; empty
   // keeps them) and the ranks of the `dead` ones. A view older than the one held is ignored;
   // at the same epoch only new dead servers count. Thread-safe.
@@ -154,12 +160,18 @@ class ServerCaller {
   void Retry(int t, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
              uint64_t epoch, ServerTransport::Done done, int attempt, absl::Status status);
   std::string AddressOf(int t) const;
+  // Signed returns `request` signed for target `t` routed by view `epoch`, or `request` itself
+  // without a signer.
+  std::shared_ptr<const grpc::ByteBuffer> Signed(
+      int t, ServerMethod method, const std::shared_ptr<const grpc::ByteBuffer>& request,
+      uint64_t epoch) const;
 
   ServerTransport* const transport_;
   const int num_servers_;
   const CallPolicy policy_;
   Timer* const timer_;
   RequestObserver observer_;  // Optional.
+  RequestSigner* signer_ = nullptr;  // Optional: a job with a secret.
   FailoverCheck failover_check_;  // Optional; replicas only.
   ViewRefresh view_refresh_;      // Optional; replicas only.
   // The view: its epoch, every target's address (ReplicaTargets of the servers), the dead
@@ -188,9 +200,6 @@ struct Replies {
 struct TransferContext {
   ServerCaller* caller = nullptr;
   uint64_t node_id = 0;
-  // This node's credential (common/job_auth.h), sent in every request; empty in a job without
-  // a secret.
-  std::string node_credential;
   // Push request ids, unique per worker; a retried request keeps its own.
   std::atomic<uint64_t>* next_request_id = nullptr;
   // Tensor bytes sent by pushes (codes, when compressed), not counting headers.
@@ -199,11 +208,11 @@ struct TransferContext {
   size_t window = 1;
 };
 
-// SetSender fills the fields every kvserver request has (proto::RequestNode) from `ctx`.
+// SetSender fills the field every kvserver request has (proto::RequestNode's node id) from
+// `ctx`; the caller signs each attempt (set_signer).
 template <typename Request>
 void SetSender(const TransferContext& ctx, Request* request) {
   request->set_node_id(ctx.node_id);
-  if (!ctx.node_credential.empty()) request->set_node_credential(ctx.node_credential);
 }
 
 }  // namespace kvstore

@@ -118,6 +118,10 @@ void ConfigureServer(grpc::ServerBuilder* builder, const ServerLimits& limits) {
   grpc::ResourceQuota quota;
   quota.Resize(static_cast<size_t>(std::max<int64_t>(limits.memory_quota_bytes, 1)));
   builder->SetResourceQuota(quota);  // The builder keeps its own reference.
+  // No SO_REUSEPORT: with it gRPC clones each listener once per poller, and a port chosen by
+  // the OS (port 0) is chosen again for each clone - the daemon would also serve on ports it
+  // never advertised.
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   if (limits.max_concurrent_calls > 0) {
     builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, limits.max_concurrent_calls);
   }

@@ -58,7 +58,9 @@ struct ServerLimits {
   static ServerLimits ForRequests(int64_t max_request_bytes);
 };
 
-// ConfigureServer sets `limits` on a server being built; replies are not limited.
+// ConfigureServer sets `limits` on a server being built; replies are not limited. The server
+// listens only on the ports it is given (no SO_REUSEPORT clones, which gRPC binds to ports of
+// their own when the port is chosen by the OS).
 void ConfigureServer(grpc::ServerBuilder* builder, const ServerLimits& limits);
 
 // GrpcDeadline converts an absl deadline for ClientContext::set_deadline.

@@ -21,6 +21,10 @@ namespace kvstore {
 struct ServerBackend {
   std::unique_ptr<ServerEngine> engine;
   std::unique_ptr<Controller> controller;
+  // When not OK, every data request (all but commands) is refused with it: a server that took
+  // the rank of a dead one without replicas, whose acknowledged updates are lost (DATA_LOSS).
+  // Set before the backend is served; read only after.
+  absl::Status refusal;
 };
 
 // BackendSpec: one server's place in the job and how it starts.

@@ -339,34 +339,62 @@ absl::Status KVServerDaemon::RegisterAndServe() {
                  join_epoch);
   }
   const Controller* controller = backend->controller.get();
-  std::shared_ptr<const KVServerService::PeerTokens> peers;
+  std::shared_ptr<const RequestVerifier> verifier;
   if (secured) {
-    peers = std::make_shared<const KVServerService::PeerTokens>(
-        registration.peer_tokens().begin(), registration.peer_tokens().end());
+    verifier = std::make_shared<const RequestVerifier>(
+        std::map<uint64_t, std::string>(registration.peer_tokens().begin(),
+                                        registration.peer_tokens().end()),
+        address(),
+        std::map<uint64_t, uint64_t>{{kSchedulerNodeId, registration.scheduler_sequence()}});
   }
   const std::string credential = NodeCredential(registration.node_id(), registration.node_token());
-  service_.SetBackend(std::move(backend), std::move(peers), std::move(backup));
+  const absl::Duration interval = absl::Milliseconds(std::max(10, view.heartbeat_interval_ms()));
+  // Beat sends one heartbeat reporting this server's load and what it restored.
+  auto beat = [&](proto::HeartbeatResponse* reply) {
+    proto::HeartbeatRequest request;
+    request.set_node_id(registration.node_id());
+    const ShardStore::Stats stats = engine->stats();
+    request.set_num_keys(stats.num_keys);
+    request.set_num_bytes(stats.num_bytes);
+    request.set_max_round(engine->MaxRoundStarted());
+    request.set_restored_round(controller->restored_round());
+    request.set_restored_checkpoint(controller->restored_checkpoint());
+    grpc::ClientContext context;
+    if (secured) context.AddMetadata(kNodeTokenKey, credential);
+    context.set_deadline(GrpcDeadline(absl::Now() + std::max(interval, absl::Seconds(2))));
+    return stub->Heartbeat(&context, request, reply);
+  };
+  if (!registration.replaced_address().empty()) {
+    // The dead server's updates since the checkpoint are lost: nothing is acknowledged on the
+    // old values. The scheduler hears what was restored before any worker can be refused, so
+    // that the workers' errors name the rounds lost.
+    backend->refusal = absl::DataLossError(absl::StrCat(
+        "kvserver rank ", registration.rank(), " took the place of the server at ",
+        registration.replaced_address(), ", which died, and ",
+        controller->restored_round() >= 0
+            ? absl::StrCat("restored checkpoint ", controller->restored_checkpoint(),
+                           " at round ", controller->restored_round())
+            : std::string("restored no checkpoint"),
+        ": the updates that server acknowledged since are lost, so it refuses every data "
+        "request; restart the job from a checkpoint"));
+    spdlog::error("{}", std::string(backend->refusal.message()));
+    proto::HeartbeatResponse reply;
+    const grpc::Status status = beat(&reply);
+    if (!status.ok()) {
+      spdlog::warn("kvserver rank {}: telling the scheduler what it restored: {}",
+                   registration.rank(), status.error_message());
+    }
+  }
+  service_.SetBackend(std::move(backend), std::move(verifier), std::move(backup));
   health_->SetServing(true);
   spdlog::info("kvserver rank {} (node {}) serving {} for {} workers", registration.rank(),
               registration.node_id(), view.mode(), view.num_workers());
 
-  const absl::Duration interval = absl::Milliseconds(std::max(10, view.heartbeat_interval_ms()));
   absl::Time last_contact = absl::Now();
   int left_workers = 0;  // How many workers had left the job at the last heartbeat.
   while (!stop_.WaitForNotificationWithTimeout(interval)) {
-    proto::HeartbeatRequest beat;
-    beat.set_node_id(registration.node_id());
-    const ShardStore::Stats stats = engine->stats();
-    beat.set_num_keys(stats.num_keys);
-    beat.set_num_bytes(stats.num_bytes);
-    beat.set_max_round(engine->MaxRoundStarted());
-    beat.set_restored_round(controller->restored_round());
-    beat.set_restored_checkpoint(controller->restored_checkpoint());
     proto::HeartbeatResponse reply;
-    grpc::ClientContext context;
-    if (secured) context.AddMetadata(kNodeTokenKey, credential);
-    context.set_deadline(GrpcDeadline(absl::Now() + std::max(interval, absl::Seconds(2))));
-    const grpc::Status status = stub->Heartbeat(&context, beat, &reply);
+    const grpc::Status status = beat(&reply);
     if (status.ok()) {
       last_contact = absl::Now();
       if (!reply.join_failure().empty()) {

@@ -3,6 +3,7 @@
 #include <grpc/support/time.h>
 
 #include <functional>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -12,11 +13,11 @@
 namespace kvstore {
 
 void KVServerService::SetBackend(std::shared_ptr<ServerBackend> backend,
-                                 std::shared_ptr<const PeerTokens> peers,
+                                 std::shared_ptr<const RequestVerifier> verifier,
                                  std::shared_ptr<ServerBackend> backup) {
   absl::MutexLock lock(&mu_);
   backend_ = std::move(backend);
-  peers_ = std::move(peers);
+  verifier_ = std::move(verifier);
   backup_ = std::move(backup);
 }
 
@@ -31,10 +32,12 @@ std::shared_ptr<ServerBackend> KVServerService::backup() const {
 }
 
 void KVServerService::Serving(bool backup, std::shared_ptr<ServerBackend>* backend,
-                              std::shared_ptr<const PeerTokens>* peers) const {
+                              std::shared_ptr<ServerBackend>* primary,
+                              std::shared_ptr<const RequestVerifier>* verifier) const {
   absl::MutexLock lock(&mu_);
   *backend = backup ? backup_ : backend_;
-  *peers = peers_;
+  *primary = backend_;
+  *verifier = verifier_;
 }
 
 // One call of one method: asked for, then run, then finished. Every step runs on a serving
@@ -80,26 +83,43 @@ class KVServerService::Call final : public ServingTag {
         responder_.FinishWithError(ToGrpcStatus(status), static_cast<ServingTag*>(this));
       }
     };
-    std::shared_ptr<ServerBackend> backend;
-    std::shared_ptr<const PeerTokens> peers;
+    std::shared_ptr<ServerBackend> backend, primary;
+    std::shared_ptr<const RequestVerifier> verifier;
     const bool backup = method_ >= kNumServerMethods;
-    service_->Serving(backup, &backend, &peers);
-    if (backup && backend == nullptr && service_->backend() != nullptr) {
-      done(absl::FailedPreconditionError(
-          "this kvserver holds no backup shard (the job has no replicas)"));
-      return Event::kOther;
-    }
-    // The view the worker routed by matters only once a replacement server has joined.
+    const auto method = static_cast<ServerMethod>(method_ % kNumServerMethods);
+    service_->Serving(backup, &backend, &primary, &verifier);
+    // The view the worker routed by: signed over in a job with a secret, and otherwise read
+    // only once a replacement server has joined.
     uint64_t view_epoch = 0;
-    if (backend != nullptr && backend->engine->view_floor() > 0) {
+    if (verifier != nullptr || (backend != nullptr && backend->engine->view_floor() > 0)) {
       const auto& metadata = context_.client_metadata();
       const auto found = metadata.find(kViewEpochKey);
       if (found != metadata.end()) {
         view_epoch = ParseViewEpoch(std::string(found->second.data(), found->second.size()));
       }
     }
-    HandleServerRequest(backend, static_cast<ServerMethod>(method_ % kNumServerMethods),
-                        request_, &response_, std::move(done), peers.get(), view_epoch);
+    // In a job with a secret nothing is said of this server to a caller that cannot prove
+    // it belongs to the job: the signature is checked first.
+    const grpc::ByteBuffer* request = &request_;
+    std::optional<RequestVerifier::Verified> verified;
+    if (verifier != nullptr) {
+      absl::StatusOr<RequestVerifier::Verified> checked =
+          verifier->Verify(method, backup, view_epoch, request_);
+      if (!checked.ok()) {
+        done(checked.status());
+        return Event::kOther;
+      }
+      verified = *std::move(checked);
+      request = &verified->request;
+    }
+    if (backup && backend == nullptr && primary != nullptr) {
+      done(absl::FailedPreconditionError(
+          "this kvserver holds no backup shard (the job has no replicas)"));
+      return Event::kOther;
+    }
+    const VerifiedCaller caller{verified.has_value() ? verified->node_id : 0};
+    HandleServerRequest(backend, method, *request, &response_, std::move(done),
+                        verified.has_value() ? &caller : nullptr, view_epoch);
     return Event::kOther;
   }
 

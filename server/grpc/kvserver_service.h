@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/request_signature.h"
 #include "common/serving_tag.h"
 #include "proto/kvstore.grpc.pb.h"
 #include "server/grpc/kvserver_metrics.h"
@@ -51,12 +52,13 @@ class KVServerService final : public RawAsyncKVServerService {
  public:
   KVServerService() = default;
 
-  using PeerTokens = ::kvstore::PeerTokens;
-  // SetBackend starts serving with `backend`. With `peers`, every request must carry the node
-  // credential of one of them (UNAUTHENTICATED otherwise) and name that node; without, calls
-  // are not checked (HandleServerRequest). Thread-safe.
+  // SetBackend starts serving with `backend`. With `verifier` (a job with a secret), every
+  // request must carry a signature it accepts (common/request_signature.h) - checked first,
+  // before anything of the request is acted on or any answer tells about this server - and
+  // name the node that signed it; without, calls are not checked (HandleServerRequest).
+  // Thread-safe.
   void SetBackend(std::shared_ptr<ServerBackend> backend,
-                  std::shared_ptr<const PeerTokens> peers = nullptr,
+                  std::shared_ptr<const RequestVerifier> verifier = nullptr,
                   std::shared_ptr<ServerBackend> backup = nullptr);
   std::shared_ptr<ServerBackend> backend() const;
   // backup returns the backup backend (null without replicas, or before SetBackend).
@@ -85,15 +87,16 @@ class KVServerService final : public RawAsyncKVServerService {
  private:
   class Call;
 
-  // Serving returns the backend a method runs on (the backup's for a Backup method) and the
-  // peers calls are checked against.
+  // Serving returns the backend a method runs on (the backup's for a Backup method), the
+  // primary one, and the verifier of signatures.
   void Serving(bool backup, std::shared_ptr<ServerBackend>* backend,
-               std::shared_ptr<const PeerTokens>* peers) const;
+               std::shared_ptr<ServerBackend>* primary,
+               std::shared_ptr<const RequestVerifier>* verifier) const;
 
   mutable absl::Mutex mu_;
   std::shared_ptr<ServerBackend> backend_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<ServerBackend> backup_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<const PeerTokens> peers_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const RequestVerifier> verifier_ ABSL_GUARDED_BY(mu_);
   KVServerMetrics* metrics_ = nullptr;  // Set before serving; optional.
   absl::Mutex serving_mu_;
   bool stopped_ ABSL_GUARDED_BY(serving_mu_) = false;

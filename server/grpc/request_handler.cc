@@ -171,43 +171,31 @@ void StartGroupPush(ServerEngine* engine, const Request& header, const Payload& 
 
 namespace {
 
-// CheckCaller: with `peers` (a job with a secret), refuses a request whose node credential is
-// not one of theirs (UNAUTHENTICATED), names another node than its credential's, or is a
-// command from any node but the scheduler (PERMISSION_DENIED). Runs on the decoded header,
-// before anything else of the request is read.
+// CheckCaller: with `caller` (a job with a secret), refuses a request that names another node
+// than the one that signed it, or a command from any node but the scheduler
+// (PERMISSION_DENIED). Runs on the decoded header, before anything else of the request is read.
 template <typename Header>
-absl::Status CheckCaller(const Header& header, const PeerTokens* peers) {
-  if (peers == nullptr) return absl::OkStatus();
-  if (header.node_credential().empty()) {
-    return absl::UnauthenticatedError(
-        "the request carries no node credential (issued by the scheduler at registration)");
-  }
-  const std::optional<ParsedCredential> credential =
-      ParseNodeCredential(header.node_credential());
-  auto peer = credential.has_value() ? peers->find(credential->node_id) : peers->end();
-  if (peer == peers->end() || !TokensEqual(credential->token, peer->second)) {
-    return absl::UnauthenticatedError(
-        "the request's node credential is not one this job's scheduler issued to a worker");
-  }
-  const uint64_t caller = credential->node_id;
-  if (header.node_id() != caller) {
+absl::Status CheckCaller(const Header& header, const VerifiedCaller* caller) {
+  if (caller == nullptr) return absl::OkStatus();
+  if (header.node_id() != caller->node_id) {
     return absl::PermissionDeniedError(absl::StrCat("the request names node ", header.node_id(),
-                                                    " but its credential is node ", caller,
-                                                    "'s"));
+                                                    " but is signed by node ",
+                                                    caller->node_id));
   }
-  if (std::is_same_v<Header, proto::ServerCommandRequest> && caller != kSchedulerNodeId) {
+  if (std::is_same_v<Header, proto::ServerCommandRequest> &&
+      caller->node_id != kSchedulerNodeId) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "node ", caller, " sent a server command; commands come through the scheduler"));
+        "node ", caller->node_id, " sent a server command; commands come through the scheduler"));
   }
   return absl::OkStatus();
 }
 
 void HandleInit(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
-                grpc::ByteBuffer* response, Done done, const PeerTokens* peers) {
+                grpc::ByteBuffer* response, Done done, const VerifiedCaller* caller) {
   proto::InitRequest header;
   absl::StatusOr<Payload> payload = DecodeFrame(*request, &header);
   if (!payload.ok()) return done(payload.status());
-  if (absl::Status status = CheckCaller(header, peers); !status.ok()) return done(status);
+  if (absl::Status status = CheckCaller(header, caller); !status.ok()) return done(status);
   auto decoded = IncomingValues(header.tensors(), *payload, /*row_sparse_allowed=*/false);
   if (!decoded.ok()) return done(decoded.status());
   const std::vector<IncomingValue>& values = *decoded;
@@ -224,11 +212,11 @@ void HandleInit(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteB
 }
 
 void HandlePush(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
-                grpc::ByteBuffer* response, Done done, const PeerTokens* peers) {
+                grpc::ByteBuffer* response, Done done, const VerifiedCaller* caller) {
   proto::PushRequest header;
   absl::StatusOr<Payload> payload = DecodeFrame(*request, &header);
   if (!payload.ok()) return done(payload.status());
-  if (absl::Status status = CheckCaller(header, peers); !status.ok()) return done(status);
+  if (absl::Status status = CheckCaller(header, caller); !status.ok()) return done(status);
   // `done` may run later, on the thread whose push completes the round; `response` stays
   // valid until then.
   auto finish = [response, done = std::move(done)](absl::Status status) {
@@ -247,10 +235,10 @@ void HandlePush(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteB
 }
 
 void HandlePull(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
-                grpc::ByteBuffer* response, Done done, const PeerTokens* peers) {
+                grpc::ByteBuffer* response, Done done, const VerifiedCaller* caller) {
   proto::PullRequest header;
   absl::Status status = DecodeMessage(*request, &header);
-  if (status.ok()) status = CheckCaller(header, peers);
+  if (status.ok()) status = CheckCaller(header, caller);
   if (!status.ok()) return done(status);
   if (header.group_id() != 0) {
     status = RegisterListedGroup(header, backend->engine.get());
@@ -269,11 +257,11 @@ void HandlePull(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteB
 }
 
 void HandlePushPull(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
-                    grpc::ByteBuffer* response, Done done, const PeerTokens* peers) {
+                    grpc::ByteBuffer* response, Done done, const VerifiedCaller* caller) {
   proto::PushPullRequest header;
   absl::StatusOr<Payload> payload = DecodeFrame(*request, &header);
   if (!payload.ok()) return done(payload.status());
-  if (absl::Status status = CheckCaller(header, peers); !status.ok()) return done(status);
+  if (absl::Status status = CheckCaller(header, caller); !status.ok()) return done(status);
   const uint64_t node_id = header.node_id();
   const uint64_t group_id = header.group_id();
   if (group_id != 0) {
@@ -307,10 +295,10 @@ void HandlePushPull(const std::shared_ptr<ServerBackend>& backend, const grpc::B
 }
 
 void HandleRowSparsePull(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
-                         grpc::ByteBuffer* response, Done done, const PeerTokens* peers) {
+                         grpc::ByteBuffer* response, Done done, const VerifiedCaller* caller) {
   proto::PullRequest header;
   absl::Status status = DecodeMessage(*request, &header);
-  if (status.ok()) status = CheckCaller(header, peers);
+  if (status.ok()) status = CheckCaller(header, caller);
   if (status.ok()) status = backend->engine->CheckSender(header.node_id());
   if (!status.ok()) return done(status);
   if (header.row_ids_size() != header.tensors_size()) {
@@ -345,10 +333,10 @@ void HandleRowSparsePull(const std::shared_ptr<ServerBackend>& backend, const gr
 }
 
 void HandleCommand(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
-                   grpc::ByteBuffer* response, Done done, const PeerTokens* peers) {
+                   grpc::ByteBuffer* response, Done done, const VerifiedCaller* caller) {
   proto::ServerCommandRequest command;
   absl::Status status = DecodeMessage(*request, &command);
-  if (status.ok()) status = CheckCaller(command, peers);
+  if (status.ok()) status = CheckCaller(command, caller);
   if (status.ok()) status = backend->engine->CheckSender(command.node_id());
   if (!status.ok()) return done(status);
   auto reply = backend->controller->Run(command.head(), command.body());
@@ -365,27 +353,28 @@ void HandleCommand(const std::shared_ptr<ServerBackend>& backend, const grpc::By
 
 void HandleServerRequest(const std::shared_ptr<ServerBackend>& backend, ServerMethod method,
                          const grpc::ByteBuffer& request, grpc::ByteBuffer* response,
-                         Done done, const PeerTokens* peers, uint64_t view_epoch) {
+                         Done done, const VerifiedCaller* caller, uint64_t view_epoch) {
   if (backend == nullptr) {
     return done(absl::UnavailableError("this server is waiting for the job's nodes to register"));
   }
+  if (method != ServerMethod::kCommand && !backend->refusal.ok()) return done(backend->refusal);
   if (method != ServerMethod::kCommand) {
     absl::Status view = backend->engine->CheckView(view_epoch, Mutates(method));
     if (!view.ok()) return done(std::move(view));
   }
   switch (method) {
     case ServerMethod::kInit:
-      return HandleInit(backend, &request, response, std::move(done), peers);
+      return HandleInit(backend, &request, response, std::move(done), caller);
     case ServerMethod::kPush:
-      return HandlePush(backend, &request, response, std::move(done), peers);
+      return HandlePush(backend, &request, response, std::move(done), caller);
     case ServerMethod::kPull:
-      return HandlePull(backend, &request, response, std::move(done), peers);
+      return HandlePull(backend, &request, response, std::move(done), caller);
     case ServerMethod::kPushPull:
-      return HandlePushPull(backend, &request, response, std::move(done), peers);
+      return HandlePushPull(backend, &request, response, std::move(done), caller);
     case ServerMethod::kRowSparsePull:
-      return HandleRowSparsePull(backend, &request, response, std::move(done), peers);
+      return HandleRowSparsePull(backend, &request, response, std::move(done), caller);
     case ServerMethod::kCommand:
-      return HandleCommand(backend, &request, response, std::move(done), peers);
+      return HandleCommand(backend, &request, response, std::move(done), caller);
   }
   done(absl::InvalidArgumentError(
       absl::StrCat("unknown kvserver method ", static_cast<int>(method))));

@@ -13,24 +13,26 @@
 #include <memory>
 #include <string>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "common/server_methods.h"
 #include "server/core/server_backend.h"
 
 namespace kvstore {
 
-// PeerTokens: the nodes that may call a kvserver (the job's workers and its scheduler) and
-// their tokens, by node id (common/job_auth.h).
-using PeerTokens = absl::flat_hash_map<uint64_t, std::string>;
+// VerifiedCaller: in a job with a secret, the node whose signature a request carried
+// (common/request_signature.h), checked - and the signature removed - by the transport before
+// the request is handled.
+struct VerifiedCaller {
+  uint64_t node_id = 0;
+};
 
 // HandleServerRequest runs `request`, a request of `method`, against `backend`, and calls `done`
 // exactly once: with OK once `*response` holds the reply, or with the error (UNAVAILABLE while
-// `backend` is null: the server has not received the cluster view yet, and clients retry).
-// With `peers`, the request's node credential (proto::RequestNode) must be one of theirs
-// (UNAUTHENTICATED otherwise) and name the node the request names (PERMISSION_DENIED
-// otherwise), and only the scheduler may send a Command (PERMISSION_DENIED); nothing is run
-// otherwise. Without `peers` (a transport without a job secret) nothing is checked.
+// `backend` is null: the server has not received the cluster view yet, and clients retry;
+// `backend->refusal` for every data request of a server that lost acknowledged updates).
+// With `caller`, the request must name the node that signed it (PERMISSION_DENIED otherwise),
+// and only the scheduler may send a Command (PERMISSION_DENIED); nothing is run otherwise.
+// Without `caller` (a transport without a job secret) nothing is checked.
 // `view_epoch` is the view the sender routed the request by (common/view_epoch.h): a request
 // the engine's view floor refuses (ServerEngine::CheckView) is answered with StaleViewError;
 // commands, which come from the scheduler, are never refused so.
@@ -41,7 +43,7 @@ using PeerTokens = absl::flat_hash_map<uint64_t, std::string>;
 void HandleServerRequest(const std::shared_ptr<ServerBackend>& backend, ServerMethod method,
                          const grpc::ByteBuffer& request, grpc::ByteBuffer* response,
                          std::function<void(absl::Status)> done,
-                         const PeerTokens* peers = nullptr, uint64_t view_epoch = 0);
+                         const VerifiedCaller* caller = nullptr, uint64_t view_epoch = 0);
 
 }  // namespace kvstore
 

@@ -89,6 +89,16 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
     int registered = 0;
     for (const auto& [id, node] : nodes_) registered += node.role == role;
     std::optional<Registration> replaced;
+    if (role == NodeRole::kServer && complete_ && !ShutdownLocked() && requested_rank >= 0 &&
+        requested_rank < group_size && !address.empty()) {
+      // A restart of the server of that rank may come before heartbeats tell that it died.
+      const NodeInfo* holder = ServerOfRank(requested_rank);
+      if (holder != nullptr && HeardFrom(*holder, now)) {
+        HoldReplacement(*holder, requested_rank, std::move(address), std::move(hostname), now,
+                        std::move(done));
+        return;
+      }
+    }
     if (role == NodeRole::kServer && complete_ && !ShutdownLocked() && options_.replicas > 1 &&
         requested_rank >= -1 && requested_rank < group_size && !address.empty()) {
       // With replicas a dead server's shards live on: its replacement copies them.
@@ -325,16 +335,20 @@ absl::StatusOr<bool> SchedulerCore::Heartbeat(uint64_t node_id, absl::Time now,
     if (!node.replaced_address.empty() && node.restored_round == -1) {
       // The first heartbeat of a server that replaced a dead one says what it restored.
       node.restored_round = std::max<int64_t>(load.restored_round, 0);
-      const std::string what =
+      LostUpdates loss;
+      loss.rank = node.rank;
+      loss.server = absl::StrCat("server ", node.rank, " (was ", node.replaced_address, ", now ",
+                                 node.address, ", node ", node_id, ")");
+      loss.restored =
           load.restored_round >= 0
               ? absl::StrCat("restarted from checkpoint ", load.restored_checkpoint,
                              " at round ", load.restored_round)
               : std::string("restarted without a checkpoint (every value it held is lost)");
-      data_loss_.push_back(absl::StrCat(
-          "server ", node.rank, " (was ", node.replaced_address, ", now ", node.address,
-          ", node ", node_id, ") died and was ", what, ": the updates of rounds ",
-          node.restored_round + 1, " to ", std::max(node.replaced_round, node.restored_round),
-          " (at least) that it had acknowledged are lost"));
+      loss.restored_round = node.restored_round;
+      loss.reported_round = std::max<int64_t>(node.replaced_round, 0);
+      spdlog::error("{} (the workers name the rounds it had acknowledged to them)",
+                    Describe(loss, 0, false));
+      data_loss_.push_back(std::move(loss));
     }
   }
   const bool over = ShutdownLocked();
@@ -363,6 +377,10 @@ void SchedulerCore::RequestShutdown(std::string reason) {
       registrations.push_back(std::move(pending.done));
     }
     pending_registrations_.clear();
+    for (PendingReplacement& pending : pending_replacements_) {
+      registrations.push_back(std::move(pending.done));
+    }
+    pending_replacements_.clear();
     for (auto& [group, barrier] : barriers_) {
       for (BarrierDone& done : barrier.done) barriers.push_back(std::move(done));
     }
@@ -526,6 +544,7 @@ absl::Status SchedulerCore::WorkersLost(absl::Time now) const {
 }
 
 void SchedulerCore::ExpireDeadlines(absl::Time now) {
+  std::vector<std::pair<RegisterDone, Registration>> replacements;
   std::vector<std::pair<RegisterDone, absl::Status>> failed_registrations;
   std::vector<std::pair<BarrierDone, absl::Status>> failed_barriers;
   {
@@ -556,7 +575,9 @@ void SchedulerCore::ExpireDeadlines(absl::Time now) {
       }
       it = barriers_.erase(it);
     }
+    RetryReplacements(now, &replacements, &failed_registrations);
   }
+  for (auto& [done, registration] : replacements) done(std::move(registration));
   for (auto& [done, status] : failed_registrations) done(status);
   for (auto& [done, status] : failed_barriers) done(status);
 }

@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/lost_updates.h"
 #include "common/partitioner.h"
 
 namespace kvstore {
@@ -101,6 +102,9 @@ struct Registration {
   // A server replacing a dead one in a running job with replicas (see JoinServer): the view
   // epoch it is published at once its shards are copied; 0 for every other registration.
   uint64_t join_epoch = 0;
+  // A server that took the rank of a dead one in a job without replicas (ReplaceServer): the
+  // dead one's address. The updates it had acknowledged since the checkpoint are lost.
+  std::string replaced_address;
 };
 
 // Routing: what a worker routes its requests by in a job with replicas - the view epoch, every
@@ -169,6 +173,10 @@ class SchedulerCore {
   // address, or FailedPrecondition when the job already has all its nodes of this role).
   // `mode` is the worker's store type ("dist_sync" or "dist_async"; empty for servers): the first
   // worker's mode is the job's, and a worker asking for another one gets FailedPrecondition.
+  // A server asking for the rank of an assembled job's server (a restart, without replicas)
+  // takes it once that server has been silent for two heartbeat intervals; while heartbeats
+  // still say it is alive, `done` waits up to ReplacementWait() (ExpireDeadlines retries it)
+  // and then runs with FailedPrecondition naming the living server.
   void Register(NodeRole role, int requested_rank, std::string address, std::string hostname,
                 absl::Time now, RegisterDone done, std::string mode = "");
 
@@ -251,9 +259,10 @@ class SchedulerCore {
   // rank 1" while registering, "barrier: 3 of 4 workers; waiting for worker 2 on HOST" per open
   // barrier. Empty when nothing waits (scheduler_core_progress.cc).
   std::vector<std::string> Progress() const;
-  // data_loss returns one message per server restarted into the running job (ReplaceServer),
-  // naming it and the rounds whose updates were lost, once it has said what it restored.
-  std::vector<std::string> data_loss() const;
+  // data_loss returns one record per server restarted into the running job (ReplaceServer),
+  // naming it, what it restored and the last round its predecessor reported, once it has said
+  // what it restored (its first heartbeat).
+  std::vector<LostUpdates> data_loss() const;
 
   // DeclareServerDead marks the server of `rank` dead for good in a job with replicas, saying
   // `reason`, so that workers fail over to the backups of its shards (dead_servers); the job
@@ -299,6 +308,16 @@ class SchedulerCore {
     uint64_t node_id;
     RegisterDone done;
   };
+  // A server asking for the rank of a server that heartbeats said was alive (it may just have
+  // died: a restart by systemd comes within a second or two): it waits, until `deadline`, for
+  // that server to be silent long enough to count as dead (ReplaceServer), then takes the rank.
+  struct PendingReplacement {
+    int rank;
+    std::string address;
+    std::string hostname;
+    absl::Time deadline;
+    RegisterDone done;
+  };
   struct PendingBarrier {
     absl::Time deadline;
     std::vector<uint64_t> entered;
@@ -314,6 +333,30 @@ class SchedulerCore {
   std::optional<Registration> ReplaceServer(int rank, const std::string& address,
                                             const std::string& hostname, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReplacementWait is how long a server asking for a living server's rank waits for it to
+  // count as dead: the silence ReplaceServer needs (two heartbeat intervals), twice, and 1 s.
+  absl::Duration ReplacementWait() const {
+    return 4 * options_.heartbeat_interval + absl::Seconds(1);
+  }
+  // HoldReplacement parks a registration for the rank of server `holder`, which heartbeats say
+  // is alive, as a PendingReplacement (ExpireDeadlines retries it), logging what it waits for.
+  void HoldReplacement(const NodeInfo& holder, int rank, std::string address,
+                       std::string hostname, absl::Time now, RegisterDone done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RetryReplacements gives each pending replacement its rank once its holder counts as dead,
+  // moving the registration into `*replaced`, or fails it once past its deadline (or when the
+  // job is over) into `*failed`.
+  void RetryReplacements(absl::Time now,
+                         std::vector<std::pair<RegisterDone, Registration>>* replaced,
+                         std::vector<std::pair<RegisterDone, absl::Status>>* failed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // HeardFrom: server `node` counts as alive - not declared dead, not being replaced, and
+  // heard from within two heartbeat intervals.
+  bool HeardFrom(const NodeInfo& node, absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return !node.dead && !node.joining && now - node.last_heartbeat <= 2 * options_.heartbeat_interval;
+  }
+  // ServerOfRank returns the registered server of `rank`, or null.
+  const NodeInfo* ServerOfRank(int rank) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // TakeOverRank replaces node `old` by a new node of its role and rank at `address` (a new
   // node id, its keys, bytes and restored round reset, `replaced_address` the old one's
   // address) and returns it.
@@ -350,6 +393,7 @@ class SchedulerCore {
   std::map<uint64_t, NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, int> requested_rank_ ABSL_GUARDED_BY(mu_);
   std::vector<PendingRegistration> pending_registrations_ ABSL_GUARDED_BY(mu_);
+  std::vector<PendingReplacement> pending_replacements_ ABSL_GUARDED_BY(mu_);
   // When the first node registered; registration may wait register_timeout from then.
   absl::Time first_registration_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
@@ -363,7 +407,7 @@ class SchedulerCore {
   std::string mode_ ABSL_GUARDED_BY(mu_);
   std::string shutdown_reason_ ABSL_GUARDED_BY(mu_);  // Set by RequestShutdown.
   std::string failure_ ABSL_GUARDED_BY(mu_);  // Set by FailJob or a failed worker's Finish.
-  std::vector<std::string> data_loss_ ABSL_GUARDED_BY(mu_);
+  std::vector<LostUpdates> data_loss_ ABSL_GUARDED_BY(mu_);
   // The view epoch published (CompleteJoin) and the last one given to a joining server.
   uint64_t view_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_join_epoch_ ABSL_GUARDED_BY(mu_) = 0;

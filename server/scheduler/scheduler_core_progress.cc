@@ -74,6 +74,15 @@ std::vector<std::string> SchedulerCore::Progress() const {
     lines.push_back(absl::StrCat("barrier: ", LivingEntered(barrier), " of ", LivingSize(group),
                                  " ", members, "; waiting for ", absl::StrJoin(missing, ", ")));
   }
+  for (const PendingReplacement& pending : pending_replacements_) {
+    const NodeInfo* holder = ServerOfRank(pending.rank);
+    lines.push_back(absl::StrCat(
+        "the kvserver at ", pending.address, " waits to take server rank ", pending.rank,
+        holder == nullptr ? std::string()
+                          : absl::StrCat(" from node ", holder->node_id, " at ", holder->address),
+        " once that one has been silent for ",
+        absl::FormatDuration(2 * options_.heartbeat_interval), " (dead)"));
+  }
   return lines;
 }
 

@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "absl/strings/str_cat.h"
 #include "server/scheduler/scheduler_core.h"
 
@@ -22,7 +24,87 @@ std::optional<Registration> SchedulerCore::ReplaceServer(int rank, const std::st
   const int64_t replaced_round = old->second.max_round;
   NodeInfo& node = TakeOverRank(&old->second, address, hostname, now);
   node.replaced_round = replaced_round;
-  return RegistrationOf(node);
+  Registration registration = RegistrationOf(node);
+  registration.replaced_address = node.replaced_address;
+  return registration;
+}
+
+const NodeInfo* SchedulerCore::ServerOfRank(int rank) const {
+  for (const auto& [id, node] : nodes_) {
+    if (node.role == NodeRole::kServer && node.rank == rank) return &node;
+  }
+  return nullptr;
+}
+
+void SchedulerCore::HoldReplacement(const NodeInfo& holder, int rank, std::string address,
+                                    std::string hostname, absl::Time now, RegisterDone done) {
+  spdlog::info(
+      "a kvserver at {} asks for server rank {}, held by node {} at {}, which answered a "
+      "heartbeat {} ago; waiting up to {} for it to be silent for {} (dead) before the new one "
+      "takes the rank",
+      address, rank, holder.node_id, holder.address,
+      absl::FormatDuration(absl::Trunc(now - holder.last_heartbeat, absl::Milliseconds(1))),
+      absl::FormatDuration(ReplacementWait()),
+      absl::FormatDuration(2 * options_.heartbeat_interval));
+  pending_replacements_.push_back(PendingReplacement{rank, std::move(address),
+                                                     std::move(hostname),
+                                                     now + ReplacementWait(), std::move(done)});
+}
+
+void SchedulerCore::RetryReplacements(
+    absl::Time now, std::vector<std::pair<RegisterDone, Registration>>* replaced,
+    std::vector<std::pair<RegisterDone, absl::Status>>* failed) {
+  for (auto it = pending_replacements_.begin(); it != pending_replacements_.end();) {
+    PendingReplacement& pending = *it;
+    if (ShutdownLocked()) {
+      failed->emplace_back(std::move(pending.done),
+                           absl::AbortedError("the job is over; no server joins it any more"));
+      it = pending_replacements_.erase(it);
+      continue;
+    }
+    const NodeInfo* holder = ServerOfRank(pending.rank);
+    std::optional<Registration> registration;
+    if (holder == nullptr || !HeardFrom(*holder, now)) {
+      if (options_.replicas > 1) {
+        // Its shards live on in their other copies: the replacement copies them (JoinServer).
+        absl::StatusOr<Registration> joined =
+            JoinServer(pending.rank, pending.address, pending.hostname, now);
+        if (!joined.ok()) {
+          failed->emplace_back(std::move(pending.done), joined.status());
+          it = pending_replacements_.erase(it);
+          continue;
+        }
+        registration = *std::move(joined);
+      } else {
+        registration = ReplaceServer(pending.rank, pending.address, pending.hostname, now);
+      }
+    }
+    if (registration.has_value()) {
+      spdlog::info("the kvserver at {} takes server rank {} (node {})", pending.address,
+                   pending.rank, registration->node_id);
+      replaced->emplace_back(std::move(pending.done), *std::move(registration));
+      it = pending_replacements_.erase(it);
+      continue;
+    }
+    if (now > pending.deadline) {
+      failed->emplace_back(
+          std::move(pending.done),
+          absl::FailedPreconditionError(absl::StrCat(
+              "server rank ", pending.rank, " is alive",
+              holder == nullptr
+                  ? std::string()
+                  : absl::StrCat(" (node ", holder->node_id, " at ", holder->address,
+                                 " answered a heartbeat ",
+                                 absl::FormatDuration(absl::Trunc(now - holder->last_heartbeat,
+                                                                  absl::Milliseconds(1))),
+                                 " ago)"),
+              ": waited ", absl::FormatDuration(ReplacementWait()),
+              " for it to stop; a second kvserver cannot take its rank")));
+      it = pending_replacements_.erase(it);
+      continue;
+    }
+    ++it;
+  }
 }
 
 NodeInfo& SchedulerCore::TakeOverRank(NodeInfo* old, const std::string& address,
@@ -55,7 +137,7 @@ Registration SchedulerCore::RegistrationOf(const NodeInfo& node) const {
   return registration;
 }
 
-std::vector<std::string> SchedulerCore::data_loss() const {
+std::vector<LostUpdates> SchedulerCore::data_loss() const {
   absl::ReaderMutexLock lock(&mu_);
   return data_loss_;
 }

@@ -480,11 +480,26 @@ TEST_CASE("SchedulerCore: a replacement server takes a dead server's rank back; 
   auto outcomes = RegisterAll(core.get(), 2, std::vector<int>(servers, -1), &rng);
   const int victim = static_cast<int>(rng.Int(0, servers - 1));
   const absl::Time later = kStart + absl::Milliseconds(500);
-  // Its server alive: refused, naming it.
-  absl::StatusOr<Registration> early = JoinAs(core.get(), victim, "127.0.0.1:30001", later);
-  INFO(early.status().ToString());
-  CHECK(absl::IsFailedPrecondition(early.status()));
-  CHECK(early.status().message().find("is alive") != absl::string_view::npos);
+  // Its server alive: held, then refused naming it once it has stayed alive for the wait.
+  {
+    uint64_t victim_id = 0;
+    for (const NodeInfo& node : core->Nodes()) {
+      if (node.role == NodeRole::kServer && node.rank == victim) victim_id = node.node_id;
+    }
+    Outcome early;
+    core->Register(NodeRole::kServer, victim, "127.0.0.1:30001", "newhost", later,
+                   early.Callback());
+    const absl::Time end = later + 4 * absl::Seconds(1) + absl::Seconds(1);
+    for (absl::Time t = later; t <= end + absl::Milliseconds(300); t += absl::Milliseconds(300)) {
+      CHECK(!early.done.HasBeenNotified());
+      REQUIRE(core->Heartbeat(victim_id, t).ok());
+      core->ExpireDeadlines(t);
+    }
+    REQUIRE(early.done.HasBeenNotified());
+    INFO(early.result.status().ToString());
+    CHECK(absl::IsFailedPrecondition(early.result.status()));
+    CHECK(early.result.status().message().find("is alive") != absl::string_view::npos);
+  }
 
   REQUIRE(*core->DeclareServerDead(victim, "killed", later));
   CHECK(core->routing().dead == std::vector<int>{victim});
@@ -515,6 +530,76 @@ TEST_CASE("SchedulerCore: a replacement server takes a dead server's rank back; 
   absl::StatusOr<Registration> extra = JoinAs(core.get(), -1, "127.0.0.1:30004", later);
   CHECK(absl::IsFailedPrecondition(extra.status()));
   CHECK(extra.status().message().find("already has all its") != absl::string_view::npos);
+}
+
+TEST_CASE("SchedulerCore: a server restarted before its old process counts as dead waits, "
+          "then takes the rank; one whose rank stays alive is refused",
+          "[scheduler][rejoin]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  const int servers = static_cast<int>(rng.Int(1, 4));
+  auto core = MakeCore(servers, 1);  // No replicas; heartbeats every second.
+  auto outcomes = RegisterAll(core.get(), 1, std::vector<int>(servers, -1), &rng);
+  for (auto& outcome : outcomes) REQUIRE(outcome->result.ok());
+  const int victim = static_cast<int>(rng.Int(0, servers - 1));
+  uint64_t victim_id = 0;
+  for (const NodeInfo& node : core->Nodes()) {
+    if (node.role == NodeRole::kServer && node.rank == victim) victim_id = node.node_id;
+  }
+  // Its last heartbeat `beat` after the start; it dies then, and is restarted 0-1.9 s later.
+  const absl::Time beat = kStart + absl::Milliseconds(rng.Int(0, 5000));
+  for (const NodeInfo& node : core->Nodes()) REQUIRE(core->Heartbeat(node.node_id, beat).ok());
+  const absl::Time restart = beat + absl::Milliseconds(rng.Int(0, 1900));
+  Outcome restarted;
+  core->Register(NodeRole::kServer, victim, "127.0.0.1:31000", "newhost", restart,
+                 restarted.Callback());
+  CHECK(!restarted.done.HasBeenNotified());
+  const std::vector<std::string> waiting = core->Progress();
+  REQUIRE(waiting.size() == 1);
+  CHECK(waiting[0].find(absl::StrCat("server rank ", victim)) != std::string::npos);
+  CHECK(waiting[0].find("127.0.0.1:31000") != std::string::npos);
+  // It takes the rank once the old one has been silent for two heartbeat intervals.
+  absl::Time t = restart;
+  while (!restarted.done.HasBeenNotified()) {
+    REQUIRE(t < restart + absl::Seconds(10));
+    t += absl::Milliseconds(100);
+    core->ExpireDeadlines(t);
+  }
+  INFO(restarted.result.status().ToString());
+  REQUIRE(restarted.result.ok());
+  CHECK(t > beat + absl::Seconds(2));
+  CHECK(t <= beat + absl::Seconds(2) + absl::Milliseconds(100));
+  CHECK(restarted.result->rank == victim);
+  CHECK(restarted.result->node_id != victim_id);
+  CHECK(restarted.result->view.servers[victim].address == "127.0.0.1:31000");
+  // A second kvserver for a rank whose server stays alive is refused after the wait, naming it.
+  const int other = static_cast<int>(rng.Int(0, servers - 1));
+  for (const NodeInfo& node : core->Nodes()) REQUIRE(core->Heartbeat(node.node_id, t).ok());
+  Outcome second;
+  core->Register(NodeRole::kServer, other, "127.0.0.1:31001", "newhost", t, second.Callback());
+  uint64_t holder = 0;
+  for (const NodeInfo& node : core->Nodes()) {
+    if (node.role == NodeRole::kServer && node.rank == other) holder = node.node_id;
+  }
+  const absl::Time asked = t;
+  while (!second.done.HasBeenNotified()) {
+    REQUIRE(t < asked + absl::Seconds(10));
+    t += absl::Milliseconds(100);
+    REQUIRE(core->Heartbeat(holder, t).ok());
+    core->ExpireDeadlines(t);
+  }
+  INFO(second.result.status().ToString());
+  CHECK(absl::IsFailedPrecondition(second.result.status()));
+  CHECK(second.result.status().message().find(absl::StrCat("server rank ", other, " is alive")) !=
+        absl::string_view::npos);
+  CHECK(t - asked >= absl::Seconds(5));
+  // A shutdown answers a held registration at once.
+  Outcome third;
+  core->Register(NodeRole::kServer, other, "127.0.0.1:31002", "newhost", t, third.Callback());
+  CHECK(!third.done.HasBeenNotified());
+  core->RequestShutdown("test");
+  REQUIRE(third.done.HasBeenNotified());
+  CHECK(absl::IsAborted(third.result.status()));
 }
 
 TEST_CASE("SchedulerCore: a silent server is replaced; a failed join is told why; a shard "

@@ -109,6 +109,8 @@ SchedulerService::SchedulerService(SchedulerCore* core, absl::Duration command_t
   if (!secret.empty()) {
     job_token_ = JobToken(secret);
     node_key_ = NodeKey::Random();
+    signer_ = std::make_unique<RequestSigner>(kSchedulerNodeId,
+                                              node_key_->TokenFor(kSchedulerNodeId));
   }
 }
 
@@ -216,11 +218,14 @@ void SchedulerService::HandleRegister(const proto::RegisterRequest& request,
         }
         if (registration.ok()) {
           response->set_node_id(registration->node_id);
+          response->set_replaced_address(registration->replaced_address);
           response->set_rank(registration->rank);
           ViewToProto(registration->view, response->mutable_view());
           if (node_key_.has_value()) {
             response->set_node_token(node_key_->TokenFor(registration->node_id));
             if (role == NodeRole::kServer) {
+              // Commands signed before this server registered are not its to accept.
+              response->set_scheduler_sequence(signer_->next_sequence() - 1);
               auto& peers = *response->mutable_peer_tokens();
               peers[kSchedulerNodeId] = node_key_->TokenFor(kSchedulerNodeId);
               for (uint64_t id : registration->view.worker_node_ids) {
@@ -249,7 +254,14 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
                                         request.max_round(), request.restored_round(),
                                         request.restored_checkpoint()});
         if (over.ok()) response->set_shutdown(*over);
-        for (std::string& loss : core_->data_loss()) response->add_data_loss(std::move(loss));
+        for (LostUpdates& loss : core_->data_loss()) {
+          proto::LostUpdates* lost = response->add_data_loss();
+          lost->set_rank(loss.rank);
+          lost->set_server(std::move(loss.server));
+          lost->set_restored(std::move(loss.restored));
+          lost->set_restored_round(loss.restored_round);
+          lost->set_reported_round(loss.reported_round);
+        }
         const Routing routing = core_->routing();
         for (int rank : routing.dead) response->add_dead_servers(rank);
         if (routing.epoch > 0) {
@@ -380,10 +392,6 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
   fan_out->done = std::move(done);
   proto::ServerCommandRequest command;
   command.set_node_id(kSchedulerNodeId);
-  if (node_key_.has_value()) {
-    command.set_node_credential(
-        NodeCredential(kSchedulerNodeId, node_key_->TokenFor(kSchedulerNodeId)));
-  }
   command.set_head(request.head());
   command.set_body(request.body());
   const grpc::ByteBuffer encoded = EncodeMessage(command);
@@ -393,7 +401,7 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
     // Replies of primaries first, then of backups; the first of a shard's wins.
     const size_t i = copy.shard + (copy.backup ? num_shards : 0);
     auto call = std::make_shared<Call>();
-    call->request = encoded;
+    call->request = Signed(ServerMethod::kCommand, copy.backup, server.address, encoded);
     call->context.set_deadline(GrpcDeadline(absl::Now() + command_timeout_));
     ServerStub(server.address)
         ->UnaryCall(&call->context, GrpcMethodPath(ServerMethod::kCommand, copy.backup),
@@ -423,6 +431,13 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
                       fan_out->done(fan_out->first_error);
                     });
   }
+}
+
+grpc::ByteBuffer SchedulerService::Signed(ServerMethod method, bool backup,
+                                          const std::string& address,
+                                          const grpc::ByteBuffer& request) const {
+  if (signer_ == nullptr) return request;
+  return signer_->Sign({method, backup, address, 0}, request);
 }
 
 absl::StatusOr<std::string> SchedulerService::CallServer(int rank, int head,
@@ -464,11 +479,9 @@ absl::StatusOr<std::string> SchedulerService::CallRaw(const std::string& address
   command.set_node_id(kSchedulerNodeId);
   command.set_head(head);
   command.set_body(body);
-  if (node_key_.has_value()) {
-    command.set_node_credential(
-        NodeCredential(kSchedulerNodeId, node_key_->TokenFor(kSchedulerNodeId)));
-  }
-  grpc::ByteBuffer request = EncodeMessage(command), reply;
+  grpc::ByteBuffer request =
+                       Signed(ServerMethod::kCommand, backup, address, EncodeMessage(command)),
+                   reply;
   grpc::ClientContext context;
   context.set_deadline(GrpcDeadline(absl::Now() + command_timeout_));
   absl::Notification finished;

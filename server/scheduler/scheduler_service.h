@@ -32,6 +32,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/job_auth.h"
+#include "common/request_signature.h"
+#include "common/server_methods.h"
 #include "proto/kvstore.grpc.pb.h"
 #include "common/metrics_registry.h"
 #include "server/scheduler/checkpoint_coordinator.h"
@@ -150,6 +152,12 @@ class SchedulerService final : public RawSchedulerService {
   // With a secret: the job token and the key of node tokens.
   std::optional<std::string> job_token_;
   std::optional<NodeKey> node_key_;
+  // With node_key_: signs the commands sent to kvservers as node 1 (the scheduler).
+  std::unique_ptr<RequestSigner> signer_;
+  // Signed returns `request` signed for `method` (its Backup method with `backup`) on the
+  // kvserver at `address`, or `request` itself in a job without a secret.
+  grpc::ByteBuffer Signed(ServerMethod method, bool backup, const std::string& address,
+                          const grpc::ByteBuffer& request) const;
   std::shared_ptr<grpc::ChannelCredentials> server_credentials_;  // Calls to the servers.
   CheckpointCoordinator* coordinator_ = nullptr;
   std::function<void(Registration, std::string)> join_;  // Optional; set before serving.

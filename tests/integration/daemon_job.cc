@@ -145,6 +145,7 @@ DaemonJob::DaemonJob(std::vector<std::string> scheduler_args,
   REQUIRE(registered.ok());
   REQUIRE(registration_.view().servers_size() == 1);
   credential_ = NodeCredential(node_id(), registration_.node_token());
+  signer_ = std::make_unique<RequestSigner>(node_id(), registration_.node_token());
   scheduler_stub_ = Connection(Daemon::kScheduler);
   server_stub_ = Connection(Daemon::kServer);
   heartbeats_ = std::thread([this] { Heartbeats(); });
@@ -222,7 +223,8 @@ void DaemonJob::CallAsync(Daemon daemon, const std::string& method, grpc::ByteBu
   call->done = std::move(done);
   call->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   if (daemon == Daemon::kServer) {
-    call->request = SignRequest(method, request, credential_);
+    call->request =
+        SignRequest(method, request, signer_.get(), registration_.view().servers(0).address());
   } else {
     call->request = std::move(request);
     call->context.AddMetadata(kNodeTokenKey, credential_);

@@ -2,7 +2,8 @@
 // included - and check that they stay up: the built scheduler and one kvserver, each its own
 // process on 127.0.0.1 with ports the OS chooses, with a job secret of their own, and this
 // process as the job's only worker, joined through a real Register (dist_sync). Every call
-// carries the worker's node credential (common/job_auth.h).
+// carries the worker's node credential (common/job_auth.h): calls to the kvserver are signed
+// with its key (common/request_signature.h).
 //
 // Contract:
 // - The constructor starts both daemons, registers, starts heartbeats and returns once the
@@ -33,6 +34,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/request_signature.h"
 #include "proto/kvstore.pb.h"
 #include "tests/process.h"
 
@@ -63,6 +65,11 @@ class DaemonJob {
                  absl::Duration timeout = absl::Seconds(10), grpc::GenericStub* via = nullptr);
   // Connection returns a stub on a new TCP connection of its own to `daemon`.
   std::unique_ptr<grpc::GenericStub> Connection(Daemon daemon) const;
+  // address returns the address `daemon` advertises ("127.0.0.1:PORT").
+  std::string address(Daemon daemon) const {
+    return daemon == Daemon::kScheduler ? scheduler_address_
+                                        : registration_.view().servers(0).address();
+  }
 
   // Alive is OK when `daemon` still runs and answers a valid request (a ClusterStatus, or a
   // Pull of nothing), else names what failed.
@@ -87,7 +94,8 @@ class DaemonJob {
   std::unique_ptr<grpc::GenericStub> scheduler_stub_;
   std::unique_ptr<grpc::GenericStub> server_stub_;
   proto::RegisterResponse registration_;
-  std::string credential_;  // This worker's node credential.
+  std::string credential_;  // This worker's node credential, for the scheduler's calls.
+  std::unique_ptr<RequestSigner> signer_;  // Signs its calls to the kvserver.
   absl::Notification stop_heartbeats_;
   std::thread heartbeats_;
 };

@@ -281,18 +281,19 @@ absl::Status DeadServer(KVStore& kv) {
 }
 
 // RawCall sends `request` as a raw call of `method` on `stub`, with `credential` (a node
-// credential, "NODE_ID:TOKEN") unless it is empty, and returns the call's status; the reply,
-// when there is one, goes to `*reply`.
+// credential, "NODE_ID:TOKEN", in the metadata of a scheduler's call) unless it is empty, and
+// returns the call's status; the reply, when there is one, goes to `*reply`. Requests to a
+// kvserver are sent as they are (signed or not by the caller: testing::SignRequest).
 grpc::Status RawCall(grpc::GenericStub& stub, const char* method, const grpc::ByteBuffer& request,
                      const std::string& credential, grpc::ByteBuffer* reply) {
   grpc::ClientContext context;
   context.set_deadline(GrpcDeadline(absl::Now() + absl::Seconds(10)));
-  grpc::ByteBuffer signed_request = testing::SignRequest(method, request, credential);
+  grpc::ByteBuffer sent = request;
   const bool to_server = absl::StartsWith(method, "/kvstore.proto.KVServer/");
   if (!credential.empty() && !to_server) context.AddMetadata(kNodeTokenKey, credential);
   absl::Notification done;
   grpc::Status status;
-  stub.UnaryCall(&context, method, grpc::StubOptions(), &signed_request, reply,
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &sent, reply,
                  [&](grpc::Status s) {
     status = s;
     done.Notify();
@@ -301,17 +302,21 @@ grpc::Status RawCall(grpc::GenericStub& stub, const char* method, const grpc::By
   return status;
 }
 
-// Raw requests to server 0, bypassing the SDK's own checks, with this worker's credential
-// (`credential`, "NODE_ID:TOKEN"; empty in a job without a secret).
+// Raw requests to server 0 (at `server`), bypassing the SDK's own checks, signed as this
+// worker by `signer` (the store's own: DistStore::signer; null in a job without a secret) with
+// its token `token`.
 absl::Status BadInput(KVStore& kv, uint64_t node_id, const std::string& server,
-                      const std::string& credential) {
+                      RequestSigner* signer, const std::string& token) {
   const Tensor init = Base(6, 4);
   RETURN_IF_ERROR(kv.Init(5, init));  // Small key: lives on one server; with one server, here.
   grpc::GenericStub stub(MakeChannel(server));
-  std::string sent_credential = credential;  // What `call` sends; the attacks change it.
-  auto call = [&](const char* method, const grpc::ByteBuffer& request) {
+  RequestSigner* sent_signer = signer;  // What `call` signs with; the attacks change it.
+  auto send = [&](const char* method, const grpc::ByteBuffer& request) {
     grpc::ByteBuffer reply;
-    return FromGrpcStatus(RawCall(stub, method, request, sent_credential, &reply));
+    return FromGrpcStatus(RawCall(stub, method, request, "", &reply));
+  };
+  auto call = [&](const char* method, const grpc::ByteBuffer& request) {
+    return send(method, testing::SignRequest(method, request, sent_signer, server));
   };
   auto push = [&](uint64_t node, std::vector<int64_t> shape, DType dtype, int64_t count,
                   uint64_t payload_bytes, const Tensor& data, int64_t key = 5) {
@@ -371,8 +376,8 @@ absl::Status BadInput(KVStore& kv, uint64_t node_id, const std::string& server,
        absl::StatusCode::kInvalidArgument},
   };
   std::vector<Case> attacks;
-  if (!credential.empty()) {
-    // A job with a secret: requests without this worker's credential, or naming another node.
+  if (signer != nullptr) {
+    // A job with a secret: requests without this worker's signature, or naming another node.
     const Tensor zeros = Tensor::Zeros(DType::kFloat32, {6});
     proto::ServerCommandRequest command;
     command.set_node_id(node_id);
@@ -387,18 +392,61 @@ absl::Status BadInput(KVStore& kv, uint64_t node_id, const std::string& server,
     attacks.push_back({"a command sent straight to a server",
                        call("/kvstore.proto.KVServer/Command", EncodeMessage(command)),
                        absl::StatusCode::kPermissionDenied});
-    sent_credential = "";
-    attacks.push_back({"a push without a credential", push(node_id, {6}, DType::kFloat32, 6, 24, zeros),
+    sent_signer = nullptr;
+    attacks.push_back({"a push without a signature", push(node_id, {6}, DType::kFloat32, 6, 24, zeros),
                        absl::StatusCode::kUnauthenticated});
-    sent_credential = absl::StrCat(node_id, ":", JobToken(NewSecret()));
-    attacks.push_back({"a push with a forged node token",
+    RequestSigner forged(node_id, JobToken(NewSecret()));
+    sent_signer = &forged;
+    attacks.push_back({"a push signed with a forged node token",
                        push(node_id, {6}, DType::kFloat32, 6, 24, zeros),
                        absl::StatusCode::kUnauthenticated});
-    sent_credential = absl::StrCat(1, ":", credential.substr(credential.find(':') + 1));
-    attacks.push_back({"a push with this node's token claimed for node 1",
+    RequestSigner claimed(1, token);
+    sent_signer = &claimed;
+    attacks.push_back({"a push signed with this node's token as node 1",
                        push(1, {6}, DType::kFloat32, 6, 24, zeros),
                        absl::StatusCode::kUnauthenticated});
-    sent_credential = credential;
+    sent_signer = signer;
+    // A request captured on the wire: sent again as it is, altered, or sent to another method,
+    // it is refused, and the key keeps what the one accepted push made it.
+    const Tensor six = Base(6, 8);
+    RETURN_IF_ERROR(kv.Init(6, six));
+    proto::PushRequest header;
+    header.set_node_id(node_id);
+    header.set_request_id(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())));
+    proto::TensorHeader* t = header.add_tensors();
+    KeyToProto(int64_t{6}, t->mutable_key());
+    t->set_dtype(DTypeToProto(DType::kFloat32));
+    t->add_shape(6);
+    t->set_element_count(6);
+    t->set_payload_bytes(24);
+    const Tensor pushed = Base(6, 11);
+    const grpc::ByteBuffer captured = testing::SignRequest(
+        "/kvstore.proto.KVServer/Push",
+        EncodeFrame(header, {PayloadPart{pushed, 0, pushed.byte_size()}}).value(), signer, server);
+    RETURN_IF_ERROR(send("/kvstore.proto.KVServer/Push", captured));
+    Tensor after_push = Tensor::Zeros(DType::kFloat32, {6});
+    RETURN_IF_ERROR(kv.Pull(6, &after_push));
+    RETURN_IF_ERROR(kv.WaitAll());
+    attacks.push_back({"a captured push sent again", send("/kvstore.proto.KVServer/Push", captured),
+                       absl::StatusCode::kUnauthenticated});
+    std::vector<grpc::Slice> slices;
+    RETURN_IF_ERROR(FromGrpcStatus(captured.Dump(&slices)));
+    std::string bytes;
+    for (const grpc::Slice& slice : slices) {
+      bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+    bytes[bytes.size() - kSignatureTrailerBytes - 1] ^= 0x40;  // The payload's last byte.
+    grpc::Slice altered(bytes);
+    attacks.push_back({"a captured push with its payload altered",
+                       send("/kvstore.proto.KVServer/Push", grpc::ByteBuffer(&altered, 1)),
+                       absl::StatusCode::kUnauthenticated});
+    attacks.push_back({"a captured push sent as a PushPull",
+                       send("/kvstore.proto.KVServer/PushPull", captured),
+                       absl::StatusCode::kUnauthenticated});
+    Tensor after_replays = Tensor::Zeros(DType::kFloat32, {6});
+    RETURN_IF_ERROR(kv.Pull(6, &after_replays));
+    RETURN_IF_ERROR(kv.WaitAll());
+    RETURN_IF_ERROR(ExpectEqual(after_replays, after_push, "key 6 after the replayed pushes"));
   }
   for (const std::vector<Case>* list : {&cases, static_cast<const std::vector<Case>*>(&attacks)}) {
     for (const Case& c : *list) {
@@ -804,6 +852,7 @@ absl::Status Run(int argc, char** argv) {
     proto::ClusterStatusResponse reply;
     const std::string credential =
         options.security.secret.empty() ? "" : NodeCredential(dist->node_id(), dist->node_token());
+    const std::string token = options.security.secret.empty() ? "" : dist->node_token();
     grpc::ClientContext context;
     context.set_deadline(GrpcDeadline(absl::Now() + absl::Seconds(10)));
     if (!credential.empty()) context.AddMetadata(kNodeTokenKey, credential);
@@ -813,7 +862,7 @@ absl::Status Run(int argc, char** argv) {
       if (node.role() == proto::SERVER && node.rank() == 0) server = node.address();
     }
     RETURN_IF_ERROR(Expect(!server.empty(), "the scheduler lists no server 0"));
-    RETURN_IF_ERROR(BadInput(*kv, dist->node_id(), server, credential));
+    RETURN_IF_ERROR(BadInput(*kv, dist->node_id(), server, dist->signer(), token));
     if (credential.empty()) return absl::OkStatus();
     RETURN_IF_ERROR(SchedulerAttacks(
         absl::StrCat(options.scheduler_host, ":", options.scheduler_port), dist->node_id(),
