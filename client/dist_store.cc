@@ -133,7 +133,8 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
       [keys = store->keys_.get()](int rank) { return keys->AcknowledgedRound(rank); },
       mode == "dist_sync");
   if (!options.security.secret.empty()) {
-    store->signer_ = std::make_unique<RequestSigner>(view.node_id, view.node_token);
+    store->signer_ =
+        std::make_unique<RequestSigner>(view.node_id, view.node_token, view.signed_payloads);
     store->caller_->set_signer(store->signer_.get());
   }
   store->context_ = TransferContext{

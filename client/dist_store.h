@@ -94,6 +94,8 @@ class DistStore final : public KVStore {
   // signer signs this worker's requests to the servers (null in a job without a secret), for
   // tools that send raw requests as this worker: they must share its sequence numbers.
   RequestSigner* signer() const { return signer_.get(); }
+  // signed_payloads: the job's signatures cover payloads (scheduler --signed_payloads).
+  bool signed_payloads() const { return membership_->view().signed_payloads; }
   // push_payload_bytes returns the tensor bytes sent by pushes so far (the codes, when
   // compressed), not counting headers.
   int64_t push_payload_bytes() const { return push_payload_bytes_.load(); }

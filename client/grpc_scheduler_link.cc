@@ -61,6 +61,7 @@ absl::StatusOr<JobView> GrpcSchedulerLink::Register(const std::string& mode, int
   job.big_value_bound = view.big_value_bound();
   job.chunk_bytes = view.chunk_bytes();
   job.replicas = std::max(1, view.replicas());
+  job.signed_payloads = view.signed_payloads();
   job.node_token = reply.node_token();
   if (!job_token_.empty()) node_credential_ = NodeCredential(job.node_id, job.node_token);
   return job;

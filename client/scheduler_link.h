@@ -36,6 +36,8 @@ struct JobView {
   std::string node_token;
   // Copies of each shard (ServerCaller's replicas).
   int replicas = 1;
+  // Request signatures cover payloads too (common/request_signature.h).
+  bool signed_payloads = false;
 };
 
 // JobState: what a heartbeat's answer says of the job.

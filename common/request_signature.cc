@@ -10,6 +10,8 @@
 #include <utility>
 
 #include "absl/base/internal/endian.h"
+#include "absl/container/fixed_array.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 
 namespace kvstore {
@@ -25,9 +27,18 @@ constexpr size_t kTagBytes = 16;
 struct Trailer {
   uint64_t node_id = 0;
   uint64_t sequence = 0;
+  uint64_t view_epoch = 0;
   uint64_t receiver_hint = 0;
+  uint64_t covered = 0;
   uint8_t tag[kTagBytes] = {};
 };
+constexpr size_t kTagAt = kSignatureTrailerBytes - kTagBytes;
+
+// Framed: the methods whose requests are [fixed32 N][N bytes of header][payload].
+bool Framed(ServerMethod method) {
+  return method == ServerMethod::kInit || method == ServerMethod::kPush ||
+         method == ServerMethod::kPushPull;
+}
 
 uint64_t Fnv1a(absl::string_view text) {
   uint64_t hash = 1469598103934665603ull;
@@ -38,19 +49,39 @@ uint64_t Fnv1a(absl::string_view text) {
   return hash;
 }
 
-// Preamble: what the tag covers before the request's bytes.
-std::string Preamble(const RequestRoute& route, uint64_t node_id, uint64_t sequence) {
-  std::string preamble(kPreambleLabel, sizeof(kPreambleLabel) - 1);
-  preamble.push_back(static_cast<char>(static_cast<int>(route.method) +
-                                       (route.backup ? kNumServerMethods : 0)));
-  char word[8];
-  for (const uint64_t value : {node_id, sequence, route.view_epoch,
+// Preamble: what the tag covers before the request's bytes, written into `out` (on the stack
+// for the usual addresses: no allocation per request).
+using PreambleBuffer = absl::FixedArray<char, 320>;
+PreambleBuffer Preamble(const RequestRoute& route, uint64_t node_id, uint64_t sequence,
+                        uint64_t covered, uint64_t length) {
+  constexpr size_t kLabel = sizeof(kPreambleLabel) - 1;
+  PreambleBuffer preamble(kLabel + 1 + 6 * 8 + route.receiver.size());
+  char* at = preamble.data();
+  std::memcpy(at, kPreambleLabel, kLabel);
+  at += kLabel;
+  *at++ = static_cast<char>(static_cast<int>(route.method) + (route.backup ? kNumServerMethods : 0));
+  for (const uint64_t value : {node_id, sequence, route.view_epoch, covered, length,
                                static_cast<uint64_t>(route.receiver.size())}) {
-    absl::little_endian::Store64(word, value);
-    preamble.append(word, sizeof(word));
+    absl::little_endian::Store64(at, value);
+    at += 8;
   }
-  preamble.append(route.receiver.data(), route.receiver.size());
+  std::memcpy(at, route.receiver.data(), route.receiver.size());
   return preamble;
+}
+
+// Slices: a request's slices, without an allocation when it is one slice.
+using Slices = absl::InlinedVector<grpc::Slice, 2>;
+bool SlicesOf(const grpc::ByteBuffer& buffer, Slices* slices) {
+  if (buffer.Length() == 0) return true;
+  grpc::Slice single;
+  if (buffer.TrySingleSlice(&single).ok()) {
+    slices->push_back(std::move(single));
+    return true;
+  }
+  std::vector<grpc::Slice> many;
+  if (!buffer.Dump(&many).ok()) return false;
+  for (grpc::Slice& slice : many) slices->push_back(std::move(slice));
+  return true;
 }
 
 // Tagger: one ChaCha20-Poly1305 computation over associated data given in pieces. A context
@@ -100,13 +131,31 @@ class Tagger {
   bool ok_ = false;
 };
 
-// TagOf computes the tag of the first `bytes` bytes of `slices` for `route`.
+// HeaderEnd returns where the header of a framed request of `length` bytes ends (4 + the
+// length its prefix declares), or `length` when the prefix is cut short or declares more.
+size_t HeaderEnd(const Slices& slices, size_t length) {
+  if (length < 4) return length;
+  uint8_t prefix[4];
+  size_t have = 0;
+  for (const grpc::Slice& slice : slices) {
+    const size_t take = std::min(sizeof(prefix) - have, slice.size());
+    std::memcpy(prefix + have, slice.begin(), take);
+    have += take;
+    if (have == sizeof(prefix)) break;
+  }
+  const uint64_t end = 4 + uint64_t{absl::little_endian::Load32(prefix)};
+  return end <= length ? static_cast<size_t>(end) : length;
+}
+
+// TagOf computes the tag of the first `covered` bytes of `slices`, a request of `length` bytes,
+// for `route`.
 bool TagOf(const RequestKey& key, const RequestRoute& route, uint64_t node_id,
-           uint64_t sequence, const std::vector<grpc::Slice>& slices, size_t bytes,
+           uint64_t sequence, const Slices& slices, size_t covered, size_t length,
            uint8_t tag[kTagBytes]) {
   Tagger tagger(key, sequence);
-  const std::string preamble = Preamble(route, node_id, sequence);
+  const PreambleBuffer preamble = Preamble(route, node_id, sequence, covered, length);
   tagger.Add(preamble.data(), preamble.size());
+  size_t bytes = covered;
   for (const grpc::Slice& slice : slices) {
     if (bytes == 0) break;
     const size_t take = std::min(bytes, slice.size());
@@ -126,22 +175,28 @@ RequestKey RequestKeyOf(absl::string_view node_token) {
   return key;
 }
 
-RequestSigner::RequestSigner(uint64_t node_id, absl::string_view node_token)
-    : node_id_(node_id), key_(RequestKeyOf(node_token)) {}
+RequestSigner::RequestSigner(uint64_t node_id, absl::string_view node_token,
+                             bool signed_payloads)
+    : node_id_(node_id), key_(RequestKeyOf(node_token)), signed_payloads_(signed_payloads) {}
 
 grpc::ByteBuffer RequestSigner::Sign(const RequestRoute& route, const grpc::ByteBuffer& request) {
-  std::vector<grpc::Slice> slices;
-  if (request.Length() > 0) request.Dump(&slices).IgnoreError();
+  Slices slices;
+  SlicesOf(request, &slices);
+  const size_t length = request.Length();
+  const size_t covered =
+      signed_payloads_ || !Framed(route.method) ? length : HeaderEnd(slices, length);
   const uint64_t sequence = next_sequence_.fetch_add(1, std::memory_order_relaxed);
   uint8_t trailer[kSignatureTrailerBytes];
   trailer[0] = kTrailerTag;
   trailer[1] = kTrailerLength;
   absl::little_endian::Store64(trailer + 2, node_id_);
   absl::little_endian::Store64(trailer + 10, sequence);
-  absl::little_endian::Store64(trailer + 18, Fnv1a(route.receiver));
-  if (!TagOf(key_, route, node_id_, sequence, slices, request.Length(), trailer + 26)) {
+  absl::little_endian::Store64(trailer + 18, route.view_epoch);
+  absl::little_endian::Store64(trailer + 26, Fnv1a(route.receiver));
+  absl::little_endian::Store64(trailer + 34, covered);
+  if (!TagOf(key_, route, node_id_, sequence, slices, covered, length, trailer + kTagAt)) {
     // Without a tag the request is refused; zeros make that certain.
-    std::memset(trailer + 26, 0, kTagBytes);
+    std::memset(trailer + kTagAt, 0, kTagBytes);
   }
   slices.emplace_back(trailer, sizeof(trailer));
   return grpc::ByteBuffer(slices.data(), slices.size());
@@ -174,8 +229,11 @@ void ReplayWindow::set_floor(uint64_t floor) {
 
 RequestVerifier::RequestVerifier(const std::map<uint64_t, std::string>& peers,
                                  std::string address,
-                                 const std::map<uint64_t, uint64_t>& floors)
-    : address_(std::move(address)), address_hint_(Fnv1a(address_)) {
+                                 const std::map<uint64_t, uint64_t>& floors,
+                                 bool signed_payloads)
+    : address_(std::move(address)),
+      address_hint_(Fnv1a(address_)),
+      signed_payloads_(signed_payloads) {
   for (const auto& [id, token] : peers) {
     auto peer = std::make_unique<Peer>();
     peer->key = RequestKeyOf(token);
@@ -188,15 +246,15 @@ RequestVerifier::RequestVerifier(const std::map<uint64_t, std::string>& peers,
 }
 
 absl::StatusOr<RequestVerifier::Verified> RequestVerifier::Verify(
-    ServerMethod method, bool backup, uint64_t view_epoch, const grpc::ByteBuffer& request) const {
+    ServerMethod method, bool backup, const grpc::ByteBuffer& request) const {
   const size_t length = request.Length();
   if (length < kSignatureTrailerBytes) {
     return absl::UnauthenticatedError(
         "the request carries no signature (a job with a secret signs every request with the "
         "key of the node the scheduler registered)");
   }
-  std::vector<grpc::Slice> slices;
-  if (!request.Dump(&slices).ok()) {
+  Slices slices;
+  if (!SlicesOf(request, &slices)) {
     return absl::InvalidArgumentError("the request's bytes cannot be read");
   }
   // The trailer: the last bytes, which may straddle slices.
@@ -217,8 +275,10 @@ absl::StatusOr<RequestVerifier::Verified> RequestVerifier::Verify(
   Trailer trailer;
   trailer.node_id = absl::little_endian::Load64(raw + 2);
   trailer.sequence = absl::little_endian::Load64(raw + 10);
-  trailer.receiver_hint = absl::little_endian::Load64(raw + 18);
-  std::memcpy(trailer.tag, raw + 26, kTagBytes);
+  trailer.view_epoch = absl::little_endian::Load64(raw + 18);
+  trailer.receiver_hint = absl::little_endian::Load64(raw + 26);
+  trailer.covered = absl::little_endian::Load64(raw + 34);
+  std::memcpy(trailer.tag, raw + kTagAt, kTagBytes);
   const auto peer = peers_.find(trailer.node_id);
   if (peer == peers_.end()) {
     return absl::UnauthenticatedError(absl::StrCat(
@@ -231,9 +291,18 @@ absl::StatusOr<RequestVerifier::Verified> RequestVerifier::Verify(
         address_, " (a replacement took this address's place while it was routed); resend it"));
   }
   const size_t body = length - kSignatureTrailerBytes;
-  const RequestRoute route{method, backup, address_, view_epoch};
+  const size_t required =
+      signed_payloads_ || !Framed(method) ? body : HeaderEnd(slices, body);
+  if (trailer.covered > body || trailer.covered < required) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "the signature of the request as node ", trailer.node_id, " covers ", trailer.covered,
+        " of its ", body, " bytes; this server requires ", required,
+        signed_payloads_ ? " (the job signs payloads)" : " (the header at least)"));
+  }
+  const RequestRoute route{method, backup, address_, trailer.view_epoch};
   uint8_t tag[kTagBytes];
-  if (!TagOf(peer->second->key, route, trailer.node_id, trailer.sequence, slices, body, tag) ||
+  if (!TagOf(peer->second->key, route, trailer.node_id, trailer.sequence, slices,
+             static_cast<size_t>(trailer.covered), body, tag) ||
       CRYPTO_memcmp(tag, trailer.tag, kTagBytes) != 0) {
     return absl::UnauthenticatedError(absl::StrCat(
         "the signature of the request as node ", trailer.node_id,
@@ -251,8 +320,8 @@ absl::StatusOr<RequestVerifier::Verified> RequestVerifier::Verify(
   // The request without its trailer: whole slices, then the start of the one it begins in.
   Verified verified;
   verified.node_id = trailer.node_id;
-  std::vector<grpc::Slice> kept;
-  kept.reserve(slices.size());
+  verified.view_epoch = trailer.view_epoch;
+  Slices kept;
   size_t left = body;
   for (grpc::Slice& slice : slices) {
     if (left == 0) break;

@@ -1,24 +1,35 @@
-// Request signatures: how a kvserver knows that a request comes from the node it names,
-// unaltered, meant for this server, and only once.
+// Request signatures: how a kvserver knows that a request comes from the node it names, meant
+// for this server and this method, and only once - and, as far as the job asks, unaltered.
 //
 // In a job with a secret, every request to a kvserver ends with a signature trailer that its
 // sender appends to the request's bytes. The trailer is protobuf field 15 of the request
 // (proto::RequestNode's node_credential, bytes), so that a message without payload still
 // parses; in a framed request (common/wire_frame.h) it follows the payload:
 //
-//   0x7a 0x28 | node id (8 bytes LE) | sequence (8) | receiver hint (8) | tag (16)
+//   0x7a 0x38 | node id (8 bytes LE) | sequence (8) | view epoch (8) | receiver hint (8) |
+//   covered (8) | tag (16)
 //
 // The tag is ChaCha20-Poly1305 (RFC 8439) under the node's request key, with the nonce 4 zero
 // bytes || the sequence, no plaintext, and as associated data a preamble - "kvstore req v1",
 // the method (a Backup method distinct from its primary), the node id, the sequence, the view
-// epoch the request was routed by (common/view_epoch.h) and the receiver's advertised address
-// - followed by every byte of the request before the trailer: header and payload. So:
+// epoch the request was routed by (common/view_epoch.h; the trailer carries it, so a kvserver
+// reads no call metadata for it), `covered`, the request's length and the receiver's
+// advertised address - followed by the request's first `covered` bytes. What is covered:
+// - always the whole message of an unframed request (Pull, RowSparsePull, Command), and the
+//   length prefix and header of a framed one (Init, Push, PushPull: keys, shapes, offsets,
+//   request id, payload sizes), and the request's length;
+// - the payload bytes of a framed request too when the job asks for signed payloads
+//   (ClusterView::signed_payloads, `scheduler --signed_payloads`): then every byte. A pass over
+//   every byte costs each side one core at about 13 GB/s here, which on a CPU-bound 100 MB push
+//   is as much again as the push (docs/benchmarks.md, "Signed requests' cost"), so by default
+//   payloads are left to TLS, which protects them and replies alike.
+// So:
 // - the credential cannot be lifted: the node's request key, HMAC-SHA256(node token, "kvstore
 //   request key v1"), never travels (the scheduler gives each node its token at registration
 //   and each kvserver the tokens of the nodes that may call it; common/job_auth.h), and
-//   without it no tag can be made for another request, request id or payload;
-// - a request cannot be altered, sent to another server or method, or re-routed by another
-//   view without its tag failing;
+//   without it no tag can be made for another request, request id or header;
+// - a request's header and length cannot be altered, nor can it be sent to another server or
+//   method or re-routed by another view, without its tag failing;
 // - a request is accepted once: a kvserver accepts each (node, sequence) once, and none more
 //   than kReplayWindow sequences behind the highest it has accepted from that node
 //   (ReplayWindow). A sender signs every attempt afresh (RequestSigner numbers them), so a
@@ -27,9 +38,6 @@
 // The receiver hint (FNV-1a of the receiver's address) is not trusted: a request signed for
 // another address (a replacement server took over the address's rank while the request was
 // routed) is answered UNAVAILABLE, which senders retry, signing for the current receiver.
-//
-// Cost: one AEAD over the request's bytes on each side, about 13 GB/s with AVX-512 (a third of
-// a microsecond for a small call); docs/benchmarks.md "Security's cost" measures it.
 //
 // Threading: RequestSigner and RequestVerifier are thread-safe.
 #ifndef KVSTORE_COMMON_REQUEST_SIGNATURE_H_
@@ -54,7 +62,7 @@
 namespace kvstore {
 
 // The trailer's size in bytes, its two-byte prefix included.
-inline constexpr size_t kSignatureTrailerBytes = 42;
+inline constexpr size_t kSignatureTrailerBytes = 58;
 // How many sequences behind the highest accepted one a kvserver still accepts (each once).
 inline constexpr uint64_t kReplayWindow = 1 << 15;
 
@@ -75,7 +83,8 @@ struct RequestRoute {
 // RequestSigner: a node's signing of its kvserver requests.
 class RequestSigner {
  public:
-  RequestSigner(uint64_t node_id, absl::string_view node_token);
+  // With `signed_payloads`, signatures cover every byte of a request, payloads included.
+  RequestSigner(uint64_t node_id, absl::string_view node_token, bool signed_payloads = false);
 
   // Sign returns `request` followed by its trailer for `route`, under the next sequence. The
   // request's slices are shared, not copied.
@@ -88,6 +97,7 @@ class RequestSigner {
  private:
   const uint64_t node_id_;
   const RequestKey key_;
+  const bool signed_payloads_;
   std::atomic<uint64_t> next_sequence_{1};
 };
 
@@ -123,22 +133,24 @@ class RequestVerifier {
  public:
   // `peers`: the tokens of the nodes that may call this server, by node id; `address` the
   // address this server advertises; `floors`: per node, sequences up to which count as seen
-  // (the scheduler's commands signed before this server registered).
+  // (the scheduler's commands signed before this server registered); with `signed_payloads`,
+  // a signature must cover every byte of its request, payloads included.
   RequestVerifier(const std::map<uint64_t, std::string>& peers, std::string address,
-                  const std::map<uint64_t, uint64_t>& floors = {});
+                  const std::map<uint64_t, uint64_t>& floors = {}, bool signed_payloads = false);
 
   struct Verified {
     uint64_t node_id = 0;
+    uint64_t view_epoch = 0;   // The view the sender routed the request by (signed).
     grpc::ByteBuffer request;  // The request without its trailer (slices shared).
   };
-  // Verify checks `request`'s trailer for `route` (the method it arrived on and the view epoch
-  // its sender claims; the receiver is this server). UNAUTHENTICATED, naming what failed, when
-  // it has no trailer, names a node that may not call this server, or its tag does not match
-  // (altered, forged, or meant for another method or view); UNAUTHENTICATED naming the node
-  // and sequence when that sequence was accepted before or is older than the window
-  // (replayed); UNAVAILABLE when it was signed for another receiver (resend). Only a verified
-  // request moves its node's window.
-  absl::StatusOr<Verified> Verify(ServerMethod method, bool backup, uint64_t view_epoch,
+  // Verify checks `request`'s trailer for the method it arrived on (`method`, `backup`) and
+  // this server. UNAUTHENTICATED, naming what failed, when it has no trailer, names a node that
+  // may not call this server, covers less than this server requires, or its tag does not match
+  // (altered, forged, or meant for another method, or its view epoch changed);
+  // UNAUTHENTICATED naming the node and sequence when that
+  // sequence was accepted before or is older than the window (replayed); UNAVAILABLE when it
+  // was signed for another receiver (resend). Only a verified request moves its node's window.
+  absl::StatusOr<Verified> Verify(ServerMethod method, bool backup,
                                   const grpc::ByteBuffer& request) const;
 
   const std::string& address() const { return address_; }
@@ -151,6 +163,7 @@ class RequestVerifier {
   };
   const std::string address_;
   const uint64_t address_hint_;
+  const bool signed_payloads_;
   std::map<uint64_t, std::unique_ptr<Peer>> peers_;  // Fixed after construction.
 };
 

@@ -345,7 +345,8 @@ absl::Status KVServerDaemon::RegisterAndServe() {
         std::map<uint64_t, std::string>(registration.peer_tokens().begin(),
                                         registration.peer_tokens().end()),
         address(),
-        std::map<uint64_t, uint64_t>{{kSchedulerNodeId, registration.scheduler_sequence()}});
+        std::map<uint64_t, uint64_t>{{kSchedulerNodeId, registration.scheduler_sequence()}},
+        view.signed_payloads());
   }
   const std::string credential = NodeCredential(registration.node_id(), registration.node_token());
   const absl::Duration interval = absl::Milliseconds(std::max(10, view.heartbeat_interval_ms()));

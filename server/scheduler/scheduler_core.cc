@@ -228,6 +228,7 @@ ClusterView SchedulerCore::ViewLocked() const {
   cluster.mode = mode_.empty() ? "dist_sync" : mode_;
   cluster.heartbeat_interval = options_.heartbeat_interval;
   cluster.replicas = options_.replicas;
+  cluster.signed_payloads = options_.signed_payloads;
   std::vector<std::pair<int, uint64_t>> workers;
   for (const auto& [id, node] : nodes_) {
     if (node.role == NodeRole::kServer) {

@@ -73,6 +73,8 @@ struct SchedulerOptions {
   // Elastic dist_sync (see the top): a dead or failed worker leaves the job, which goes on
   // with the others; false: the job fails, naming it.
   bool elastic = false;
+  // Published in the view: request signatures cover payloads too (common/request_signature.h).
+  bool signed_payloads = false;
 };
 
 struct ServerEntry {
@@ -93,6 +95,7 @@ struct ClusterView {
   std::string mode;
   absl::Duration heartbeat_interval;
   int replicas = 1;
+  bool signed_payloads = false;  // SchedulerOptions::signed_payloads.
 };
 
 struct Registration {

@@ -55,6 +55,11 @@ ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
           "A worker that has not finished and has sent no heartbeat for this long is dead: the "
           "job fails, naming it (the servers fail the pushes waiting for it, every daemon exits "
           "non-zero); inf: never.");
+ABSL_FLAG(bool, signed_payloads, false,
+          "With a job secret: every request to a kvserver is signed over all its bytes, payloads "
+          "included, not only its header, so that an altered payload is refused; costs each side "
+          "a pass over every pushed byte (docs/security.md, \"Signed requests\"). TLS protects "
+          "payloads and replies alike.");
 ABSL_FLAG(int, replicas, 1,
           "Copies of each shard: 1, or 2 (each shard also on the next rank's kvserver; a push is "
           "acknowledged once both hold it, and a dead kvserver's shard is served by its backup "
@@ -123,6 +128,7 @@ absl::Status Run() {
   options.job.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   // The flag, unless left at 1 with KV_REPLICAS set.
   options.job.replicas = absl::GetFlag(FLAGS_replicas);
+  options.job.signed_payloads = absl::GetFlag(FLAGS_signed_payloads);
   if (options.job.replicas == 1) options.job.replicas = env.replicas.value_or(1);
   options.job.elastic = absl::GetFlag(FLAGS_elastic) || env.elastic.value_or(false);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);

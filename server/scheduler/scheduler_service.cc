@@ -30,6 +30,7 @@ void ViewToProto(const ClusterView& view, proto::ClusterView* out) {
   out->set_chunk_bytes(view.chunk_bytes);
   out->set_mode(view.mode);
   out->set_replicas(view.replicas);
+  out->set_signed_payloads(view.signed_payloads);
   out->set_heartbeat_interval_ms(
       static_cast<int32_t>(absl::ToInt64Milliseconds(view.heartbeat_interval)));
   for (const ServerEntry& server : view.servers) {

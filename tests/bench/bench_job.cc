@@ -121,6 +121,7 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers, const
                                absl::StrCat("--num_workers=", workers),
                                "--register_timeout=60s", log_level, metrics_port,
                                absl::StrCat("--replicas=", spec.replicas),
+                               absl::StrCat("--signed_payloads=", spec.signed_payloads),
                                spec.chunk_bytes > 0
                                    ? absl::StrCat("--chunk_bytes=", spec.chunk_bytes)
                                    : log_level},

@@ -143,6 +143,7 @@ struct JobSpec {
   bool observe = false;
   bool observe_workers = false;  // The workers serve their metrics too (off by default).
   int replicas = 1;              // The scheduler's --replicas.
+  bool signed_payloads = false;  // The scheduler's --signed_payloads.
   // The workers share one completion thread (NewCompletionThread); false: one each.
   bool shared_completion_thread = true;
 };

@@ -31,7 +31,8 @@
 // alternates their repetitions (A B, B A, ...), so that both see the same moments of a noisy
 // machine: every case is reported twice, the second as CASE@observe. --replicas=2 runs
 // the job with a backup of every shard (scheduler --replicas=2): only the 2w2s cases, since a
-// backup needs a second server.
+// backup needs a second server. --signed_payloads runs the scheduler so (request signatures
+// over payloads too: docs/security.md, "Signed requests").
 //
 //   bazel run -c opt //tests/bench:kvbench -- [--quick] [--format=json] [--only=SUBSTRING]
 #include <netinet/in.h>
@@ -95,6 +96,8 @@ ABSL_FLAG(bool, interleave_observe, false,
           "Two jobs, without and with --observe, their repetitions alternated; the second's "
           "cases are named CASE@observe.");
 ABSL_FLAG(int, replicas, 1, "The scheduler's --replicas (2: only the 2-server cases run).");
+ABSL_FLAG(bool, signed_payloads, false,
+          "The scheduler's --signed_payloads: request signatures cover payloads too.");
 ABSL_FLAG(int, reps, 0,
           "Timed repetitions of every case (0: the case's own, fewer with --quick).");
 ABSL_FLAG(int, raw_echo_port, 0, "Internal: run as the echo process of a raw-socket ceiling.");
@@ -292,6 +295,7 @@ JobSpec Spec() {
   spec.observe = absl::GetFlag(FLAGS_observe);
   spec.observe_workers = absl::GetFlag(FLAGS_observe_workers);
   spec.replicas = absl::GetFlag(FLAGS_replicas);
+  spec.signed_payloads = absl::GetFlag(FLAGS_signed_payloads);
   return spec;
 }
 

@@ -438,7 +438,8 @@ TEST_CASE("Cluster: malformed, mismatched and foreign requests are refused; stat
 
 TEST_CASE("Cluster: without the job's secret, a kvserver or kvctl is refused; the job goes on",
           "[cluster][auth]") {
-  Cluster cluster(1, 1);
+  // Payloads signed too: the worker's captured push, altered in its payload, is refused.
+  Cluster cluster(1, 1, {"--signed_payloads"});
   const std::string other_secret = WriteJobSecret(TempDir());
   // Another job's kvserver (or an attacker's) cannot take a server slot.
   Variables env = cluster.Env("server", 1);

@@ -304,9 +304,9 @@ grpc::Status RawCall(grpc::GenericStub& stub, const char* method, const grpc::By
 
 // Raw requests to server 0 (at `server`), bypassing the SDK's own checks, signed as this
 // worker by `signer` (the store's own: DistStore::signer; null in a job without a secret) with
-// its token `token`.
+// its token `token`; `signed_payloads` when the job signs payloads.
 absl::Status BadInput(KVStore& kv, uint64_t node_id, const std::string& server,
-                      RequestSigner* signer, const std::string& token) {
+                      RequestSigner* signer, const std::string& token, bool signed_payloads) {
   const Tensor init = Base(6, 4);
   RETURN_IF_ERROR(kv.Init(5, init));  // Small key: lives on one server; with one server, here.
   grpc::GenericStub stub(MakeChannel(server));
@@ -435,11 +435,20 @@ absl::Status BadInput(KVStore& kv, uint64_t node_id, const std::string& server,
     for (const grpc::Slice& slice : slices) {
       bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
     }
-    bytes[bytes.size() - kSignatureTrailerBytes - 1] ^= 0x40;  // The payload's last byte.
-    grpc::Slice altered(bytes);
-    attacks.push_back({"a captured push with its payload altered",
-                       send("/kvstore.proto.KVServer/Push", grpc::ByteBuffer(&altered, 1)),
+    std::string header_altered = bytes;
+    header_altered[6] ^= 0x01;  // A byte of the header (the request id's field).
+    grpc::Slice altered_header(header_altered);
+    attacks.push_back({"a captured push with its header altered",
+                       send("/kvstore.proto.KVServer/Push", grpc::ByteBuffer(&altered_header, 1)),
                        absl::StatusCode::kUnauthenticated});
+    // Its payload is signed too where the job signs payloads (scheduler --signed_payloads).
+    if (signed_payloads) {
+      bytes[bytes.size() - kSignatureTrailerBytes - 1] ^= 0x40;  // The payload's last byte.
+      grpc::Slice altered(bytes);
+      attacks.push_back({"a captured push with its payload altered",
+                         send("/kvstore.proto.KVServer/Push", grpc::ByteBuffer(&altered, 1)),
+                         absl::StatusCode::kUnauthenticated});
+    }
     attacks.push_back({"a captured push sent as a PushPull",
                        send("/kvstore.proto.KVServer/PushPull", captured),
                        absl::StatusCode::kUnauthenticated});
@@ -862,7 +871,8 @@ absl::Status Run(int argc, char** argv) {
       if (node.role() == proto::SERVER && node.rank() == 0) server = node.address();
     }
     RETURN_IF_ERROR(Expect(!server.empty(), "the scheduler lists no server 0"));
-    RETURN_IF_ERROR(BadInput(*kv, dist->node_id(), server, dist->signer(), token));
+    RETURN_IF_ERROR(BadInput(*kv, dist->node_id(), server, dist->signer(), token,
+                             dist->signed_payloads()));
     if (credential.empty()) return absl::OkStatus();
     RETURN_IF_ERROR(SchedulerAttacks(
         absl::StrCat(options.scheduler_host, ":", options.scheduler_port), dist->node_id(),
