@@ -209,6 +209,11 @@ void SchedulerService::HandleRegister(const proto::RegisterRequest& request,
       role, request.requested_rank(), request.address(), request.hostname(), absl::Now(),
       [this, role, response, address = request.address(),
        done = std::move(done)](absl::StatusOr<Registration> registration) {
+        if (registration.ok() && role == NodeRole::kServer && signer_ != nullptr) {
+          // Commands signed before this server registered are not its to accept. Taken before
+          // a join starts, whose first commands go to this server.
+          response->set_scheduler_sequence(signer_->next_sequence() - 1);
+        }
         if (registration.ok() && registration->join_epoch > 0) {
           response->set_join_epoch(registration->join_epoch);
           if (join_) {
@@ -225,8 +230,6 @@ void SchedulerService::HandleRegister(const proto::RegisterRequest& request,
           if (node_key_.has_value()) {
             response->set_node_token(node_key_->TokenFor(registration->node_id));
             if (role == NodeRole::kServer) {
-              // Commands signed before this server registered are not its to accept.
-              response->set_scheduler_sequence(signer_->next_sequence() - 1);
               auto& peers = *response->mutable_peer_tokens();
               peers[kSchedulerNodeId] = node_key_->TokenFor(kSchedulerNodeId);
               for (uint64_t id : registration->view.worker_node_ids) {
