@@ -143,7 +143,8 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
           static_cast<size_t>(servers)};
   RETURN_IF_ERROR(store->caller_->WaitForServers(store->context_, options.register_timeout));
   store->queue_ = std::make_unique<OpQueue>(
-      OpQueue::Options{options.max_inflight, options.fusion_bytes},
+      OpQueue::Options{options.max_inflight, options.fusion_bytes,
+                       /*fuse_pushes=*/mode != "dist_sync" || view.num_workers < 2},
       [s = store.get()](Op op, OpDone done) { s->Start(std::move(op), std::move(done)); });
   SetSdkLogNode(absl::StrCat("worker ", view.rank));
   SdkLogger()->info("worker rank {} (node {}) joined a {} job of {} workers and {} servers",

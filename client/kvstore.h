@@ -131,6 +131,8 @@ struct DistOptions {
   int connections_per_server = 0;
   // Operations of one kind that are ready together are sent as one request per server
   // (tensor fusion) while their payload stays under this many bytes; 0 turns fusion off.
+  // Pushes of separate calls are never fused in a dist_sync job of several workers
+  // (docs/distributed.md, "Fusion").
   int64_t fusion_bytes = 1 << 20;
   // Key groups: a Push, Pull or PushPull of at least this many distinct keys, each small and
   // held whole by one server, and not compressed, travels as one packed array per server. The

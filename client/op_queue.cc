@@ -96,7 +96,8 @@ void OpQueue::Dispatch() {
     fused.emplace_back(best->first, std::move(best->second.keys));
     queued_.erase(best);
     const bool dense = kind == Kind::kPush || kind == Kind::kPull || kind == Kind::kPushPull;
-    if (dense && bytes < options_.fusion_bytes) {
+    const bool fusable = kind == Kind::kPull || options_.fuse_pushes;
+    if (dense && fusable && bytes < options_.fusion_bytes) {
       for (auto it = queued_.begin(); it != queued_.end();) {
         Op& other = it->second;
         if (other.kind != kind || other.priority != priority || other.group != nullptr ||

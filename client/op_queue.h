@@ -8,7 +8,8 @@
 // A key-group operation starts once every earlier operation has completed (checking its
 // members one by one against the queue would cost what the group saves). Ready dense
 // operations of one kind, priority and compression are fused into one Op - one request per
-// server - while their payload stays under fusion_bytes.
+// server - while their payload stays under fusion_bytes (pushes only with
+// Options::fuse_pushes).
 //
 // An operation's error is kept for its keys (and, for a key group, for its members) until a
 // Wait on one of them or WaitAll returns it; each error is reported once.
@@ -60,6 +61,13 @@ class OpQueue {
   struct Options {
     int max_inflight = 64;
     int64_t fusion_bytes = 1 << 20;
+    // Whether ready pushes and push-pulls issued by separate calls may be fused. A dist_sync
+    // job of several workers must not: each of its push requests waits at the server for the
+    // other workers' pushes of the same chunks, fusion depends on timing, so two workers would
+    // cut the same chunks into requests differently, and with each operation's bounded window
+    // of requests in flight each could wait for a chunk the other has not sent yet - both
+    // stalled until their deadline. Pulls are fused either way (they wait for no one).
+    bool fuse_pushes = true;
   };
 
   // Starts the dispatcher thread.
