@@ -317,11 +317,12 @@ OpDone DistStore::CountingAcknowledged(const Op& op, OpDone done) {
       done(std::move(status));
     };
   }
-  absl::InlinedVector<std::shared_ptr<KeyInfo>, 2> infos;
-  for (const KeyWork& entry : op.work) infos.push_back(entry.info);
+  // Plain pointers: the key table never drops a record.
+  absl::InlinedVector<const KeyInfo*, 2> infos;
+  for (const KeyWork& entry : op.work) infos.push_back(entry.info.get());
   return [infos = std::move(infos), done = std::move(done)](absl::Status status) {
     if (status.ok()) {
-      for (const auto& info : infos) {
+      for (const KeyInfo* info : infos) {
         info->acknowledged_pushes.fetch_add(1, std::memory_order_relaxed);
       }
     }

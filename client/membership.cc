@@ -57,11 +57,6 @@ void Membership::set_acknowledged_round(AcknowledgedRound acknowledged, bool exa
   exact_rounds_ = exact;
 }
 
-absl::Status Membership::failure() const {
-  absl::MutexLock lock(&mu_);
-  return failure_;
-}
-
 void Membership::NoteLocked(const absl::Status& status) {
   if (failure_.ok() && FailsWorker(status)) failure_ = status;
 }

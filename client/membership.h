@@ -72,8 +72,6 @@ class Membership {
   // is used; without it, the scheduler's figure alone names the range, as a lower bound.
   using AcknowledgedRound = std::function<int64_t(int rank)>;
   void set_acknowledged_round(AcknowledgedRound acknowledged, bool exact);
-  // failure returns the error this worker will finish as failed with, or OK.
-  absl::Status failure() const;
   bool job_over() const { return job_over_; }
 
   // Barrier blocks until every worker has entered it (bounded by barrier_timeout).

@@ -90,7 +90,6 @@ class RequestSigner {
   // request's slices are shared, not copied.
   grpc::ByteBuffer Sign(const RequestRoute& route, const grpc::ByteBuffer& request);
 
-  uint64_t node_id() const { return node_id_; }
   // next_sequence is the sequence the next Sign uses.
   uint64_t next_sequence() const { return next_sequence_.load(std::memory_order_relaxed); }
 
@@ -152,8 +151,6 @@ class RequestVerifier {
   // was signed for another receiver (resend). Only a verified request moves its node's window.
   absl::StatusOr<Verified> Verify(ServerMethod method, bool backup,
                                   const grpc::ByteBuffer& request) const;
-
-  const std::string& address() const { return address_; }
 
  private:
   struct Peer {

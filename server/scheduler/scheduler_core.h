@@ -28,6 +28,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -360,6 +361,9 @@ class SchedulerCore {
   }
   // ServerOfRank returns the registered server of `rank`, or null.
   const NodeInfo* ServerOfRank(int rank) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  NodeInfo* ServerOfRank(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return const_cast<NodeInfo*>(std::as_const(*this).ServerOfRank(rank));
+  }
   // TakeOverRank replaces node `old` by a new node of its role and rank at `address` (a new
   // node id, its keys, bytes and restored round reset, `replaced_address` the old one's
   // address) and returns it.

@@ -14,22 +14,16 @@ absl::StatusOr<Registration> SchedulerCore::JoinServer(int requested_rank,
                                                        const std::string& hostname,
                                                        absl::Time now) {
   const int n = options_.num_servers;
-  auto server_of = [&](int rank) -> NodeInfo* {
-    for (auto& [id, node] : nodes_) {
-      if (node.role == NodeRole::kServer && node.rank == rank) return &node;
-    }
-    return nullptr;
-  };
   int rank = requested_rank;
   if (rank < 0) {
     // Any rank: the lowest one whose server is dead and not being replaced.
     for (int r = 0; r < n && rank < 0; ++r) {
-      const NodeInfo* node = server_of(r);
+      const NodeInfo* node = ServerOfRank(r);
       if (node != nullptr && node->dead && !node->joining) rank = r;
     }
     if (rank < 0) return absl::NotFoundError("no dead server to replace");
   }
-  NodeInfo* old = server_of(rank);
+  NodeInfo* old = ServerOfRank(rank);
   if (old == nullptr) return absl::NotFoundError("no server of that rank");
   if (old->joining) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -45,7 +39,7 @@ absl::StatusOr<Registration> SchedulerCore::JoinServer(int requested_rank,
   }
   // The shards it holds: its own (other copy on the next rank) and the previous rank's.
   for (const int other : {(rank + 1) % n, (rank + n - 1) % n}) {
-    const NodeInfo* copy = server_of(other);
+    const NodeInfo* copy = ServerOfRank(other);
     if (copy != nullptr && other != rank && copy->dead) {
       const int shard = other == (rank + 1) % n ? rank : other;
       return absl::FailedPreconditionError(absl::StrCat(

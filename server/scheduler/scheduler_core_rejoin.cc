@@ -14,15 +14,10 @@ namespace kvstore {
 std::optional<Registration> SchedulerCore::ReplaceServer(int rank, const std::string& address,
                                                          const std::string& hostname,
                                                          absl::Time now) {
-  auto old = nodes_.end();
-  for (auto it = nodes_.begin(); it != nodes_.end(); ++it) {
-    if (it->second.role == NodeRole::kServer && it->second.rank == rank) old = it;
-  }
-  if (old == nodes_.end()) return std::nullopt;
-  const absl::Duration silent = now - old->second.last_heartbeat;
-  if (silent <= 2 * options_.heartbeat_interval) return std::nullopt;  // Alive.
-  const int64_t replaced_round = old->second.max_round;
-  NodeInfo& node = TakeOverRank(&old->second, address, hostname, now);
+  NodeInfo* old = ServerOfRank(rank);
+  if (old == nullptr || HeardFrom(*old, now)) return std::nullopt;  // Alive.
+  const int64_t replaced_round = old->max_round;
+  NodeInfo& node = TakeOverRank(old, address, hostname, now);
   node.replaced_round = replaced_round;
   Registration registration = RegistrationOf(node);
   registration.replaced_address = node.replaced_address;
