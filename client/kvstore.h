@@ -317,6 +317,13 @@ class KVStore {
   absl::Status RowSparsePull(const Key& key, absl::Span<RowSparse* const> outs,
                              absl::Span<const std::vector<int64_t>> row_ids, int priority = 0);
 
+  // ValueSpec returns the dtype and shape stored under `key` (this worker's record once the key
+  // is initialised; no request is sent): what a caller converting another dtype to the stored
+  // one needs. NotFound naming the key before Init.
+  absl::StatusOr<std::pair<DType, Shape>> ValueSpec(const Key& key) const {
+    return StoredSpec(key);
+  }
+
   // Wait blocks until every issued operation on `keys` has completed and returns the first
   // error among them. WaitAll does the same for every key.
   virtual absl::Status Wait(absl::Span<const Key> keys) = 0;
@@ -367,9 +374,10 @@ class KVStore {
   // Checkpoint makes every server write its shard - values, updater, updater state - to
   // ROOT/DIR/server-R.ckpt on its own machine (atomically, versioned and checksummed), ROOT
   // being the server's --checkpoint_root; `kvserver --restore DIR` resumes from it and
-  // training continues with identical numbers. A `dir` that is absolute, has a ".." component
-  // or goes through a symbolic link is refused: InvalidArgument or PermissionDenied naming it
-  // and the root (docs/security.md). Call it between rounds (after WaitAll and Barrier on
+  // training continues with identical numbers. `dir` is relative to ROOT, or absolute below
+  // ROOT's canonical path; one that leaves ROOT (absolute elsewhere, a ".." component) or goes
+  // through a symbolic link is refused: InvalidArgument or PermissionDenied naming it and the
+  // root (docs/security.md). Call it between rounds (after WaitAll and Barrier on
   // every worker). In-process stores have no servers: FailedPrecondition (use Pull and
   // SaveOptimizerStates).
   virtual absl::Status Checkpoint(const std::string& dir) = 0;

@@ -83,32 +83,28 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
           absl::StrCat("optimizer ", c.name, ": ", field, " must be finite, got ", *value));
     }
   }
-  auto in_unit = [&](const char* field, const std::optional<double>& v) -> absl::Status {
-    if (v && (*v < 0 || *v >= 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("optimizer ", c.name, ": ", field, " must be in [0, 1), got ", *v));
-    }
-    return absl::OkStatus();
-  };
+  // MXNet checks no range: a negative learning rate, a momentum of 1 or a negative epsilon
+  // are legal (MXNet's own tests add with sgd and learning_rate=-1). Refused is only what
+  // cannot give a number: a non-finite value (above and below), and a beta of exactly 1
+  // where the update divides by 1 - beta^t.
   for (const auto& [field, value] : std::vector<std::pair<const char*, std::optional<double>>>{
-           {"momentum", c.momentum}, {"beta1", c.beta1}, {"beta2", c.beta2}, {"rho", c.rho}}) {
-    if (absl::Status s = in_unit(field, value); !s.ok()) return s;
-  }
-  for (const auto& [field, value] : std::vector<std::pair<const char*, std::optional<double>>>{
-           {"epsilon", c.epsilon}, {"lamda1", c.lamda1}, {"beta", c.beta}, {"eta", c.eta},
-           {"schedule_decay", c.schedule_decay}, {"wd_lh", c.wd_lh}}) {
-    if (value && *value < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("optimizer ", c.name, ": ", field, " must be >= 0, got ", *value));
+           {"beta1", c.beta1}, {"beta2", c.beta2}}) {
+    if (value && *value == 1.0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer ", c.name, ": ", field, " = 1 divides the bias correction by 1 - ", field,
+          "^t = 0; use a value other than 1"));
     }
   }
-  if (c.learning_rate && (!Finite(*c.learning_rate) || *c.learning_rate < 0)) {
+  if (c.learning_rate && !Finite(*c.learning_rate)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "optimizer ", c.name, ": learning_rate must be finite and >= 0, got ", *c.learning_rate));
+        "optimizer ", c.name, ": learning_rate must be finite, got ", *c.learning_rate));
   }
-  if (!Finite(c.wd) || !Finite(c.rescale_grad) || !Finite(c.clip_gradient)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "optimizer ", c.name, ": wd, rescale_grad and clip_gradient must be finite"));
+  for (const auto& [field, value] : std::vector<std::pair<const char*, double>>{
+           {"wd", c.wd}, {"rescale_grad", c.rescale_grad}, {"clip_gradient", c.clip_gradient}}) {
+    if (!Finite(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer ", c.name, ": ", field, " must be finite, got ", value));
+    }
   }
   const LrScheduleConfig& s = c.lr_scheduler;
   if (s.type.empty()) return absl::OkStatus();

@@ -73,8 +73,11 @@ struct OptimizerConfig {
 const std::vector<std::string>& OptimizerNames();
 
 // ValidateOptimizerConfig returns InvalidArgument naming the field when the name is unknown, a
-// hyper-parameter is set that the optimizer does not take, or a value is out of range
-// (negative rates, betas outside [0, 1), a schedule without its steps, ...).
+// hyper-parameter is set that the optimizer does not take, or a value cannot give a number: a
+// NaN or infinite value, beta1 or beta2 of exactly 1 (the bias correction divides by
+// 1 - beta^t), a schedule without its steps, ... As MXNet, it checks no other range: a
+// negative learning rate (MXNet's tests add with sgd and learning_rate=-1), a momentum of 1 or
+// a negative epsilon are taken as given.
 absl::Status ValidateOptimizerConfig(const OptimizerConfig& config);
 
 }  // namespace kvstore

@@ -24,6 +24,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -356,6 +357,20 @@ OptimizerConfig ToOptimizerConfig(const std::string& name, const py::dict& p) {
   return c;
 }
 
+// ToRowSparse makes the row-sparse value (shape, row_ids, data) of `key` for `op`; the rows
+// `data` (a CPU array) are lent, not copied, as a dense value's are.
+RowSparse ToRowSparse(const Key& key, const py::handle& data, const std::vector<int64_t>& row_ids,
+                      const std::vector<int64_t>& shape, absl::string_view op) {
+  Tensor rows = ToTensor(data, /*output=*/false, key);
+  absl::StatusOr<RowSparse> value = RowSparse::Create(shape, row_ids, std::move(rows));
+  if (!value.ok()) {
+    ThrowIfError(absl::Status(value.status().code(),
+                              absl::StrCat(op, ": key ", key.Quoted(), ": ",
+                                           value.status().message())));
+  }
+  return *std::move(value);
+}
+
 // Store: one KVStore and the values of its operations still in flight (block=False).
 class Store {
  public:
@@ -436,45 +451,82 @@ class Store {
     }
   }
 
-  // RowSparsePull pulls rows `row_ids[i]` of keys[i] into the dense output outs[i]: the rows
-  // pulled are written, every other row is set to zero (the dense form of MXNet's row-sparse
-  // output). Blocks until the rows are in place.
-  void RowSparsePull(const py::list& keys, const py::list& outs,
-                     const std::vector<std::vector<int64_t>>& row_ids, int priority) {
+  // Spec returns (dtype name, shape) of the value stored under `key`: what the package
+  // converts values and outputs of another dtype to and from.
+  std::pair<std::string, std::vector<int64_t>> Spec(const py::handle& key) {
+    absl::StatusOr<std::pair<DType, Shape>> spec = store_->ValueSpec(ToKey(key));
+    ThrowIfError(spec.status());
+    return {std::string(DTypeName(spec->first)), spec->second};
+  }
+
+  // InitRowSparse stores the row-sparse value (shape, row_ids, data) under `key`.
+  void InitRowSparse(const py::handle& key, const py::handle& data,
+                     const std::vector<int64_t>& row_ids, const std::vector<int64_t>& shape) {
+    const Key k = ToKey(key);
+    RowSparse value = ToRowSparse(k, data, row_ids, shape, "init");
+    Run([store = store_, k, value]() { return store->Init(k, value); });
+  }
+
+  // PushRowSparse pushes row-sparse values: values[i] is (data, row_ids, shape) for keys[i];
+  // only the listed rows travel. With block=False the rows are held until wait.
+  void PushRowSparse(const py::list& keys, const py::list& values, int priority, bool block) {
     std::vector<Key> k = ToKeys(keys);
-    std::vector<Tensor> o = ToTensors(outs, k, /*output=*/true);
+    if (values.size() != k.size()) {
+      ThrowIfError(absl::InvalidArgumentError(
+          absl::StrCat(k.size(), " keys but ", values.size(), " row-sparse values")));
+    }
+    auto v = std::make_shared<std::vector<RowSparse>>();
+    for (size_t i = 0; i < k.size(); ++i) {
+      auto parts = values[i].cast<py::tuple>();
+      v->push_back(ToRowSparse(k[i], parts[0], parts[1].cast<std::vector<int64_t>>(),
+                               parts[2].cast<std::vector<int64_t>>(), "push"));
+    }
+    Run([store = store_, k, v, priority, block]() {
+      absl::Status s = store->Push(k, *v, priority);
+      if (s.ok() && block) s = store->Wait(k);
+      return s;
+    });
+    if (!block) {
+      auto rows = std::make_shared<std::vector<Tensor>>();
+      for (const RowSparse& r : *v) rows->push_back(r.data());
+      Hold(k, std::move(rows));
+    }
+  }
+
+  // RowSparsePull pulls the rows `row_ids[i]` of keys[i] in the stored dtype and shape and
+  // returns, per key, (ids, rows): the ids sorted without duplicates as an int64 array, and
+  // their rows as an array of shape (len(ids), shape[1:]...). Blocks until they are in place.
+  py::list RowSparsePull(const py::list& keys, const std::vector<std::vector<int64_t>>& row_ids,
+                         int priority) {
+    std::vector<Key> k = ToKeys(keys);
     if (row_ids.size() != k.size()) {
       ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
           "row_sparse_pull: ", k.size(), " outputs but ", row_ids.size(), " row_ids")));
     }
-    for (size_t i = 0; i < o.size(); ++i) {
-      if (!o[i].device().is_cpu() || o[i].shape().empty()) {
+    auto rsp = std::make_shared<std::vector<RowSparse>>();
+    for (const Key& key : k) {
+      absl::StatusOr<std::pair<DType, Shape>> spec = store_->ValueSpec(key);
+      ThrowIfError(spec.status());
+      if (spec->second.empty()) {
         ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
-            "row_sparse_pull: key ", k[i].Quoted(), ": the output must be a CPU array of rank "
-            ">= 1, not ", o[i].Description())));
+            "row_sparse_pull: key ", key.Quoted(), " holds a scalar, which has no rows")));
       }
+      rsp->push_back(RowSparse::Empty(spec->first, spec->second));
     }
-    Run([store = store_, k, o, row_ids, priority]() mutable {
-      std::vector<RowSparse> rsp;
-      rsp.reserve(o.size());
-      for (const Tensor& t : o) rsp.push_back(RowSparse::Empty(t.dtype(), t.shape()));
+    Run([store = store_, k, rsp, row_ids, priority]() {
       std::vector<RowSparse*> ptrs;
-      for (RowSparse& r : rsp) ptrs.push_back(&r);
+      for (RowSparse& r : *rsp) ptrs.push_back(&r);
       absl::Status s = store->RowSparsePull(k, ptrs, row_ids, priority);
       if (s.ok()) s = store->Wait(k);
-      if (!s.ok()) return s;
-      for (size_t i = 0; i < o.size(); ++i) {
-        const size_t row_bytes = static_cast<size_t>(rsp[i].row_elements()) *
-                                 DTypeSize(o[i].dtype());
-        auto* dst = static_cast<char*>(o[i].data());
-        std::memset(dst, 0, o[i].byte_size());
-        const auto* src = static_cast<const char*>(rsp[i].data().data());
-        for (size_t r = 0; r < rsp[i].row_ids().size(); ++r) {
-          std::memcpy(dst + rsp[i].row_ids()[r] * row_bytes, src + r * row_bytes, row_bytes);
-        }
-      }
-      return absl::OkStatus();
+      return s;
     });
+    py::list out;
+    for (const RowSparse& r : *rsp) {
+      py::array_t<int64_t> ids(static_cast<py::ssize_t>(r.row_ids().size()));
+      std::copy(r.row_ids().begin(), r.row_ids().end(), ids.mutable_data());
+      out.append(py::make_tuple(ids, ToArray(r.data())));
+    }
+    return out;
   }
 
   // Wait blocks until the operations on `keys` completed and lets their values go.
@@ -666,6 +718,9 @@ PYBIND11_MODULE(_kvstore, m) {
       .def("pull", &Store::Pull)
       .def("pushpull", &Store::PushPull)
       .def("row_sparse_pull", &Store::RowSparsePull)
+      .def("spec", &Store::Spec)
+      .def("init_row_sparse", &Store::InitRowSparse)
+      .def("push_row_sparse", &Store::PushRowSparse)
       .def("wait", &Store::Wait)
       .def("wait_all", &Store::WaitAll)
       .def("barrier", &Store::Barrier)

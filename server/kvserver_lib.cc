@@ -38,8 +38,9 @@ ABSL_FLAG(absl::Duration, scheduler_lost_timeout, absl::Seconds(30),
           "How long the scheduler may be unreachable before the server exits.");
 ABSL_FLAG(std::string, checkpoint_root, "",
           "Checkpoints are written under this directory and restored from it only: the DIR of "
-          "`kvctl checkpoint DIR`, the SDK's Checkpoint(dir) and --restore is relative to it, "
-          "and one that leaves it (absolute, '..', a symbolic link) is refused. Created when "
+          "`kvctl checkpoint DIR`, the SDK's Checkpoint(dir) and --restore is relative to it "
+          "(or absolute below its canonical path), and one that leaves it (absolute elsewhere, "
+          "'..', a symbolic link) is refused. Created when "
           "missing; empty: the working directory at start.");
 ABSL_FLAG(std::string, restore, "",
           "Resume from the checkpoint in this directory below --checkpoint_root (written by "

@@ -29,7 +29,8 @@ Distributed stores (``"dist_sync"``, ``"dist_async"``) join the job described by
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
+import threading
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _errors
 from ._errors import (AlreadyExistsError, DeadlineExceededError, FailedPreconditionError,
@@ -37,6 +38,8 @@ from ._errors import (AlreadyExistsError, DeadlineExceededError, FailedPrecondit
                       OutOfRangeError, PermissionDeniedError, ResourceExhaustedError,
                       UnauthenticatedError, UnavailableError, UnimplementedError)
 from . import _kvstore
+from . import _dtypes
+from ._row_sparse import RowSparseArray, as_row_sparse, is_row_sparse, row_ids_per_output
 
 _kvstore._set_error_classes(dict(_errors._CODES))
 
@@ -60,7 +63,8 @@ _kvstore._set_cuda_ready_hook(_cuda_ready)
 __version__ = "0.1.0"
 
 __all__ = [
-    "KVStore", "create", "optimizer_names", "KVStoreError", "InvalidArgumentError",
+    "KVStore", "create", "optimizer_names", "RowSparseArray", "KVStoreError",
+    "InvalidArgumentError",
     "NotFoundError", "AlreadyExistsError", "FailedPreconditionError", "OutOfRangeError",
     "UnavailableError", "DeadlineExceededError", "PermissionDeniedError",
     "UnauthenticatedError", "ResourceExhaustedError", "UnimplementedError", "InternalError",
@@ -136,14 +140,6 @@ def _key_list(keys: Keys) -> List[Key]:
     return [_check_key(keys)]
 
 
-def _row_id_list(row_ids: Any) -> List[int]:
-    if hasattr(row_ids, "tolist"):
-        row_ids = row_ids.tolist()
-    if isinstance(row_ids, int):
-        return [row_ids]
-    return [int(i) for i in row_ids]
-
-
 class KVStore:
     """A key-value store shared by devices and workers, as MXNet's ``mx.kv.KVStore``.
 
@@ -159,6 +155,12 @@ class KVStore:
         """Creates a store of type `name`; prefer :func:`create`."""
         self._store = _kvstore._Store(name)
         self._updater: Optional[Callable[[Key, Array, Array], None]] = None
+        # Each key's stored (dtype name, shape), read from the SDK once per key.
+        self._specs: Dict[Key, Tuple[str, Tuple[int, ...]]] = {}
+        # Outputs of another dtype than their key's: (temporary in the key's dtype, output),
+        # converted into the output once the pull has completed.
+        self._casts: Dict[Key, List[Tuple[Array, Array]]] = {}
+        self._casts_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return (f"<kvstore.KVStore type={self.type!r} rank={self.rank} "
@@ -179,18 +181,137 @@ class KVStore:
         """The number of workers in the job; 1 for in-process stores."""
         return self._store.num_workers
 
+    def _spec(self, key: Key) -> Optional[Tuple[str, Tuple[int, ...]]]:
+        """The stored (dtype name, shape) of `key`; None before it is initialised."""
+        spec = self._specs.get(key)
+        if spec is None:
+            try:
+                dtype, shape = self._store.spec(key)
+            except (NotFoundError, InvalidArgumentError):
+                return None
+            spec = self._specs[key] = (dtype, tuple(shape))
+        return spec
+
+    def _stored_dtype(self, key: Key) -> Optional[str]:
+        spec = self._spec(key)
+        return None if spec is None else spec[0]
+
+    def _sendable(self, key: Key, value: Array) -> Array:
+        """`value`, converted to the key's dtype when it is another float dtype."""
+        have = _dtypes.dtype_name(value)
+        if have is None or have not in _dtypes.FLOATS:
+            return value
+        want = self._stored_dtype(key)
+        if _dtypes.needs_conversion(have, want):
+            return _dtypes.converted(value, want)
+        return value
+
+    def _split_values(self, op: str, keys: List[Key], values: List[Array]):
+        """Dense (key, value) pairs and row-sparse ones, each value in its key's dtype."""
+        dense_keys: List[Key] = []
+        dense: List[Array] = []
+        sparse_keys: List[Key] = []
+        sparse: List[Tuple[Array, List[int], List[int]]] = []
+        kinds: Dict[Key, bool] = {}
+        for key, value in zip(keys, values):
+            rsp = as_row_sparse(value) if is_row_sparse(value) else None
+            if kinds.setdefault(key, rsp is not None) != (rsp is not None):
+                raise InvalidArgumentError(
+                    f"{op}: key {key!r}: its values mix dense and row-sparse arrays; give one "
+                    f"kind per key")
+            if rsp is None:
+                dense_keys.append(key)
+                dense.append(self._sendable(key, value))
+            else:
+                sparse_keys.append(key)
+                sparse.append((self._sendable(key, rsp.data), rsp.indices.tolist(),
+                               list(rsp.shape)))
+        return dense_keys, dense, sparse_keys, sparse
+
+    def _writable(self, op: str, keys: List[Key], outs: List[Array]):
+        """The arrays the store writes for `outs` - each output itself, or a temporary in the
+        key's dtype for an output of another float dtype - and those conversions as
+        (key, temporary, output), for _pull_into."""
+        targets: List[Array] = []
+        casts: List[Tuple[Key, Array, Array]] = []
+        for key, out in zip(keys, outs):
+            if is_row_sparse(out):
+                raise InvalidArgumentError(
+                    f"{op}: key {key!r}: the output is row-sparse, which {op} does not fill; "
+                    f"use row_sparse_pull(key, out=..., row_ids=...) to pull its rows")
+            have = _dtypes.dtype_name(out)
+            want = self._stored_dtype(key) if have in _dtypes.FLOATS else None
+            if _dtypes.needs_conversion(have, want):
+                temporary = _dtypes.empty_like(out, want)
+                casts.append((key, temporary, out))
+                targets.append(temporary)
+            else:
+                targets.append(out)
+        return targets, casts
+
+    def _pull_into(self, keys: List[Key], casts: List[Tuple[Key, Array, Array]], block: bool,
+                   call: Callable[[], None]) -> None:
+        """Runs `call`, a pull of `keys` into temporaries for `casts`: converts them into their
+        outputs once the pull has completed (now when `block`, else at wait). On an error
+        nothing is converted."""
+        if casts:
+            with self._casts_lock:
+                for key, temporary, out in casts:
+                    self._casts.setdefault(key, []).append((temporary, out))
+        try:
+            call()
+        except BaseException:
+            if casts:
+                mine = {id(t) for _, t, _ in casts}
+                with self._casts_lock:
+                    for key in {k for k, _, _ in casts}:
+                        left = [p for p in self._casts.get(key, []) if id(p[0]) not in mine]
+                        if left:
+                            self._casts[key] = left
+                        else:
+                            self._casts.pop(key, None)
+            raise
+        if block:
+            self._finish(keys)
+
+    def _finish(self, keys: Optional[List[Key]], failed: bool = False) -> None:
+        """Converts the completed pulls of `keys` (None: every key) into their outputs of
+        another dtype; drops them when the operations `failed`."""
+        with self._casts_lock:
+            if keys is None:
+                done = list(self._casts.values())
+                self._casts.clear()
+            else:
+                done = [self._casts.pop(k) for k in set(keys) if k in self._casts]
+        if failed:
+            return
+        for pairs in done:
+            for temporary, out in pairs:
+                _dtypes.cast_into(out, temporary)
+
     def init(self, key: Keys, value: Values) -> None:
         """Initialises a key or a list of keys, once each, before any push or pull.
 
         Args:
             key: an int or str, or a list of them.
-            value: an array for one key; a list of arrays, one per key, for a list.
+            value: an array (or a :class:`RowSparseArray`, a torch sparse COO tensor, a SciPy
+                sparse matrix) for one key; a list of them, one per key, for a list.
         Every worker calls it; only rank 0's values are stored. Returns when the keys are
         initialised everywhere. Raises AlreadyExistsError (a KeyError) for a key initialised
         before, InvalidArgumentError (a ValueError) for an unsupported dtype.
         """
         keys, values = _pairs(key, value, "values")
-        self._store.init(keys, values)
+        dense_keys: List[Key] = []
+        dense: List[Array] = []
+        for k, v in zip(keys, values):
+            rsp = as_row_sparse(v) if is_row_sparse(v) else None
+            if rsp is None:
+                dense_keys.append(k)
+                dense.append(v)
+            else:
+                self._store.init_row_sparse(k, rsp.data, rsp.indices.tolist(), list(rsp.shape))
+        if dense_keys:
+            self._store.init(dense_keys, dense)
 
     def push(self, key: Keys, value: Values, priority: int = 0, *, block: bool = True) -> None:
         """Pushes values into keys; several values for one key are summed first.
@@ -198,7 +319,10 @@ class KVStore:
         Args:
             key: an int or str, or a list of them.
             value: an array; a list of arrays (one per device, summed) for one key; for a list
-                of keys, a list with an array or a list of arrays per key.
+                of keys, a list with an array or a list of arrays per key. A
+                :class:`RowSparseArray` (or torch sparse COO tensor, SciPy sparse matrix)
+                pushes only its rows. A value of another float dtype than the key's is
+                converted to it (a copy), as MXNet does.
             priority: higher goes first among queued operations.
             block: True (the default) returns after the push has completed - in ``dist_sync``
                 after the servers applied the round, which waits for every worker's push of
@@ -208,10 +332,15 @@ class KVStore:
         The stored value is merged by the updater (assign by default, or the optimizer).
         Raises NotFoundError (a KeyError) for a key never initialised, InvalidArgumentError (a
         ValueError) naming the key and both shapes or dtypes when they differ from the stored
-        value's. Releases the GIL while it waits; Ctrl-C raises KeyboardInterrupt.
+        value's (other than float dtypes, which are converted). Releases the GIL while it
+        waits; Ctrl-C raises KeyboardInterrupt.
         """
         keys, values = _pairs(key, value, "values")
-        self._store.push(keys, values, priority, block)
+        dense_keys, dense, sparse_keys, sparse = self._split_values("push", keys, values)
+        if dense_keys:
+            self._store.push(dense_keys, dense, priority, block)
+        if sparse_keys:
+            self._store.push_row_sparse(sparse_keys, sparse, priority, block)
 
     def pull(self, key: Keys, out: Values = None, priority: int = 0, *,
              block: bool = True) -> None:
@@ -219,76 +348,151 @@ class KVStore:
 
         Args:
             key: an int or str, or a list of them.
-            out: a writable C-contiguous array with the stored shape and dtype; a list of them
-                (one per device) for one key; for a list of keys, a list with an output or a
-                list of outputs per key.
+            out: a writable C-contiguous array with the stored shape; a list of them (one per
+                device) for one key; for a list of keys, a list with an output or a list of
+                outputs per key. An output of another float dtype than the key's receives the
+                value converted (MXNet's multi-precision outputs).
             priority: higher goes first among queued operations.
             block: True (the default) returns once every output holds the value. False
                 returns once the pull is queued; read the outputs after :meth:`wait`.
         A pull is ordered after this worker's earlier pushes of the key. Raises NotFoundError
         (a KeyError) for a key never initialised, InvalidArgumentError (a ValueError) for an
-        output of another shape or dtype, or one that cannot be written in place (read-only,
-        strided).
+        output of another shape, a row-sparse output ("use row_sparse_pull"), or one that
+        cannot be written in place (read-only, strided).
         """
         if out is None:
             raise TypeError("pull() needs out=: the arrays to write the values into")
         keys, outs = _pairs(key, out, "outputs")
-        self._store.pull(keys, outs, priority, block)
+        targets, casts = self._writable("pull", keys, outs)
+        self._pull_into(keys, casts, block,
+                        lambda: self._store.pull(keys, targets, priority, block))
 
     def pushpull(self, key: Keys, value: Values, out: Values = None, priority: int = 0, *,
                  block: bool = True) -> None:
         """Pushes `value` like :meth:`push`, then pulls the updated value into `out`.
 
-        With `out` None the result is written into `value` itself (in place). `value` and
-        `out` have the same structure. Errors, `priority` and `block` as for push and pull.
+        With `out` None the result is written into `value` itself (in place). Otherwise `out`
+        has an output or a list of outputs per key, as for :meth:`pull`, whatever number of
+        values was pushed (MXNet 1.6's forms). Errors, `priority` and `block` as for push and
+        pull.
         """
         keys, values = _pairs(key, value, "values")
         if out is None:
-            outs = values
+            out_keys, outs = keys, values
         else:
             out_keys, outs = _pairs(key, out, "outputs")
-            if out_keys != keys:
-                raise InvalidArgumentError("pushpull: out must have the structure of value")
-        self._store.pushpull(keys, values, outs, priority, block)
+        targets, casts = self._writable("pushpull", out_keys, outs)
+        if out_keys != keys or any(is_row_sparse(v) for v in values):
+            # Several outputs per key, or rows pushed: a push and then a pull, which the store
+            # orders after it.
+            self.push(key, value, priority, block=block)
+            self._pull_into(out_keys, casts, block,
+                            lambda: self._store.pull(out_keys, targets, priority, block))
+            return
+        sendable = [self._sendable(k, v) for k, v in zip(keys, values)]
+        self._pull_into(keys, casts, block, lambda: self._store.pushpull(
+            keys, sendable, targets, priority, block))
 
-    def row_sparse_pull(self, key: Keys, out: Values = None, priority: int = 0,
-                        row_ids: Any = None) -> None:
-        """Pulls the rows `row_ids` of keys into dense outputs (MXNet's row_sparse_pull).
+    def broadcast(self, key: Keys, value: Values, out: Values, priority: int = 0) -> None:
+        """Initialises keys from `value` and pulls them into every output (MXNet 1.6's
+        ``broadcast``): in a distributed store every worker calls it and rank 0's values are
+        stored, so every worker's outputs receive rank 0's values.
 
         Args:
             key: an int or str, or a list of them.
-            out: a dense writable array of the stored shape (or a list, as for :meth:`pull`).
-                The rows listed are written; every other row is set to zero.
-            row_ids: the rows, a 1-D integer array or list (unsorted, repeated ids allowed);
-                one for all outputs, or a list with one per output.
-        Blocks until the rows are in place. Raises InvalidArgumentError (a ValueError) for an
-        id outside ``[0, shape[0])`` and NotFoundError (a KeyError) for an unknown key.
+            value: one array per key (a list of them for a list of keys).
+            out: an output or a list of outputs (one per device) per key, as for :meth:`pull`.
+        As MXNet's, it initialises the keys, so a key is broadcast once: AlreadyExistsError
+        (a KeyError) for a key initialised before. Blocks until the outputs hold the values.
+        """
+        keys, _ = _pairs(key, value, "values")
+        if len(set(keys)) != len(keys):
+            repeated = next(k for k in keys if keys.count(k) > 1)
+            raise InvalidArgumentError(
+                f"broadcast: key {repeated!r}: one value per key (its outputs may be several)")
+        self.init(key, value)
+        self.pull(key, out, priority)
+
+    def row_sparse_pull(self, key: Keys, out: Values = None, priority: int = 0,
+                        row_ids: Any = None) -> None:
+        """Pulls the rows `row_ids` of keys into row-sparse outputs (MXNet's row_sparse_pull).
+
+        Args:
+            key: an int or str, or a list of them.
+            out: a :class:`RowSparseArray` of the stored shape (``RowSparseArray.zeros(shape)``)
+                or a list of them, as for :meth:`pull`. Each receives the rows listed, sorted
+                without repeats (``out.indices``), and their values (``out.data``), in its own
+                dtype (converted from the key's float dtype).
+            row_ids: the rows, in any of MXNet's forms: an integer array of any shape
+                (flattened) or a list of ints, for every output; for one key, a list with one
+                id array per output; for a list of keys, a list with an id array or a list of
+                them per key. Ids may be unsorted and repeated. With one id array for several
+                outputs the rows are pulled once and copied to the others.
+        Blocks until the rows are in place. Raises InvalidArgumentError (a ValueError) for a
+        dense output ("use pull"), a row-id form it cannot read, an id outside
+        ``[0, shape[0])``, an output of another shape; NotFoundError (a KeyError) for an
+        unknown key. Nothing is written then.
         """
         if out is None or row_ids is None:
             raise TypeError("row_sparse_pull() needs out= and row_ids=")
+        ids = row_ids_per_output(key, out, row_ids)
         keys, outs = _pairs(key, out, "outputs")
-        if isinstance(row_ids, (list, tuple)) and row_ids and not _is_scalar(row_ids[0]):
-            ids = [_row_id_list(r) for r in row_ids]
-            if len(ids) != len(outs):
+        for k, o in zip(keys, outs):
+            if not isinstance(o, RowSparseArray):
                 raise InvalidArgumentError(
-                    f"row_sparse_pull: {len(outs)} outputs but {len(ids)} row_ids")
-        else:
-            ids = [_row_id_list(row_ids)] * len(outs)
-        self._store.row_sparse_pull(keys, outs, ids, priority)
+                    f"row_sparse_pull: key {k!r}: the output is a dense {type(o).__name__}; "
+                    f"row_sparse_pull fills kvstore.RowSparseArray outputs "
+                    f"(RowSparseArray.zeros(shape)): use pull for a dense output")
+            spec = self._spec(k)
+            if spec is not None and tuple(o.shape) != spec[1]:
+                raise InvalidArgumentError(
+                    f"row_sparse_pull: key {k!r}: the output's shape {tuple(o.shape)} is not "
+                    f"the stored shape {spec[1]}")
+        # One pull per (key, id set); outputs sharing both get copies of its rows.
+        first: Dict[Tuple[Key, int], int] = {}
+        pull_keys: List[Key] = []
+        pull_ids: List[List[int]] = []
+        source: List[int] = []
+        for k, i in zip(keys, ids):
+            slot = first.setdefault((k, id(i)), len(pull_keys))
+            if slot == len(pull_keys):
+                pull_keys.append(k)
+                pull_ids.append(i.tolist())
+            source.append(slot)
+        rows = self._store.row_sparse_pull(pull_keys, pull_ids, priority)
+        used = set()
+        for o, slot in zip(outs, source):
+            indices, data = rows[slot]
+            if slot in used:
+                indices, data = indices.copy(), (data.clone() if hasattr(data, "clone")
+                                                 else data.copy())
+            used.add(slot)
+            o._assign(indices, data)
 
     def wait(self, key: Keys) -> None:
         """Blocks until every operation issued on `key` has completed (``block=False``).
 
         Raises the first error among them. Releases the GIL; Ctrl-C raises KeyboardInterrupt.
         """
-        self._store.wait(_key_list(key))
+        keys = _key_list(key)
+        try:
+            self._store.wait(keys)
+        except BaseException:
+            self._finish(keys, failed=True)
+            raise
+        self._finish(keys)
 
     def wait_all(self) -> None:
         """Blocks until every operation issued has completed; raises the first error.
 
         Releases the GIL while it waits; Ctrl-C raises KeyboardInterrupt.
         """
-        self._store.wait_all()
+        try:
+            self._store.wait_all()
+        except BaseException:
+            self._finish(None, failed=True)
+            raise
+        self._finish(None)
 
     def barrier(self) -> None:
         """Blocks until every worker of the job has called it (MXNet's ``_barrier``).
@@ -422,10 +626,6 @@ class KVStore:
         return self._store.num_dead_node(int(group), float(timeout))
 
     _get_num_dead_node = num_dead_node
-
-
-def _is_scalar(x: Any) -> bool:
-    return isinstance(x, int) or (hasattr(x, "ndim") and x.ndim == 0)
 
 
 def create(name: str = "local") -> KVStore:

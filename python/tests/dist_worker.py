@@ -88,11 +88,36 @@ def sync_job(kv, seed, ckpt_dir):
     r = per_worker(seed, n, (20, 3), 6)
     kv.init(5, r[rank])
     rows = np.array([7, 1, 7, 19])
-    rout = np.full((20, 3), 9.0, np.float32)
+    rout = kvstore.RowSparseArray.zeros((20, 3))
     kv.row_sparse_pull(5, out=rout, row_ids=rows)
     ref = np.zeros((20, 3))
     ref[[1, 7, 19]] = r[0][[1, 7, 19]]
-    check_close("row_sparse_pull", rout, ref)
+    check_close("row_sparse_pull", rout.asnumpy(), ref)
+
+    # broadcast: every worker's outputs receive rank 0's value (MXNet 1.6's broadcast).
+    b = per_worker(seed, n, (5,), 10)
+    bouts = [np.zeros(5, np.float32), np.zeros(5, np.float64)]
+    kv.broadcast(8, b[rank], out=bouts)
+    for o in bouts:
+        check_close("broadcast of rank 0's value", o, b[0])
+    # another float dtype is converted: float64 pushes into the float32 key, float16 output.
+    kv.push(8, b[rank].astype(np.float64) * 2)
+    hout = np.zeros(5, np.float16)
+    kv.pull(8, out=hout)
+    check_close("float64 pushes, float16 output", hout, 2 * (b[0].astype(np.float64) + b[1]),
+                tol=2e-3 * (1 + np.abs(2 * (b[0] + b[1])).max()))
+
+    # a row-sparse push carries its rows; ASSIGN stores the sum of the workers' rows.
+    kv.init(9, np.zeros((20, 3), np.float32))
+    g = per_worker(seed, n, (2, 3), 11)
+    mine = kvstore.RowSparseArray(g[rank], [3 + rank, 17], (20, 3))
+    kv.push(9, mine)
+    dense = np.zeros((20, 3), np.float32)
+    kv.pull(9, out=dense)
+    ref = np.zeros((20, 3))
+    for r in range(n):
+        np.add.at(ref, [3 + r, 17], g[r].astype(np.float64))
+    check_close("row-sparse push summed over workers", dense, ref)
 
     # 2-bit gradient compression: each worker's push is quantised, the server sums the codes.
     kv.set_gradient_compression({"type": "2bit", "threshold": 0.5})
@@ -144,6 +169,8 @@ def sync_job(kv, seed, ckpt_dir):
     kv.barrier()
     if rank == 0:
         kv.checkpoint("ckpt-py")
+        # An absolute directory below the servers' --checkpoint_root is taken as well.
+        kv.checkpoint(os.path.join(os.path.realpath(ckpt_dir), "ckpt-abs", "run1"))
     kv.barrier()
     assert kv.num_dead_node(kvstore.SERVERS, 60) == 0
     assert kv.num_dead_node(kvstore.WORKERS, 60) == 0

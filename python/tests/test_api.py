@@ -23,8 +23,8 @@ def test_errors_are_python_exceptions(rng):
         kv.push(4, w)
     with pytest.raises(ValueError, match=r"key 3.*\(3, 2\).*\(2, 3\)"):
         kv.push(3, np.zeros((3, 2), np.float32))
-    with pytest.raises(ValueError, match="float64"):
-        kv.push(3, np.zeros((2, 3), np.float64))
+    with pytest.raises(ValueError, match="int64"):  # Only float dtypes are converted.
+        kv.push(3, np.zeros((2, 3), np.int64))
     with pytest.raises(ValueError, match=r"\(2, 2\)"):
         kv.pull(3, out=np.zeros((2, 2), np.float32))
     with pytest.raises(kvstore.AlreadyExistsError):
@@ -202,9 +202,10 @@ def test_every_optimizer_with_keyword_hyper_parameters(rng):
 def test_docstrings_and_type_hints():
     import inspect
     import typing
-    for name in ["init", "push", "pull", "pushpull", "row_sparse_pull", "set_optimizer",
-                 "set_gradient_compression", "set_updater", "barrier", "save_optimizer_states",
-                 "load_optimizer_states", "send_command_to_servers", "num_dead_node",
+    for name in ["init", "push", "pull", "pushpull", "broadcast", "row_sparse_pull",
+                 "set_optimizer", "set_gradient_compression", "set_updater", "barrier",
+                 "save_optimizer_states", "load_optimizer_states", "send_command_to_servers",
+                 "num_dead_node",
                  "checkpoint", "wait", "wait_all"]:
         method = getattr(kvstore.KVStore, name)
         assert method.__doc__ and len(method.__doc__) > 80, name

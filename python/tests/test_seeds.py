@@ -298,27 +298,30 @@ def dense_rows(value, row_ids):
 
 
 def test_perl_row_sparse_pull(capsys):
-    """row_sparse_pull with sorted, duplicated and unsorted row ids (string key '3')."""
+    """row_sparse_pull with sorted, duplicated and unsorted row ids (string key '3') into a
+    row-sparse output, printed dense as the seed's aspdl does."""
     shape = [3, 3]
     kv = kvstore.create('local')
     ones = np.ones(shape)
-    kv.init('3', ones)
-    a = np.zeros(shape)
+    kv.init('3', kvstore.RowSparseArray.from_dense(ones))  # ->tostype('row_sparse')
+    a = kvstore.RowSparseArray.zeros(shape)  # mx->nd->sparse->zeros('row_sparse', $shape)
     row_ids = np.array([0, 2], dtype=np.int64)
     kv.row_sparse_pull('3', out=a, row_ids=row_ids)
-    print(a)
+    print(a.asnumpy())
     expect_printed(capsys, "[[ 1.  1.  1.]\n[ 0.  0.  0.]\n[ 1.  1.  1.]]",
                    dense_rows(ones, row_ids))
     duplicate_row_ids = np.array([2, 2], dtype=np.int64)
     kv.row_sparse_pull('3', out=a, row_ids=duplicate_row_ids)
-    print(a)
+    print(a.asnumpy())
     expect_printed(capsys, "[[ 0.  0.  0.]\n[ 0.  0.  0.]\n[ 1.  1.  1.]]",
                    dense_rows(ones, duplicate_row_ids))
+    assert a.indices.tolist() == [2]
     unsorted_row_ids = np.array([1, 0], dtype=np.int64)
     kv.row_sparse_pull('3', out=a, row_ids=unsorted_row_ids)
-    print(a)
+    print(a.asnumpy())
     expect_printed(capsys, "[[ 1.  1.  1.]\n[ 1.  1.  1.]\n[ 0.  0.  0.]]",
                    dense_rows(ones, unsorted_row_ids))
+    assert a.indices.tolist() == [0, 1]
 
 
 def test_perl_row_sparse_pull_random(rng):
@@ -327,10 +330,12 @@ def test_perl_row_sparse_pull_random(rng):
     value = rng.standard_normal((50, 4)).astype(np.float32)
     kv.init('w', value)
     ids = [rng.integers(0, 50, size=12), rng.integers(0, 50, size=3)]
-    outs = [np.full((50, 4), 7.0, np.float32) for _ in ids]
+    outs = [kvstore.RowSparseArray.zeros((50, 4)) for _ in ids]
     kv.row_sparse_pull('w', out=outs, row_ids=ids)
     for o, i in zip(outs, ids):
-        np.testing.assert_array_equal(o.astype(np.float64), dense_rows(value.astype(np.float64), i))
+        np.testing.assert_array_equal(o.asnumpy().astype(np.float64),
+                                      dense_rows(value.astype(np.float64), i))
+        assert o.indices.tolist() == sorted(set(i.tolist()))
     with pytest.raises(ValueError, match="50"):
         kv.row_sparse_pull('w', out=outs[0], row_ids=[3, 50])
 

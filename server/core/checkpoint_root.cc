@@ -15,6 +15,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/status_macros.h"
 
 namespace kvstore {
@@ -54,9 +55,16 @@ absl::StatusOr<std::vector<std::string>> Components(absl::string_view dir,
         "the checkpoint directory is empty: name one relative to the checkpoint root ", root));
   }
   if (dir.find('\0') != absl::string_view::npos) return refuse("holds a NUL byte; name one in");
-  if (dir.front() == '/') return refuse("is absolute: name a directory relative to");
+  // An absolute DIR is taken as written below the root's canonical path; the rest is checked as
+  // a relative DIR would be (errors still quote DIR as given).
+  absl::string_view relative = dir;
+  if (relative.front() == '/' && root != "/" &&
+      !(absl::ConsumePrefix(&relative, root) &&
+        (relative.empty() || relative.front() == '/'))) {
+    return refuse("is absolute and not below: name a directory relative to, or below,");
+  }
   std::vector<std::string> parts;
-  for (absl::string_view part : absl::StrSplit(dir, '/')) {
+  for (absl::string_view part : absl::StrSplit(relative, '/')) {
     if (part == "..") return refuse("has a \"..\" component: name a directory below");
     if (!part.empty() && part != ".") parts.emplace_back(part);
   }
@@ -91,6 +99,7 @@ absl::StatusOr<std::shared_ptr<const CheckpointRoot>> CheckpointRoot::Open(
 }
 
 std::string CheckpointRoot::PathOf(absl::string_view dir) const {
+  if (!dir.empty() && dir.front() == '/' && path_ != "/") absl::ConsumePrefix(&dir, path_);
   std::string path = path_;
   for (absl::string_view part : absl::StrSplit(dir, '/', absl::SkipEmpty())) {
     if (part != ".") path = Join(path, part);

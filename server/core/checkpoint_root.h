@@ -2,10 +2,13 @@
 // it restores them (`kvserver --checkpoint_root`, by default the working directory at start).
 //
 // A client names a checkpoint directory DIR relative to the root (`kvctl checkpoint DIR`,
-// KVStore::Checkpoint(dir), controller command 4; `kvserver --restore DIR` alike).
-// OpenDirectory resolves DIR without ever leaving the root:
-// - DIR is checked as text first: an empty DIR, an absolute one, one with a ".." component or
-//   a NUL byte is InvalidArgument ("." and empty components are skipped);
+// KVStore::Checkpoint(dir), controller command 4; `kvserver --restore DIR` alike), or as an
+// absolute path that begins with the root's canonical path (what operators and MXNet scripts
+// write). OpenDirectory resolves DIR without ever leaving the root:
+// - DIR is checked as text first: an empty DIR, an absolute one that does not begin with the
+//   root's canonical path (component by component), one with a ".." component or a NUL byte is
+//   InvalidArgument ("." and empty components are skipped); an absolute DIR's components after
+//   the root's are then treated as a relative DIR's;
 // - each component is then opened relative to the descriptor of the directory before it, with
 //   O_NOFOLLOW: a symbolic link anywhere below the root - even one pointing back inside - is
 //   PermissionDenied, a file where a directory is expected is FailedPrecondition, a missing

@@ -147,6 +147,54 @@ TEST_CASE("CheckpointRoot: absolute paths, \"..\" components and NUL bytes are r
   CHECK(scratch.Outside().empty());
 }
 
+TEST_CASE("CheckpointRoot: an absolute path below the root's canonical path is accepted",
+          "[checkpoint_root]") {
+  testing::TestRng rng;
+  INFO(rng.Describe());
+  Scratch scratch("absolute");
+  const std::string root = scratch.root->path();
+  for (int trial = 0; trial < 30; ++trial) {
+    std::vector<std::string> parts;
+    for (int64_t n = rng.Int(1, 4); n > 0; --n) parts.push_back(RandomComponent(rng));
+    const std::string relative = absl::StrJoin(parts, "/");
+    const std::string dir = absl::StrCat(root, "/", relative);
+    INFO("dir \"" << dir << "\"");
+    auto made = scratch.root->OpenDirectory(dir, /*create=*/true);
+    INFO(made.status().ToString());
+    REQUIRE(made.ok());
+    auto same = scratch.root->OpenDirectory(relative, /*create=*/false);
+    REQUIRE(same.ok());
+    CHECK(made->path() == same->path());
+    CHECK(scratch.root->PathOf(dir) == same->path());
+    CHECK(fs::is_directory(made->path()));
+  }
+  // The root itself, written absolutely.
+  for (const std::string& dir : {root, root + "/", root + "/."}) {
+    auto directory = scratch.root->OpenDirectory(dir, /*create=*/false);
+    INFO(dir << ": " << directory.status().ToString());
+    REQUIRE(directory.ok());
+    CHECK(directory->path() == root);
+  }
+  // Still refused: a sibling whose name begins with the root's, a ".." below the root, a path
+  // through a symbolic link to the root (the canonical path is the one accepted).
+  fs::create_directories(root + "x");
+  fs::create_directory_symlink(root, scratch.base / "alias");
+  for (const std::string& dir : {root + "x/a", root + "/a/../../outside", root + "/..",
+                                 (scratch.base / "alias" / "a").string()}) {
+    INFO("dir \"" << dir << "\"");
+    const absl::Status status = scratch.root->OpenDirectory(dir, /*create=*/true).status();
+    INFO(status.ToString());
+    CHECK(absl::IsInvalidArgument(status));
+    CHECK(Mentions(status, root));
+    CHECK(Mentions(status, absl::StrCat("\"", dir, "\"")));  // DIR as given
+  }
+  fs::create_directory_symlink(scratch.base / "outside", fs::path(root) / "link");
+  const absl::Status link = scratch.root->OpenDirectory(root + "/link/a", true).status();
+  INFO(link.ToString());
+  CHECK(absl::IsPermissionDenied(link));
+  CHECK(scratch.Outside().empty());
+}
+
 TEST_CASE("CheckpointRoot: a symbolic link anywhere along the path is refused; nothing outside",
           "[checkpoint_root]") {
   Scratch scratch("links");

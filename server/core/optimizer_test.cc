@@ -473,7 +473,12 @@ TEST_CASE("Optimizers: the registry makes them from text", "[optimizer]") {
   CHECK(absl::IsInvalidArgument(ParseOptimizerText("adam", "momentum=0.9").status()));
   CHECK(absl::IsInvalidArgument(ParseOptimizerText("adam", "beta1=x").status()));
   CHECK(absl::IsInvalidArgument(ParseOptimizerText("adam", "gamma=1").status()));
-  CHECK(absl::IsInvalidArgument(registry.Create("adam", "lr=-1").status()));
+  // As MXNet, only what cannot give a number is refused: a negative rate is legal.
+  CHECK(registry.Create("adam", "lr=-1").ok());
+  CHECK(registry.Create("sgd", "lr=-1 momentum=1").ok());
+  CHECK(absl::IsInvalidArgument(registry.Create("adam", "lr=nan").status()));
+  CHECK(absl::IsInvalidArgument(registry.Create("adam", "beta1=1").status()));
+  CHECK(absl::IsInvalidArgument(registry.Create("adam", "beta2=inf").status()));
 }
 
 }  // namespace

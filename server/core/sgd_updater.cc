@@ -1,5 +1,8 @@
 #include "server/core/sgd_updater.h"
 
+#include <cmath>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "common/key_value_config.h"
 #include "common/status_macros.h"
@@ -16,9 +19,17 @@ absl::StatusOr<SgdConfig> ParseSgdConfig(absl::string_view config) {
                       .Number("rescale_grad", &parsed.rescale_grad)
                       .Number("clip_gradient", &parsed.clip_gradient)
                       .Parse(config));
-  if (parsed.momentum < 0 || parsed.momentum >= 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sgd momentum must be in [0, 1), got ", parsed.momentum));
+  // As MXNet, no range is checked (a negative lr or a momentum of 1 are legal); a value that
+  // cannot give a number is refused, naming the field.
+  for (const auto& [field, value] : {std::pair<const char*, double>{"lr", parsed.lr},
+                                     {"momentum", parsed.momentum},
+                                     {"wd", parsed.wd},
+                                     {"rescale_grad", parsed.rescale_grad},
+                                     {"clip_gradient", parsed.clip_gradient}}) {
+    if (!std::isfinite(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sgd config: ", field, " must be finite, got ", value));
+    }
   }
   return parsed;
 }

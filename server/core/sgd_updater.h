@@ -3,7 +3,7 @@
 // For each key, with g = rescale_grad * received (clipped to [-clip_gradient, clip_gradient]
 // when clip_gradient > 0):
 //   momentum == 0:  stored -= lr * (g + wd * stored)
-//   momentum  > 0:  mom = momentum * mom - lr * (g + wd * stored);  stored += mom
+//   otherwise:      mom = momentum * mom - lr * (g + wd * stored);  stored += mom
 // which is MXNet's `sgd_update` / `sgd_mom_update`, run by the "sgd" optimizer of
 // server/core/optimizer.h (state per key and chunk, created at the key's first update). This
 // is the text form of the controller's set-updater command; SetOptimizer is the typed one.

@@ -29,7 +29,8 @@ TEST_CASE("ParseSgdConfig: a malformed or unknown field is InvalidArgument namin
                                                        {"lr", "\"lr\""},
                                                        {"lr=x", "\"lr=x\""},
                                                        {"beta1=0.9", "\"beta1\""},
-                                                       {"momentum=1", "momentum"}};
+                                                       {"momentum=nan", "momentum"},
+                                                       {"lr=inf", "lr"}};
   for (const auto& [field, named] : cases) {
     const absl::Status status = ParseSgdConfig(absl::StrCat("wd=0 ", field)).status();
     INFO(field << ": " << status.ToString());

@@ -4,6 +4,7 @@
 // server/core/optimizer_test.
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -202,8 +203,16 @@ TEST_CASE("Optimizers: Checkpoint is for stores with servers", "[optimizer][stat
     for (int server = 0; server < GetStoreUnderTest().num_servers; ++server) {
       CHECK(std::ifstream(StatePath(absl::StrCat("ckpt/server-", server, ".ckpt"))).good());
     }
-    // A directory that would leave the root is refused, naming it.
-    for (const std::string& dir : {StatePath("elsewhere"), std::string("../elsewhere")}) {
+    // An absolute directory below the root's canonical path is taken; one that would leave
+    // the root is refused, naming it.
+    const std::filesystem::path root = std::filesystem::canonical(StatePath("."));
+    REQUIRE(kv->Checkpoint((root / "abs" / "run").string()).ok());
+    for (int server = 0; server < GetStoreUnderTest().num_servers; ++server) {
+      CHECK(std::ifstream(StatePath(absl::StrCat("abs/run/server-", server, ".ckpt"))).good());
+    }
+    for (const std::string& dir : {(root.parent_path() / "elsewhere").string(),
+                                   (root / "x" / ".." / ".." / "elsewhere").string(),
+                                   std::string("../elsewhere")}) {
       const absl::Status refused = kv->Checkpoint(dir);
       INFO(refused.ToString());
       CHECK(absl::IsInvalidArgument(refused));
