@@ -199,61 +199,68 @@ class KVStore:
     def _sendable(self, key: Key, value: Array) -> Array:
         """`value`, converted to the key's dtype when it is another float dtype."""
         have = _dtypes.dtype_name(value)
-        if have is None or have not in _dtypes.FLOATS:
+        if have not in _dtypes.FLOATS:
             return value
         want = self._stored_dtype(key)
-        if _dtypes.needs_conversion(have, want):
+        if want != have and want in _dtypes.FLOATS:
             return _dtypes.converted(value, want)
         return value
 
     def _split_values(self, op: str, keys: List[Key], values: List[Array]):
         """Dense (key, value) pairs and row-sparse ones, each value in its key's dtype."""
+        sendable = self._sendable
+        flags = [is_row_sparse(v) for v in values]
+        if not any(flags):  # The common case: dense values only.
+            return keys, [sendable(k, v) for k, v in zip(keys, values)], [], []
         dense_keys: List[Key] = []
         dense: List[Array] = []
         sparse_keys: List[Key] = []
         sparse: List[Tuple[Array, List[int], List[int]]] = []
         kinds: Dict[Key, bool] = {}
-        for key, value in zip(keys, values):
-            rsp = as_row_sparse(value) if is_row_sparse(value) else None
-            if kinds.setdefault(key, rsp is not None) != (rsp is not None):
+        for key, value, is_sparse in zip(keys, values, flags):
+            if kinds.setdefault(key, is_sparse) != is_sparse:
                 raise InvalidArgumentError(
                     f"{op}: key {key!r}: its values mix dense and row-sparse arrays; give one "
                     f"kind per key")
-            if rsp is None:
+            if not is_sparse:
                 dense_keys.append(key)
-                dense.append(self._sendable(key, value))
+                dense.append(sendable(key, value))
             else:
+                rsp = as_row_sparse(value)
                 sparse_keys.append(key)
-                sparse.append((self._sendable(key, rsp.data), rsp.indices.tolist(),
-                               list(rsp.shape)))
+                sparse.append((sendable(key, rsp.data), rsp.indices.tolist(), list(rsp.shape)))
         return dense_keys, dense, sparse_keys, sparse
 
     def _writable(self, op: str, keys: List[Key], outs: List[Array]):
         """The arrays the store writes for `outs` - each output itself, or a temporary in the
         key's dtype for an output of another float dtype - and those conversions as
         (key, temporary, output), for _pull_into."""
-        targets: List[Array] = []
         casts: List[Tuple[Key, Array, Array]] = []
-        for key, out in zip(keys, outs):
+        replaced: Dict[int, Array] = {}
+        floats, dtype_name, stored_dtype = _dtypes.FLOATS, _dtypes.dtype_name, self._stored_dtype
+        for i, (key, out) in enumerate(zip(keys, outs)):
             if is_row_sparse(out):
                 raise InvalidArgumentError(
                     f"{op}: key {key!r}: the output is row-sparse, which {op} does not fill; "
                     f"use row_sparse_pull(key, out=..., row_ids=...) to pull its rows")
-            have = _dtypes.dtype_name(out)
-            want = self._stored_dtype(key) if have in _dtypes.FLOATS else None
-            if _dtypes.needs_conversion(have, want):
-                temporary = _dtypes.empty_like(out, want)
-                casts.append((key, temporary, out))
-                targets.append(temporary)
-            else:
-                targets.append(out)
-        return targets, casts
+            have = dtype_name(out)
+            if have in floats:
+                want = stored_dtype(key)
+                if want != have and want in floats:
+                    replaced[i] = _dtypes.empty_like(out, want)
+                    casts.append((key, replaced[i], out))
+        if not casts:
+            return outs, casts
+        return [replaced.get(i, out) for i, out in enumerate(outs)], casts
 
     def _pull_into(self, keys: List[Key], casts: List[Tuple[Key, Array, Array]], block: bool,
                    call: Callable[[], None]) -> None:
         """Runs `call`, a pull of `keys` into temporaries for `casts`: converts them into their
         outputs once the pull has completed (now when `block`, else at wait). On an error
         nothing is converted."""
+        if not casts and not self._casts:  # Nothing to convert, now or pending.
+            call()
+            return
         if casts:
             with self._casts_lock:
                 for key, temporary, out in casts:
@@ -277,6 +284,8 @@ class KVStore:
     def _finish(self, keys: Optional[List[Key]], failed: bool = False) -> None:
         """Converts the completed pulls of `keys` (None: every key) into their outputs of
         another dtype; drops them when the operations `failed`."""
+        if not self._casts:
+            return
         with self._casts_lock:
             if keys is None:
                 done = list(self._casts.values())
@@ -393,7 +402,7 @@ class KVStore:
         self._pull_into(keys, casts, block, lambda: self._store.pushpull(
             keys, sendable, targets, priority, block))
 
-    def broadcast(self, key: Keys, value: Values, out: Values, priority: int = 0) -> None:
+    def broadcast(self, key: Keys, value: Values, out: Values = None, priority: int = 0) -> None:
         """Initialises keys from `value` and pulls them into every output (MXNet 1.6's
         ``broadcast``): in a distributed store every worker calls it and rank 0's values are
         stored, so every worker's outputs receive rank 0's values.
@@ -401,7 +410,8 @@ class KVStore:
         Args:
             key: an int or str, or a list of them.
             value: one array per key (a list of them for a list of keys).
-            out: an output or a list of outputs (one per device) per key, as for :meth:`pull`.
+            out: an output or a list of outputs (one per device) per key, as for :meth:`pull`;
+                None writes into `value` itself (MXNet 2's form).
         As MXNet's, it initialises the keys, so a key is broadcast once: AlreadyExistsError
         (a KeyError) for a key initialised before. Blocks until the outputs hold the values.
         """
@@ -411,7 +421,7 @@ class KVStore:
             raise InvalidArgumentError(
                 f"broadcast: key {repeated!r}: one value per key (its outputs may be several)")
         self.init(key, value)
-        self.pull(key, out, priority)
+        self.pull(key, value if out is None else out, priority)
 
     def row_sparse_pull(self, key: Keys, out: Values = None, priority: int = 0,
                         row_ids: Any = None) -> None:

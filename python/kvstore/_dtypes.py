@@ -29,19 +29,17 @@ def dtype_name(array: Any) -> Optional[str]:
     if dtype is None:
         return None
     try:
-        return _NAMES[dtype]
-    except (KeyError, TypeError):
+        name = _NAMES.get(dtype)
+    except TypeError:  # An unhashable dtype.
+        name = None
+    if name is None:
         name = str(dtype)
         name = name[6:] if name.startswith("torch.") else name
         try:
             _NAMES[dtype] = name
         except TypeError:
             pass
-        return name
-
-
-def needs_conversion(have: Optional[str], want: Optional[str]) -> bool:
-    return have != want and have in FLOATS and want in FLOATS
+    return name
 
 
 def _library(array: Any) -> str:

@@ -100,6 +100,9 @@ def sync_job(kv, seed, ckpt_dir):
     kv.broadcast(8, b[rank], out=bouts)
     for o in bouts:
         check_close("broadcast of rank 0's value", o, b[0])
+    mine = b[rank].copy()
+    kv.broadcast(10, mine)  # no out: into the value itself
+    check_close("broadcast in place", mine, b[0])
     # another float dtype is converted: float64 pushes into the float32 key, float16 output.
     kv.push(8, b[rank].astype(np.float64) * 2)
     hout = np.zeros(5, np.float16)

@@ -137,6 +137,13 @@ def test_broadcast_initialises_and_pulls_into_every_output(rng):
     for o in oa:
         np.testing.assert_array_equal(o, a)
     np.testing.assert_array_equal(ob, b)
+    # Without out, into the value itself; a value given as a list of one array.
+    mine = np.zeros(3, np.float32)
+    kv.broadcast(7, mine)
+    np.testing.assert_array_equal(mine, 0)
+    o7 = np.ones(3, np.float32)
+    kv.broadcast(8, [v[0, :3]], out=o7)
+    np.testing.assert_array_equal(o7, v[0, :3])
     with pytest.raises(kvstore.AlreadyExistsError):  # MXNet: a key is broadcast once
         kv.broadcast(3, v, out=outs[0])
     with pytest.raises(ValueError, match="one value per key"):
