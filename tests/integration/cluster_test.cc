@@ -303,6 +303,13 @@ TEST_CASE("Cluster: checkpoints stay below --checkpoint_root; escapes are refuse
     INFO(written);
     CHECK(code == 0);
     CHECK(written.find("server 0: " + root + "/again/server-0.ckpt") != std::string::npos);
+    // An absolute DIR below the root's canonical path, as operators write it, is taken.
+    const std::string absolute = std::filesystem::canonical(root).string() + "/abs/run";
+    const std::string taken = cluster.Kvctl({"checkpoint", absolute}, &code);
+    INFO(taken);
+    CHECK(code == 0);
+    CHECK(taken.find("server 0: " + absolute + "/server-0.ckpt") != std::string::npos);
+    CHECK(std::filesystem::is_regular_file(root + "/abs/run/server-0.ckpt"));
     cluster.Kvctl({"shutdown"}, &code);
     Cluster::ExpectExit(cluster.server(0), 0);
     Cluster::ExpectExit(cluster.scheduler(), 0);
