@@ -389,8 +389,13 @@ class Store {
 
   // The store goes with the GIL released: a distributed store's destructor waits for its
   // operations, whose values' buffers (NumPy's DLPack deleters) take the GIL to go.
-  ~Store() {
+  ~Store() { Close(); }
+
+  // Close ends the store now (a distributed worker leaves its job as at the end of a program);
+  // later calls raise FailedPrecondition. Operations still running keep it until they end.
+  void Close() {
     std::shared_ptr<KVStore> store = std::move(store_);
+    store_.reset();
     {
       absl::MutexLock lock(&mu_);
       held_.clear();
@@ -401,20 +406,28 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  std::string type() const { return store_->type(); }
-  int rank() const { return store_->rank(); }
-  int num_workers() const { return store_->num_workers(); }
+  // Live returns the store; FailedPrecondition once it is closed.
+  const std::shared_ptr<KVStore>& Live() const {
+    if (store_ == nullptr) {
+      ThrowIfError(absl::FailedPreconditionError("the store is closed (KVStore.close())"));
+    }
+    return store_;
+  }
+
+  std::string type() const { return Live()->type(); }
+  int rank() const { return Live()->rank(); }
+  int num_workers() const { return Live()->num_workers(); }
 
   void Init(const py::list& keys, const py::list& values) {
     std::vector<Key> k = ToKeys(keys);
     std::vector<Tensor> v = ToTensors(values, k, /*output=*/false);
-    Run([store = store_, k, v]() { return store->Init(k, v); });
+    Run([store = Live(), k, v]() { return store->Init(k, v); });
   }
 
   void Push(const py::list& keys, const py::list& values, int priority, bool block) {
     std::vector<Key> k = ToKeys(keys);
     auto v = std::make_shared<std::vector<Tensor>>(ToTensors(values, k, /*output=*/false));
-    Run([store = store_, k, v, priority, block]() {
+    Run([store = Live(), k, v, priority, block]() {
       absl::Status s = store->Push(k, *v, priority);
       if (s.ok() && block) s = store->Wait(k);
       return s;
@@ -427,7 +440,7 @@ class Store {
     // The store writes through pointers to these handles until the pull completes: they live
     // on the heap, held by the call and, with block=False, until wait.
     auto o = std::make_shared<std::vector<Tensor>>(ToTensors(outs, k, /*output=*/true));
-    Run([store = store_, k, o, priority, block]() {
+    Run([store = Live(), k, o, priority, block]() {
       absl::Status s = store->Pull(k, Pointers(*o), priority);
       if (s.ok() && block) s = store->Wait(k);
       return s;
@@ -440,7 +453,7 @@ class Store {
     std::vector<Key> k = ToKeys(keys);
     auto v = std::make_shared<std::vector<Tensor>>(ToTensors(values, k, /*output=*/false));
     auto o = std::make_shared<std::vector<Tensor>>(ToTensors(outs, k, /*output=*/true));
-    Run([store = store_, k, v, o, priority, block]() {
+    Run([store = Live(), k, v, o, priority, block]() {
       absl::Status s = store->PushPull(k, *v, Pointers(*o), priority);
       if (s.ok() && block) s = store->Wait(k);
       return s;
@@ -454,7 +467,7 @@ class Store {
   // Spec returns (dtype name, shape) of the value stored under `key`: what the package
   // converts values and outputs of another dtype to and from.
   std::pair<std::string, std::vector<int64_t>> Spec(const py::handle& key) {
-    absl::StatusOr<std::pair<DType, Shape>> spec = store_->ValueSpec(ToKey(key));
+    absl::StatusOr<std::pair<DType, Shape>> spec = Live()->ValueSpec(ToKey(key));
     ThrowIfError(spec.status());
     return {std::string(DTypeName(spec->first)), spec->second};
   }
@@ -464,7 +477,7 @@ class Store {
                      const std::vector<int64_t>& row_ids, const std::vector<int64_t>& shape) {
     const Key k = ToKey(key);
     RowSparse value = ToRowSparse(k, data, row_ids, shape, "init");
-    Run([store = store_, k, value]() { return store->Init(k, value); });
+    Run([store = Live(), k, value]() { return store->Init(k, value); });
   }
 
   // PushRowSparse pushes row-sparse values: values[i] is (data, row_ids, shape) for keys[i];
@@ -481,7 +494,7 @@ class Store {
       v->push_back(ToRowSparse(k[i], parts[0], parts[1].cast<std::vector<int64_t>>(),
                                parts[2].cast<std::vector<int64_t>>(), "push"));
     }
-    Run([store = store_, k, v, priority, block]() {
+    Run([store = Live(), k, v, priority, block]() {
       absl::Status s = store->Push(k, *v, priority);
       if (s.ok() && block) s = store->Wait(k);
       return s;
@@ -505,7 +518,7 @@ class Store {
     }
     auto rsp = std::make_shared<std::vector<RowSparse>>();
     for (const Key& key : k) {
-      absl::StatusOr<std::pair<DType, Shape>> spec = store_->ValueSpec(key);
+      absl::StatusOr<std::pair<DType, Shape>> spec = Live()->ValueSpec(key);
       ThrowIfError(spec.status());
       if (spec->second.empty()) {
         ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
@@ -513,7 +526,7 @@ class Store {
       }
       rsp->push_back(RowSparse::Empty(spec->first, spec->second));
     }
-    Run([store = store_, k, rsp, row_ids, priority]() {
+    Run([store = Live(), k, rsp, row_ids, priority]() {
       std::vector<RowSparse*> ptrs;
       for (RowSparse& r : *rsp) ptrs.push_back(&r);
       absl::Status s = store->RowSparsePull(k, ptrs, row_ids, priority);
@@ -532,13 +545,13 @@ class Store {
   // Wait blocks until the operations on `keys` completed and lets their values go.
   void Wait(const py::list& keys) {
     std::vector<Key> k = ToKeys(keys);
-    Run([store = store_, k]() { return store->Wait(k); });
+    Run([store = Live(), k]() { return store->Wait(k); });
     absl::MutexLock lock(&mu_);
     for (const Key& key : k) held_.erase(key);
   }
 
   void WaitAll() {
-    Run([store = store_]() { return store->WaitAll(); });
+    Run([store = Live()]() { return store->WaitAll(); });
     absl::MutexLock lock(&mu_);
     held_.clear();
   }
@@ -556,7 +569,7 @@ class Store {
     std::shared_ptr<Background> op;
     try {
       ThrowIfError(RunBlocking(
-          helpers_.get(), [store = store_]() { return store->Barrier(); }, &op));
+          helpers_.get(), [store = Live()]() { return store->Barrier(); }, &op));
     } catch (py::error_already_set&) {
       if (op != nullptr && !op->done.HasBeenNotified()) pending_barrier_ = op;
       throw;
@@ -586,32 +599,32 @@ class Store {
         }
       }
     };
-    ThrowIfError(store_->SetUpdater(std::move(updater)));
+    ThrowIfError(Live()->SetUpdater(std::move(updater)));
   }
 
   void SetOptimizer(const std::string& name, const py::dict& params) {
     OptimizerConfig config = ToOptimizerConfig(name, params);
-    Run([store = store_, config]() { return store->SetOptimizer(config); });
+    Run([store = Live(), config]() { return store->SetOptimizer(config); });
   }
 
   void SetGradientCompression(const std::string& type, std::optional<double> threshold) {
     GradientCompression params;
     params.type = type;
     params.threshold = threshold;
-    ThrowIfError(store_->SetGradientCompression(params));
+    ThrowIfError(Live()->SetGradientCompression(params));
   }
 
   void SaveOptimizerStates(const std::string& path) {
-    Run([store = store_, path]() { return store->SaveOptimizerStates(path); });
+    Run([store = Live(), path]() { return store->SaveOptimizerStates(path); });
   }
   void LoadOptimizerStates(const std::string& path) {
-    Run([store = store_, path]() { return store->LoadOptimizerStates(path); });
+    Run([store = Live(), path]() { return store->LoadOptimizerStates(path); });
   }
   void Checkpoint(const std::string& dir) {
-    Run([store = store_, dir]() { return store->Checkpoint(dir); });
+    Run([store = Live(), dir]() { return store->Checkpoint(dir); });
   }
   void SendCommandToServers(int head, const std::string& body) {
-    Run([store = store_, head, body]() { return store->SendCommandToServers(head, body); });
+    Run([store = Live(), head, body]() { return store->SendCommandToServers(head, body); });
   }
 
   int NumDeadNodes(int group, double timeout_s) {
@@ -622,7 +635,7 @@ class Store {
           "7 (all)")));
     }
     auto result = std::make_shared<int>(0);
-    Run([store = store_, group, timeout_s, result]() -> absl::Status {
+    Run([store = Live(), group, timeout_s, result]() -> absl::Status {
       absl::StatusOr<int> n =
           store->NumDeadNodes(static_cast<NodeGroup>(group), absl::Seconds(timeout_s));
       if (!n.ok()) return n.status();
@@ -639,7 +652,7 @@ class Store {
     Key k = ToKey(key);
     Tensor v = ToTensor(value, /*output=*/false, k);
     auto seconds = std::make_shared<std::vector<double>>();
-    Run([store = store_, k, v, iterations, seconds]() {
+    Run([store = Live(), k, v, iterations, seconds]() {
       for (int i = 0; i < iterations; ++i) {
         absl::Time start = absl::Now();
         absl::Status s = store->Push(k, v);
@@ -732,7 +745,8 @@ PYBIND11_MODULE(_kvstore, m) {
       .def("checkpoint", &Store::Checkpoint)
       .def("send_command_to_servers", &Store::SendCommandToServers)
       .def("num_dead_node", &Store::NumDeadNodes)
-      .def("_bench_push", &Store::BenchPush);
+      .def("_bench_push", &Store::BenchPush)
+      .def("close", &Store::Close);
 }
 
 }  // namespace python

@@ -28,8 +28,10 @@ Distributed stores (``"dist_sync"``, ``"dist_async"``) join the job described by
 """
 from __future__ import annotations
 
+import atexit
 import os
 import threading
+import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _errors
@@ -161,6 +163,15 @@ class KVStore:
         # converted into the output once the pull has completed.
         self._casts: Dict[Key, List[Tuple[Array, Array]]] = {}
         self._casts_lock = threading.Lock()
+        _LIVE.add(self)
+
+    def close(self) -> None:
+        """Ends the store now: a distributed worker waits for its operations and leaves the job
+        as at the end of the program. Later calls raise FailedPreconditionError. Stores still
+        open when the interpreter exits are closed then (before Python's own shutdown, while
+        the threads a store's end waits for can still run)."""
+        self._store.close()
+        _LIVE.discard(self)
 
     def __repr__(self) -> str:
         return (f"<kvstore.KVStore type={self.type!r} rank={self.rank} "
@@ -636,6 +647,19 @@ class KVStore:
         return self._store.num_dead_node(int(group), float(timeout))
 
     _get_num_dead_node = num_dead_node
+
+
+#: Every store not yet closed, closed at exit (newest first).
+_LIVE: "weakref.WeakSet[KVStore]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_stores() -> None:
+    for store in list(_LIVE):
+        try:
+            store.close()
+        except KVStoreError:
+            pass
 
 
 def create(name: str = "local") -> KVStore:

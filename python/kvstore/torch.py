@@ -1,0 +1,679 @@
+"""kvstore.torch: PyTorch training on KVStore the way it is done with Horovod or BytePS.
+
+::
+
+    import torch
+    import kvstore.torch as kvt
+
+    kvt.init()                                   # joins the job of deploy/launch.py
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1 * kvt.size())
+    optimizer = kvt.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    kvt.broadcast_parameters(model.state_dict(), root_rank=0)
+    kvt.broadcast_optimizer_state(optimizer, root_rank=0)
+    for x, y in data:
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()          # gradients start their push as they are ready
+        optimizer.step()                         # waits for the averaged gradients, then steps
+
+A DDP script keeps its ``DistributedDataParallel`` and adds one line,
+``ddp_model.register_comm_hook(None, kvstore.torch.push_pull_hook)``: DDP's buckets then go
+through the servers instead of the process group's allreduce.
+
+Every worker's gradients are summed by the servers (``dist_sync``: a round completes once every
+worker pushed) and read back by every worker, so all workers receive the same bytes and their
+parameters stay bitwise identical. docs/pytorch.md says what maps to what and what differs from
+Horovod and BytePS.
+
+Threading: the functions and the optimizer are used from the training thread (autograd's hooks
+run there on the CPU); a :class:`Handle` may be waited for from any thread.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import pickle
+import threading
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed
+
+from . import KVStore, InvalidArgumentError, FailedPreconditionError, create as _create
+
+__all__ = [
+    "init", "shutdown", "rank", "size", "local_rank", "Context", "Average", "Sum",
+    "Compression", "push_pull", "push_pull_async", "Handle", "broadcast",
+    "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
+    "DistributedOptimizer", "push_pull_hook",
+]
+
+#: Reduction operations, as Horovod's ``hvd.Average`` and ``hvd.Sum``.
+Average = "average"
+Sum = "sum"
+
+_KEY_PREFIX = "torch/"
+_DTYPES = {torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64}
+
+
+class Compression:
+    """Gradient compression for the wire, as Horovod's ``hvd.Compression``: ``none`` sends
+    gradients as they are, ``fp16`` sends float32/float64 gradients as float16 (halving the
+    bytes; the servers sum float16 values)."""
+
+    class none:  # noqa: N801 - Horovod's name.
+        @staticmethod
+        def compress(tensor: torch.Tensor) -> Tuple[torch.Tensor, Any]:
+            return tensor, None
+
+        @staticmethod
+        def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
+            return tensor
+
+    class fp16:  # noqa: N801
+        @staticmethod
+        def compress(tensor: torch.Tensor) -> Tuple[torch.Tensor, Any]:
+            if tensor.dtype in (torch.float32, torch.float64):
+                return tensor.to(torch.float16), tensor.dtype
+            return tensor, None
+
+        @staticmethod
+        def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
+            return tensor if ctx is None else tensor.to(ctx)
+
+
+class Handle:
+    """An operation in flight (:func:`push_pull_async`): :meth:`poll` says whether it has
+    completed, :meth:`wait` blocks until it has and returns its result."""
+
+    def __init__(self, ctx: "Context", keys: List[str], finish: Callable[[], Any]) -> None:
+        self._ctx = ctx
+        self._keys = keys
+        self._finish = finish
+        self._done = threading.Event()
+        self._error: Optional[BaseException] = None
+        self._result: Any = None
+        self._callbacks: List[Callable[["Handle"], None]] = []
+        self._lock = threading.Lock()
+        ctx._waiters.submit(self._run)
+
+    def _run(self) -> None:
+        try:
+            self._ctx.store.wait(self._keys)
+            self._result = self._finish()
+        except BaseException as e:  # noqa: BLE001 - handed to wait().
+            self._error = e
+        with self._lock:
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(self)
+        self._ctx = None  # A finished handle does not keep the store.
+
+    def poll(self) -> bool:
+        """True once the operation has completed (with or without an error)."""
+        return self._done.is_set()
+
+    def wait(self) -> Any:
+        """Blocks until the operation has completed; returns its result or raises its error."""
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def add_done_callback(self, callback: Callable[["Handle"], None]) -> None:
+        """Calls `callback(handle)` once the operation has completed (at once if it has), on
+        the thread that completes it."""
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback(self)
+
+
+class _Waiters:
+    """Threads that wait for handles, started as handles need them and reused."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tasks: List[Callable[[], None]] = []
+        self._idle = 0
+        self._wake = threading.Condition(self._lock)
+
+    def submit(self, task: Callable[[], None]) -> None:
+        with self._lock:
+            self._tasks.append(task)
+            if self._idle > 0:
+                self._wake.notify()
+                return
+        threading.Thread(target=self._loop, name="kvstore.torch wait", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._tasks:
+                    self._idle += 1
+                    woken = self._wake.wait(timeout=10)
+                    self._idle -= 1
+                    if not woken and not self._tasks:
+                        return
+                task = self._tasks.pop(0)
+            task()
+            del task  # What it holds (a store) goes now, not at the next task.
+
+
+class Context:
+    """One store and the keys PyTorch's tensors use in it. :func:`init` makes the process's
+    default one; pass another to the functions as ``ctx=`` to use several.
+
+    Args:
+        store: a :class:`kvstore.KVStore` to use (its updater must stay the default ASSIGN for
+            the keys this context makes: they carry sums); by default one is created -
+            ``"dist_sync"`` when the launch environment names a scheduler
+            (``DMLC_PS_ROOT_PORT``), ``"local"`` (one worker) otherwise.
+    """
+
+    def __init__(self, store: Optional[KVStore] = None) -> None:
+        if store is None:
+            import os
+            distributed = "DMLC_PS_ROOT_PORT" in os.environ or "KV_SCHEDULER_PORT" in os.environ
+            store = _create("dist_sync" if distributed else "local")
+        self.store = store
+        self._shapes: Dict[str, Tuple[Tuple[int, ...], torch.dtype]] = {}
+        self._inflight: Dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._waiters = _Waiters()
+        self._counters: Dict[str, itertools.count] = {}
+
+    @property
+    def rank(self) -> int:
+        return self.store.rank
+
+    @property
+    def size(self) -> int:
+        return self.store.num_workers
+
+    def next_name(self, kind: str) -> str:
+        """A fresh name for an object of `kind`: the same sequence on every worker, as long as
+        every worker makes its objects in the same order."""
+        with self._lock:
+            counter = self._counters.setdefault(kind, itertools.count())
+            return f"{kind}{next(counter)}"
+
+    def ensure_keys(self, names: Sequence[str], like: Sequence[torch.Tensor]) -> List[str]:
+        """The keys of `names`, initialised (to zeros, in one call) where they are new. A name
+        seen before with another shape or dtype is refused, naming it and both."""
+        keys, fresh, values = [], [], []
+        with self._lock:
+            for name, tensor in zip(names, like):
+                if tensor.dtype not in _DTYPES:
+                    raise InvalidArgumentError(
+                        f"kvstore.torch: {name!r}: dtype {tensor.dtype} is not one the store "
+                        f"holds (float32, float16, bfloat16, float64, int32, int64)")
+                spec = (tuple(tensor.shape), tensor.dtype)
+                seen = self._shapes.get(name)
+                if seen is None:
+                    self._shapes[name] = spec
+                    fresh.append(_KEY_PREFIX + name)
+                    values.append(torch.zeros(spec[0], dtype=spec[1]))
+                elif seen != spec:
+                    raise InvalidArgumentError(
+                        f"kvstore.torch: {name!r} was used with shape {list(seen[0])} and dtype "
+                        f"{seen[1]}, now with shape {list(spec[0])} and dtype {spec[1]}")
+                keys.append(_KEY_PREFIX + name)
+        if fresh:
+            self.store.init(fresh, values)
+        return keys
+
+    def start(self, names: Sequence[str]) -> None:
+        """Marks `names` in flight; refuses a name already in flight (a name used twice)."""
+        with self._lock:
+            busy = [n for n in names if n in self._inflight]
+            if busy or len(set(names)) != len(names):
+                twice = busy[0] if busy else next(n for n in names if names.count(n) > 1)
+                raise InvalidArgumentError(
+                    f"kvstore.torch: the name {twice!r} is used twice: an operation of that "
+                    f"name is still in flight (give each tensor a name of its own)")
+            for n in names:
+                self._inflight[n] = 1
+
+    def done(self, names: Sequence[str]) -> None:
+        with self._lock:
+            for n in names:
+                self._inflight.pop(n, None)
+
+
+_default: Optional[Context] = None
+
+
+def init(store: Optional[KVStore] = None) -> Context:
+    """Joins the job (Horovod's ``hvd.init()``): makes the process's default
+    :class:`Context`. Calling it again returns the same context."""
+    global _default
+    if _default is None:
+        _default = Context(store)
+    return _default
+
+
+def shutdown() -> None:
+    """Forgets the default context; its store goes when nothing else holds it. Runs at exit,
+    while the interpreter can still run the threads a distributed store's end waits for."""
+    global _default
+    _default = None
+
+
+atexit.register(shutdown)
+
+
+def _ctx(ctx: Optional[Context]) -> Context:
+    if ctx is not None:
+        return ctx
+    if _default is None:
+        raise FailedPreconditionError("kvstore.torch: call kvstore.torch.init() first")
+    return _default
+
+
+def rank(ctx: Optional[Context] = None) -> int:
+    """This worker's rank in ``[0, size())``."""
+    return _ctx(ctx).rank
+
+
+def size(ctx: Optional[Context] = None) -> int:
+    """The number of workers."""
+    return _ctx(ctx).size
+
+
+def local_rank(ctx: Optional[Context] = None) -> int:
+    """This worker's rank among the workers of its machine: ``LOCAL_RANK`` when a launcher set
+    it (torchrun), else 0."""
+    import os
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def _scale(tensor: torch.Tensor, op: str, n: int) -> None:
+    if op == Average and n > 1:
+        if tensor.is_floating_point():
+            tensor.div_(n)
+        else:
+            tensor.floor_divide_(n)
+    elif op not in (Average, Sum):
+        raise InvalidArgumentError(f"kvstore.torch: op is Average or Sum, not {op!r}")
+
+
+def push_pull_async(tensor: torch.Tensor, name: str, average: Optional[bool] = None,
+                    op: Optional[str] = None, priority: int = 0, *, inplace: bool = False,
+                    ctx: Optional[Context] = None) -> Handle:
+    """Starts summing (or averaging) `tensor` over the workers; returns a :class:`Handle` whose
+    ``wait()`` gives the result: a new tensor, or `tensor` itself with ``inplace=True`` (a
+    contiguous CPU tensor, left unchanged until then). `name` picks the key (the same on every
+    worker); a name in flight is refused. Every worker must push_pull the same names in the
+    same number of calls."""
+    c = _ctx(ctx)
+    op = _op(average, op)
+    _check_op(op)
+    if inplace and not tensor.is_contiguous():
+        raise InvalidArgumentError(f"push_pull {name!r}: inplace=True needs a contiguous tensor")
+    data = tensor.detach() if inplace else tensor.detach().contiguous().clone()
+    [key] = c.ensure_keys([name], [data])
+    c.start([name])
+    try:
+        c.store.pushpull(key, data, priority=priority, block=False)
+    except BaseException:
+        c.done([name])
+        raise
+
+    def finish() -> torch.Tensor:
+        c.done([name])
+        _scale(data, op, c.size)
+        return data
+    return Handle(c, [key], finish)
+
+
+def push_pull(tensor: torch.Tensor, name: str, average: Optional[bool] = None,
+              op: Optional[str] = None, priority: int = 0, *,
+              ctx: Optional[Context] = None) -> torch.Tensor:
+    """The sum (or average, the default) of `tensor` over the workers, as a new tensor
+    (Horovod's ``allreduce``, BytePS's ``push_pull``)."""
+    return push_pull_async(tensor, name, average, op, priority, ctx=ctx).wait()
+
+
+def _op(average: Optional[bool], op: Optional[str]) -> str:
+    if average is not None and op is not None:
+        raise InvalidArgumentError("kvstore.torch: give average= or op=, not both")
+    if op is not None:
+        return op
+    return Sum if average is False else Average
+
+
+def _check_op(op: str) -> None:
+    if op not in (Average, Sum):
+        raise InvalidArgumentError(
+            f"kvstore.torch: op is kvstore.torch.Average or kvstore.torch.Sum, not {op!r}")
+
+
+def broadcast(tensors: Sequence[torch.Tensor], names: Sequence[str], root_rank: int = 0, *,
+              ctx: Optional[Context] = None) -> None:
+    """Overwrites every worker's `tensors` with root_rank's, in place, in one call. Each worker
+    contributes root_rank's value or zeros to a sum, which is exact, so any rank may be the
+    root and a name may be broadcast again."""
+    c = _ctx(ctx)
+    if not 0 <= root_rank < c.size:
+        raise InvalidArgumentError(
+            f"kvstore.torch: root_rank {root_rank} is outside [0, {c.size})")
+    if not tensors:
+        return
+    contributions = []
+    for t in tensors:
+        value = t.detach()
+        if value.dtype == torch.bool:
+            value = value.to(torch.int32)
+        contributions.append(value.contiguous().clone() if c.rank == root_rank
+                             else torch.zeros(value.shape, dtype=value.dtype))
+    keys = c.ensure_keys(list(names), contributions)
+    c.start(list(names))
+    try:
+        c.store.pushpull(keys, contributions)
+    finally:
+        c.done(list(names))
+    with torch.no_grad():
+        for t, value in zip(tensors, contributions):
+            t.copy_(value.to(t.dtype))
+
+
+def broadcast_parameters(params: Any, root_rank: int = 0, *,
+                         ctx: Optional[Context] = None) -> None:
+    """Horovod's ``broadcast_parameters``: `params` is a ``state_dict()`` or an iterable of
+    ``(name, tensor)`` (``named_parameters()``); every worker's tensors become root_rank's."""
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    else:
+        items = list(params)
+    names, tensors = [], []
+    for name, t in items:
+        if not isinstance(t, torch.Tensor):
+            raise InvalidArgumentError(
+                f"broadcast_parameters: {name!r} is a {type(t).__name__}, not a tensor")
+        names.append(f"params/{name}")
+        tensors.append(t)
+    broadcast(tensors, names, root_rank, ctx=ctx)
+
+
+def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None, *,
+                     ctx: Optional[Context] = None) -> Any:
+    """Returns root_rank's `obj` on every worker (pickled; Horovod's ``broadcast_object``)."""
+    c = _ctx(ctx)
+    name = name or c.next_name("object")
+    payload = pickle.dumps(obj) if c.rank == root_rank else b""
+    length = torch.tensor([len(payload)], dtype=torch.int64)
+    broadcast([length], [f"objects/{name}/length"], root_rank, ctx=c)
+    n = int(length.item())
+    words = torch.zeros((n + 7) // 8, dtype=torch.int64)
+    if c.rank == root_rank:
+        padded = payload + b"\0" * (len(words) * 8 - n)
+        words = torch.frombuffer(bytearray(padded), dtype=torch.int64).clone()
+    if len(words):
+        broadcast([words], [f"objects/{name}/{n}"], root_rank, ctx=c)
+    if c.rank == root_rank:
+        return obj
+    return pickle.loads(words.numpy().tobytes()[:n])
+
+
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int = 0, *,
+                              ctx: Optional[Context] = None) -> None:
+    """Horovod's ``broadcast_optimizer_state``: every worker's optimizer takes root_rank's
+    ``state_dict()`` (hyper-parameters and state, e.g. momentum buffers)."""
+    state = broadcast_object(optimizer.state_dict(), root_rank, ctx=ctx)
+    if _ctx(ctx).rank != root_rank:
+        optimizer.load_state_dict(state)
+
+
+class _Bucket:
+    """Parameters whose gradients travel together under one key."""
+
+    def __init__(self, index: int, params: List[torch.nn.Parameter], name: str) -> None:
+        self.index = index
+        self.params = params
+        self.name = name
+        self.ready = 0
+        self.handle: Optional[Handle] = None
+        self.flat: Optional[torch.Tensor] = None
+        self.compress_ctx: Any = None
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    """The methods a :func:`DistributedOptimizer` adds to the wrapped optimizer's class."""
+
+    def _kv_setup(self, ctx: Context, named_parameters, compression, backward_passes_per_step,
+                  op, bucket_bytes) -> None:
+        _check_op(op)
+        if backward_passes_per_step < 1:
+            raise InvalidArgumentError(
+                f"DistributedOptimizer: backward_passes_per_step is >= 1, not "
+                f"{backward_passes_per_step}")
+        self._kv = ctx
+        self._kv_compression = compression
+        self._kv_passes = backward_passes_per_step
+        self._kv_op = op
+        params = [p for group in self.param_groups for p in group["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            names_of = {}
+            for name, p in named:
+                if name in names_of.values():
+                    raise InvalidArgumentError(
+                        f"DistributedOptimizer: the parameter name {name!r} is used twice")
+                names_of[id(p)] = name
+            missing = [i for i, p in enumerate(params) if id(p) not in names_of]
+            if missing:
+                raise InvalidArgumentError(
+                    f"DistributedOptimizer: named_parameters does not name {len(missing)} of "
+                    f"the optimizer's parameters (the first is parameter {missing[0]} of its "
+                    f"param_groups)")
+        else:
+            names_of = {id(p): f"param.{i}" for i, p in enumerate(params)}
+        seen = set()
+        trained = []
+        for p in params:
+            if id(p) in seen:
+                raise InvalidArgumentError(
+                    f"DistributedOptimizer: parameter {names_of[id(p)]!r} is in the optimizer "
+                    f"twice")
+            seen.add(id(p))
+            if p.requires_grad:
+                trained.append(p)
+        # Buckets in the order backward reaches the parameters (the reverse of the model's),
+        # each of one dtype and about bucket_bytes; the last (the model's first layers, needed
+        # first by the next forward) gets the highest priority.
+        prefix = ctx.next_name("optimizer")
+        self._kv_buckets: List[_Bucket] = []
+        current: List[torch.nn.Parameter] = []
+        current_bytes = 0
+        for p in reversed(trained):
+            nbytes = p.numel() * p.element_size()
+            if current and (current_bytes + nbytes > bucket_bytes or
+                            current[0].dtype != p.dtype):
+                self._kv_buckets.append(_Bucket(len(self._kv_buckets), current, ""))
+                current, current_bytes = [], 0
+            current.append(p)
+            current_bytes += nbytes
+        if current:
+            self._kv_buckets.append(_Bucket(len(self._kv_buckets), current, ""))
+        self._kv_bucket_of: Dict[int, _Bucket] = {}
+        likes = []
+        for b in self._kv_buckets:
+            b.name = f"{prefix}/bucket{b.index}"
+            numel = sum(p.numel() for p in b.params)
+            flat, _ = compression.compress(torch.zeros(numel, dtype=b.params[0].dtype))
+            likes.append(flat)
+            for p in b.params:
+                self._kv_bucket_of[id(p)] = b
+        ctx.ensure_keys([b.name for b in self._kv_buckets], likes)
+        self._kv_names = names_of
+        self._kv_counts: Dict[int, int] = {id(p): 0 for p in trained}
+        self._kv_skip = False
+        self._kv_hooks = []
+        self._kv_grad_accs = []  # Held: a hook lives as long as its accumulator node.
+        for p in trained:
+            accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+            self._kv_hooks.append(accumulator.register_hook(self._kv_hook_for(p)))
+            self._kv_grad_accs.append(accumulator)
+
+    def _kv_hook_for(self, p: torch.nn.Parameter) -> Callable[..., None]:
+        def hook(*_: Any) -> None:
+            pid = id(p)
+            self._kv_counts[pid] += 1
+            if self._kv_counts[pid] > self._kv_passes:
+                raise FailedPreconditionError(
+                    f"DistributedOptimizer: parameter {self._kv_names[pid]!r} got a gradient "
+                    f"{self._kv_counts[pid]} times since the last step, with "
+                    f"backward_passes_per_step={self._kv_passes}: call step() or "
+                    f"synchronize() after each {self._kv_passes} backward pass(es)")
+            if self._kv_counts[pid] == self._kv_passes:
+                bucket = self._kv_bucket_of[pid]
+                bucket.ready += 1
+                if bucket.ready == len(bucket.params):
+                    self._kv_launch(bucket)
+        return hook
+
+    def _kv_launch(self, bucket: _Bucket) -> None:
+        """Starts the push_pull of a bucket's gradients (zeros for a parameter without one)."""
+        grads = [p.grad.detach().reshape(-1) if p.grad is not None
+                 else torch.zeros(p.numel(), dtype=p.dtype) for p in bucket.params]
+        flat, bucket.compress_ctx = self._kv_compression.compress(torch.cat(grads))
+        flat = flat.contiguous()
+        if flat.data_ptr() == grads[0].data_ptr() and len(grads) == 1:
+            flat = flat.clone()
+        bucket.flat = flat
+        c = self._kv
+        c.start([bucket.name])
+        key = _KEY_PREFIX + bucket.name
+        try:
+            c.store.pushpull(key, flat, priority=bucket.index, block=False)
+        except BaseException:
+            c.done([bucket.name])
+            raise
+
+        def finish() -> None:
+            c.done([bucket.name])
+        bucket.handle = Handle(c, [key], finish)
+
+    def synchronize(self) -> None:
+        """Waits until every gradient has been averaged over the workers and written into its
+        parameter's ``.grad`` (starting the buckets that backward did not complete: a parameter
+        without a gradient this step contributes zeros). Call it before changing gradients
+        (clipping), then step inside :meth:`skip_synchronize`."""
+        for bucket in self._kv_buckets:
+            if bucket.handle is None:
+                self._kv_launch(bucket)
+        n = self._kv.size
+        for bucket in self._kv_buckets:
+            bucket.handle.wait()
+        for bucket in self._kv_buckets:
+            flat = self._kv_compression.decompress(bucket.flat, bucket.compress_ctx)
+            _scale(flat, self._kv_op, n)
+            offset = 0
+            with torch.no_grad():
+                for p in bucket.params:
+                    part = flat[offset:offset + p.numel()].view_as(p)
+                    offset += p.numel()
+                    if p.grad is None:
+                        p.grad = part.to(p.dtype).clone()
+                    else:
+                        p.grad.copy_(part)
+            bucket.handle = None
+            bucket.flat = None
+            bucket.ready = 0
+        for pid in self._kv_counts:
+            self._kv_counts[pid] = 0
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Within it, :meth:`step` does not synchronize (Horovod's form for clipping:
+        ``synchronize()``, clip, then ``step()`` inside this)."""
+        self._kv_skip = True
+        try:
+            yield
+        finally:
+            self._kv_skip = False
+
+    def step(self, closure=None):
+        if not self._kv_skip:
+            self.synchronize()
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, set_to_none: bool = False):
+        if any(b.handle is not None for b in self._kv_buckets):
+            raise FailedPreconditionError(
+                "DistributedOptimizer: zero_grad() was called while gradients are being "
+                "averaged (after backward, before step() or synchronize()); call step() or "
+                "synchronize() first")
+        return super(self.__class__, self).zero_grad(set_to_none=set_to_none)
+
+
+def DistributedOptimizer(optimizer: torch.optim.Optimizer,  # noqa: N802 - Horovod's name.
+                         named_parameters: Optional[Iterable[Tuple[str, Any]]] = None,
+                         compression: Any = Compression.none,
+                         backward_passes_per_step: int = 1,
+                         op: str = Average,
+                         bucket_bytes: int = 4 << 20,
+                         server_side: bool = False, *,
+                         ctx: Optional[Context] = None) -> torch.optim.Optimizer:
+    """Wraps `optimizer` so that each step uses the gradients averaged (or summed, op=Sum)
+    over the workers, as Horovod's and BytePS's ``DistributedOptimizer``.
+
+    Each parameter's gradient is taken when autograd has accumulated it (a hook on its
+    gradient accumulator); parameters are grouped into buckets of about `bucket_bytes` in
+    the order backward reaches them, and a bucket's push starts as soon as its last gradient
+    is ready, while backward goes on. The buckets of the model's first layers - needed first
+    by the next forward - get the highest priority. ``step()`` waits for what is outstanding,
+    writes the averages into ``.grad`` and runs the wrapped optimizer's step.
+
+    Args:
+        optimizer: a ``torch.optim`` optimizer; the result is an instance of its class.
+        named_parameters: ``model.named_parameters()``, for names in errors and keys.
+        compression: ``Compression.none`` or ``Compression.fp16``.
+        backward_passes_per_step: backward passes accumulated locally before a push.
+        op: ``Average`` (default) or ``Sum``.
+        bucket_bytes: the size of a bucket.
+        server_side: running the optimizer on the servers is not available yet: True raises
+            ``NotImplementedError`` naming what to use instead.
+    """
+    if server_side:
+        raise NotImplementedError(
+            "DistributedOptimizer(server_side=True): running torch optimizers on the servers is "
+            "not available yet; use server_side=False (the optimizer runs on each worker on the "
+            "averaged gradients), or the kvstore package's set_optimizer with push/pull")
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               {k: v for k, v in _DistributedOptimizer.__dict__.items()
+                if k not in ("__dict__", "__weakref__", "__module__", "__doc__")})
+    wrapped = cls.__new__(cls)
+    wrapped.__dict__.update(optimizer.__dict__)
+    wrapped._kv_setup(_ctx(ctx), named_parameters, compression, backward_passes_per_step, op,
+                      bucket_bytes)
+    return wrapped
+
+
+def push_pull_hook(state: Any, bucket: Any) -> torch.futures.Future:
+    """A DDP communication hook: ``ddp.register_comm_hook(None, kvstore.torch.push_pull_hook)``
+    averages each of DDP's gradient buckets through the servers instead of the process group
+    (``state`` may be a :class:`Context`, or None for the default one)."""
+    c = state if isinstance(state, Context) else _ctx(None)
+    tensor = bucket.buffer()
+    name = f"ddp/bucket{bucket.index()}/{tensor.numel()}/{str(tensor.dtype)[6:]}"
+    handle = push_pull_async(tensor, name, inplace=True, ctx=c)
+    future: torch.futures.Future = torch.futures.Future()
+
+    def done(h: Handle) -> None:
+        try:
+            future.set_result(h.wait())
+        except BaseException as e:  # noqa: BLE001 - handed to DDP.
+            future.set_exception(e)
+    handle.add_done_callback(done)
+    return future
+
+
+# DDP checks a hook's annotations as objects (this module's are strings).
+push_pull_hook.__annotations__ = {"state": object,
+                                  "bucket": torch.distributed.GradBucket,
+                                  "return": torch.futures.Future[torch.Tensor]}

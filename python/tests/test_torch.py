@@ -1,0 +1,52 @@
+"""kvstore.torch on real jobs: deploy/launch.py starts a scheduler, 2 kvservers and 2 workers
+running torch_worker.py on 127.0.0.1. Each scenario's workers check their models against a
+single-process reference and print a hash of their parameters after every step; here the two
+workers' hashes must be equal (bitwise identical parameters)."""
+import os
+import re
+import sys
+
+from test_dist import HERE, launch, seed_of
+
+
+def run(tmp_path, rng, scenario, timeout=90):
+    proc = launch(tmp_path, [sys.executable, os.path.join(HERE, "torch_worker.py"), scenario,
+                             str(tmp_path)], seed=seed_of(rng), timeout=timeout)
+    return proc
+
+
+def hashes(output, rank):
+    return re.findall(rf"\[worker {rank}\] hash (\S+ \d+ \w+)", output)
+
+
+def test_distributed_optimizer_matches_one_process(tmp_path, rng):
+    proc = run(tmp_path, rng, "optimizer")
+    assert proc.returncode == 0
+    for name in ["cnn", "cnn-frozen-bias", "cnn-2-passes", "cnn-clipped", "lm-adam-tied"]:
+        for rank in (0, 1):
+            assert f"[worker {rank}] ok {name} " in proc.stdout, name
+    assert len(hashes(proc.stdout, 0)) == 5 * 8
+    assert hashes(proc.stdout, 0) == hashes(proc.stdout, 1)
+
+
+def test_ddp_comm_hook_matches_ddp_with_gloo(tmp_path, rng):
+    proc = run(tmp_path, rng, "hook")
+    assert proc.returncode == 0
+    for rank in (0, 1):
+        assert f"[worker {rank}] ok ddp hook matches ddp with gloo" in proc.stdout
+    assert len(hashes(proc.stdout, 0)) == 2 * 8
+    assert hashes(proc.stdout, 0) == hashes(proc.stdout, 1)
+
+
+def test_push_pull_and_broadcast(tmp_path, rng):
+    proc = run(tmp_path, rng, "api", timeout=40)
+    assert proc.returncode == 0
+    for rank in (0, 1):
+        assert f"[worker {rank}] ok broadcast from another root" in proc.stdout
+
+
+def test_a_dead_worker_fails_the_job_instead_of_hanging(tmp_path, rng):
+    proc = run(tmp_path, rng, "die", timeout=60)
+    assert proc.returncode != 0 and proc.returncode != 124, proc.returncode
+    assert "worker 1 exits abruptly" in proc.stdout
+    assert "worker 1 exited with status 3" in proc.stdout  # The job's end names it.
