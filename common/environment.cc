@@ -58,13 +58,20 @@ absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv_or_null) 
   if (status.ok()) {
     status = ReadInt(getenv, {"KV_NUM_SERVERS", "DMLC_NUM_SERVER"}, 1, kMaxCount, &env.num_servers);
   }
+  // A worker started by torchrun has RANK and WORLD_SIZE instead of MXNet's names.
+  const bool worker = !env.role.has_value() || *env.role == "worker";
   if (status.ok()) {
-    status = ReadInt(getenv, {"KV_NUM_WORKERS", "DMLC_NUM_WORKER"}, 1, kMaxCount, &env.num_workers);
+    status = worker ? ReadInt(getenv, {"KV_NUM_WORKERS", "DMLC_NUM_WORKER", "WORLD_SIZE"}, 1,
+                              kMaxCount, &env.num_workers)
+                    : ReadInt(getenv, {"KV_NUM_WORKERS", "DMLC_NUM_WORKER"}, 1, kMaxCount,
+                              &env.num_workers);
   }
   if (status.ok()) {
-    const bool server = env.role.has_value() && *env.role == "server";
-    status = ReadInt(getenv, {"KV_RANK", server ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID"}, 0,
-                     kMaxCount, &env.rank);
+    status = worker ? ReadInt(getenv, {"KV_RANK", "DMLC_WORKER_ID", "RANK"}, 0, kMaxCount,
+                              &env.rank)
+                    : ReadInt(getenv, {"KV_RANK", *env.role == "server" ? "DMLC_SERVER_ID"
+                                                                         : "DMLC_WORKER_ID"},
+                              0, kMaxCount, &env.rank);
   }
   if (status.ok()) {
     status = ReadInt(getenv, {"KV_REPLICAS"}, 1, 2, &env.replicas);

@@ -10,8 +10,10 @@
 //   KV_SCHEDULER_HOST   DMLC_PS_ROOT_URI         the scheduler's host
 //   KV_SCHEDULER_PORT   DMLC_PS_ROOT_PORT        the scheduler's port
 //   KV_NUM_SERVERS      DMLC_NUM_SERVER          servers in the job
-//   KV_NUM_WORKERS      DMLC_NUM_WORKER          workers in the job
-//   KV_RANK             DMLC_SERVER_ID / DMLC_WORKER_ID   requested rank of this node
+//   KV_NUM_WORKERS      DMLC_NUM_WORKER          workers in the job (a worker also reads
+//                                                torchrun's WORLD_SIZE, last)
+//   KV_RANK             DMLC_SERVER_ID / DMLC_WORKER_ID   requested rank of this node (a
+//                                                worker also reads torchrun's RANK, last)
 //   KV_SECRET_FILE      -                        the job secret's file (common/job_auth.h)
 //   KV_TLS_CA           -                        TLS: the job's CA certificate (PEM file)
 //   KV_TLS_CERT         -                        TLS: this node's certificate (PEM file)

@@ -43,6 +43,27 @@ TEST_CASE("ReadJobEnvironment: KV_ names win; unset names stay unset", "[environ
   REQUIRE(!env->scheduler_port.has_value());
 }
 
+TEST_CASE("ReadJobEnvironment: a worker started by torchrun takes RANK and WORLD_SIZE",
+          "[environment]") {
+  auto env = ReadJobEnvironment(From({{"RANK", "3"}, {"WORLD_SIZE", "4"}}));
+  REQUIRE(env.ok());
+  REQUIRE(*env->rank == 3);
+  REQUIRE(*env->num_workers == 4);
+  // MXNet's names win; a server or scheduler ignores torchrun's.
+  env = ReadJobEnvironment(From({{"RANK", "3"}, {"DMLC_WORKER_ID", "1"}, {"WORLD_SIZE", "4"},
+                                 {"DMLC_NUM_WORKER", "2"}}));
+  REQUIRE(env.ok());
+  REQUIRE(*env->rank == 1);
+  REQUIRE(*env->num_workers == 2);
+  env = ReadJobEnvironment(From({{"DMLC_ROLE", "server"}, {"RANK", "3"}, {"WORLD_SIZE", "4"}}));
+  REQUIRE(env.ok());
+  REQUIRE(!env->rank.has_value());
+  REQUIRE(!env->num_workers.has_value());
+  auto bad = ReadJobEnvironment(From({{"RANK", "x"}}));
+  REQUIRE(absl::IsInvalidArgument(bad.status()));
+  REQUIRE(bad.status().message().find("RANK") != absl::string_view::npos);
+}
+
 TEST_CASE("ReadJobEnvironment: bad values name the variable", "[environment]") {
   auto port = ReadJobEnvironment(From({{"DMLC_PS_ROOT_PORT", "70000"}}));
   REQUIRE(absl::IsInvalidArgument(port.status()));

@@ -6,7 +6,7 @@ Usage:
       [--scheduler-arg=ARG ...] [--server-arg=ARG ...]
       [--timeout SECONDS] [--shutdown-timeout SECONDS] [--tls [--tls-mutual]]
       [--same-command] [--launcher ssh -H HOSTFILE [--host-ip IP] [--ssh-arg=ARG ...]]
-      [--env NAME[=VALUE] ...] [--elastic]
+      [--env NAME[=VALUE] ...] [--elastic] [--workers-started-by-command]
       -- worker_command [args ...]
 
 The scheduler is started with --port=0 and reports the port it bound through a
@@ -39,6 +39,14 @@ Exit status:
 Whatever happens, every process group started here is killed before exiting.
 
 Pass daemon flags with the "=" form, e.g. --scheduler-arg=--register_timeout=30s.
+
+--workers-started-by-command runs the worker command once, with the DMLC_* variables but
+without DMLC_WORKER_ID, for a command that starts the W workers itself: torchrun
+--nproc_per_node=W sets each worker's RANK and WORLD_SIZE, which the SDK reads when
+DMLC_WORKER_ID is unset (kvstore.torch, docs/pytorch.md):
+
+  python3 deploy/launch.py -n 2 --workers-started-by-command -- \
+      torchrun --standalone --nproc_per_node=2 train.py
 
 --elastic runs an elastic job (docs/reliability.md): the scheduler gets --elastic (and
 every process KV_ELASTIC=1, which a scheduler started by --same-command reads), so a worker
@@ -366,9 +374,15 @@ def run(args, worker_cmd, job, tmpdir):
             cmd = [args.kvserver, f"--host={server_host}", "--port=0",
                    f"--scheduler={host_ip}:{port}", f"--rank={i}", *tls_args, *args.server_arg]
         daemons.append((f"server {i}", start_node(f"server {i}", i, cmd, env)))
-    workers = [start_node(f"worker {j}", ns + j, worker_cmd,
-                          {**base, **common, "DMLC_ROLE": "worker", "DMLC_WORKER_ID": str(j)})
-               for j in range(nw)]
+    if args.workers_started_by_command:
+        # One command starts the W workers itself (torchrun sets each one's RANK and
+        # WORLD_SIZE, which a worker reads when DMLC_WORKER_ID is unset).
+        workers = [start_node("workers", ns, worker_cmd,
+                              {**base, **common, "DMLC_ROLE": "worker"})]
+    else:
+        workers = [start_node(f"worker {j}", ns + j, worker_cmd,
+                              {**base, **common, "DMLC_ROLE": "worker", "DMLC_WORKER_ID": str(j)})
+                   for j in range(nw)]
 
     # Watch until every worker is done; the first failure ends the job (--elastic: the job
     # goes on without it, and ends failed only when every worker failed).
@@ -451,6 +465,10 @@ def parse_args(argv):
                    help="extra ssh option (repeatable; e.g. --ssh-arg=-i --ssh-arg=KEY)")
     p.add_argument("--elastic", action="store_true", help="an elastic job: a worker that dies "
                    "or fails leaves it and the others go on (scheduler --elastic)")
+    p.add_argument("--workers-started-by-command", action="store_true",
+                   help="run the worker command once, without DMLC_WORKER_ID: it starts the -n "
+                   "workers itself (torchrun --nproc_per_node=W, which sets RANK and "
+                   "WORLD_SIZE)")
     p.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="pass variable NAME (or set it to VALUE) to every process (repeatable)")
     args = p.parse_args(own)
@@ -474,6 +492,9 @@ def parse_args(argv):
         p.error("-n and -s must be at least 1")
     if args.timeout <= 0 or args.shutdown_timeout <= 0:
         p.error("timeouts must be positive")
+    if args.workers_started_by_command and (args.same_command or args.launcher == "ssh"):
+        p.error("--workers-started-by-command runs one local command: not with --same-command "
+                "or --launcher ssh")
     if args.same_command and (args.scheduler_arg or args.server_arg):
         p.error("--scheduler-arg and --server-arg do not apply with --same-command: the "
                 "command runs every role and reads its settings from DMLC_*/KV_* variables")

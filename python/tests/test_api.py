@@ -239,3 +239,13 @@ def test_store_goes_with_its_updater_and_pending_values(rng):
     assert ref() is None
     assert sys.getrefcount(g) == before
     np.testing.assert_array_equal(g + 0, g)
+
+
+def test_close_ends_the_store(rng):
+    kv = kvstore.create("local")
+    kv.init(0, rng.standard_normal(4).astype(np.float32))
+    kv.close()
+    with pytest.raises(kvstore.FailedPreconditionError, match="closed"):
+        kv.pull(0, out=np.zeros(4, np.float32))
+    with pytest.raises(kvstore.FailedPreconditionError, match="closed"):
+        _ = kv.rank

@@ -12,7 +12,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def launch(tmp_path, worker, timeout=40, seed=None, servers=2):
+def launch(tmp_path, worker, timeout=40, seed=None, servers=2, options=()):
     env = dict(os.environ)
     if seed is not None:
         env["KV_TEST_SEED"] = str(seed)
@@ -20,7 +20,7 @@ def launch(tmp_path, worker, timeout=40, seed=None, servers=2):
            "--scheduler", os.environ["KV_TEST_SCHEDULER"],
            "--kvserver", os.environ["KV_TEST_KVSERVER"],
            f"--server-arg=--checkpoint_root={tmp_path}",
-           "--timeout", str(timeout), "--"] + worker
+           "--timeout", str(timeout), *options, "--"] + worker
     start = time.monotonic()
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=timeout + 15)

@@ -45,6 +45,21 @@ def test_push_pull_and_broadcast(tmp_path, rng):
         assert f"[worker {rank}] ok broadcast from another root" in proc.stdout
 
 
+def test_workers_started_by_torchrun(tmp_path, rng):
+    """deploy/launch.py starts the scheduler and servers; torchrun starts the 2 workers, whose
+    ranks come from torchrun's RANK and WORLD_SIZE."""
+    # --redirects/--tee 1: torchrun 1.13 on Python 3.11 cannot parse their default of 0.
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node=2", "--redirects=1", "--tee=1", f"--log_dir={tmp_path}/logs"]
+    proc = launch(tmp_path, torchrun + [os.path.join(HERE, "torch_worker.py"), "api",
+                                        str(tmp_path)],
+                  seed=seed_of(rng), timeout=60, options=["--workers-started-by-command"])
+    assert proc.returncode == 0
+    for rank in (0, 1):  # Each worker's rank is the RANK torchrun gave it.
+        done = (tmp_path / f"done-{rank}").read_text()
+        assert done == f"api rank {rank} of 2, RANK {rank}", done
+
+
 def test_a_dead_worker_fails_the_job_instead_of_hanging(tmp_path, rng):
     proc = run(tmp_path, rng, "die", timeout=60)
     assert proc.returncode != 0 and proc.returncode != 124, proc.returncode

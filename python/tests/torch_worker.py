@@ -264,6 +264,9 @@ def main():
     elif scenario == "die":
         die_scenario()
     log(f"worker {kvt.rank()}: done")
+    # Also as a file: torchrun's relayed output may interleave the workers' lines.
+    with open(os.path.join(directory, f"done-{kvt.rank()}"), "w") as f:
+        f.write(f"{scenario} rank {kvt.rank()} of {kvt.size()}, RANK {os.environ.get('RANK')}")
 
 
 if __name__ == "__main__":
