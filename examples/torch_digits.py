@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Data-parallel training of a PyTorch MLP on scikit-learn's handwritten digits, through the
-`kvstore` Python package: each worker of a dist_sync job computes gradients on its shard, pushes
-them, and pulls the weights that SGD with momentum computed on the servers.
+"""Data-parallel training of a PyTorch MLP on scikit-learn's handwritten digits, through
+`kvstore.torch` (docs/pytorch.md): each worker of a dist_sync job computes gradients on its
+shard; DistributedOptimizer pushes them as backward produces them, and every worker's SGD with
+momentum steps on the gradients the servers averaged.
 
 Run it on a local cluster (2 workers, 2 kvservers):
 
@@ -14,14 +15,12 @@ same model (same initial weights, same hyper-parameters, same global batch) trai
 process with torch.optim.SGD. Run without DMLC_* variables, it trains in one process with a
 "local" store.
 """
-import os
 import time
 
-import numpy as np
 import torch
 from sklearn.datasets import load_digits
 
-import kvstore
+import kvstore.torch as kvt
 
 EPOCHS = 30
 BATCH = 64          # per worker; the global batch is BATCH * num_workers
@@ -51,16 +50,14 @@ def accuracy(net, x, y):
         return float((net(x).argmax(dim=1) == y).float().mean())
 
 
-def train_distributed(kv, train, test):
-    rank, n = kv.rank, kv.num_workers
+def train_distributed(train):
+    """Horovod-style data parallelism through kvstore.torch: each worker's optimizer steps on
+    the gradients averaged over the workers by the servers."""
+    rank, n = kvt.rank(), kvt.size()
     net = model()
-    params = list(net.parameters())
-    keys = list(range(len(params)))
-    # The servers run SGD with momentum on the sum of the workers' gradients; rescale_grad
-    # makes it the mean, as one process computes it on the global batch.
-    kv.set_optimizer("sgd", learning_rate=LR, momentum=MOMENTUM, rescale_grad=1.0 / n)
-    kv.init(keys, params)        # rank 0's initial weights are stored
-    kv.pull(keys, out=params)    # every worker starts from them (written in place)
+    opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM)
+    opt = kvt.DistributedOptimizer(opt, named_parameters=net.named_parameters())
+    kvt.broadcast_parameters(net.state_dict(), root_rank=0)  # every worker starts from rank 0's
     x, y = train[0][rank::n], train[1][rank::n]
     steps = len(train[1]) // n // BATCH
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -70,11 +67,10 @@ def train_distributed(kv, train, test):
         total = 0.0
         for step in range(steps):
             idx = order[step * BATCH:(step + 1) * BATCH]
-            net.zero_grad()
+            opt.zero_grad()
             loss = loss_fn(net(x[idx]), y[idx])
-            loss.backward()
-            kv.push(keys, [p.grad for p in params])   # read in place through DLPack
-            kv.pull(keys, out=params)                 # the servers' new weights, in place
+            loss.backward()                 # the gradients' pushes start during backward
+            opt.step()                      # waits for the averages, then SGD steps
             total += float(loss)
         if rank == 0 and (epoch % 3 == 0 or epoch == EPOCHS - 1):
             print(f"epoch {epoch:3d}  loss {total / steps:.4f}", flush=True)
@@ -99,15 +95,13 @@ def train_one_process(train, steps_per_epoch, global_batch):
 
 def main():
     torch.set_num_threads(1)
-    distributed = "DMLC_PS_ROOT_PORT" in os.environ or "KV_SCHEDULER_PORT" in os.environ
-    kv = kvstore.create("dist_sync" if distributed else "local")
+    kvt.init()  # dist_sync in a job of deploy/launch.py; one local worker otherwise
     train, test = dataset()
     start = time.monotonic()
-    net = train_distributed(kv, train, test)
+    net = train_distributed(train)
     seconds = time.monotonic() - start
-    kv.barrier()
-    if kv.rank == 0:
-        n = kv.num_workers
+    if kvt.rank() == 0:
+        n = kvt.size()
         single = train_one_process(train, len(train[1]) // n // BATCH, BATCH * n)
         print(f"trained in {seconds:.1f} s by {n} worker(s)")
         print(f"test accuracy: {n} workers {accuracy(net, *test):.4f}, "

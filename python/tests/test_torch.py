@@ -60,6 +60,20 @@ def test_workers_started_by_torchrun(tmp_path, rng):
         assert done == f"api rank {rank} of 2, RANK {rank}", done
 
 
+def test_ddp_example_trains_on_two_workers(tmp_path, rng):
+    """examples/torch_ddp_digits.py: a DDP script whose one changed line is the comm hook."""
+    proc = launch(tmp_path, [sys.executable, os.environ["KV_TEST_DDP_EXAMPLE"]],
+                  seed=seed_of(rng), timeout=60)
+    assert proc.returncode == 0
+    losses = [float(v) for v in re.findall(r"\[worker 0\] epoch +\d+ +loss ([0-9.]+)",
+                                            proc.stdout)]
+    assert len(losses) == 4 and losses[-1] < 0.5 * losses[0], losses
+    m = re.search(r"\[worker 0\] test accuracy: 2 workers ([0-9.]+), one process ([0-9.]+)",
+                  proc.stdout)
+    assert m, proc.stdout
+    assert float(m.group(1)) > 0.9 and abs(float(m.group(1)) - float(m.group(2))) < 0.02
+
+
 def test_a_dead_worker_fails_the_job_instead_of_hanging(tmp_path, rng):
     proc = run(tmp_path, rng, "die", timeout=60)
     assert proc.returncode != 0 and proc.returncode != 124, proc.returncode
