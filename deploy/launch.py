@@ -12,7 +12,10 @@ Usage:
 The scheduler is started with --port=0 and reports the port it bound through a
 file; the kvservers are then pointed at it, and W copies of the worker command
 are run with the usual DMLC_* variables set (DMLC_ROLE=worker, DMLC_PS_ROOT_URI,
-DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER, DMLC_NUM_WORKER, DMLC_WORKER_ID).
+DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER, DMLC_NUM_WORKER, DMLC_WORKER_ID), and with
+torch.distributed's, as torchrun sets them (RANK = DMLC_WORKER_ID, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR = worker 0's host, MASTER_PORT a free port), so that init_process_group() with
+its default env:// rendezvous works in a worker.
 
 Every process also gets KV_SECRET_FILE: a fresh job secret (mode 600, in the
 launcher's temporary folder, deleted with it), so every call of the job is
@@ -380,8 +383,15 @@ def run(args, worker_cmd, job, tmpdir):
         workers = [start_node("workers", ns, worker_cmd,
                               {**base, **common, "DMLC_ROLE": "worker"})]
     else:
+        # torch.distributed's variables too, as torchrun sets them, so that a worker's
+        # init_process_group() (env://, e.g. the "kvstore" backend or gloo) needs no more.
+        master = hosts[ns % len(hosts)][0] if hosts else host_ip
+        torch_vars = {"MASTER_ADDR": master, "MASTER_PORT": str(free_port(host_ip)),
+                      "WORLD_SIZE": str(nw)}
         workers = [start_node(f"worker {j}", ns + j, worker_cmd,
-                              {**base, **common, "DMLC_ROLE": "worker", "DMLC_WORKER_ID": str(j)})
+                              {**base, **common, **torch_vars, "DMLC_ROLE": "worker",
+                               "DMLC_WORKER_ID": str(j), "RANK": str(j),
+                               "LOCAL_RANK": str(j if hosts is None else j // len(hosts))})
                    for j in range(nw)]
 
     # Watch until every worker is done; the first failure ends the job (--elastic: the job

@@ -9,9 +9,6 @@ torchrun works as well (deploy/launch.py --workers-started-by-command). Worker 0
 loss as it falls and the test accuracy beside that of the same model trained in one process on
 the global batch.
 """
-import os
-import tempfile
-
 import torch
 import torch.distributed as dist
 from sklearn.datasets import load_digits
@@ -58,10 +55,8 @@ def main():
     kvt.init()
     rank, n = kvt.rank(), kvt.size()
     # The process group DDP needs besides gradients (its initial broadcast), as any DDP script
-    # makes it; here through a file, as no MASTER_ADDR is set.
-    rendezvous = os.path.join(tempfile.gettempdir(),
-                              f"kvstore-ddp-{os.environ.get('DMLC_PS_ROOT_PORT', 'local')}")
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=n)
+    # makes it: deploy/launch.py and torchrun set MASTER_ADDR, RANK and WORLD_SIZE.
+    dist.init_process_group("gloo")
     (x, y), (tx, ty) = data()
     ddp = DDP(model())
     ddp.register_comm_hook(None, kvt.push_pull_hook)  # the one changed line

@@ -25,6 +25,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -79,6 +80,8 @@ void ThrowIfError(const absl::Status& status) {
 }
 
 constexpr absl::Duration kSignalSlice = absl::Milliseconds(100);
+// How long closing a store waits for the calls still running on its helper threads.
+constexpr absl::Duration kCloseWait = absl::Seconds(60);
 
 // Background: an operation running on a helper thread, and its result once `done`.
 struct Background {
@@ -119,6 +122,17 @@ class HelperThreads : public std::enable_shared_from_this<HelperThreads> {
     if (start) std::thread([self = shared_from_this()]() { self->Loop(); }).detach();
   }
 
+  // WaitIdle waits up to `timeout` until no task is queued or running; false when some still
+  // are. A store's end waits here so that no task's captures (buffers whose deleters take the
+  // GIL) go after the interpreter has begun to shut down.
+  bool WaitIdle(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return tasks_.empty() && running_ == 0;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+  }
+
  private:
   static constexpr absl::Duration kIdleExit = absl::Seconds(10);
 
@@ -133,10 +147,12 @@ class HelperThreads : public std::enable_shared_from_this<HelperThreads> {
       }
       std::function<void()> task = std::move(tasks_.front());
       tasks_.pop_front();
+      ++running_;
       mu_.Unlock();
       task();
       task = nullptr;  // Its captures go before the next wait.
       mu_.Lock();
+      --running_;
     }
   }
 
@@ -144,6 +160,7 @@ class HelperThreads : public std::enable_shared_from_this<HelperThreads> {
   absl::CondVar wake_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   int idle_ ABSL_GUARDED_BY(mu_) = 0;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // RunBlocking runs `fn` with the GIL released. In-process stores run it on the calling thread;
@@ -392,7 +409,8 @@ class Store {
   ~Store() { Close(); }
 
   // Close ends the store now (a distributed worker leaves its job as at the end of a program);
-  // later calls raise FailedPrecondition. Operations still running keep it until they end.
+  // later calls raise FailedPrecondition. Calls still running on helper threads keep it until
+  // they end; Close waits for them up to kCloseWait (they are bounded by the SDK's deadlines).
   void Close() {
     std::shared_ptr<KVStore> store = std::move(store_);
     store_.reset();
@@ -402,6 +420,10 @@ class Store {
     }
     py::gil_scoped_release release;
     store.reset();
+    if (helpers_ != nullptr && !helpers_->WaitIdle(kCloseWait)) {
+      std::fprintf(stderr, "kvstore: a store closed with calls still running after %s\n",
+                   absl::FormatDuration(kCloseWait).c_str());
+    }
   }
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;

@@ -35,6 +35,8 @@ import contextlib
 import itertools
 import pickle
 import threading
+import time
+import weakref
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
@@ -46,7 +48,7 @@ __all__ = [
     "init", "shutdown", "rank", "size", "local_rank", "Context", "Average", "Sum",
     "Compression", "push_pull", "push_pull_async", "Handle", "broadcast",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
-    "DistributedOptimizer", "push_pull_hook",
+    "DistributedOptimizer", "push_pull_hook", "ProcessGroupKVStore",
 ]
 
 #: Reduction operations, as Horovod's ``hvd.Average`` and ``hvd.Sum``.
@@ -96,6 +98,7 @@ class Handle:
         self._result: Any = None
         self._callbacks: List[Callable[["Handle"], None]] = []
         self._lock = threading.Lock()
+        ctx._pending.add(self)
         ctx._waiters.submit(self._run)
 
     def _run(self) -> None:
@@ -109,6 +112,7 @@ class Handle:
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             callback(self)
+        self._ctx._pending.discard(self)
         self._ctx = None  # A finished handle does not keep the store.
 
     def poll(self) -> bool:
@@ -185,6 +189,16 @@ class Context:
         self._lock = threading.Lock()
         self._waiters = _Waiters()
         self._counters: Dict[str, itertools.count] = {}
+        self._pending: "weakref.WeakSet[Handle]" = weakref.WeakSet()
+
+    def drain(self, timeout: float = 60) -> bool:
+        """Waits up to `timeout` seconds for every handle in flight to complete; False when
+        some have not."""
+        deadline = time.monotonic() + timeout
+        for handle in list(self._pending):
+            if not handle._done.wait(max(0.0, deadline - time.monotonic())):
+                return False
+        return True
 
     @property
     def rank(self) -> int:
@@ -257,9 +271,12 @@ def init(store: Optional[KVStore] = None) -> Context:
 
 
 def shutdown() -> None:
-    """Forgets the default context; its store goes when nothing else holds it. Runs at exit,
-    while the interpreter can still run the threads a distributed store's end waits for."""
+    """Waits (up to a minute) for the default context's operations in flight, then forgets it;
+    its store goes when nothing else holds it (and is closed at exit). Runs at exit, while
+    the interpreter can still run the threads that complete those operations."""
     global _default
+    if _default is not None:
+        _default.drain()
     _default = None
 
 
@@ -671,6 +688,175 @@ def push_pull_hook(state: Any, bucket: Any) -> torch.futures.Future:
             future.set_exception(e)
     handle.add_done_callback(done)
     return future
+
+
+
+class _Slots:
+    """Keys for a collective of one kind, dtype and size: call i uses slot i % SLOTS, waiting
+    for that slot's previous call first. Collectives are issued in the same order on every
+    worker, so every worker picks the same slot for the same call."""
+
+    SLOTS = 8
+
+    def __init__(self) -> None:
+        self._next: Dict[str, int] = {}
+        self._last: Dict[str, Handle] = {}
+        self._lock = threading.Lock()
+
+    def take(self, signature: str) -> str:
+        with self._lock:
+            n = self._next.get(signature, 0)
+            self._next[signature] = n + 1
+            name = f"{signature}/{n % self.SLOTS}"
+            previous = self._last.pop(name, None)
+        if previous is not None:
+            try:
+                previous.wait()
+            except BaseException:  # noqa: BLE001 - reported by its own Work.
+                pass
+        return name
+
+    def note(self, name: str, handle: Handle) -> None:
+        with self._lock:
+            self._last[name] = handle
+
+
+def _work(handle: Handle, result: Callable[[], Any]) -> Any:
+    """A c10d Work completed with `result()` when `handle` completes."""
+    from torch._C._distributed_c10d import _create_work_from_future
+    future: torch.futures.Future = torch.futures.Future()
+
+    def done(h: Handle) -> None:
+        try:
+            h.wait()
+            future.set_result(result())
+        except BaseException as e:  # noqa: BLE001 - handed to the Work's waiter.
+            future.set_exception(e)
+    handle.add_done_callback(done)
+    return _create_work_from_future(future)
+
+
+def _completed_work(value: Any) -> Any:
+    from torch._C._distributed_c10d import _create_work_from_future
+    future: torch.futures.Future = torch.futures.Future()
+    future.set_result(value)
+    return _create_work_from_future(future)
+
+
+class ProcessGroupKVStore(torch.distributed.ProcessGroup):
+    """The ``"kvstore"`` backend of ``torch.distributed``: allreduce (SUM, AVG), broadcast,
+    allgather and barrier through the servers; every other collective raises naming itself.
+    ``dist.init_process_group("kvstore")`` makes one (registered when kvstore.torch is
+    imported); its rank and size must be the kvstore worker's (deploy/launch.py and torchrun
+    set RANK and WORLD_SIZE to them)."""
+
+    def __init__(self, rank: int, size: int, ctx: Optional[Context] = None) -> None:
+        super().__init__(rank, size)
+        self._kv = ctx if ctx is not None else init()
+        if (rank, size) != (self._kv.rank, self._kv.size):
+            raise FailedPreconditionError(
+                f"init_process_group(\"kvstore\"): rank {rank} of {size} is not this kvstore "
+                f"worker's rank {self._kv.rank} of {self._kv.size}: start the workers with "
+                f"deploy/launch.py or torchrun, which set RANK and WORLD_SIZE to them")
+        self._slots = _Slots()
+
+    def getBackendName(self) -> str:  # noqa: N802 - c10d's name.
+        return "kvstore"
+
+    @staticmethod
+    def _one(tensors: List[torch.Tensor], what: str) -> torch.Tensor:
+        if len(tensors) != 1:
+            raise NotImplementedError(
+                f"kvstore backend: {what} of {len(tensors)} tensors per process; one is supported")
+        return tensors[0]
+
+    def _push_pull(self, kind: str, tensor: torch.Tensor, op: str) -> Tuple[Handle, str]:
+        name = self._slots.take(f"pg/{kind}/{str(tensor.dtype)[6:]}/{tensor.numel()}")
+        handle = push_pull_async(tensor.reshape(-1), name, op=op, inplace=True, ctx=self._kv)
+        self._slots.note(name, handle)
+        return handle, name
+
+    def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
+        t = self._one(tensors, "allreduce")
+        reduce_op = torch.distributed.ReduceOp.SUM if opts is None else opts.reduceOp
+        if reduce_op == torch.distributed.ReduceOp.SUM:
+            op = Sum
+        elif reduce_op == getattr(torch.distributed.ReduceOp, "AVG", None):
+            op = Average
+        else:
+            raise NotImplementedError(
+                f"kvstore backend: allreduce with {reduce_op}; SUM and AVG are supported")
+        buffer = t if t.is_contiguous() else t.contiguous()
+        handle, _ = self._push_pull("allreduce", buffer, op)
+
+        def result() -> List[torch.Tensor]:
+            if buffer is not t:
+                with torch.no_grad():
+                    t.copy_(buffer)
+            return tensors
+        return _work(handle, result)
+
+    def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
+        t = self._one(tensors, "broadcast")
+        root = 0 if opts is None else opts.rootRank
+        value = t.detach()
+        contribution = (value.contiguous().clone() if self._kv.rank == root
+                        else torch.zeros(value.shape, dtype=value.dtype))
+        handle, _ = self._push_pull("broadcast", contribution, Sum)
+
+        def result() -> List[torch.Tensor]:
+            with torch.no_grad():
+                t.copy_(contribution)
+            return tensors
+        return _work(handle, result)
+
+    def allgather(self, output_tensors: List[List[torch.Tensor]],
+                  input_tensors: List[torch.Tensor], opts: Any = None) -> Any:
+        t = self._one(input_tensors, "allgather")
+        outs = self._one(output_tensors, "allgather")  # type: ignore[arg-type]
+        n = self._kv.size
+        if len(outs) != n:
+            raise InvalidArgumentError(
+                f"kvstore backend: allgather into {len(outs)} outputs for {n} processes")
+        gathered = torch.zeros((n, t.numel()), dtype=t.dtype)
+        gathered[self._kv.rank] = t.detach().reshape(-1)
+        handle, _ = self._push_pull("allgather", gathered, Sum)
+
+        def result() -> List[List[torch.Tensor]]:
+            with torch.no_grad():
+                for i, o in enumerate(outs):
+                    o.copy_(gathered[i].view_as(o))
+            return output_tensors
+        return _work(handle, result)
+
+    def barrier(self, opts: Any = None) -> Any:
+        self._kv.store.barrier()
+        return _completed_work(None)
+
+
+def _unsupported(collective: str) -> Callable[..., Any]:
+    def refuse(self: ProcessGroupKVStore, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            f"kvstore backend: {collective} is not supported (allreduce with SUM or AVG, "
+            f"broadcast, allgather and barrier are)")
+    refuse.__name__ = collective
+    return refuse
+
+
+for _collective in ("reduce", "gather", "scatter", "reduce_scatter", "_reduce_scatter_base",
+                    "_allgather_base", "alltoall", "alltoall_base", "send", "recv",
+                    "recv_anysource", "allgather_coalesced", "allreduce_coalesced",
+                    "monitored_barrier"):
+    setattr(ProcessGroupKVStore, _collective, _unsupported(_collective))
+
+
+def _create_process_group(store: Any, rank: int, size: int, timeout: Any) -> ProcessGroupKVStore:
+    del store, timeout  # The servers carry the data; the SDK has its own deadlines.
+    return ProcessGroupKVStore(rank, size)
+
+
+if "KVSTORE" not in getattr(torch.distributed.Backend, "_plugins", {}):
+    torch.distributed.Backend.register_backend("kvstore", _create_process_group)
 
 
 # DDP checks a hook's annotations as objects (this module's are strings).

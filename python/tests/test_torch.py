@@ -38,6 +38,16 @@ def test_ddp_comm_hook_matches_ddp_with_gloo(tmp_path, rng):
     assert hashes(proc.stdout, 0) == hashes(proc.stdout, 1)
 
 
+def test_torch_distributed_backend(tmp_path, rng):
+    proc = run(tmp_path, rng, "backend")
+    assert proc.returncode == 0
+    for rank in (0, 1):
+        assert f"[worker {rank}] ok ddp on the kvstore backend" in proc.stdout
+        assert f"[worker {rank}] ok collectives of the kvstore backend" in proc.stdout
+    assert len(hashes(proc.stdout, 0)) == 8
+    assert hashes(proc.stdout, 0) == hashes(proc.stdout, 1)
+
+
 def test_push_pull_and_broadcast(tmp_path, rng):
     proc = run(tmp_path, rng, "api", timeout=40)
     assert proc.returncode == 0

@@ -11,6 +11,7 @@ check passed; an AssertionError fails the worker.
 import hashlib
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -200,6 +201,57 @@ def hook_scenario(directory):
     dist.destroy_process_group()
 
 
+def backend_scenario():
+    """torch.distributed with the "kvstore" backend: DDP's own allreduce through the servers,
+    and the collectives a script calls."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("kvstore")  # env:// from the launcher's RANK, WORLD_SIZE, MASTER_*
+    rank, n = dist.get_rank(), dist.get_world_size()
+    assert (rank, n) == (kvt.rank(), kvt.size())
+    x, y = digits()
+    torch.manual_seed(13 + rank)  # DDP's initial broadcast must make them equal
+    model = DDP(CNN())
+    torch.manual_seed(13)
+    reference = CNN()
+    reference.load_state_dict(model.module.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    for step in range(STEPS):
+        batches = micro_batches(x, y, step, n, 1, 16, 13)
+        opt.zero_grad()
+        cnn_loss(model, *batches[rank][0]).backward()
+        opt.step()
+        log(f"hash ddp-kvstore-backend {step} {param_hash(model.module)}")
+        ref_opt.zero_grad()
+        (sum(cnn_loss(reference, *batches[w][0]) for w in range(n)) / n).backward()
+        ref_opt.step()
+    check_close("ddp on the kvstore backend", model.module, reference)
+    # The collectives a script calls directly.
+    t = torch.arange(6, dtype=torch.float32) * (rank + 1)
+    dist.all_reduce(t)
+    assert t.tolist() == [float(i * n * (n + 1) // 2) for i in range(6)], t
+    t = torch.full((3,), float(rank))
+    dist.broadcast(t, src=n - 1)
+    assert t.tolist() == [float(n - 1)] * 3, t
+    gathered = [torch.zeros(2, dtype=torch.int64) for _ in range(n)]
+    dist.all_gather(gathered, torch.tensor([rank, 10 * rank]))
+    assert [g.tolist() for g in gathered] == [[r, 10 * r] for r in range(n)], gathered
+    dist.barrier()
+    try:
+        dist.all_reduce(torch.ones(2), op=dist.ReduceOp.MAX)
+        raise AssertionError("allreduce MAX did not raise")
+    except (NotImplementedError, RuntimeError) as e:
+        assert "MAX" in str(e) or "SUM and AVG" in str(e), e
+    try:
+        dist.reduce(torch.ones(2), dst=0)
+        raise AssertionError("reduce did not raise")
+    except NotImplementedError as e:
+        assert "reduce is not supported" in str(e), e
+    log("ok collectives of the kvstore backend")
+    dist.destroy_process_group()
+
+
 def api_scenario():
     """push_pull, push_pull_async and broadcast against values computed here."""
     rank, n = kvt.rank(), kvt.size()
@@ -211,12 +263,15 @@ def api_scenario():
     assert np.allclose(got.numpy(), total / n, rtol=1e-6, atol=1e-6), got
     got = kvt.push_pull(torch.from_numpy(values[rank]), "api/x", op=kvt.Sum)
     assert np.allclose(got.numpy(), total, rtol=1e-6, atol=1e-6), got
+    if rank == 1:
+        time.sleep(0.5)  # Worker 0's push of "api/y" stays in flight until this one's.
     handle = kvt.push_pull_async(torch.from_numpy(values[rank]), "api/y", average=False)
-    try:
-        kvt.push_pull_async(torch.from_numpy(values[rank]), "api/y")
-        raise AssertionError("a name in flight was not refused")
-    except ValueError as e:
-        assert "used twice" in str(e), e
+    if rank == 0:
+        try:
+            kvt.push_pull_async(torch.from_numpy(values[rank]), "api/y")
+            raise AssertionError("a name in flight was not refused")
+        except ValueError as e:
+            assert "used twice" in str(e), e
     out = handle.wait()
     assert handle.poll()
     assert np.allclose(out.numpy(), total, rtol=1e-6, atol=1e-6)
@@ -259,6 +314,8 @@ def main():
         optimizer_scenario()
     elif scenario == "hook":
         hook_scenario(directory)
+    elif scenario == "backend":
+        backend_scenario()
     elif scenario == "api":
         api_scenario()
     elif scenario == "die":
