@@ -4,6 +4,7 @@ single-process reference and print a hash of their parameters after every step; 
 workers' hashes must be equal (bitwise identical parameters)."""
 import os
 import re
+import subprocess
 import sys
 
 from test_dist import HERE, launch, seed_of
@@ -89,3 +90,19 @@ def test_a_dead_worker_fails_the_job_instead_of_hanging(tmp_path, rng):
     assert proc.returncode != 0 and proc.returncode != 124, proc.returncode
     assert "worker 1 exits abruptly" in proc.stdout
     assert "worker 1 exited with status 3" in proc.stdout  # The job's end names it.
+
+
+def test_torchbench_runs(tmp_path):
+    """tests/bench/torchbench.py --quick: a smoke run of the benchmark (its figures are not
+    checked: speed is measured by running the benchmark, docs/benchmarks.md)."""
+    proc = subprocess.run(
+        [sys.executable, os.environ["KV_TEST_TORCHBENCH"], "--quick", "--workers", "2",
+         "--rounds", "1", "--steps", "1", "--module", os.environ["KV_TEST_MODULE"],
+         "--scheduler", os.environ["KV_TEST_SCHEDULER"],
+         "--kvserver", os.environ["KV_TEST_KVSERVER"], "--timeout", "120"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
+    print(proc.stdout)
+    assert proc.returncode == 0
+    rows = re.findall(r"^\s+(kvt-opt|kvt-hook|ddp-gloo)\s+[0-9.]+ ms\s+[0-9.]+ samples/s",
+                      proc.stdout, re.M)
+    assert len(rows) == 3 * 3, proc.stdout

@@ -178,6 +178,8 @@ def main():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--module", default=os.path.join(ROOT, "bazel-bin/python/_kvstore.so"),
                    help="the built module (its package files are taken from python/kvstore)")
+    p.add_argument("--scheduler", default=os.path.join(ROOT, "bazel-bin/server/scheduler/scheduler"))
+    p.add_argument("--kvserver", default=os.path.join(ROOT, "bazel-bin/server/kvserver"))
     p.add_argument("--workers", type=int, nargs="+", default=[2, 4])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=4, help="steps per integration per round")
@@ -197,9 +199,7 @@ def main():
         env = dict(os.environ, PYTHONPATH=tmp)
         for n in args.workers:
             cmd = [sys.executable, os.path.join(ROOT, "deploy/launch.py"), "-n", str(n),
-                   "-s", str(n), "--scheduler",
-                   os.path.join(ROOT, "bazel-bin/server/scheduler/scheduler"),
-                   "--kvserver", os.path.join(ROOT, "bazel-bin/server/kvserver"),
+                   "-s", str(n), "--scheduler", args.scheduler, "--kvserver", args.kvserver,
                    "--timeout", str(args.timeout), "--", sys.executable,
                    os.path.abspath(__file__), "--worker", "--rounds", str(args.rounds),
                    "--steps", str(args.steps)] + (["--quick"] if args.quick else [])
