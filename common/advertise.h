@@ -1,7 +1,8 @@
 // Advertised addresses: the host a daemon (or worker) tells the rest of the job to connect to,
 // as opposed to the address it binds.
 //
-// A daemon binds `--host` (127.0.0.1 by default; 0.0.0.0 or :: for every interface) and
+// A daemon binds `--host` (server/daemon_options.h chooses it when unset; 0.0.0.0 or :: for
+// every interface) and
 // registers `host:port` with the scheduler under the address ChooseAdvertiseHost picks. On a
 // cluster the two differ: a kvserver bound to 0.0.0.0 must advertise an address the workers
 // can reach, never the wildcard itself.

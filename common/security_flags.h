@@ -4,7 +4,7 @@
 //   --tls_ca=PATH --tls_cert=PATH --tls_key=PATH   TLS (KV_TLS_CA, KV_TLS_CERT, KV_TLS_KEY)
 //   --tls_mutual        daemons require and verify client certificates
 //   --insecure          a daemon may run without a secret, or unencrypted on a non-loopback
-//                       address (it says so in its log)
+//                       address (it says so in its log); KV_INSECURE=1 when unset
 //
 // SecurityFromFlags reads them once, in main(), after InitFlags.
 #ifndef KVSTORE_COMMON_SECURITY_FLAGS_H_
@@ -13,26 +13,19 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/daemon_security.h"
 #include "common/environment.h"
 #include "common/security_options.h"
 
 namespace kvstore {
 
-// Who reads the flags: a daemon bound to `bind_host`, or a client (kvctl).
-struct SecurityRole {
-  bool daemon = false;
-  std::string bind_host;
-};
+// SecuritySettingsFromFlags returns what the flags gave (common/daemon_security.h).
+SecuritySettings SecuritySettingsFromFlags();
 
-// SecurityFromFlags returns the security options from the flags, falling back to `env`
-// (KV_SECRET_FILE, KV_TLS_*). A daemon without a secret is refused (FailedPrecondition saying
-// how to make one) unless --insecure; so is a daemon bound to an address other than loopback
-// without TLS. The secret file's errors are returned as they are.
+// SecurityFromFlags is ResolveSecurity(env, SecuritySettingsFromFlags(), role): the flags,
+// falling back to `env` (KV_SECRET_FILE, KV_TLS_*, KV_INSECURE).
 absl::StatusOr<SecurityOptions> SecurityFromFlags(const JobEnvironment& env,
                                                   const SecurityRole& role);
-
-// IsLoopback is true for 127.0.0.0/8, ::1 and "localhost".
-bool IsLoopback(const std::string& host);
 
 }  // namespace kvstore
 

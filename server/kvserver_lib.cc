@@ -15,16 +15,20 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/stop_signals.h"
+#include "server/daemon_options.h"
 #include "server/grpc/kvserver_daemon.h"
 
-ABSL_FLAG(std::string, host, "127.0.0.1",
-          "Address to bind (0.0.0.0 or :: for every interface); see --advertise_host.");
+ABSL_FLAG(std::string, host, "",
+          "Address to bind (0.0.0.0 or :: for every interface); see --advertise_host. Empty: "
+          "KV_HOST, else the address DMLC_NODE_HOST or DMLC_INTERFACE names, else 127.0.0.1 when "
+          "the scheduler is on loopback and 0.0.0.0 when it is not (server/daemon_options.h).");
 ABSL_FLAG(int, port, 0, "Port to listen on; 0 lets the OS choose.");
 ABSL_FLAG(std::string, advertise_host, "",
           "The address registered with the scheduler, which workers connect to; empty: "
           "DMLC_NODE_HOST, else the address of the interface DMLC_INTERFACE names, else --host "
           "unless it is a wildcard, else this host's name resolved. Never 0.0.0.0 or ::.");
-ABSL_FLAG(std::string, scheduler, "", "The scheduler's host:port.");
+ABSL_FLAG(std::string, scheduler, "",
+          "The scheduler's host:port; empty: DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT.");
 ABSL_FLAG(int, rank, -1,
           "Requested server rank; -1: KV_RANK / DMLC_SERVER_ID, else registration order.");
 ABSL_FLAG(std::string, updater, "",
@@ -69,27 +73,23 @@ ABSL_FLAG(std::string, log_level, "",
           "debug, 2: trace), else info.");
 
 namespace kvstore {
+
+DaemonCommandLine KVServerCommandLineFromFlags() {
+  DaemonCommandLine given;
+  given.host = absl::GetFlag(FLAGS_host);
+  given.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  given.port = absl::GetFlag(FLAGS_port);
+  given.scheduler = absl::GetFlag(FLAGS_scheduler);
+  given.rank = absl::GetFlag(FLAGS_rank);
+  given.security = SecuritySettingsFromFlags();
+  return given;
+}
+
 namespace {
 
 absl::Status Run(const KVServerCustomizer& customize) {
   ASSIGN_OR_RETURN(const JobEnvironment env, ReadJobEnvironment());
-  KVServerOptions options;
-  options.host = absl::GetFlag(FLAGS_host);
-  options.port = absl::GetFlag(FLAGS_port);
-  ASSIGN_OR_RETURN(options.advertise_host,
-                   ChooseAdvertiseHost(absl::GetFlag(FLAGS_advertise_host), options.host, env));
-  options.scheduler_address = absl::GetFlag(FLAGS_scheduler);
-  if (options.scheduler_address.empty() && env.scheduler_port) {
-    options.scheduler_address =
-        absl::StrCat(env.scheduler_host.value_or("127.0.0.1"), ":", *env.scheduler_port);
-  }
-  if (options.scheduler_address.empty()) {
-    return absl::InvalidArgumentError(
-        "no scheduler address: pass --scheduler=HOST:PORT or set DMLC_PS_ROOT_URI and "
-        "DMLC_PS_ROOT_PORT");
-  }
-  options.requested_rank = absl::GetFlag(FLAGS_rank);
-  if (options.requested_rank == -1 && env.rank) options.requested_rank = *env.rank;
+  ASSIGN_OR_RETURN(KVServerOptions options, KVServerOptionsFrom(env, KVServerCommandLineFromFlags()));
   options.updater = absl::GetFlag(FLAGS_updater);
   options.updater_config = absl::GetFlag(FLAGS_updater_config);
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
@@ -101,10 +101,6 @@ absl::Status Run(const KVServerCustomizer& customize) {
   options.max_value_bytes = absl::GetFlag(FLAGS_max_value_bytes);
   options.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget_bytes);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  options.trace_file = env.trace_file.value_or("");
-  options.name_log_lines = true;
-  ASSIGN_OR_RETURN(options.security,
-                   SecurityFromFlags(env, SecurityRole{/*daemon=*/true, options.host}));
   if (customize) RETURN_IF_ERROR(customize(&options));
   ASSIGN_OR_RETURN(auto daemon, KVServerDaemon::Start(std::move(options)));
   // SIGTERM / SIGINT: stop serving (calls still running get 2 s, then are cancelled), exit 0.

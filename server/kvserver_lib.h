@@ -27,6 +27,7 @@
 #include <functional>
 
 #include "absl/status/status.h"
+#include "server/daemon_options.h"
 #include "server/grpc/kvserver_daemon.h"
 
 namespace kvstore {
@@ -34,6 +35,10 @@ namespace kvstore {
 // KVServerCustomizer adjusts the options after the flags are read and before the server
 // starts; an error stops the program with that message.
 using KVServerCustomizer = std::function<absl::Status(KVServerOptions* options)>;
+
+// KVServerCommandLineFromFlags returns what the flags gave of the settings the environment also
+// decides (server/daemon_options.h); flags left at their defaults are not given.
+DaemonCommandLine KVServerCommandLineFromFlags();
 
 // KVServerMain parses the flags, starts a kvserver and returns the process exit code.
 int KVServerMain(int argc, char** argv, const KVServerCustomizer& customize = nullptr);

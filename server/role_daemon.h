@@ -2,14 +2,11 @@
 // MXNet's launcher expects (one command for every role, DMLC_ROLE decides). The SDK's
 // KVStore::RunServer calls it in processes started with DMLC_ROLE=server or scheduler.
 //
-// Everything comes from the launch environment (common/environment.h):
-//   scheduler  binds KV_HOST, else DMLC_PS_ROOT_URI, on port DMLC_PS_ROOT_PORT; waits for
-//              DMLC_NUM_SERVER servers and DMLC_NUM_WORKER workers (1 each when unset).
-//   server     binds KV_HOST, else the address DMLC_NODE_HOST or DMLC_INTERFACE gives, else
-//              127.0.0.1 when the scheduler is on loopback, else every interface (0.0.0.0); any
-//              free port; advertises common/advertise.h's choice; rank DMLC_SERVER_ID when set.
-// Both need the job secret (KV_SECRET_FILE) and, off loopback, TLS (KV_TLS_*), unless
-// KV_INSECURE=1 - the same rule as the daemons' --insecure (docs/security.md).
+// Everything comes from the launch environment (common/environment.h), through the same mapping
+// the kvserver and scheduler programs use when no flag says otherwise
+// (server/daemon_options.h): one environment gives the same daemon either way. Both need the
+// job secret (KV_SECRET_FILE) and, off loopback, TLS (KV_TLS_*), unless KV_INSECURE=1 - the
+// same rule as the daemons' --insecure (docs/security.md).
 #ifndef KVSTORE_SERVER_ROLE_DAEMON_H_
 #define KVSTORE_SERVER_ROLE_DAEMON_H_
 
