@@ -20,7 +20,7 @@
 #include "common/status_macros.h"
 #include "proto/kvstore.pb.h"
 #include "common/server_commands.h"
-#include "server/core/updater_state.h"
+#include "common/store/updater_state.h"
 
 namespace kvstore {
 namespace {

@@ -8,7 +8,7 @@
 #include "client/gpu/staging.h"
 #include "client/key_groups.h"
 #include "common/status_macros.h"
-#include "server/core/shard_store.h"
+#include "common/store/shard_store.h"
 
 namespace kvstore {
 

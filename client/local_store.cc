@@ -8,8 +8,8 @@
 #include "client/key_groups.h"
 #include "common/reduce.h"
 #include "common/status_macros.h"
-#include "server/core/optimizer.h"
-#include "server/core/updater_state.h"
+#include "common/store/optimizer.h"
+#include "common/store/updater_state.h"
 
 namespace kvstore {
 

@@ -20,7 +20,7 @@
 #include "client/key_groups.h"
 #include "client/kvstore.h"
 #include "common/compression.h"
-#include "server/core/shard_store.h"
+#include "common/store/shard_store.h"
 
 namespace kvstore {
 

@@ -2,7 +2,7 @@
 // fields, never code (MXNet pickles an optimizer object and unpickles it on the servers).
 //
 // The formulas are MXNet's (python/mxnet/optimizer/*.py) and are written out in
-// docs/optimizers.md; server/core/optimizer.h implements them. Hyper-parameters keep MXNet's
+// docs/optimizers.md; common/store/optimizer.h implements them. Hyper-parameters keep MXNet's
 // names and defaults; a field that the chosen optimizer does not take is refused.
 #ifndef KVSTORE_COMMON_OPTIMIZER_CONFIG_H_
 #define KVSTORE_COMMON_OPTIMIZER_CONFIG_H_

@@ -9,8 +9,8 @@
 #include "common/state_file.h"
 #include "common/status_macros.h"
 #include "server/core/checkpoint_set.h"
-#include "server/core/optimizer.h"
-#include "server/core/updater_state.h"
+#include "common/store/optimizer.h"
+#include "common/store/updater_state.h"
 
 namespace kvstore {
 

@@ -72,7 +72,7 @@
 #include "proto/kvstore.pb.h"
 #include "server/core/checkpoint_root.h"
 #include "server/core/server_engine.h"
-#include "server/core/updater.h"
+#include "common/store/updater.h"
 
 namespace kvstore {
 

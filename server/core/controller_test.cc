@@ -15,7 +15,7 @@
 #include "proto/kvstore.pb.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
-#include "server/core/sgd_updater.h"
+#include "common/store/sgd_updater.h"
 #include "tests/test_util.h"
 
 namespace kvstore {

@@ -1,7 +1,7 @@
 // ServerBackend: what a kvserver serves with once its job has assembled - the engine holding its
 // shard and the controller running commands on it - and MakeServerBackend, which builds them
 // from the cluster view the scheduler published. The kvserver daemon and the SDK's in-process
-// job (client/in_process_job.h) build their servers with it alike.
+// job (tests/in_process/in_process_job.h) build their servers with it alike.
 #ifndef KVSTORE_SERVER_CORE_SERVER_BACKEND_H_
 #define KVSTORE_SERVER_CORE_SERVER_BACKEND_H_
 
@@ -14,7 +14,7 @@
 #include "server/core/checkpoint_root.h"
 #include "server/core/controller.h"
 #include "server/core/server_engine.h"
-#include "server/core/updater.h"
+#include "common/store/updater.h"
 
 namespace kvstore {
 

@@ -59,9 +59,9 @@
 #include "common/tensor.h"
 #include "server/core/byte_chunks.h"
 #include "server/core/round_observer.h"
-#include "server/core/shard_store.h"
+#include "common/store/shard_store.h"
 #include "server/core/spare_buffer.h"
-#include "server/core/updater.h"
+#include "common/store/updater.h"
 
 namespace kvstore {
 

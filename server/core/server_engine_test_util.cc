@@ -6,7 +6,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "server/core/updater.h"
+#include "common/store/updater.h"
 #include "tests/test_util.h"
 
 namespace kvstore::testing {

@@ -20,9 +20,9 @@
 #include "common/named_thread.h"
 #include "common/unreachable_retry.h"
 #include "common/status_macros.h"
-#include "server/core/optimizer.h"
+#include "common/store/optimizer.h"
 #include "server/core/server_backend.h"
-#include "server/core/sgd_updater.h"
+#include "common/store/sgd_updater.h"
 
 namespace kvstore {
 namespace {

@@ -32,7 +32,7 @@
 #include "common/security_options.h"
 #include "common/trace_writer.h"
 #include "server/core/controller.h"
-#include "server/core/updater.h"
+#include "common/store/updater.h"
 #include "server/grpc/kvserver_metrics.h"
 #include "server/grpc/kvserver_service.h"
 

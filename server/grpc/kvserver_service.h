@@ -33,7 +33,7 @@
 #include "common/serving_tag.h"
 #include "proto/kvstore.grpc.pb.h"
 #include "server/grpc/kvserver_metrics.h"
-#include "server/grpc/request_handler.h"
+#include "server/core/request_handler.h"
 
 namespace kvstore {
 

@@ -1,4 +1,4 @@
-// optbench: speed of the server-side optimizers (server/core/optimizer.h) next to memcpy.
+// optbench: speed of the server-side optimizers (common/store/optimizer.h) next to memcpy.
 //
 // For each optimizer it times one update of a float32 value of --elements values (25M by
 // default) with a random gradient, after a warm-up update that allocates the state, and
@@ -21,7 +21,7 @@
 #include "absl/flags/flag.h"
 #include "absl/time/clock.h"
 #include "common/flags_usage.h"
-#include "server/core/optimizer.h"
+#include "common/store/optimizer.h"
 
 ABSL_FLAG(int64_t, elements, 25000000, "float32 values per update");
 ABSL_FLAG(int, reps, 7, "timed updates per optimizer; the median is reported");

@@ -11,7 +11,7 @@ def conformance_test(name, main, deps = [], size = "small", **kwargs):
             "//tests:test_util",
             "//client:kvstore",
             "//common:partitioner",
-            "//server/core:optimizer",
+            "//common/store:optimizer",
         ],
         **kwargs
     )

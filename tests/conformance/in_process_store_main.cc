@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "client/in_process_job.h"
+#include "tests/in_process/in_process_job.h"
 #include "tests/conformance/store_under_test.h"
 
 namespace kvstore::testing {

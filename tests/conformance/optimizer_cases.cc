@@ -1,7 +1,7 @@
 // SetOptimizer through the SDK: every optimizer runs where the store keeps its values (in
 // process, or on the servers) and gives the same bits as the optimizer library applied to the
 // same gradients here; the library itself is checked against float64 references in
-// server/core/optimizer_test.
+// common/store/optimizer_test.
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -12,7 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "server/core/optimizer.h"
+#include "common/store/optimizer.h"
 #include "tests/conformance/store_under_test.h"
 #include "tests/test_util.h"
 

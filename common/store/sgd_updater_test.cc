@@ -1,4 +1,4 @@
-#include "server/core/sgd_updater.h"
+#include "common/store/sgd_updater.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,7 +1,7 @@
 // Many workers as threads: sixteen DistStores in one in-process job, over the in-process
 // transport, in dist_sync and dist_async, every pulled value checked against a float64
 // reference computed from all workers' pushes.
-#include "client/in_process_job.h"
+#include "tests/in_process/in_process_job.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "server/core/updater.h"
+#include "common/store/updater.h"
 
 #include <cstring>
 #include <utility>

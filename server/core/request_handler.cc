@@ -1,4 +1,4 @@
-#include "server/grpc/request_handler.h"
+#include "server/core/request_handler.h"
 
 #include <optional>
 #include <type_traits>

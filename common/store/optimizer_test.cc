@@ -1,4 +1,4 @@
-#include "server/core/optimizer.h"
+#include "common/store/optimizer.h"
 
 #include <catch2/catch.hpp>
 
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/half.h"
-#include "server/core/updater_state.h"
+#include "common/store/updater_state.h"
 #include "tests/test_util.h"
 
 namespace kvstore {

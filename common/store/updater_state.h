@@ -1,12 +1,12 @@
 // Saved updater state (optimizer moments, counts, master weights) on the wire and in files.
-#ifndef KVSTORE_SERVER_CORE_UPDATER_STATE_H_
-#define KVSTORE_SERVER_CORE_UPDATER_STATE_H_
+#ifndef KVSTORE_COMMON_STORE_UPDATER_STATE_H_
+#define KVSTORE_COMMON_STORE_UPDATER_STATE_H_
 
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "proto/kvstore.pb.h"
-#include "server/core/updater.h"
+#include "common/store/updater.h"
 
 namespace kvstore {
 
@@ -21,4 +21,4 @@ absl::StatusOr<UpdaterStateData> LoadOptimizerStateFile(const std::string& path)
 
 }  // namespace kvstore
 
-#endif  // KVSTORE_SERVER_CORE_UPDATER_STATE_H_
+#endif  // KVSTORE_COMMON_STORE_UPDATER_STATE_H_

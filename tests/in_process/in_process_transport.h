@@ -1,6 +1,6 @@
 // InProcessServerTransport: the ServerTransport of a job whose servers run in this process
 // (in_process_job.h): a request is handed, as its frame, to the server's request handler
-// (server/grpc/request_handler.h) - the same decoding, checks, engine calls and encoding as a
+// (server/core/request_handler.h) - the same decoding, checks, engine calls and encoding as a
 // kvserver behind gRPC, without a socket, a connection or gRPC's threads.
 //
 // Replies run on a completion thread of the transport's own ("kv-completion"), as they do
@@ -9,8 +9,8 @@
 // pushes) completes with DeadlineExceeded; its late answer is dropped.
 //
 // Threading: as ServerTransport.
-#ifndef KVSTORE_CLIENT_IN_PROCESS_TRANSPORT_H_
-#define KVSTORE_CLIENT_IN_PROCESS_TRANSPORT_H_
+#ifndef KVSTORE_TESTS_IN_PROCESS_IN_PROCESS_TRANSPORT_H_
+#define KVSTORE_TESTS_IN_PROCESS_IN_PROCESS_TRANSPORT_H_
 
 #include <memory>
 #include <thread>
@@ -58,4 +58,4 @@ class InProcessServerTransport final : public ServerTransport {
 
 }  // namespace kvstore
 
-#endif  // KVSTORE_CLIENT_IN_PROCESS_TRANSPORT_H_
+#endif  // KVSTORE_TESTS_IN_PROCESS_IN_PROCESS_TRANSPORT_H_

@@ -1,4 +1,4 @@
-#include "client/in_process_job.h"
+#include "tests/in_process/in_process_job.h"
 
 #include <utility>
 
@@ -7,9 +7,9 @@
 #include "common/named_thread.h"
 #include "common/status_macros.h"
 #include "server/core/checkpoint_root.h"
-#include "server/core/optimizer.h"
+#include "common/store/optimizer.h"
 #include "server/core/server_backend.h"
-#include "server/core/sgd_updater.h"
+#include "common/store/sgd_updater.h"
 #include "server/scheduler/scheduler_core.h"
 
 namespace kvstore {

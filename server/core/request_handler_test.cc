@@ -1,7 +1,7 @@
 // Tests of the request handler on malformed frames: declared sizes that would cost memory,
 // payloads that do not match their headers, and requests from nodes outside the job. Each is
 // refused, and the stored values stay as they were.
-#include "server/grpc/request_handler.h"
+#include "server/core/request_handler.h"
 
 #include <cstdint>
 #include <cstring>

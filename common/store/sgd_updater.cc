@@ -1,4 +1,4 @@
-#include "server/core/sgd_updater.h"
+#include "common/store/sgd_updater.h"
 
 #include <cmath>
 #include <utility>
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/key_value_config.h"
 #include "common/status_macros.h"
-#include "server/core/optimizer.h"
+#include "common/store/optimizer.h"
 
 namespace kvstore {
 

@@ -16,8 +16,8 @@
 //
 // Threading: NewWorker may be called from several threads at once (it must be, for a job of
 // several workers). The job must outlive its workers.
-#ifndef KVSTORE_CLIENT_IN_PROCESS_JOB_H_
-#define KVSTORE_CLIENT_IN_PROCESS_JOB_H_
+#ifndef KVSTORE_TESTS_IN_PROCESS_IN_PROCESS_JOB_H_
+#define KVSTORE_TESTS_IN_PROCESS_IN_PROCESS_JOB_H_
 
 #include <memory>
 #include <string>
@@ -29,10 +29,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "client/in_process_transport.h"
+#include "tests/in_process/in_process_transport.h"
 #include "client/kvstore.h"
 #include "common/partitioner.h"
-#include "server/core/updater.h"
+#include "common/store/updater.h"
 
 namespace kvstore {
 
@@ -95,4 +95,4 @@ class InProcessJob {
 
 }  // namespace kvstore
 
-#endif  // KVSTORE_CLIENT_IN_PROCESS_JOB_H_
+#endif  // KVSTORE_TESTS_IN_PROCESS_IN_PROCESS_JOB_H_

@@ -2,10 +2,10 @@
 // (proto/kvstore.proto), runs it on the server's engine or controller, and encodes the reply.
 //
 // The gRPC service (kvserver_service.h) runs it for each call it receives; the SDK's in-process
-// transport (client/in_process_transport.h) runs it for each request a worker sends, without a
+// transport (tests/in_process/in_process_transport.h) runs it for each request a worker sends, without a
 // socket. Both therefore see the same bytes, checks and errors.
-#ifndef KVSTORE_SERVER_GRPC_REQUEST_HANDLER_H_
-#define KVSTORE_SERVER_GRPC_REQUEST_HANDLER_H_
+#ifndef KVSTORE_SERVER_CORE_REQUEST_HANDLER_H_
+#define KVSTORE_SERVER_CORE_REQUEST_HANDLER_H_
 
 #include <grpcpp/support/byte_buffer.h>
 
@@ -47,4 +47,4 @@ void HandleServerRequest(const std::shared_ptr<ServerBackend>& backend, ServerMe
 
 }  // namespace kvstore
 
-#endif  // KVSTORE_SERVER_GRPC_REQUEST_HANDLER_H_
+#endif  // KVSTORE_SERVER_CORE_REQUEST_HANDLER_H_

@@ -1,4 +1,4 @@
-#include "client/in_process_transport.h"
+#include "tests/in_process/in_process_transport.h"
 
 #include <deque>
 #include <map>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/named_thread.h"
-#include "server/grpc/request_handler.h"
+#include "server/core/request_handler.h"
 
 namespace kvstore {
 

@@ -22,14 +22,14 @@
 //
 // Kernels are element-wise loops the compiler vectorises (-O3, -fno-math-errno); values of at
 // least 512 Ki elements are split over the machine's cores.
-#ifndef KVSTORE_SERVER_CORE_OPTIMIZER_H_
-#define KVSTORE_SERVER_CORE_OPTIMIZER_H_
+#ifndef KVSTORE_COMMON_STORE_OPTIMIZER_H_
+#define KVSTORE_COMMON_STORE_OPTIMIZER_H_
 
 #include <memory>
 
 #include "absl/status/statusor.h"
 #include "common/optimizer_config.h"
-#include "server/core/updater.h"
+#include "common/store/updater.h"
 
 namespace kvstore {
 
@@ -56,4 +56,4 @@ double DefaultLearningRate(absl::string_view name);
 
 }  // namespace kvstore
 
-#endif  // KVSTORE_SERVER_CORE_OPTIMIZER_H_
+#endif  // KVSTORE_COMMON_STORE_OPTIMIZER_H_

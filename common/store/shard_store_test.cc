@@ -1,4 +1,4 @@
-#include "server/core/shard_store.h"
+#include "common/store/shard_store.h"
 
 #include <catch2/catch.hpp>
 

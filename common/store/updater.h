@@ -5,8 +5,8 @@
 // and a user may extend with their own C++ updaters before starting the server; no code ever
 // travels over the wire. Built in: "assign" (stored = received, MXNet's default) and "sum"
 // (stored += received).
-#ifndef KVSTORE_SERVER_CORE_UPDATER_H_
-#define KVSTORE_SERVER_CORE_UPDATER_H_
+#ifndef KVSTORE_COMMON_STORE_UPDATER_H_
+#define KVSTORE_COMMON_STORE_UPDATER_H_
 
 #include <functional>
 #include <map>
@@ -139,4 +139,4 @@ class UpdaterRegistry {
 
 }  // namespace kvstore
 
-#endif  // KVSTORE_SERVER_CORE_UPDATER_H_
+#endif  // KVSTORE_COMMON_STORE_UPDATER_H_

@@ -1,4 +1,4 @@
-#include "server/core/updater_state.h"
+#include "common/store/updater_state.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/proto_convert.h"

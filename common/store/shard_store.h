@@ -1,9 +1,9 @@
-// ShardStore: the transport-independent key-value engine.
+// ShardStore: the in-process store's key-value engine.
 //
-// It holds the values of one shard of keys - all keys for the in-process `local` store, a
-// kvserver's share in a distributed job - and applies Init, Push (through an Updater), Pull and
-// PushPull to them. Transports (the SDK's local store, the kvserver's gRPC service) convert their
-// requests into these calls; nothing here knows about gRPC.
+// It holds every key of the in-process `local` and `device` stores (client/local_store.h) and
+// applies Init, Push (through an Updater), Pull and PushPull to them. A kvserver runs
+// ServerEngine (server/core/server_engine.h) instead, which adds slices, rounds, chunks and
+// request ids; both apply the same Updaters (common/store/updater.h).
 //
 // Every batch call validates all of its entries before changing anything: an error (NotFound for
 // a key never initialised, AlreadyExists for a second Init, InvalidArgument for a shape, dtype or
@@ -12,8 +12,8 @@
 // Threading: thread-safe; one internal lock serialises the calls, so operations on a key apply
 // in the order the calls were made. The Updater runs under that lock and must not call back into
 // the store.
-#ifndef KVSTORE_SERVER_CORE_SHARD_STORE_H_
-#define KVSTORE_SERVER_CORE_SHARD_STORE_H_
+#ifndef KVSTORE_COMMON_STORE_SHARD_STORE_H_
+#define KVSTORE_COMMON_STORE_SHARD_STORE_H_
 
 #include <cstdint>
 #include <memory>
@@ -28,7 +28,7 @@
 #include "absl/types/span.h"
 #include "common/key.h"
 #include "common/tensor.h"
-#include "server/core/updater.h"
+#include "common/store/updater.h"
 
 namespace kvstore {
 
@@ -123,4 +123,4 @@ absl::Status CheckValueMatches(const Key& key, absl::string_view verb, const Ten
 
 }  // namespace kvstore
 
-#endif  // KVSTORE_SERVER_CORE_SHARD_STORE_H_
+#endif  // KVSTORE_COMMON_STORE_SHARD_STORE_H_

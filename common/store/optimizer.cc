@@ -1,4 +1,4 @@
-#include "server/core/optimizer.h"
+#include "common/store/optimizer.h"
 
 #include <algorithm>
 #include <atomic>

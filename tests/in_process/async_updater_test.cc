@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/in_process_job.h"
+#include "tests/in_process/in_process_job.h"
 #include "tests/test_util.h"
 
 namespace kvstore {
