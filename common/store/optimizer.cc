@@ -15,24 +15,16 @@
 #include "absl/synchronization/mutex.h"
 #include "common/half.h"
 #include "common/key_value_config.h"
+#include "common/store/optimizer_steps.h"
 
 namespace kvstore {
 namespace {
 
-constexpr double kPi = 3.14159265358979323846;
+using optimizer_internal::Hyper;
+using optimizer_internal::PartState;
+using optimizer_internal::StepFunctions;
 
-// Hyper: the configuration with every default resolved.
-struct Hyper {
-  std::string name;
-  double lr = 0.01;
-  double wd = 0, rescale = 1, clip = -1;
-  double momentum = 0, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, rho = 0.9;
-  bool centered = false, bias_correction = true;
-  double clip_weights = -1, schedule_decay = 0.004, lamda1 = 0.01, beta = 1, wd_lh = 0;
-  double eta = 0.001;
-  std::optional<double> lower_bound, upper_bound;
-  LrScheduleConfig schedule;
-};
+constexpr double kPi = 3.14159265358979323846;
 
 Hyper Resolve(const OptimizerConfig& c) {
   Hyper h;
@@ -63,60 +55,10 @@ Hyper Resolve(const OptimizerConfig& c) {
   return h;
 }
 
-// ParallelFor runs fn(begin, end) over [0, n), split over the cores when n is large.
-template <typename Fn>
-void ParallelFor(int64_t n, Fn fn) {
-  constexpr int64_t kSplitAbove = 1 << 19;
-  const int64_t threads =
-      n < kSplitAbove ? 1 : std::max<int64_t>(1, std::thread::hardware_concurrency());
-  if (threads == 1) {
-    fn(int64_t{0}, n);
-    return;
-  }
-  std::vector<std::thread> pool;
-  const int64_t per = (n + threads - 1) / threads;
-  for (int64_t t = 1; t < threads; ++t) {
-    const int64_t begin = std::min(n, t * per), end = std::min(n, (t + 1) * per);
-    pool.emplace_back([&fn, begin, end] { fn(begin, end); });
-  }
-  fn(int64_t{0}, std::min(n, per));
-  for (std::thread& thread : pool) thread.join();
-}
-
-template <typename T>
-T Sign(T v) {
-  return static_cast<T>((v > 0) - (v < 0));
-}
-
-// State of one (key, first element): up to three vectors, the update count and Nadam's
-// momentum schedule; for half weights, the float32 master copy.
-template <typename T>
-struct Buffers {
-  std::vector<T> a, b, c;
-};
-struct PartState {
-  int64_t count = 0;
-  double m_schedule = 1.0;
-  Buffers<float> f;
-  Buffers<double> d;
-  std::vector<float> master;
-  template <typename T>
-  Buffers<T>& buffers();
-};
-template <>
-Buffers<float>& PartState::buffers<float>() { return f; }
-template <>
-Buffers<double>& PartState::buffers<double>() { return d; }
-
-// TrustRatio is LAMB's and LARS's guard: 1 where the ratio r1 / r2 is 0, infinite or NaN.
-double TrustRatio(double r1, double r2, double value) {
-  const double ratio = r1 / r2;
-  return (ratio == 0 || !std::isfinite(ratio)) ? 1.0 : value;
-}
-
 class Optimizer final : public Updater {
  public:
-  explicit Optimizer(Hyper h) : h_(std::move(h)) {}
+  // The step rule is chosen here, once (optimizer_steps.h).
+  Optimizer(Hyper h, StepFunctions steps) : h_(std::move(h)), steps_(steps) {}
 
   absl::Status Update(const Key& key, const Tensor& received, Tensor* stored) override {
     return UpdateAt(key, 0, received, stored);
@@ -141,11 +83,11 @@ class Optimizer final : public Updater {
                                                absl::EndsWith(key.str_key(), "bias"));
     switch (stored->dtype()) {
       case DType::kFloat32:
-        Step<float>(&state, t, lr, skip_lars, received.data_as<const float>(),
+        steps_.f32(h_, &state, t, lr, skip_lars, received.data_as<const float>(),
                     stored->data_as<float>(), n);
         break;
       case DType::kFloat64:
-        Step<double>(&state, t, lr, skip_lars, received.data_as<const double>(),
+        steps_.f64(h_, &state, t, lr, skip_lars, received.data_as<const double>(),
                      stored->data_as<double>(), n);
         break;
       default: {
@@ -158,7 +100,7 @@ class Optimizer final : public Updater {
         const bool bf16 = stored->dtype() == DType::kBFloat16;
         const auto* g = received.data_as<const uint16_t>();
         for (int64_t i = 0; i < n; ++i) grad[i] = bf16 ? BFloat16ToFloat(g[i]) : HalfToFloat(g[i]);
-        Step<float>(&state, t, lr, skip_lars, grad.data(), state.master.data(), n);
+        steps_.f32(h_, &state, t, lr, skip_lars, grad.data(), state.master.data(), n);
         auto* w = stored->data_as<uint16_t>();
         for (int64_t i = 0; i < n; ++i) {
           w[i] = bf16 ? FloatToBFloat16(state.master[i]) : FloatToHalf(state.master[i]);
@@ -260,260 +202,8 @@ class Optimizer final : public Updater {
     return states_[{key, offset}];
   }
 
-  template <typename T>
-  static std::vector<T>& Zeroed(std::vector<T>& v, int64_t n) {
-    if (v.size() != static_cast<size_t>(n)) v.assign(n, T(0));
-    return v;
-  }
-
-  template <typename T>
-  void Step(PartState* state, int64_t t, double lr_now, bool skip_lars, const T* grad, T* w,
-            int64_t n) {
-    const Hyper& h = h_;
-    const std::string& name = h.name;
-    Buffers<T>& s = state->buffers<T>();
-    const T rescale = static_cast<T>(h.rescale), clip = static_cast<T>(h.clip);
-    const T wd = static_cast<T>(h.wd);
-    const bool clipping = h.clip > 0;
-    // Rescaled and clipped gradient; Pre adds wd * w (the optimizers whose wd is coupled).
-    auto Raw = [=](int64_t i) {
-      T g = rescale * grad[i];
-      if (clipping) g = std::min(std::max(g, -clip), clip);
-      return g;
-    };
-    auto Pre = [=](int64_t i) { return Raw(i) + wd * w[i]; };
-    T lr = static_cast<T>(lr_now);
-
-    if (name == "test") {
-      ParallelFor(n, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) w[i] += rescale * grad[i];
-      });
-    } else if (name == "sgd" || name == "lars") {
-      if (name == "lars" && !skip_lars) {
-        double w2 = 0, g2 = 0;
-        for (int64_t i = 0; i < n; ++i) {
-          w2 += static_cast<double>(w[i]) * w[i];
-          const double g = static_cast<double>(rescale * grad[i]);
-          g2 += g * g;
-        }
-        const double wn = std::sqrt(w2), gn = std::sqrt(g2);
-        lr = static_cast<T>(lr_now * TrustRatio(wn, gn, h.eta * wn / (gn + h.wd * wn + h.epsilon)));
-      }
-      const T m = static_cast<T>(h.momentum);
-      if (h.momentum == 0) {
-        ParallelFor(n, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) w[i] += -lr * Pre(i);
-        });
-      } else {
-        T* mom = Zeroed(s.a, n).data();
-        ParallelFor(n, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) {
-            mom[i] = mom[i] * m - lr * Pre(i);
-            w[i] += mom[i];
-          }
-        });
-      }
-    } else if (name == "nag") {
-      const T m = static_cast<T>(h.momentum);
-      T* mom = Zeroed(s.a, n).data();
-      ParallelFor(n, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          const T g = Pre(i);
-          mom[i] = mom[i] * m - lr * g;
-          w[i] += m * mom[i] - lr * g;
-        }
-      });
-    } else if (name == "adam" || name == "adamw") {
-      const bool decoupled = name == "adamw";
-      const T b1 = static_cast<T>(h.beta1), b2 = static_cast<T>(h.beta2);
-      // Complements in double, then rounded once (as MXNet's Python computes 1 - beta).
-      const T c1m = static_cast<T>(1.0 - h.beta1), c2m = static_cast<T>(1.0 - h.beta2);
-      const T eps = static_cast<T>(h.epsilon);
-      double lr_t = lr_now;
-      if (!decoupled || h.bias_correction) {
-        lr_t *= std::sqrt(1.0 - std::pow(h.beta2, t)) / (1.0 - std::pow(h.beta1, t));
-      }
-      const T step = static_cast<T>(lr_t);
-      const T decay = static_cast<T>(lr_t * h.wd);
-      T* mean = Zeroed(s.a, n).data();
-      T* var = Zeroed(s.b, n).data();
-      ParallelFor(n, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          const T g = decoupled ? Raw(i) : Pre(i);
-          mean[i] = b1 * mean[i] + c1m * g;
-          var[i] = b2 * var[i] + c2m * g * g;
-          w[i] -= step * mean[i] / (std::sqrt(var[i]) + eps);
-          if (decoupled && h.wd > 0) w[i] -= decay * w[i];
-        }
-      });
-    } else if (name == "adagrad") {
-      const T eps = static_cast<T>(h.epsilon);
-      T* history = Zeroed(s.a, n).data();
-      ParallelFor(n, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          const T g = Pre(i);
-          history[i] += g * g;
-          w[i] -= lr * g / (std::sqrt(history[i]) + eps);
-        }
-      });
-    } else if (name == "rmsprop") {
-      const T rho = static_cast<T>(h.rho), eps = static_cast<T>(h.epsilon);
-      const T crho = static_cast<T>(1.0 - h.rho);
-      const T m = static_cast<T>(h.momentum);
-      const T cw = static_cast<T>(h.clip_weights);
-      const bool clip_w = h.clip_weights > 0;
-      T* var = Zeroed(s.a, n).data();
-      if (!h.centered) {
-        ParallelFor(n, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) {
-            const T g = Pre(i);
-            var[i] = var[i] * rho + crho * (g * g);
-            w[i] -= lr * g / (std::sqrt(var[i]) + eps);
-            if (clip_w) w[i] = std::min(std::max(w[i], -cw), cw);
-          }
-        });
-      } else {
-        T* mean = Zeroed(s.b, n).data();
-        T* mom = Zeroed(s.c, n).data();
-        ParallelFor(n, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) {
-            const T g = Pre(i);
-            mean[i] = mean[i] * rho + crho * g;
-            var[i] = var[i] * rho + crho * (g * g);
-            mom[i] = mom[i] * m - lr * g / std::sqrt(var[i] - mean[i] * mean[i] + eps);
-            w[i] += mom[i];
-            if (clip_w) w[i] = std::min(std::max(w[i], -cw), cw);
-          }
-        });
-      }
-    } else if (name == "adadelta") {
-      const T rho = static_cast<T>(h.rho), eps = static_cast<T>(h.epsilon);
-      const T crho = static_cast<T>(1.0 - h.rho);
-      T* acc_g = Zeroed(s.a, n).data();
-      T* acc_delta = Zeroed(s.b, n).data();
-      ParallelFor(n, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          const T g = Pre(i);
-          acc_g[i] = acc_g[i] * rho + crho * (g * g);
-          T delta = std::sqrt(acc_delta[i] + eps);
-          delta /= std::sqrt(acc_g[i] + eps);
-          delta *= g;
-          acc_delta[i] = acc_delta[i] * rho + crho * (delta * delta);
-          w[i] -= lr * delta;
-        }
-      });
-    } else if (name == "adamax") {
-      const T b1 = static_cast<T>(h.beta1), b2 = static_cast<T>(h.beta2);
-      // Complements in double, then rounded once (as MXNet's Python computes 1 - beta).
-      const T c1m = static_cast<T>(1.0 - h.beta1);
-      const T step = static_cast<T>(lr_now / (1.0 - std::pow(h.beta1, t)));
-      T* mean = Zeroed(s.a, n).data();
-      T* u = Zeroed(s.b, n).data();
-      ParallelFor(n, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          const T g = Pre(i);
-          mean[i] = b1 * mean[i] + c1m * g;
-          u[i] = std::max(b2 * u[i], std::abs(g));
-          w[i] -= step * mean[i] / u[i];
-        }
-      });
-    } else if (name == "nadam") {
-      const double mt = h.beta1 * (1.0 - 0.5 * std::pow(0.96, t * h.schedule_decay));
-      const double mt1 = h.beta1 * (1.0 - 0.5 * std::pow(0.96, (t + 1) * h.schedule_decay));
-      state->m_schedule *= mt;
-      const double m_next = state->m_schedule * mt1;
-      const T b1 = static_cast<T>(h.beta1), b2 = static_cast<T>(h.beta2);
-      // Complements in double, then rounded once (as MXNet's Python computes 1 - beta).
-      const T c1m = static_cast<T>(1.0 - h.beta1), c2m = static_cast<T>(1.0 - h.beta2);
-      const T eps = static_cast<T>(h.epsilon);
-      const T g_scale = static_cast<T>(1.0 / (1.0 - state->m_schedule));
-      const T m_scale = static_cast<T>(1.0 / (1.0 - m_next));
-      const T v_scale = static_cast<T>(1.0 / (1.0 - std::pow(h.beta2, t)));
-      const T c1 = static_cast<T>(mt1), c2 = static_cast<T>(1.0 - mt);
-      T* mean = Zeroed(s.a, n).data();
-      T* var = Zeroed(s.b, n).data();
-      ParallelFor(n, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          const T g = Pre(i);
-          mean[i] = mean[i] * b1 + c1m * g;
-          var[i] = var[i] * b2 + c2m * (g * g);
-          const T bar = c1 * (mean[i] * m_scale) + c2 * (g * g_scale);
-          w[i] -= lr * bar / (std::sqrt(var[i] * v_scale) + eps);
-        }
-      });
-    } else if (name == "ftrl") {
-      const T l1 = static_cast<T>(h.lamda1), beta = static_cast<T>(h.beta);
-      T* z = Zeroed(s.a, n).data();
-      T* nn = Zeroed(s.b, n).data();
-      ParallelFor(n, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          const T g = Raw(i);
-          T sigma = -std::sqrt(nn[i]);
-          nn[i] += g * g;
-          T denom = std::sqrt(nn[i]);
-          sigma += denom;
-          sigma /= lr;
-          z[i] += g - sigma * w[i];
-          denom += beta;
-          denom /= lr;
-          denom += wd;
-          const T d = Sign(z[i]) * std::max(std::abs(z[i]) - l1, T(0));
-          w[i] = -d / denom;
-        }
-      });
-    } else if (name == "signum") {
-      const T m = static_cast<T>(h.momentum), cm = static_cast<T>(1.0 - h.momentum);
-      if (h.momentum == 0) {
-        const T keep = static_cast<T>(1.0 - lr_now * (h.wd + h.wd_lh));
-        ParallelFor(n, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) {
-            w[i] *= keep;
-            w[i] -= lr * Sign(grad[i]);
-          }
-        });
-      } else {
-        const T keep = static_cast<T>(1.0 - lr_now * h.wd_lh);
-        T* mom = Zeroed(s.a, n).data();
-        ParallelFor(n, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) {
-            mom[i] = mom[i] * m - cm * Pre(i);
-            w[i] *= keep;
-            w[i] += lr * Sign(mom[i]);
-          }
-        });
-      }
-    } else if (name == "lamb") {
-      const T b1 = static_cast<T>(h.beta1), b2 = static_cast<T>(h.beta2);
-      // Complements in double, then rounded once (as MXNet's Python computes 1 - beta).
-      const T c1m = static_cast<T>(1.0 - h.beta1), c2m = static_cast<T>(1.0 - h.beta2);
-      const T eps = static_cast<T>(h.epsilon);
-      const T inv1 = static_cast<T>(1.0 / (1.0 - std::pow(h.beta1, t)));
-      const T inv2 = static_cast<T>(1.0 / (1.0 - std::pow(h.beta2, t)));
-      T* mean = Zeroed(s.a, n).data();
-      T* var = Zeroed(s.b, n).data();
-      std::vector<T> update(n);
-      double w2 = 0, u2 = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const T g = Raw(i);
-        mean[i] = mean[i] * b1 + c1m * g;
-        var[i] = var[i] * b2 + c2m * (g * g);
-        T u = h.bias_correction ? (mean[i] * inv1) / (std::sqrt(var[i] * inv2) + eps)
-                                : mean[i] / (std::sqrt(var[i]) + eps);
-        u += wd * w[i];
-        update[i] = u;
-        w2 += static_cast<double>(w[i]) * w[i];
-        u2 += static_cast<double>(u) * u;
-      }
-      double r1 = std::sqrt(w2);
-      if (h.lower_bound) r1 = std::max(r1, *h.lower_bound);
-      if (h.upper_bound) r1 = std::min(r1, *h.upper_bound);
-      const double r2 = std::sqrt(u2);
-      const T step = static_cast<T>(lr_now * TrustRatio(r1, r2, r1 / r2));
-      for (int64_t i = 0; i < n; ++i) w[i] -= step * update[i];
-    }
-  }
-
   const Hyper h_;
+  const StepFunctions steps_;
   std::atomic<int64_t> num_update_{0};
   mutable absl::Mutex mu_;
   absl::node_hash_map<std::pair<Key, int64_t>, PartState> states_ ABSL_GUARDED_BY(mu_);
@@ -611,7 +301,9 @@ absl::Status RegisterOptimizers(UpdaterRegistry* registry) {
 
 absl::StatusOr<std::unique_ptr<Updater>> MakeOptimizer(const OptimizerConfig& config) {
   if (absl::Status s = ValidateOptimizerConfig(config); !s.ok()) return s;
-  return std::unique_ptr<Updater>(new Optimizer(Resolve(config)));
+  absl::StatusOr<StepFunctions> steps = optimizer_internal::StepsFor(config.name);
+  if (!steps.ok()) return steps.status();
+  return std::unique_ptr<Updater>(new Optimizer(Resolve(config), *steps));
 }
 
 }  // namespace kvstore
