@@ -159,7 +159,7 @@ void OpQueue::Complete(absl::Span<const std::pair<uint64_t, std::vector<Key>>> o
 
 absl::Status OpQueue::Wait(absl::Span<const Key> keys) {
   absl::MutexLock lock(&mu_);
-  auto busy = [&] {
+  auto busy = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (const Key& key : keys) {
       if (unfinished_.contains(key)) return true;
       if (!group_ops_.empty() && InGroupBefore(next_seq_, key)) return true;
@@ -212,7 +212,7 @@ void OpQueue::SpinWhile(Busy busy) {
 
 absl::Status OpQueue::WaitAll() {
   absl::MutexLock lock(&mu_);
-  auto busy = [&] { return !live_.empty() || inflight_ > 0; };
+  auto busy = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !live_.empty() || inflight_ > 0; };
   SpinWhile(busy);
   while (busy()) changed_.Wait(&mu_);
   absl::Status first;

@@ -28,7 +28,7 @@ void Timer::Loop() {
     // loop waits for (absl::Condition re-evaluates it on every release of mu_).
     const absl::Time first = due_.empty() ? absl::InfiniteFuture() : due_.begin()->first;
     if (first > absl::Now()) {
-      const auto changed = [this, first]() {
+      const auto changed = [this, first]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stop_ || (!due_.empty() && due_.begin()->first < first);
       };
       mu_.AwaitWithDeadline(absl::Condition(&changed), first);

@@ -100,8 +100,10 @@ class DaemonHealth::WatchCall final : public ServingTag {
 
   const std::string& service() const { return request_.service(); }
 
-  // Want makes `status` the next state to send.
-  void Want(Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(health_->mu_) {
+  // Want makes `status` the next state to send. The caller holds the health's mu_ (checked at
+  // run time: the analysis cannot tell that the caller's mu_ is health_->mu_).
+  void Want(Status status) {
+    health_->mu_.AssertHeld();
     want_ = status;
     Send();
   }

@@ -52,7 +52,7 @@ struct InProcessServerTransport::Completions {
     mu.Lock();
     while (true) {
       const absl::Time first = pending.empty() ? absl::InfiniteFuture() : pending.begin()->first;
-      const auto ready = [this, first]() {
+      const auto ready = [this, first]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
         return closed || !answered.empty() ||
                (!pending.empty() && pending.begin()->first < first);
       };

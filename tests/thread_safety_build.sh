@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Builds every C++ target with clang and -Wthread-safety -Werror=thread-safety: the Abseil
+# thread-safety annotations (ABSL_GUARDED_BY, ABSL_EXCLUSIVE_LOCKS_REQUIRED, ...) are checked,
+# not only written. GCC, the project's compiler, ignores them. Run by .ci/run after the tests.
+#
+#   bash tests/thread_safety_build.sh
+#
+# Installs clang from Debian when missing. Uses an output base and a disk cache of its own
+# (under ~/.cache/kvstore), so it neither invalidates nor shares the GCC build's results; the
+# second run is fast. Without CUDA (nvcc's host compiler stays GCC). Exits non-zero, printing
+# the compiler's errors, when an access breaks an annotation.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v clang++ >/dev/null 2>&1; then
+  echo "thread_safety_build: installing clang" >&2
+  apt-get update -qq >/dev/null && apt-get install -y -qq clang >/dev/null
+fi
+cache="${KV_CLANG_CACHE:-$HOME/.cache/kvstore}"
+mkdir -p "$cache"
+CC=clang CXX=clang++ bazel --output_base="$cache/clang-output-base" build \
+  --disk_cache="$cache/bazel-disk-cache-clang" --define=cuda=off \
+  --copt=-Wthread-safety --copt=-Werror=thread-safety --copt=-Wno-unknown-warning-option \
+  --keep_going //...
+status=$?
+bazel --output_base="$cache/clang-output-base" shutdown >/dev/null 2>&1 || true
+echo "thread_safety_build: clang -Werror=thread-safety build of //... $( ((status == 0)) && echo passed || echo FAILED)"
+exit $status
