@@ -18,7 +18,7 @@ fi
 cache="${KV_CLANG_CACHE:-$HOME/.cache/kvstore}"
 mkdir -p "$cache"
 CC=clang CXX=clang++ bazel --output_base="$cache/clang-output-base" build \
-  --disk_cache="$cache/bazel-disk-cache-clang" --define=cuda=off \
+  --disk_cache="$cache/bazel-disk-cache-clang" --define=cuda=off --symlink_prefix=/ \
   --copt=-Wthread-safety --copt=-Werror=thread-safety --copt=-Wno-unknown-warning-option \
   --keep_going //...
 status=$?
