@@ -5,9 +5,9 @@
 #
 #   bash tests/thread_safety_build.sh
 #
-# Installs clang from Debian when missing. Uses an output base and a disk cache of its own
-# (under ~/.cache/kvstore), so it neither invalidates nor shares the GCC build's results; the
-# second run is fast. Without CUDA (nvcc's host compiler stays GCC). Exits non-zero, printing
+# Installs clang from Debian when missing. Uses an output base (one per clone) and a disk cache
+# of its own under ~/.cache/kvstore, so it neither invalidates nor shares the GCC build's
+# results, and makes no bazel-* links; the second run is fast. Without CUDA (nvcc's host compiler stays GCC). Exits non-zero, printing
 # the compiler's errors, when an access breaks an annotation.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,12 +16,14 @@ if ! command -v clang++ >/dev/null 2>&1; then
   apt-get update -qq >/dev/null && apt-get install -y -qq clang >/dev/null
 fi
 cache="${KV_CLANG_CACHE:-$HOME/.cache/kvstore}"
+# An output base per clone (Bazel ties one to a workspace); the disk cache is shared.
+output_base="$cache/clang-output-base-$(pwd | md5sum | cut -c1-12)"
 mkdir -p "$cache"
-CC=clang CXX=clang++ bazel --output_base="$cache/clang-output-base" build \
+CC=clang CXX=clang++ bazel --output_base="$output_base" build \
   --disk_cache="$cache/bazel-disk-cache-clang" --define=cuda=off --symlink_prefix=/ \
   --copt=-Wthread-safety --copt=-Werror=thread-safety --copt=-Wno-unknown-warning-option \
   --keep_going //...
 status=$?
-bazel --output_base="$cache/clang-output-base" shutdown >/dev/null 2>&1 || true
+bazel --output_base="$output_base" shutdown >/dev/null 2>&1 || true
 echo "thread_safety_build: clang -Werror=thread-safety build of //... $( ((status == 0)) && echo passed || echo FAILED)"
 exit $status
