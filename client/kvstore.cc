@@ -8,6 +8,7 @@
 #include "client/local_store.h"
 #include "client/role_store.h"
 #include "common/environment.h"
+#include "common/status_macros.h"
 
 namespace kvstore {
 namespace {
@@ -123,8 +124,8 @@ absl::StatusOr<std::unique_ptr<KVStore>> KVStore::Create(absl::string_view type,
 }
 
 absl::Status KVStore::Init(absl::Span<const Key> keys, absl::Span<const Tensor> values) {
-  if (absl::Status s = CheckCount(keys, values, "init"); !s.ok()) return s;
-  if (absl::Status s = CheckDefined(keys, values, "init"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckCount(keys, values, "init"));
+  RETURN_IF_ERROR(CheckDefined(keys, values, "init"));
   return DoInit(keys, values);
 }
 
@@ -145,7 +146,7 @@ absl::Status KVStore::CheckDefined(absl::Span<const Key> keys, absl::Span<const 
 
 absl::Status KVStore::Push(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                            int priority) {
-  if (absl::Status s = CheckCount(keys, values, "push"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckCount(keys, values, "push"));
   return DoPush(keys, values, priority);
 }
 
@@ -160,7 +161,7 @@ absl::Status KVStore::Push(const Key& key, absl::Span<const Tensor> values, int 
 
 absl::Status KVStore::Pull(absl::Span<const Key> keys, absl::Span<Tensor* const> outs,
                            int priority) {
-  if (absl::Status s = CheckOutputs(keys, outs, "pull"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckOutputs(keys, outs, "pull"));
   return DoPull(keys, outs, priority);
 }
 
@@ -190,37 +191,37 @@ absl::Status CheckBucket(const Tensor* bucket, absl::string_view op) {
 
 absl::Status KVStore::PushBucket(absl::Span<const Key> keys, const Tensor& bucket,
                                  int priority) {
-  if (absl::Status s = CheckBucket(&bucket, "push"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckBucket(&bucket, "push"));
   return DoPushBucket(keys, bucket, priority);
 }
 
 absl::Status KVStore::PullBucket(absl::Span<const Key> keys, Tensor* bucket, int priority) {
-  if (absl::Status s = CheckBucket(bucket, "pull"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckBucket(bucket, "pull"));
   return DoPullBucket(keys, bucket, priority);
 }
 
 absl::Status KVStore::PushPullBucket(absl::Span<const Key> keys, const Tensor& bucket,
                                      Tensor* out, int priority) {
-  if (absl::Status s = CheckBucket(&bucket, "pushpull"); !s.ok()) return s;
-  if (absl::Status s = CheckBucket(out, "pushpull"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckBucket(&bucket, "pushpull"));
+  RETURN_IF_ERROR(CheckBucket(out, "pushpull"));
   return DoPushPullBucket(keys, bucket, out, priority);
 }
 
 absl::Status KVStore::PushBucket(absl::Span<const int64_t> keys, const Tensor& bucket,
                                  int priority) {
-  if (absl::Status s = CheckBucket(&bucket, "push"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckBucket(&bucket, "push"));
   return DoIntKeyBucket(keys, &bucket, nullptr, priority);
 }
 
 absl::Status KVStore::PullBucket(absl::Span<const int64_t> keys, Tensor* bucket, int priority) {
-  if (absl::Status s = CheckBucket(bucket, "pull"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckBucket(bucket, "pull"));
   return DoIntKeyBucket(keys, nullptr, bucket, priority);
 }
 
 absl::Status KVStore::PushPullBucket(absl::Span<const int64_t> keys, const Tensor& bucket,
                                      Tensor* out, int priority) {
-  if (absl::Status s = CheckBucket(&bucket, "pushpull"); !s.ok()) return s;
-  if (absl::Status s = CheckBucket(out, "pushpull"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckBucket(&bucket, "pushpull"));
+  RETURN_IF_ERROR(CheckBucket(out, "pushpull"));
   return DoIntKeyBucket(keys, &bucket, out, priority);
 }
 
@@ -275,7 +276,7 @@ absl::Status KVStore::DoPullBucket(absl::Span<const Key> keys, Tensor* bucket, i
   if (!views.ok()) return views.status();
   std::vector<Tensor*> outs;
   for (Tensor& view : *views) outs.push_back(&view);
-  if (absl::Status s = DoPull(keys, outs, priority); !s.ok()) return s;
+  RETURN_IF_ERROR(DoPull(keys, outs, priority));
   return Wait(keys);  // The views live in this frame: the pull must have filled them.
 }
 
@@ -287,14 +288,14 @@ absl::Status KVStore::DoPushPullBucket(absl::Span<const Key> keys, const Tensor&
   if (!views.ok()) return views.status();
   std::vector<Tensor*> outs;
   for (Tensor& view : *views) outs.push_back(&view);
-  if (absl::Status s = DoPushPull(keys, *values, outs, priority); !s.ok()) return s;
+  RETURN_IF_ERROR(DoPushPull(keys, *values, outs, priority));
   return Wait(keys);
 }
 
 absl::Status KVStore::PushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                                absl::Span<Tensor* const> outs, int priority) {
-  if (absl::Status s = CheckCount(keys, values, "pushpull"); !s.ok()) return s;
-  if (absl::Status s = CheckOutputs(keys, outs, "pushpull"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckCount(keys, values, "pushpull"));
+  RETURN_IF_ERROR(CheckOutputs(keys, outs, "pushpull"));
   return DoPushPull(keys, values, outs, priority);
 }
 
@@ -325,7 +326,7 @@ absl::Status CheckRowSparse(const Key& key, const RowSparse& value, absl::string
 }  // namespace
 
 absl::Status KVStore::Init(const Key& key, const RowSparse& value) {
-  if (absl::Status s = CheckRowSparse(key, value, "init"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckRowSparse(key, value, "init"));
   if (absl::Status s = CheckRowIds(value.row_ids(), value.shape()[0],
                                    absl::StrCat("init: key ", key.Quoted()));
       !s.ok()) {
@@ -341,7 +342,7 @@ absl::Status KVStore::Push(absl::Span<const Key> keys, absl::Span<const RowSpars
         absl::StrCat("push of ", keys.size(), " keys with ", values.size(), " values"));
   }
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (absl::Status s = CheckRowSparse(keys[i], values[i], "push"); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckRowSparse(keys[i], values[i], "push"));
   }
   return DoPushRowSparse(keys, values, priority);
 }
@@ -388,7 +389,7 @@ absl::Status KVStore::RowSparsePull(const Key& key, absl::Span<RowSparse* const>
 }
 
 absl::Status KVStore::SetOptimizer(const OptimizerConfig& config) {
-  if (absl::Status s = ValidateOptimizerConfig(config); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateOptimizerConfig(config));
   return DoSetOptimizer(config);
 }
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace kvstore {
 namespace {
@@ -94,7 +95,7 @@ absl::StatusOr<Tensor> FromDLPack(DLManagedTensor* managed) {
     return absl::InvalidArgumentError("DLPack tensor has no shape");
   }
   Shape shape(t.shape, t.shape + t.ndim);
-  if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateShape(shape));
   if (t.strides != nullptr) {
     int64_t expected = 1;
     for (int d = t.ndim - 1; d >= 0; --d) {

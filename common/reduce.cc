@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
+#include "common/status_macros.h"
 
 namespace kvstore {
 namespace {
@@ -144,7 +145,7 @@ absl::Status SumInto(absl::Span<const Tensor> inputs, Tensor* out) {
   if (inputs.empty()) return absl::InvalidArgumentError("sum of no tensors");
   if (out == nullptr) return absl::InvalidArgumentError("sum into a null output");
   for (const Tensor& input : inputs) {
-    if (absl::Status s = CheckSameLayout(input, *out, "sum"); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckSameLayout(input, *out, "sum"));
   }
   switch (out->dtype()) {
     case DType::kFloat32:
@@ -197,7 +198,7 @@ void AddRaw(DType dtype, const void* src, void* dst, int64_t count) {
 
 absl::Status CopyInto(const Tensor& src, Tensor* dst) {
   if (dst == nullptr) return absl::InvalidArgumentError("copy into a null output");
-  if (absl::Status s = CheckSameLayout(src, *dst, "copy"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckSameLayout(src, *dst, "copy"));
   if (src.data() != dst->data() && src.byte_size() > 0) {
     std::memmove(dst->data(), src.data(), src.byte_size());
   }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/reduce.h"
+#include "common/status_macros.h"
 
 namespace kvstore {
 
@@ -35,7 +36,7 @@ absl::StatusOr<RowSparse> RowSparse::Create(Shape shape, std::vector<int64_t> ro
   if (shape.empty()) {
     return absl::InvalidArgumentError("a row-sparse value needs a shape of rank >= 1");
   }
-  if (absl::Status s = ValidateShape(shape); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateShape(shape));
   if (!data.defined() || !data.device().is_cpu()) {
     return absl::InvalidArgumentError("a row-sparse value's rows must be a defined CPU tensor");
   }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/gpu/cuda_reduce.h"
 #include "client/gpu/device_info.h"
+#include "common/status_macros.h"
 
 namespace kvstore::gpu {
 namespace {
@@ -37,7 +38,7 @@ absl::Status CheckUsable(const Key& key, const Tensor& tensor) {
 absl::StatusOr<bool> AllOnGpu(const Key& key, absl::Span<const Tensor> tensors) {
   size_t gpu = 0;
   for (const Tensor& t : tensors) {
-    if (absl::Status s = CheckUsable(key, t); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckUsable(key, t));
     if (!t.device().is_cpu()) ++gpu;
   }
   if (gpu != 0 && gpu != tensors.size()) {

@@ -1,3 +1,4 @@
+#include "common/status_macros.h"
 #include "common/store/optimizer.h"
 
 #include <algorithm>
@@ -279,8 +280,8 @@ absl::StatusOr<OptimizerConfig> ParseOptimizerText(absl::string_view name,
       .Number("lower_bound", &c.lower_bound)
       .Number("upper_bound", &c.upper_bound)
       .Flag("bias_correction", &c.bias_correction);
-  if (absl::Status s = fields.Parse(text); !s.ok()) return s;
-  if (absl::Status s = ValidateOptimizerConfig(c); !s.ok()) return s;
+  RETURN_IF_ERROR(fields.Parse(text));
+  RETURN_IF_ERROR(ValidateOptimizerConfig(c));
   return c;
 }
 
@@ -300,7 +301,7 @@ absl::Status RegisterOptimizers(UpdaterRegistry* registry) {
 }
 
 absl::StatusOr<std::unique_ptr<Updater>> MakeOptimizer(const OptimizerConfig& config) {
-  if (absl::Status s = ValidateOptimizerConfig(config); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateOptimizerConfig(config));
   absl::StatusOr<StepFunctions> steps = optimizer_internal::StepsFor(config.name);
   if (!steps.ok()) return steps.status();
   return std::unique_ptr<Updater>(new Optimizer(Resolve(config), *steps));

@@ -26,6 +26,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/kvstore.h"
+#include "common/status_macros.h"
 
 namespace kvstore {
 namespace {
@@ -83,7 +84,7 @@ absl::Status Train(KVStore* kv, uint64_t seed, int steps, const std::string& mod
     sgd.name = "sgd";
     sgd.learning_rate = kLearningRate;
     sgd.rescale_grad = 1.0 / workers;
-    if (absl::Status s = kv->SetOptimizer(sgd); !s.ok()) return s;
+    RETURN_IF_ERROR(kv->SetOptimizer(sgd));
   }
   if (absl::Status s = kv->Init(key, Tensor::Zeros(DType::kFloat32, {kFeatures})); !s.ok()) {
     return s;
@@ -116,9 +117,9 @@ absl::Status Train(KVStore* kv, uint64_t seed, int steps, const std::string& mod
     if (step == 0) first_loss = loss;
     last_loss = loss;
     for (int j = 0; j < kFeatures; ++j) grad.data_as<float>()[j] = static_cast<float>(g[j]);
-    if (absl::Status s = kv->Push(key, grad); !s.ok()) return s;
-    if (absl::Status s = kv->Pull(key, &weight); !s.ok()) return s;
-    if (absl::Status s = kv->WaitAll(); !s.ok()) return s;
+    RETURN_IF_ERROR(kv->Push(key, grad));
+    RETURN_IF_ERROR(kv->Pull(key, &weight));
+    RETURN_IF_ERROR(kv->WaitAll());
     // The float64 replay: every worker's gradient at the reference weights.
     std::vector<double> sum(kFeatures, 0.0);
     for (int r = 0; r < workers; ++r) {
@@ -162,22 +163,22 @@ absl::Status AsyncWithoutUpdater(KVStore* kv) {
         "got: ", refused.ToString()));
   }
   std::printf("worker %d: refused as expected: %s\n", kv->rank(), refused.ToString().c_str());
-  if (absl::Status s = kv->Barrier(); !s.ok()) return s;
+  RETURN_IF_ERROR(kv->Barrier());
   if (kv->rank() == 0) {
     OptimizerConfig sgd;
     sgd.name = "sgd";
     sgd.learning_rate = 1.0;
-    if (absl::Status s = kv->SetOptimizer(sgd); !s.ok()) return s;
+    RETURN_IF_ERROR(kv->SetOptimizer(sgd));
   }
-  if (absl::Status s = kv->Barrier(); !s.ok()) return s;
+  RETURN_IF_ERROR(kv->Barrier());
   if (absl::Status s = kv->Push(key, Tensor::Full(DType::kFloat32, {kFeatures}, 0.5)); !s.ok()) {
     return s;
   }
-  if (absl::Status s = kv->WaitAll(); !s.ok()) return s;
-  if (absl::Status s = kv->Barrier(); !s.ok()) return s;
+  RETURN_IF_ERROR(kv->WaitAll());
+  RETURN_IF_ERROR(kv->Barrier());
   Tensor out = Tensor::Zeros(DType::kFloat32, {kFeatures});
-  if (absl::Status s = kv->Pull(key, &out); !s.ok()) return s;
-  if (absl::Status s = kv->WaitAll(); !s.ok()) return s;
+  RETURN_IF_ERROR(kv->Pull(key, &out));
+  RETURN_IF_ERROR(kv->WaitAll());
   // 1.5 - 1.0 * 0.5 per worker.
   const double expected = 1.5 - 0.5 * kv->num_workers();
   if (std::abs(out.data_as<float>()[0] - expected) > 1e-6) {
