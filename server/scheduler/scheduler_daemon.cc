@@ -48,24 +48,24 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
         absl::Hex(absl::Uniform<uint64_t>(random), absl::kZeroPad16));
   }
   SchedulerCore* core = daemon->core_.get();
-  SchedulerService* service = daemon->service_.get();
+  CommandFanOut* commands = daemon->service_->commands();
   daemon->coordinator_ = std::make_unique<CheckpointCoordinator>(
       checkpoints,
-      [service](int rank, int head, const std::string& body) {
-        return service->CallServer(rank, head, body);
+      [commands](int rank, int head, const std::string& body) {
+        return commands->CallServer(rank, head, body);
       },
       [core] { return core->view(); }, [core] { return !core->shutdown_requested(); });
   daemon->service_->SetCheckpointCoordinator(daemon->coordinator_.get());
   // A replacement server's join cuts servers too: it runs between checkpoints.
   daemon->joiner_ = std::make_unique<ServerJoiner>(
       core,
-      [service](int shard, int head, const std::string& body) {
-        return service->CallServer(shard, head, body);
+      [commands](int shard, int head, const std::string& body) {
+        return commands->CallServer(shard, head, body);
       },
-      [service](const std::string& address, bool backup, int head, const std::string& body) {
-        return service->CallAddress(address, backup, head, body);
+      [commands](const std::string& address, bool backup, int head, const std::string& body) {
+        return commands->CallAddress(address, backup, head, body);
       },
-      [service](bool pause) { service->PauseCommands(pause); }, checkpoints.cut_timeout);
+      [commands](bool pause) { commands->Pause(pause); }, checkpoints.cut_timeout);
   CheckpointCoordinator* coordinator = daemon->coordinator_.get();
   ServerJoiner* joiner = daemon->joiner_.get();
   daemon->service_->SetJoinHandler(

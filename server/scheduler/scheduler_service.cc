@@ -42,27 +42,6 @@ void ViewToProto(const ClusterView& view, proto::ClusterView* out) {
   for (uint64_t id : view.worker_node_ids) out->add_worker_node_ids(id);
 }
 
-// ShardCopy: one copy of a shard a command goes to - on server `server`, as its primary or
-// (backup) as the backup the next rank holds.
-struct ShardCopy {
-  int shard = 0;
-  int server = 0;
-  bool backup = false;
-};
-
-// LivingCopiesOf lists the copies of every shard on servers not in `dead`: each shard's
-// primary, and in a job with replicas its backup.
-std::vector<ShardCopy> LivingCopiesOf(const ClusterView& view, const std::vector<int>& dead) {
-  const int n = static_cast<int>(view.servers.size());
-  auto alive = [&](int rank) { return std::find(dead.begin(), dead.end(), rank) == dead.end(); };
-  std::vector<ShardCopy> copies;
-  for (int shard = 0; shard < n; ++shard) {
-    if (alive(shard)) copies.push_back({shard, shard, false});
-    if (view.replicas > 1 && alive((shard + 1) % n)) copies.push_back({shard, (shard + 1) % n, true});
-  }
-  return copies;
-}
-
 // Metadata returns the value of `key` in the call's metadata, or nothing.
 std::optional<absl::string_view> Metadata(const grpc::CallbackServerContext& context,
                                           const char* key) {
@@ -105,6 +84,7 @@ SchedulerService::SchedulerService(SchedulerCore* core, absl::Duration command_t
                                    const std::string& secret,
                                    std::shared_ptr<grpc::ChannelCredentials> server_credentials)
     : core_(core),
+      commands_(core, this),
       command_timeout_(command_timeout),
       server_credentials_(std::move(server_credentials)) {
   if (!secret.empty()) {
@@ -331,26 +311,12 @@ grpc::ServerUnaryReactor* SchedulerService::Command(grpc::CallbackServerContext*
       });
 }
 
-void SchedulerService::PauseCommands(bool pause) {
-  std::vector<std::function<void()>> held;
-  {
-    absl::MutexLock lock(&pause_mu_);
-    paused_ = pause;
-    if (!pause) held.swap(held_commands_);
-  }
-  for (auto& command : held) command();
-}
-
 void SchedulerService::HandleCommand(const proto::CommandRequest& request,
                                      proto::CommandResponse* response, Done done) {
-  {
-    absl::MutexLock lock(&pause_mu_);
-    if (paused_) {
-      held_commands_.push_back([this, request, response, done = std::move(done)]() mutable {
+  if (commands_.HoldWhilePaused([this, request, response, done]() mutable {
         HandleCommand(request, response, std::move(done));
-      });
-      return;
-    }
+      })) {
+    return;
   }
   if (request.head() >= kCommandCutBegin && request.head() <= kCommandCopyIn) {
     // The steps of checkpoint sets and shard copies: sent by the scheduler itself, in order.
@@ -359,82 +325,18 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
         "shard copies (heads ", kCommandCutBegin, "-", kCommandCopyIn,
         "); it is not sent on request (a checkpoint is head ", kCommandCheckpoint, ")")));
   }
-  absl::StatusOr<ClusterView> view = core_->view();
-  if (!view.ok()) return done(view.status());
+  if (absl::StatusOr<ClusterView> view = core_->view(); !view.ok()) return done(view.status());
+  auto answer = [response, done = std::move(done)](
+                    absl::StatusOr<std::vector<std::string>> replies) {
+    if (!replies.ok()) return done(replies.status());
+    for (std::string& reply : *replies) response->add_replies(std::move(reply));
+    done(absl::OkStatus());
+  };
   if (request.head() == kCommandCheckpoint && coordinator_ != nullptr) {
     // A checkpoint is one cut of every server, written as a set (checkpoint_coordinator.h).
-    coordinator_->Request(request.body(), [response, done = std::move(done)](
-                                              absl::StatusOr<std::vector<std::string>> paths) {
-      if (!paths.ok()) return done(paths.status());
-      for (std::string& path : *paths) response->add_replies(std::move(path));
-      done(absl::OkStatus());
-    });
-    return;
+    return coordinator_->Request(request.body(), std::move(answer));
   }
-  // One raw call per living copy of each shard (its server, and in a job with replicas its
-  // backup's); the last to complete answers, with each shard's reply from its first living
-  // copy.
-  struct FanOut {
-    absl::Mutex mu;
-    int remaining = 0;
-    std::vector<std::string> replies;
-    absl::Status first_error;
-    proto::CommandResponse* response = nullptr;
-    Done done;
-  };
-  struct Call {
-    grpc::ClientContext context;
-    grpc::ByteBuffer request;
-    grpc::ByteBuffer reply;
-  };
-  const std::vector<ShardCopy> copies = LivingCopiesOf(*view, core_->dead_servers());
-  if (copies.empty()) return done(absl::UnavailableError("no server of the job is alive"));
-  auto fan_out = std::make_shared<FanOut>();
-  fan_out->remaining = static_cast<int>(copies.size());
-  fan_out->replies.resize(2 * view->servers.size());
-  fan_out->response = response;
-  fan_out->done = std::move(done);
-  proto::ServerCommandRequest command;
-  command.set_node_id(kSchedulerNodeId);
-  command.set_head(request.head());
-  command.set_body(request.body());
-  const grpc::ByteBuffer encoded = EncodeMessage(command);
-  const size_t num_shards = view->servers.size();
-  for (const ShardCopy& copy : copies) {
-    const ServerEntry server = view->servers[copy.server];
-    // Replies of primaries first, then of backups; the first of a shard's wins.
-    const size_t i = copy.shard + (copy.backup ? num_shards : 0);
-    auto call = std::make_shared<Call>();
-    call->request = Signed(ServerMethod::kCommand, copy.backup, server.address, encoded);
-    call->context.set_deadline(GrpcDeadline(absl::Now() + command_timeout_));
-    ServerStub(server.address)
-        ->UnaryCall(&call->context, GrpcMethodPath(ServerMethod::kCommand, copy.backup),
-                    grpc::StubOptions(), &call->request, &call->reply,
-                    [fan_out, call, server, i, num_shards](grpc::Status grpc_status) {
-                      absl::Status result = FromGrpcStatus(grpc_status);
-                      proto::ServerCommandResponse reply;
-                      if (result.ok()) result = DecodeMessage(call->reply, &reply);
-                      bool last;
-                      {
-                        absl::MutexLock lock(&fan_out->mu);
-                        if (result.ok()) {
-                          fan_out->replies[i] = reply.reply();
-                        } else if (fan_out->first_error.ok()) {
-                          fan_out->first_error = absl::Status(
-                              result.code(), absl::StrCat("server ", server.rank, " at ",
-                                                          server.address, ": ", result.message()));
-                        }
-                        last = --fan_out->remaining == 0;
-                      }
-                      if (!last) return;
-                      for (size_t shard = 0; shard < num_shards; ++shard) {
-                        fan_out->response->add_replies(fan_out->replies[shard].empty()
-                                                           ? fan_out->replies[shard + num_shards]
-                                                           : fan_out->replies[shard]);
-                      }
-                      fan_out->done(fan_out->first_error);
-                    });
-  }
+  commands_.FanOut(request.head(), request.body(), std::move(answer));
 }
 
 grpc::ByteBuffer SchedulerService::Signed(ServerMethod method, bool backup,
@@ -444,63 +346,29 @@ grpc::ByteBuffer SchedulerService::Signed(ServerMethod method, bool backup,
   return signer_->Sign({method, backup, address, 0}, request);
 }
 
-absl::StatusOr<std::string> SchedulerService::CallServer(int rank, int head,
-                                                        const std::string& body) {
-  ASSIGN_OR_RETURN(const ClusterView view, core_->view());
-  if (rank < 0 || rank >= static_cast<int>(view.servers.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("no server of rank ", rank));
-  }
-  // A dead server's shard is served by its backup, on the next rank (a job with replicas).
-  const std::vector<int> dead = core_->dead_servers();
-  const bool backup = std::find(dead.begin(), dead.end(), rank) != dead.end();
-  const ServerEntry server = view.servers[backup ? (rank + 1) % view.servers.size() : rank];
-  absl::StatusOr<std::string> reply = CallRaw(server.address, backup, head, body);
-  if (!reply.ok()) {
-    return absl::Status(reply.status().code(),
-                        absl::StrCat("server ", server.rank, " at ", server.address,
-                                     backup ? absl::StrCat(" (backup of shard ", rank, ")") : "",
-                                     ": ", reply.status().message()));
-  }
-  return reply;
-}
-
-absl::StatusOr<std::string> SchedulerService::CallAddress(const std::string& address,
-                                                          bool backup, int head,
-                                                          const std::string& body) {
-  absl::StatusOr<std::string> reply = CallRaw(address, backup, head, body);
-  if (!reply.ok()) {
-    return absl::Status(reply.status().code(),
-                        absl::StrCat("the server at ", address,
-                                     backup ? " (its backup shard)" : "", ": ",
-                                     reply.status().message()));
-  }
-  return reply;
-}
-
-absl::StatusOr<std::string> SchedulerService::CallRaw(const std::string& address, bool backup,
-                                                      int head, const std::string& body) {
+void SchedulerService::Send(const std::string& address, bool backup, int head,
+                            const std::string& body, Reply done) {
   proto::ServerCommandRequest command;
   command.set_node_id(kSchedulerNodeId);
   command.set_head(head);
   command.set_body(body);
-  grpc::ByteBuffer request =
-                       Signed(ServerMethod::kCommand, backup, address, EncodeMessage(command)),
-                   reply;
-  grpc::ClientContext context;
-  context.set_deadline(GrpcDeadline(absl::Now() + command_timeout_));
-  absl::Notification finished;
-  absl::Status result;
-  ServerStub(address)
-      ->UnaryCall(&context, GrpcMethodPath(ServerMethod::kCommand, backup), grpc::StubOptions(),
-                  &request, &reply, [&](grpc::Status grpc_status) {
-                    result = FromGrpcStatus(grpc_status);
-                    finished.Notify();
-                  });
-  finished.WaitForNotification();
-  proto::ServerCommandResponse response;
-  if (result.ok()) result = DecodeMessage(reply, &response);
-  if (!result.ok()) return result;
-  return response.reply();
+  struct Call {
+    grpc::ClientContext context;
+    grpc::ByteBuffer request;
+    grpc::ByteBuffer reply;
+  };
+  auto call = std::make_shared<Call>();
+  call->request = Signed(ServerMethod::kCommand, backup, address, EncodeMessage(command));
+  call->context.set_deadline(GrpcDeadline(absl::Now() + command_timeout_));
+  ServerStub(address)->UnaryCall(
+      &call->context, GrpcMethodPath(ServerMethod::kCommand, backup), grpc::StubOptions(),
+      &call->request, &call->reply, [call, done = std::move(done)](grpc::Status grpc_status) {
+        absl::Status result = FromGrpcStatus(grpc_status);
+        proto::ServerCommandResponse reply;
+        if (result.ok()) result = DecodeMessage(call->reply, &reply);
+        if (!result.ok()) return done(result);
+        done(std::move(*reply.mutable_reply()));
+      });
 }
 
 grpc::ServerUnaryReactor* SchedulerService::ServerUnreachable(

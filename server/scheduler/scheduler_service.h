@@ -1,6 +1,6 @@
 // SchedulerService: the gRPC adapter of the scheduler. It parses requests, checks the caller's
-// credentials, converts requests to SchedulerCore calls and back, and fans controller commands
-// out to the servers.
+// credentials and converts requests to SchedulerCore calls and back; controller commands go to
+// the servers through its CommandFanOut (command_fan_out.h), for which it is the gRPC channel.
 //
 // Every method is a raw callback method: a request that does not parse is answered
 // INVALID_ARGUMENT naming the method. With a job secret (common/job_auth.h), every call must
@@ -37,6 +37,7 @@
 #include "proto/kvstore.grpc.pb.h"
 #include "common/metrics_registry.h"
 #include "server/scheduler/checkpoint_coordinator.h"
+#include "server/scheduler/command_fan_out.h"
 #include "server/scheduler/scheduler_core.h"
 
 namespace kvstore {
@@ -51,7 +52,7 @@ using RawSchedulerService = proto::Scheduler::WithRawCallbackMethod_Register<
                             proto::Scheduler::WithRawCallbackMethod_ServerUnreachable<
                                 proto::Scheduler::Service>>>>>>>>;
 
-class SchedulerService final : public RawSchedulerService {
+class SchedulerService final : public RawSchedulerService, private ServerCommandChannel {
  public:
   // `core` must outlive the service. Commands to servers time out after `command_timeout` and
   // travel over `server_credentials` (common/grpc_channel.h; null: plaintext). With `secret`
@@ -107,17 +108,11 @@ class SchedulerService final : public RawSchedulerService {
   void SetJoinHandler(std::function<void(Registration, std::string address)> join) {
     join_ = std::move(join);
   }
-  // PauseCommands holds workers' and kvctl's controller commands (true), or runs the held ones
-  // and lets later ones go on (false): a join copies shards meanwhile.
-  void PauseCommands(bool pause);
-  // CallServer sends controller command `head` with `body` to the server of `rank` - with
-  // replicas, to the backup of its shard while it is dead - and waits for its reply (at most
-  // the command timeout). Errors name the server. Blocks: never call it from a gRPC reaction.
-  absl::StatusOr<std::string> CallServer(int rank, int head, const std::string& body);
-  // CallAddress sends the command to the server at `address`, to its backup engine when
-  // `backup`; as CallServer otherwise.
-  absl::StatusOr<std::string> CallAddress(const std::string& address, bool backup, int head,
-                                          const std::string& body);
+  // commands reaches the servers with controller commands (command_fan_out.h): the
+  // checkpoint coordinator and the server joiner call servers through it, and pause the
+  // workers' and kvctl's commands with it (held until resumed). Its calls time out after the
+  // command timeout.
+  CommandFanOut* commands() { return &commands_; }
 
  private:
   using Done = std::function<void(absl::Status)>;
@@ -130,10 +125,11 @@ class SchedulerService final : public RawSchedulerService {
                      uint64_t node_id) const;
   // CheckCaller accepts node id 0 (a controller such as kvctl) or an issued node id.
   absl::Status CheckCaller(uint64_t node_id) const;
-  // CallRaw sends a command to the server at `address` (its backup engine when `backup`);
-  // errors as the call returned them.
-  absl::StatusOr<std::string> CallRaw(const std::string& address, bool backup, int head,
-                                      const std::string& body);
+  // Send (ServerCommandChannel) sends a command to the server at `address` (its backup engine
+  // when `backup`), signed as node 1, with the command timeout; `done` gets the reply or the
+  // call's error.
+  void Send(const std::string& address, bool backup, int head, const std::string& body,
+            Reply done) override;
   // ServerStub returns the (cached) raw stub for a server's address.
   std::shared_ptr<grpc::GenericStub> ServerStub(const std::string& address);
 
@@ -147,6 +143,7 @@ class SchedulerService final : public RawSchedulerService {
                                    proto::ClusterStatusResponse* response);
 
   SchedulerCore* core_;
+  CommandFanOut commands_;
   Histogram* barrier_wait_ = nullptr;  // Optional; set before serving.
   const absl::Duration command_timeout_;
   // With a secret: the job token and the key of node tokens.
@@ -161,9 +158,6 @@ class SchedulerService final : public RawSchedulerService {
   std::shared_ptr<grpc::ChannelCredentials> server_credentials_;  // Calls to the servers.
   CheckpointCoordinator* coordinator_ = nullptr;
   std::function<void(Registration, std::string)> join_;  // Optional; set before serving.
-  absl::Mutex pause_mu_;
-  bool paused_ ABSL_GUARDED_BY(pause_mu_) = false;
-  std::vector<std::function<void()>> held_commands_ ABSL_GUARDED_BY(pause_mu_);
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<grpc::GenericStub>> stubs_ ABSL_GUARDED_BY(mu_);
 };
