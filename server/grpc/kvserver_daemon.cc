@@ -234,10 +234,67 @@ void KVServerDaemon::Run() {
   done_.Notify();
 }
 
+// Heartbeat sends one heartbeat reporting this server's load and what it restored, with the
+// node's credential; thread-compatible (the serving loop's).
+class KVServerDaemon::Heartbeat {
+ public:
+  Heartbeat(proto::Scheduler::Stub* stub, const proto::RegisterResponse& registration,
+            const ServerBackend& backend, bool secured, absl::Duration interval)
+      : stub_(stub),
+        node_id_(registration.node_id()),
+        engine_(backend.engine.get()),
+        controller_(backend.controller.get()),
+        credential_(secured ? NodeCredential(registration.node_id(), registration.node_token())
+                            : ""),
+        interval_(interval) {}
+
+  grpc::Status Send(proto::HeartbeatResponse* reply) const {
+    proto::HeartbeatRequest request;
+    request.set_node_id(node_id_);
+    const ShardStore::Stats stats = engine_->stats();
+    request.set_num_keys(stats.num_keys);
+    request.set_num_bytes(stats.num_bytes);
+    request.set_max_round(engine_->MaxRoundStarted());
+    request.set_restored_round(controller_->restored_round());
+    request.set_restored_checkpoint(controller_->restored_checkpoint());
+    grpc::ClientContext context;
+    if (!credential_.empty()) context.AddMetadata(kNodeTokenKey, credential_);
+    context.set_deadline(GrpcDeadline(absl::Now() + std::max(interval_, absl::Seconds(2))));
+    return stub_->Heartbeat(&context, request, reply);
+  }
+
+ private:
+  proto::Scheduler::Stub* const stub_;
+  const uint64_t node_id_;
+  const ServerEngine* const engine_;
+  const Controller* const controller_;
+  const std::string credential_;
+  const absl::Duration interval_;
+};
+
 absl::Status KVServerDaemon::RegisterAndServe() {
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> to_scheduler,
                    ChannelCredentialsFor(options_.security.tls));
   auto stub = proto::Scheduler::NewStub(MakeChannel(options_.scheduler_address, to_scheduler));
+  ASSIGN_OR_RETURN(const proto::RegisterResponse registration, Register(stub.get()));
+  if (options_.name_log_lines) SetLogNode(absl::StrCat("kvserver ", registration.rank()));
+  ASSIGN_OR_RETURN(Backends backends, MakeBackends(registration));
+  const proto::ClusterView& view = registration.view();
+  const absl::Duration interval = absl::Milliseconds(std::max(10, view.heartbeat_interval_ms()));
+  const Heartbeat beat(stub.get(), registration, *backends.primary,
+                       !options_.security.secret.empty(), interval);
+  if (!registration.replaced_address().empty()) RefuseLostUpdates(registration, backends, beat);
+  ServerEngine* engine = backends.primary->engine.get();
+  ServerEngine* backup_engine = backends.backup != nullptr ? backends.backup->engine.get() : nullptr;
+  service_.SetBackend(std::move(backends.primary), MakeVerifier(registration),
+                      std::move(backends.backup));
+  health_->SetServing(true);
+  spdlog::info("kvserver rank {} (node {}) serving {} for {} workers", registration.rank(),
+               registration.node_id(), view.mode(), view.num_workers());
+  return HeartbeatUntilOver(registration, beat, interval, engine, backup_engine);
+}
+
+absl::StatusOr<proto::RegisterResponse> KVServerDaemon::Register(proto::Scheduler::Stub* stub) {
   const bool secured = !options_.security.secret.empty();
   proto::RegisterRequest request;
   request.set_role(proto::SERVER);
@@ -246,36 +303,38 @@ absl::Status KVServerDaemon::RegisterAndServe() {
   request.set_hostname(LocalHostname());
   proto::RegisterResponse registration;
   const absl::Time give_up = absl::Now() + options_.register_timeout;
-  {
-    // The scheduler may still be starting: retried while it cannot be reached, saying so.
-    const grpc::Status status = CallWhileUnreachable(
-        absl::StrCat("the scheduler at ", options_.scheduler_address), give_up,
-        [&](absl::Time deadline) {
-          grpc::ClientContext context;
-          context.set_deadline(GrpcDeadline(deadline));
-          if (secured) context.AddMetadata(kJobTokenKey, JobToken(options_.security.secret));
-          {
-            absl::MutexLock lock(&registering_mu_);
-            if (stop_.HasBeenNotified()) {
-              return grpc::Status(grpc::StatusCode::CANCELLED, "kvserver stopped");
-            }
-            registering_ = &context;
-          }
-          const grpc::Status attempt = stub->Register(&context, request, &registration);
+  // The scheduler may still be starting: retried while it cannot be reached, saying so.
+  const grpc::Status status = CallWhileUnreachable(
+      absl::StrCat("the scheduler at ", options_.scheduler_address), give_up,
+      [&](absl::Time deadline) {
+        grpc::ClientContext context;
+        context.set_deadline(GrpcDeadline(deadline));
+        if (secured) context.AddMetadata(kJobTokenKey, JobToken(options_.security.secret));
+        {
           absl::MutexLock lock(&registering_mu_);
-          registering_ = nullptr;
-          return attempt;
-        },
-        [](const std::string& line) { spdlog::warn("kvserver: {}", line); });
-    if (!status.ok()) {
-      if (stop_.HasBeenNotified()) return absl::CancelledError("kvserver stopped");
-      return absl::Status(FromGrpcStatus(status).code(),
-                          absl::StrCat("registering with the scheduler at ",
-                                       options_.scheduler_address, ": ", status.error_message()));
-    }
+          if (stop_.HasBeenNotified()) {
+            return grpc::Status(grpc::StatusCode::CANCELLED, "kvserver stopped");
+          }
+          registering_ = &context;
+        }
+        const grpc::Status attempt = stub->Register(&context, request, &registration);
+        absl::MutexLock lock(&registering_mu_);
+        registering_ = nullptr;
+        return attempt;
+      },
+      [](const std::string& line) { spdlog::warn("kvserver: {}", line); });
+  if (!status.ok()) {
+    if (stop_.HasBeenNotified()) return absl::CancelledError("kvserver stopped");
+    return absl::Status(FromGrpcStatus(status).code(),
+                        absl::StrCat("registering with the scheduler at ",
+                                     options_.scheduler_address, ": ", status.error_message()));
   }
+  return registration;
+}
+
+absl::StatusOr<KVServerDaemon::Backends> KVServerDaemon::MakeBackends(
+    const proto::RegisterResponse& registration) {
   const proto::ClusterView& view = registration.view();
-  if (options_.name_log_lines) SetLogNode(absl::StrCat("kvserver ", registration.rank()));
   BackendSpec spec;
   spec.rank = registration.rank();
   spec.num_servers = view.num_servers();
@@ -308,133 +367,124 @@ absl::Status KVServerDaemon::RegisterAndServe() {
              {"mode", view.mode()},
              {"address", address()}};
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<ServerBackend> backend, MakeServerBackend(spec));
+  Backends backends;
+  ASSIGN_OR_RETURN(backends.primary, MakeServerBackend(spec));
   if (!spec.restore_dir.empty()) {
     spdlog::info("kvserver rank {} restored {} keys from {}", registration.rank(),
-                 backend->engine->stats().num_keys,
+                 backends.primary->engine->stats().num_keys,
                  CheckpointPath(checkpoint_root_->PathOf(options_.restore_dir),
                                 registration.rank()));
   }
   // With replicas, this server also holds the backup of the previous rank's shard: a second
   // engine of that rank, restored from the same set, served through the Backup methods.
-  std::shared_ptr<ServerBackend> backup;
   if (view.replicas() > 1) {
     BackendSpec backup_spec = spec;
     backup_spec.rank = (spec.rank + spec.num_servers - 1) % spec.num_servers;
     backup_spec.round_observer = nullptr;
-    ASSIGN_OR_RETURN(backup, MakeServerBackend(backup_spec));
+    ASSIGN_OR_RETURN(backends.backup, MakeServerBackend(backup_spec));
     spdlog::info("kvserver rank {} holds the backup of shard {}", registration.rank(),
                  backup_spec.rank);
   }
-  ServerEngine* engine = backend->engine.get();
-  ServerEngine* backup_engine = backup != nullptr ? backup->engine.get() : nullptr;
   if (join_epoch > 0) {
     // Empty until the copies arrive: nothing routed by an older view is served.
-    engine->SetViewFloor(join_epoch, /*reads_too=*/true);
-    if (backup_engine != nullptr) backup_engine->SetViewFloor(join_epoch, /*reads_too=*/true);
+    backends.primary->engine->SetViewFloor(join_epoch, /*reads_too=*/true);
+    if (backends.backup != nullptr) {
+      backends.backup->engine->SetViewFloor(join_epoch, /*reads_too=*/true);
+    }
     spdlog::info("kvserver rank {} (node {}) replaces a dead server of the running job: the "
                  "scheduler copies shards {} and {} into it, then publishes it at view epoch {}",
                  registration.rank(), registration.node_id(), registration.rank(),
                  (registration.rank() + view.num_servers() - 1) % view.num_servers(),
                  join_epoch);
   }
-  const Controller* controller = backend->controller.get();
-  std::shared_ptr<const RequestVerifier> verifier;
-  if (secured) {
-    verifier = std::make_shared<const RequestVerifier>(
-        std::map<uint64_t, std::string>(registration.peer_tokens().begin(),
-                                        registration.peer_tokens().end()),
-        address(),
-        std::map<uint64_t, uint64_t>{{kSchedulerNodeId, registration.scheduler_sequence()}},
-        view.signed_payloads());
-  }
-  const std::string credential = NodeCredential(registration.node_id(), registration.node_token());
-  const absl::Duration interval = absl::Milliseconds(std::max(10, view.heartbeat_interval_ms()));
-  // Beat sends one heartbeat reporting this server's load and what it restored.
-  auto beat = [&](proto::HeartbeatResponse* reply) {
-    proto::HeartbeatRequest request;
-    request.set_node_id(registration.node_id());
-    const ShardStore::Stats stats = engine->stats();
-    request.set_num_keys(stats.num_keys);
-    request.set_num_bytes(stats.num_bytes);
-    request.set_max_round(engine->MaxRoundStarted());
-    request.set_restored_round(controller->restored_round());
-    request.set_restored_checkpoint(controller->restored_checkpoint());
-    grpc::ClientContext context;
-    if (secured) context.AddMetadata(kNodeTokenKey, credential);
-    context.set_deadline(GrpcDeadline(absl::Now() + std::max(interval, absl::Seconds(2))));
-    return stub->Heartbeat(&context, request, reply);
-  };
-  if (!registration.replaced_address().empty()) {
-    // The dead server's updates since the checkpoint are lost: nothing is acknowledged on the
-    // old values. The scheduler hears what was restored before any worker can be refused, so
-    // that the workers' errors name the rounds lost.
-    backend->refusal = absl::DataLossError(absl::StrCat(
-        "kvserver rank ", registration.rank(), " took the place of the server at ",
-        registration.replaced_address(), ", which died, and ",
-        controller->restored_round() >= 0
-            ? absl::StrCat("restored checkpoint ", controller->restored_checkpoint(),
-                           " at round ", controller->restored_round())
-            : std::string("restored no checkpoint"),
-        ": the updates that server acknowledged since are lost, so it refuses every data "
-        "request; restart the job from a checkpoint"));
-    spdlog::error("{}", std::string(backend->refusal.message()));
-    proto::HeartbeatResponse reply;
-    const grpc::Status status = beat(&reply);
-    if (!status.ok()) {
-      spdlog::warn("kvserver rank {}: telling the scheduler what it restored: {}",
-                   registration.rank(), status.error_message());
-    }
-  }
-  service_.SetBackend(std::move(backend), std::move(verifier), std::move(backup));
-  health_->SetServing(true);
-  spdlog::info("kvserver rank {} (node {}) serving {} for {} workers", registration.rank(),
-              registration.node_id(), view.mode(), view.num_workers());
+  return backends;
+}
 
+std::shared_ptr<const RequestVerifier> KVServerDaemon::MakeVerifier(
+    const proto::RegisterResponse& registration) const {
+  if (options_.security.secret.empty()) return nullptr;
+  return std::make_shared<const RequestVerifier>(
+      std::map<uint64_t, std::string>(registration.peer_tokens().begin(),
+                                      registration.peer_tokens().end()),
+      address(),
+      std::map<uint64_t, uint64_t>{{kSchedulerNodeId, registration.scheduler_sequence()}},
+      registration.view().signed_payloads());
+}
+
+void KVServerDaemon::RefuseLostUpdates(const proto::RegisterResponse& registration,
+                                       const Backends& backends, const Heartbeat& beat) {
+  // The dead server's updates since the checkpoint are lost: nothing is acknowledged on the
+  // old values. The scheduler hears what was restored before any worker can be refused, so
+  // that the workers' errors name the rounds lost.
+  const Controller* controller = backends.primary->controller.get();
+  backends.primary->refusal = absl::DataLossError(absl::StrCat(
+      "kvserver rank ", registration.rank(), " took the place of the server at ",
+      registration.replaced_address(), ", which died, and ",
+      controller->restored_round() >= 0
+          ? absl::StrCat("restored checkpoint ", controller->restored_checkpoint(),
+                         " at round ", controller->restored_round())
+          : std::string("restored no checkpoint"),
+      ": the updates that server acknowledged since are lost, so it refuses every data "
+      "request; restart the job from a checkpoint"));
+  spdlog::error("{}", std::string(backends.primary->refusal.message()));
+  proto::HeartbeatResponse reply;
+  const grpc::Status status = beat.Send(&reply);
+  if (!status.ok()) {
+    spdlog::warn("kvserver rank {}: telling the scheduler what it restored: {}",
+                 registration.rank(), status.error_message());
+  }
+}
+
+absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& registration,
+                                                const Heartbeat& beat, absl::Duration interval,
+                                                ServerEngine* engine,
+                                                ServerEngine* backup_engine) {
+  const proto::ClusterView& view = registration.view();
   absl::Time last_contact = absl::Now();
   int left_workers = 0;  // How many workers had left the job at the last heartbeat.
   while (!stop_.WaitForNotificationWithTimeout(interval)) {
     proto::HeartbeatResponse reply;
-    const grpc::Status status = beat(&reply);
-    if (status.ok()) {
-      last_contact = absl::Now();
-      if (!reply.join_failure().empty()) {
-        spdlog::error("kvserver rank {}: joining the running job failed: {}",
-                      registration.rank(), reply.join_failure());
-        return absl::AbortedError(
-            absl::StrCat("joining the running job failed: ", reply.join_failure()));
+    const grpc::Status status = beat.Send(&reply);
+    if (!status.ok()) {
+      if (absl::Now() - last_contact > options_.scheduler_lost_timeout) {
+        return absl::UnavailableError(absl::StrCat(
+            "lost the scheduler at ", options_.scheduler_address, ": no heartbeat answered for ",
+            absl::FormatDuration(options_.scheduler_lost_timeout), " (", status.error_message(),
+            ")"));
       }
-      if (reply.left_worker_node_ids_size() > left_workers) {
-        // An elastic job goes on without them: their open rounds stop waiting for them.
-        left_workers = reply.left_worker_node_ids_size();
-        const std::vector<uint64_t> left(reply.left_worker_node_ids().begin(),
-                                         reply.left_worker_node_ids().end());
-        int64_t completed = engine->DropWorkers(left);
-        if (backup_engine != nullptr) completed += backup_engine->DropWorkers(left);
-        spdlog::warn("kvserver rank {}: workers (node ids) {} have left the job; rounds now wait "
-                     "for the {} remaining workers ({} open rounds completed without them)",
-                     registration.rank(), absl::StrJoin(left, ", "),
-                     view.num_workers() - static_cast<int>(engine->dropped_workers()),
-                     completed);
-      }
-      if (reply.shutdown() && reply.job_failed()) {
-        // Answer the pushes still waiting for a round, naming why, before exiting non-zero.
-        engine->FailRounds(reply.failure());
-        if (backup_engine != nullptr) backup_engine->FailRounds(reply.failure());
-        spdlog::error("kvserver rank {}: the job failed: {}", registration.rank(),
-                      reply.failure());
-        absl::SleepFor(std::max(interval, absl::Milliseconds(500)));
-        return absl::AbortedError(absl::StrCat("the job failed: ", reply.failure()));
-      }
-      if (reply.shutdown()) {
-        spdlog::info("kvserver rank {}: the job is over, exiting", registration.rank());
-        return absl::OkStatus();
-      }
-    } else if (absl::Now() - last_contact > options_.scheduler_lost_timeout) {
-      return absl::UnavailableError(absl::StrCat(
-          "lost the scheduler at ", options_.scheduler_address, ": no heartbeat answered for ",
-          absl::FormatDuration(options_.scheduler_lost_timeout), " (", status.error_message(),
-          ")"));
+      continue;
+    }
+    last_contact = absl::Now();
+    if (!reply.join_failure().empty()) {
+      spdlog::error("kvserver rank {}: joining the running job failed: {}",
+                    registration.rank(), reply.join_failure());
+      return absl::AbortedError(
+          absl::StrCat("joining the running job failed: ", reply.join_failure()));
+    }
+    if (reply.left_worker_node_ids_size() > left_workers) {
+      // An elastic job goes on without them: their open rounds stop waiting for them.
+      left_workers = reply.left_worker_node_ids_size();
+      const std::vector<uint64_t> left(reply.left_worker_node_ids().begin(),
+                                       reply.left_worker_node_ids().end());
+      int64_t completed = engine->DropWorkers(left);
+      if (backup_engine != nullptr) completed += backup_engine->DropWorkers(left);
+      spdlog::warn("kvserver rank {}: workers (node ids) {} have left the job; rounds now wait "
+                   "for the {} remaining workers ({} open rounds completed without them)",
+                   registration.rank(), absl::StrJoin(left, ", "),
+                   view.num_workers() - static_cast<int>(engine->dropped_workers()), completed);
+    }
+    if (reply.shutdown() && reply.job_failed()) {
+      // Answer the pushes still waiting for a round, naming why, before exiting non-zero.
+      engine->FailRounds(reply.failure());
+      if (backup_engine != nullptr) backup_engine->FailRounds(reply.failure());
+      spdlog::error("kvserver rank {}: the job failed: {}", registration.rank(),
+                    reply.failure());
+      absl::SleepFor(std::max(interval, absl::Milliseconds(500)));
+      return absl::AbortedError(absl::StrCat("the job failed: ", reply.failure()));
+    }
+    if (reply.shutdown()) {
+      spdlog::info("kvserver rank {}: the job is over, exiting", registration.rank());
+      return absl::OkStatus();
     }
   }
   return absl::CancelledError("kvserver stopped by its owner");

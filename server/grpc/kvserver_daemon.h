@@ -29,9 +29,13 @@
 #include "common/grpc_health.h"
 #include "common/metrics_http.h"
 #include "common/metrics_registry.h"
+#include "common/request_signature.h"
 #include "common/security_options.h"
 #include "common/trace_writer.h"
+#include "proto/kvstore.grpc.pb.h"
 #include "server/core/controller.h"
+#include "server/core/server_backend.h"
+#include "server/core/server_engine.h"
 #include "common/store/updater.h"
 #include "server/grpc/kvserver_metrics.h"
 #include "server/grpc/kvserver_service.h"
@@ -123,7 +127,34 @@ class KVServerDaemon {
  private:
   explicit KVServerDaemon(KVServerOptions options) : options_(std::move(options)) {}
   void Run();
+  // RegisterAndServe runs the server's life in phases: Register with the scheduler, make the
+  // engines (MakeBackends) and the request verifier, serve, then HeartbeatUntilOver.
   absl::Status RegisterAndServe();
+  class Heartbeat;
+  // The engines this server serves: its shard's, and with replicas the previous rank's backup.
+  struct Backends {
+    std::shared_ptr<ServerBackend> primary;
+    std::shared_ptr<ServerBackend> backup;
+  };
+  // Register registers with the scheduler, retrying while it cannot be reached, until
+  // register_timeout; Cancelled once Shutdown was called.
+  absl::StatusOr<proto::RegisterResponse> Register(proto::Scheduler::Stub* stub);
+  // MakeBackends makes (and restores, or empties for a join) the engines the registration
+  // assigns.
+  absl::StatusOr<Backends> MakeBackends(const proto::RegisterResponse& registration);
+  // MakeVerifier returns the verifier of the job's signed requests; null without a secret.
+  std::shared_ptr<const RequestVerifier> MakeVerifier(
+      const proto::RegisterResponse& registration) const;
+  // RefuseLostUpdates makes a server that took a dead one's place without replicas refuse
+  // every data request (DATA_LOSS) and tells the scheduler what it restored, before serving.
+  void RefuseLostUpdates(const proto::RegisterResponse& registration, const Backends& backends,
+                         const Heartbeat& beat);
+  // HeartbeatUntilOver beats every `interval` until the job is over (OK), failed or joining
+  // failed (Aborted), the scheduler was lost for scheduler_lost_timeout (Unavailable), or
+  // Shutdown (Cancelled); it drops the workers that left an elastic job from the engines.
+  absl::Status HeartbeatUntilOver(const proto::RegisterResponse& registration,
+                                  const Heartbeat& beat, absl::Duration interval,
+                                  ServerEngine* engine, ServerEngine* backup_engine);
   // AddCollectors adds the metrics read at scrape time (process, keys and bytes held, info).
   void AddCollectors();
 
