@@ -11,7 +11,6 @@ check passed; an AssertionError fails the worker.
 import hashlib
 import os
 import sys
-import time
 
 import numpy as np
 import torch
@@ -263,8 +262,10 @@ def api_scenario():
     assert np.allclose(got.numpy(), total / n, rtol=1e-6, atol=1e-6), got
     got = kvt.push_pull(torch.from_numpy(values[rank]), "api/x", op=kvt.Sum)
     assert np.allclose(got.numpy(), total, rtol=1e-6, atol=1e-6), got
-    if rank == 1:
-        time.sleep(0.5)  # Worker 0's push of "api/y" stays in flight until this one's.
+    # Worker 0's push of "api/y" stays in flight until worker 1 pushes, after the barrier.
+    store = kvt.init().store
+    if rank != 0:
+        store.barrier()
     handle = kvt.push_pull_async(torch.from_numpy(values[rank]), "api/y", average=False)
     if rank == 0:
         try:
@@ -272,6 +273,7 @@ def api_scenario():
             raise AssertionError("a name in flight was not refused")
         except ValueError as e:
             assert "used twice" in str(e), e
+        store.barrier()
     out = handle.wait()
     assert handle.poll()
     assert np.allclose(out.numpy(), total, rtol=1e-6, atol=1e-6)
