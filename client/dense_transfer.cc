@@ -17,8 +17,8 @@
 #include "client/launch_order.h"
 #include "client/request_header.h"
 #include "common/reduce.h"
-#include "common/status_macros.h"
 #include "common/row_sparse.h"
+#include "common/status_macros.h"
 #include "common/wire_frame.h"
 #include "proto/kvstore.pb.h"
 
@@ -46,7 +46,7 @@ struct State : Replies {
   std::vector<KeyWork> work;
   OpDone done;
   std::vector<std::function<void()>> launches;  // One per request, started in order.
-  size_t next_launch = 0;                      // Guarded by mu.
+  size_t next_launch = 0;                       // Guarded by mu.
 };
 
 // StagePulls gives each key pulled through the host (outputs on GPUs) its pinned buffer.
@@ -272,10 +272,18 @@ absl::StatusOr<std::vector<std::shared_ptr<const grpc::ByteBuffer>>> EncodeFrame
     init.set_fill(kind == Kind::kInitFill);
     switch (kind) {
       case Kind::kInit:
-      case Kind::kInitFill: frame = encode(init, false); break;
-      case Kind::kPush: frame = encode(proto::PushRequest(), true); break;
-      case Kind::kPull: frame = encode(proto::PullRequest(), false); break;
-      case Kind::kPushPull: frame = encode(proto::PushPullRequest(), true); break;
+      case Kind::kInitFill:
+        frame = encode(init, false);
+        break;
+      case Kind::kPush:
+        frame = encode(proto::PushRequest(), true);
+        break;
+      case Kind::kPull:
+        frame = encode(proto::PullRequest(), false);
+        break;
+      case Kind::kPushPull:
+        frame = encode(proto::PushPullRequest(), true);
+        break;
     }
     if (!frame.ok()) return frame.status();
     frames.push_back(std::make_shared<grpc::ByteBuffer>(*std::move(frame)));
@@ -306,8 +314,8 @@ absl::Status CopyReply(State* state, const std::vector<Target>& targets,
     const size_t bytes = static_cast<size_t>(chunk.count) * element;
     if (got.element_offset() != chunk.offset || got.payload_bytes() != bytes) {
       return absl::InternalError(absl::StrCat(
-          "key ", entry.key.Quoted(), ": reply holds elements from ", got.element_offset(),
-          " in ", got.payload_bytes(), " bytes, expected ", chunk.offset, " in ", bytes));
+          "key ", entry.key.Quoted(), ": reply holds elements from ", got.element_offset(), " in ",
+          got.payload_bytes(), " bytes, expected ", chunk.offset, " in ", bytes));
     }
     RETURN_IF_ERROR(payload->CopyTo(got.payload_offset(), bytes,
                                     static_cast<uint8_t*>(out->data()) + chunk.offset * element));

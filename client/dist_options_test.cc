@@ -1,9 +1,8 @@
 // DistOptions that cannot work are refused before the store tries to join a job.
+#include <catch2/catch.hpp>
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
 #include "client/kvstore.h"

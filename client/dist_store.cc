@@ -9,18 +9,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "client/dense_transfer.h"
+#include "client/group_transfer.h"
 #include "client/grpc_scheduler_link.h"
 #include "client/grpc_server_transport.h"
-#include "client/group_transfer.h"
 #include "client/row_sparse_transfer.h"
 #include "common/grpc_channel.h"
 #include "common/job_auth.h"
 #include "common/logging.h"
 #include "common/proto_convert.h"
-#include "common/status_macros.h"
-#include "proto/kvstore.pb.h"
 #include "common/server_commands.h"
+#include "common/status_macros.h"
 #include "common/store/updater_state.h"
+#include "proto/kvstore.pb.h"
 
 namespace kvstore {
 namespace {
@@ -37,8 +37,8 @@ int ConnectionsPerServer(int requested, const JobView& view) {
 absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
                                                               const DistOptions& options) {
   if (options.scheduler_port <= 0 || options.scheduler_port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "scheduler port ", options.scheduler_port, " is not in 1..65535"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("scheduler port ", options.scheduler_port, " is not in 1..65535"));
   }
   const int connections = options.connections_per_server;
   std::shared_ptr<CompletionThread> completions = options.completion_thread;
@@ -49,8 +49,8 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
       std::make_unique<GrpcSchedulerLink>(
           absl::StrCat(options.scheduler_host, ":", options.scheduler_port), credentials,
           options.security.secret),
-      [connections, credentials, completions](
-          const JobView& view) -> absl::StatusOr<std::unique_ptr<ServerTransport>> {
+      [connections, credentials,
+       completions](const JobView& view) -> absl::StatusOr<std::unique_ptr<ServerTransport>> {
         ASSIGN_OR_RETURN(std::unique_ptr<GrpcServerTransport> transport,
                          GrpcServerTransport::Create(ReplicaTargets(view.servers, view.replicas),
                                                      ConnectionsPerServer(connections, view),
@@ -75,9 +75,9 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
         absl::StrCat("max_inflight must be >= 1, not ", options.max_inflight));
   }
   if (options.connections_per_server < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "connections_per_server must be >= 0 (0: chosen by the job's size), not ",
-        options.connections_per_server));
+    return absl::InvalidArgumentError(
+        absl::StrCat("connections_per_server must be >= 0 (0: chosen by the job's size), not ",
+                     options.connections_per_server));
   }
   if (options.max_retries < 0) {
     return absl::InvalidArgumentError(
@@ -115,9 +115,9 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
     });
   }
   const int servers = static_cast<int>(view.servers.size());
-  ASSIGN_OR_RETURN(store->telemetry_,
-                   WorkerTelemetry::Start({view.rank, servers, options.metrics_port,
-                                           options.trace_file}));
+  ASSIGN_OR_RETURN(
+      store->telemetry_,
+      WorkerTelemetry::Start({view.rank, servers, options.metrics_port, options.trace_file}));
   if (WorkerTelemetry* t = store->telemetry_.get()) {
     store->caller_->set_observer([t](int server, ServerMethod method, size_t request_bytes,
                                      size_t reply_bytes, absl::Time sent, absl::Time answered,
@@ -148,7 +148,7 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
       [s = store.get()](Op op, OpDone done) { s->Start(std::move(op), std::move(done)); });
   SetSdkLogNode(absl::StrCat("worker ", view.rank));
   SdkLogger()->info("worker rank {} (node {}) joined a {} job of {} workers and {} servers",
-                view.rank, view.node_id, view.mode, view.num_workers, servers);
+                    view.rank, view.node_id, view.mode, view.num_workers, servers);
   return store;
 }
 
@@ -228,8 +228,8 @@ absl::Status DistStore::DoPull(absl::Span<const Key> keys, absl::Span<Tensor* co
 absl::Status DistStore::DoPushPull(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                                    absl::Span<Tensor* const> outs, int priority) {
   if (values.size() != outs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("pushpull of ", values.size(),
-                                                   " values into ", outs.size(), " outputs"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pushpull of ", values.size(), " values into ", outs.size(), " outputs"));
   }
   if (TryGroup(Kind::kPushPull, keys, values, outs, priority)) return absl::OkStatus();
   RETURN_IF_ERROR(CheckDefined(keys, values, "pushpull"));
@@ -356,8 +356,7 @@ bool DistStore::TryGroup(Kind kind, absl::Span<const Key> keys, absl::Span<const
 }
 
 GroupCheck DistStore::EnqueueGroup(Kind kind, std::shared_ptr<GroupPlan> group,
-                                   absl::Span<const Key> unchecked,
-                                   absl::Span<const Tensor> values,
+                                   absl::Span<const Key> unchecked, absl::Span<const Tensor> values,
                                    absl::Span<Tensor* const> outs, int priority) {
   Op op;
   op.priority = priority;
@@ -377,8 +376,8 @@ GroupCheck DistStore::EnqueueGroup(Kind kind, std::shared_ptr<GroupPlan> group,
   return GroupCheck::kOk;
 }
 
-bool DistStore::TryGroupBucket(Kind kind, absl::Span<const Key> keys, const Tensor* in,
-                               Tensor* out, int priority) {
+bool DistStore::TryGroupBucket(Kind kind, absl::Span<const Key> keys, const Tensor* in, Tensor* out,
+                               int priority) {
   if (!GroupsUsable(keys.size(), kind != Kind::kPull)) return false;
   std::shared_ptr<GroupPlan> group = groups_->For(keys, *keys_);
   return group != nullptr && EnqueueBucket(kind, std::move(group), in, out, priority);
@@ -390,8 +389,8 @@ bool DistStore::EnqueueBucket(Kind kind, std::shared_ptr<GroupPlan> group, const
   op.priority = priority;
   op.kind = kind;
   op.bytes = group->bytes;
-  if (PrepareBucket(*group, kind != Kind::kPull ? in : nullptr,
-                    kind != Kind::kPush ? out : nullptr, &op.group_work) != GroupCheck::kOk) {
+  if (PrepareBucket(*group, kind != Kind::kPull ? in : nullptr, kind != Kind::kPush ? out : nullptr,
+                    &op.group_work) != GroupCheck::kOk) {
     return false;
   }
   op.group = std::move(group);
@@ -407,9 +406,7 @@ absl::Status DistStore::DoPushBucket(absl::Span<const Key> keys, const Tensor& b
 
 absl::Status DistStore::DoIntKeyBucket(absl::Span<const int64_t> keys, const Tensor* in,
                                        Tensor* out, int priority) {
-  const Kind kind = in == nullptr    ? Kind::kPull
-                    : out == nullptr ? Kind::kPush
-                                     : Kind::kPushPull;
+  const Kind kind = in == nullptr ? Kind::kPull : out == nullptr ? Kind::kPush : Kind::kPushPull;
   std::shared_ptr<GroupPlan> group =
       GroupsUsable(keys.size(), kind != Kind::kPull) ? groups_->ForInts(keys) : nullptr;
   if (group != nullptr && EnqueueBucket(kind, std::move(group), in, out, priority)) {
@@ -457,7 +454,8 @@ absl::Status DistStore::SendCommandToServers(int head, const std::string& body) 
 }
 
 absl::Status DistStore::SaveOptimizerStates(const std::string& path) {
-  ASSIGN_OR_RETURN(std::vector<std::string> replies, membership_->Command(kCommandSaveOptimizerStates, ""));
+  ASSIGN_OR_RETURN(std::vector<std::string> replies,
+                   membership_->Command(kCommandSaveOptimizerStates, ""));
   UpdaterStateData merged;
   for (size_t s = 0; s < replies.size(); ++s) {
     proto::UpdaterState message;
@@ -467,9 +465,9 @@ absl::Status DistStore::SaveOptimizerStates(const std::string& path) {
     }
     ASSIGN_OR_RETURN(UpdaterStateData state, UpdaterStateFromProto(message));
     if (s > 0 && state.optimizer != merged.optimizer) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "servers run different updaters (\"", merged.optimizer, "\" and \"", state.optimizer,
-          "\"); set one optimizer on all of them first"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("servers run different updaters (\"", merged.optimizer, "\" and \"",
+                       state.optimizer, "\"); set one optimizer on all of them first"));
     }
     merged.optimizer = state.optimizer;
     merged.num_update = std::max(merged.num_update, state.num_update);
@@ -489,7 +487,8 @@ absl::Status DistStore::LoadOptimizerStates(const std::string& path) {
     return absl::ResourceExhaustedError(absl::StrCat(
         path, ": the saved optimizer state is ", body.size(),
         " bytes, more than the scheduler accepts in one request; start it with a larger "
-        "--max_request_bytes (", status.message(), ")"));
+        "--max_request_bytes (",
+        status.message(), ")"));
   }
   return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
 }

@@ -47,10 +47,10 @@
 #include "client/op_queue.h"
 #include "client/scheduler_link.h"
 #include "client/server_caller.h"
-#include "client/worker_telemetry.h"
 #include "client/server_transport.h"
 #include "client/split_loop.h"
 #include "client/timer.h"
+#include "client/worker_telemetry.h"
 
 namespace kvstore {
 

@@ -50,8 +50,7 @@ BlockCheck CheckUniformBlock(size_t begin, size_t end, TensorAt tensor, Differs 
     const size_t stop = std::min(end, first[p + 1]);
     if (k == stop) continue;  // A part without keys.
     const Tensor& head = tensor(k);
-    const uintptr_t base =
-        reinterpret_cast<uintptr_t>(head.data()) - (k - part_first) * bytes;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(head.data()) - (k - part_first) * bytes;
     uintptr_t apart = 0;
     for (; k < stop; ++k) {
       if constexpr (kKeys != KeyCompare::kNone) {
@@ -75,8 +74,8 @@ BlockCheck CheckUniformBlock(size_t begin, size_t end, TensorAt tensor, Differs 
 // its members already lie back to back in one buffer in the part's order (null where they
 // do not). Long lists are checked on two threads (`split`).
 template <typename TensorAt>
-GroupCheck CheckGroupTensors(const GroupPlan& group, absl::Span<const Key> keys,
-                             TensorAt tensor, SplitLoop* split, std::vector<uint8_t*>* bases) {
+GroupCheck CheckGroupTensors(const GroupPlan& group, absl::Span<const Key> keys, TensorAt tensor,
+                             SplitLoop* split, std::vector<uint8_t*>* bases) {
   // A part's members lie back to back in one buffer when every piece implies the same start of
   // the part (its address less its offset in the part) in the same buffer. Each block of
   // pieces finds, per part, the start its pieces imply and whether they all agree; the blocks
@@ -112,24 +111,22 @@ GroupCheck CheckGroupTensors(const GroupPlan& group, absl::Span<const Key> keys,
     // A tensor of the group's small shape, dtype and device has this signature.
     const uint64_t signature = Tensor::Signature(dtype, code, Device::CPU());
     split->Run(n, block, [&](size_t begin, size_t end) {
-      const size_t p = static_cast<size_t>(
-          std::upper_bound(first.begin(), first.end(), begin) - first.begin()) - 1;
+      const size_t p =
+          static_cast<size_t>(std::upper_bound(first.begin(), first.end(), begin) - first.begin()) -
+          1;
       SeenPart* mine = &seen[begin / block * parts];
       // One instantiation per way of comparing keys and tensors, each a loop of its own.
       auto run = [&](auto differs) {
         if (key_list == nullptr) {
           return CheckUniformBlock<KeyCompare::kNone>(begin, end, tensor, differs, key_list,
-                                                      expected, key0, bytes, first.data(), p,
-                                                      mine);
+                                                      expected, key0, bytes, first.data(), p, mine);
         }
         if (expected == nullptr) {
-          return CheckUniformBlock<KeyCompare::kConsecutive>(begin, end, tensor, differs,
-                                                             key_list, expected, key0, bytes,
-                                                             first.data(), p, mine);
+          return CheckUniformBlock<KeyCompare::kConsecutive>(
+              begin, end, tensor, differs, key_list, expected, key0, bytes, first.data(), p, mine);
         }
         return CheckUniformBlock<KeyCompare::kListed>(begin, end, tensor, differs, key_list,
-                                                      expected, key0, bytes, first.data(), p,
-                                                      mine);
+                                                      expected, key0, bytes, first.data(), p, mine);
       };
       const BlockCheck result =
           code != 0 ? run([signature](const Tensor& t) { return t.signature() ^ signature; })
@@ -233,28 +230,28 @@ void PackPieces(GroupPlan& group, KeyData key_data, GroupWork* work) {
 
 }  // namespace
 
-GroupCheck PackGroup(GroupPlan& group, absl::Span<const Key> keys,
-                     absl::Span<const Tensor> values, SplitLoop* split, GroupWork* work) {
+GroupCheck PackGroup(GroupPlan& group, absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                     SplitLoop* split, GroupWork* work) {
   std::vector<uint8_t*> bases;
   const GroupCheck check = CheckGroupTensors(
       group, keys, [&](size_t i) -> const Tensor& { return values[i]; }, split, &bases);
   if (check != GroupCheck::kOk) return check;
   // Values already back to back in each part's order (views of one bucket) go as they are.
   if (std::none_of(bases.begin(), bases.end(), [](uint8_t* b) { return b == nullptr; })) {
-    SendFrom(group, bases,
-             [&](const GroupPlan::Part& part) { return values[part.members.front().key]; }, work);
+    SendFrom(
+        group, bases, [&](const GroupPlan::Part& part) { return values[part.members.front().key]; },
+        work);
     return GroupCheck::kOk;
   }
-  PackPieces(group, [&](size_t i) { return static_cast<const uint8_t*>(values[i].data()); },
-             work);
+  PackPieces(
+      group, [&](size_t i) { return static_cast<const uint8_t*>(values[i].data()); }, work);
   return GroupCheck::kOk;
 }
 
 GroupCheck CheckGroupOutputs(const GroupPlan& group, absl::Span<const Key> keys,
                              absl::Span<Tensor* const> outs, SplitLoop* split, GroupWork* work) {
   const GroupCheck check = CheckGroupTensors(
-      group, keys, [&](size_t i) -> const Tensor& { return *outs[i]; }, split,
-      &work->out_bases);
+      group, keys, [&](size_t i) -> const Tensor& { return *outs[i]; }, split, &work->out_bases);
   if (check != GroupCheck::kOk) return check;
   if (std::any_of(work->out_bases.begin(), work->out_bases.end(),
                   [](uint8_t* b) { return b == nullptr; })) {
@@ -266,9 +263,8 @@ GroupCheck CheckGroupOutputs(const GroupPlan& group, absl::Span<const Key> keys,
 GroupCheck PrepareBucket(GroupPlan& group, const Tensor* in, Tensor* out, GroupWork* work) {
   if (!group.one_dtype) return GroupCheck::kMismatch;
   for (const Tensor* bucket : {in, static_cast<const Tensor*>(out)}) {
-    if (bucket != nullptr &&
-        (bucket->dtype() != group.dtypes.front() ||
-         bucket->byte_size() != group.key_offsets.back())) {
+    if (bucket != nullptr && (bucket->dtype() != group.dtypes.front() ||
+                              bucket->byte_size() != group.key_offsets.back())) {
       return GroupCheck::kMismatch;
     }
   }
@@ -279,9 +275,11 @@ GroupCheck PrepareBucket(GroupPlan& group, const Tensor* in, Tensor* out, GroupW
         })) {
       std::vector<uint8_t*> bases;
       for (const GroupPlan::Part& part : group.parts) bases.push_back(data + part.bucket_base);
-      SendFrom(group, bases, [&](const GroupPlan::Part&) { return *in; }, work);
+      SendFrom(
+          group, bases, [&](const GroupPlan::Part&) { return *in; }, work);
     } else {
-      PackPieces(group, [&](size_t i) { return data + group.key_offsets[i]; }, work);
+      PackPieces(
+          group, [&](size_t i) { return data + group.key_offsets[i]; }, work);
     }
   }
   if (out != nullptr) {
@@ -289,9 +287,8 @@ GroupCheck PrepareBucket(GroupPlan& group, const Tensor* in, Tensor* out, GroupW
     bool scattered = false;
     for (const GroupPlan::Part& part : group.parts) {
       scattered = scattered || part.bucket_base == GroupPlan::kScattered;
-      work->out_bases.push_back(part.bucket_base == GroupPlan::kScattered
-                                    ? nullptr
-                                    : data + part.bucket_base);
+      work->out_bases.push_back(
+          part.bucket_base == GroupPlan::kScattered ? nullptr : data + part.bucket_base);
     }
     if (scattered) {
       for (size_t i = 0; i + 1 < group.key_offsets.size(); ++i) {

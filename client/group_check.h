@@ -25,8 +25,8 @@ enum class GroupCheck { kOk, kMismatch, kOtherKeys };
 
 // PackGroup checks a push's values (and its keys, unless `keys` is empty) against the group
 // and fills work->packed with the bytes each part sends.
-GroupCheck PackGroup(GroupPlan& group, absl::Span<const Key> keys,
-                     absl::Span<const Tensor> values, SplitLoop* split, GroupWork* work);
+GroupCheck PackGroup(GroupPlan& group, absl::Span<const Key> keys, absl::Span<const Tensor> values,
+                     SplitLoop* split, GroupWork* work);
 // CheckGroupOutputs checks a pull's outputs (and its keys, unless `keys` is empty) against the
 // group and fills work->out_bases and, when a part's outputs are scattered, work->out_data.
 GroupCheck CheckGroupOutputs(const GroupPlan& group, absl::Span<const Key> keys,

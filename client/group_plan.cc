@@ -9,8 +9,7 @@ namespace kvstore {
 static_assert(kGroupMaxBytes < (int64_t{1} << 32) && kGroupMemberMaxBytes < kGroupMaxBytes);
 
 std::shared_ptr<GroupPlan> MakeGroupPlan(absl::Span<const Key> keys,
-                                         absl::Span<const KeyInfo* const> infos,
-                                         int num_servers) {
+                                         absl::Span<const KeyInfo* const> infos, int num_servers) {
   auto group = std::make_shared<GroupPlan>();
   group->keys.assign(keys.begin(), keys.end());
   if (std::all_of(keys.begin(), keys.end(), [](const Key& key) { return key.is_int(); })) {
@@ -75,23 +74,21 @@ std::shared_ptr<GroupPlan> MakeGroupPlan(absl::Span<const Key> keys,
         }
       }
     }
-    group->uniform = group->pieces.size() == keys.size() && !group->int_keys.empty() &&
-                     group->one_dtype;
+    group->uniform =
+        group->pieces.size() == keys.size() && !group->int_keys.empty() && group->one_dtype;
     const size_t rank = group->dims_at[1];
     for (size_t i = 0; group->uniform && i < keys.size(); ++i) {
       const GroupPlan::Piece& piece = group->pieces[i];
       // Parts are numbered in order of appearance: a part's keys form a stretch when the
       // part index never goes back.
       if (i == 0 || piece.part != group->pieces[i - 1].part) group->part_first.push_back(i);
-      group->uniform = piece.key == i && piece.value_offset == 0 &&
-                       piece.part + 1 == group->part_first.size() &&
-                       piece.bytes == group->pieces[0].bytes &&
-                       piece.packed_offset ==
-                           (i - group->part_first.back()) * size_t{piece.bytes} &&
-                       group->dims_at[i + 1] - group->dims_at[i] == rank &&
-                       std::equal(group->dims.begin() + group->dims_at[i],
-                                  group->dims.begin() + group->dims_at[i + 1],
-                                  group->dims.begin());
+      group->uniform =
+          piece.key == i && piece.value_offset == 0 && piece.part + 1 == group->part_first.size() &&
+          piece.bytes == group->pieces[0].bytes &&
+          piece.packed_offset == (i - group->part_first.back()) * size_t{piece.bytes} &&
+          group->dims_at[i + 1] - group->dims_at[i] == rank &&
+          std::equal(group->dims.begin() + group->dims_at[i],
+                     group->dims.begin() + group->dims_at[i + 1], group->dims.begin());
     }
     if (group->uniform) {
       group->uniform_bytes = group->pieces[0].bytes;

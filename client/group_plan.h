@@ -34,7 +34,7 @@ inline constexpr int64_t kGroupMaxBytes = 256 << 20;
 struct GroupPlan {
   uint64_t id = 0;
   std::vector<Key> keys;
-  std::vector<int64_t> int_keys;  // The keys, when all are integers (compared faster).
+  std::vector<int64_t> int_keys;      // The keys, when all are integers (compared faster).
   std::vector<const KeyInfo*> infos;  // KeyTable never drops a record.
   // The keys' dtypes and shapes, flat, so that a call's values are checked without touching
   // every KeyInfo: key i has dtypes[i] and the dimensions dims[dims_at[i], dims_at[i + 1]).
@@ -107,8 +107,7 @@ struct GroupWork {
 // or returns null when the list cannot form a group: a repeated key, a member above
 // kGroupMemberMaxBytes, or more than kGroupMaxBytes in all. The plan's id is left 0.
 std::shared_ptr<GroupPlan> MakeGroupPlan(absl::Span<const Key> keys,
-                                         absl::Span<const KeyInfo* const> infos,
-                                         int num_servers);
+                                         absl::Span<const KeyInfo* const> infos, int num_servers);
 
 // SameKeys is true when `keys` is the group's list; SameKey when `key` is its key i.
 bool SameKeys(const GroupPlan& group, absl::Span<const Key> keys);
@@ -121,8 +120,7 @@ inline bool SameKey(const GroupPlan& group, size_t i, const Key& key) {
 bool MatchesShape(const Tensor& t, DType dtype, const int64_t* dims, size_t rank);
 inline bool Matches(const GroupPlan& group, size_t i, const Tensor& t) {
   const uint32_t first = group.dims_at[i];
-  return MatchesShape(t, group.dtypes[i], group.dims.data() + first,
-                      group.dims_at[i + 1] - first);
+  return MatchesShape(t, group.dtypes[i], group.dims.data() + first, group.dims_at[i + 1] - first);
 }
 
 }  // namespace kvstore

@@ -41,8 +41,8 @@ void TransferGroup(const TransferContext& ctx, Kind kind, std::shared_ptr<GroupP
   const bool sends = kind != Kind::kPull;
   const bool receives = kind != Kind::kPush;
   const ServerMethod method = kind == Kind::kPush   ? ServerMethod::kPush
-                             : kind == Kind::kPull ? ServerMethod::kPull
-                                                   : ServerMethod::kPushPull;
+                              : kind == Kind::kPull ? ServerMethod::kPull
+                                                    : ServerMethod::kPushPull;
   const uint64_t request_id = sends ? ctx.next_request_id->fetch_add(g.parts.size()) : 0;
   // Frame builds part p's request, listing the members when the server may not have them.
   auto frame = [ctx, state, kind, sends, request_id](size_t p, bool list) {
@@ -66,9 +66,12 @@ void TransferGroup(const TransferContext& ctx, Kind kind, std::shared_ptr<GroupP
       return EncodeFrame(message, absl::MakeConstSpan(&payload, 1));
     };
     switch (kind) {
-      case Kind::kPush: return fill(proto::PushRequest());
-      case Kind::kPull: return fill(proto::PullRequest());
-      default: return fill(proto::PushPullRequest());
+      case Kind::kPush:
+        return fill(proto::PushRequest());
+      case Kind::kPull:
+        return fill(proto::PullRequest());
+      default:
+        return fill(proto::PushPullRequest());
     }
   };
   auto finish = [state](absl::Status status) {
@@ -93,42 +96,42 @@ void TransferGroup(const TransferContext& ctx, Kind kind, std::shared_ptr<GroupP
       return;
     }
     const int s = g.parts[p].server;
-    ctx.caller->Call(s, method, std::make_shared<grpc::ByteBuffer>(*std::move(request)),
-         [ctx, state, finish, receives, p, s, list, retried, send = send_weak.lock()](
-             absl::Status status, grpc::ByteBuffer* reply) {
-           const GroupPlan& g = *state->group;
-           if (status.code() == absl::StatusCode::kFailedPrecondition && !list && !retried &&
-               absl::StrContains(status.message(), "no key group")) {
-             g.registered[p] = false;  // The server lost it (it restarted): list it again.
-             (*send)(p, true);
-             return;
-           }
-           if (status.ok() && list) g.registered[p] = true;
-           if (status.ok() && receives) {
-             proto::PullResponse header;
-             absl::StatusOr<Payload> payload = DecodeFrame(*reply, &header);
-             status = payload.status();
-             const GroupPlan::Part& part = g.parts[p];
-             if (status.ok() && payload->size() != part.offsets.back()) {
-               status = absl::InternalError(absl::StrCat(
-                   "key group reply holds ", payload->size(), " bytes, expected ",
-                   part.offsets.back()));
-             }
-             if (status.ok() && state->work.out_bases[p] != nullptr) {
-               status = payload->CopyTo(0, part.offsets.back(), state->work.out_bases[p]);
-             }
-             for (size_t j = 0; status.ok() && state->work.out_bases[p] == nullptr &&
-                                j < part.members.size();
-                  ++j) {
-               const size_t begin = part.offsets[j], bytes = part.offsets[j + 1] - begin;
-               const GroupPlan::Member& m = part.members[j];
-               void* out = state->work.out_data[m.key] + m.value_offset;
-               status = payload->CopyTo(begin, bytes, out);
-             }
-             if (!status.ok()) status = ctx.caller->ServerError(s, status);
-           }
-           finish(status);
-         });
+    ctx.caller->Call(
+        s, method, std::make_shared<grpc::ByteBuffer>(*std::move(request)),
+        [ctx, state, finish, receives, p, s, list, retried, send = send_weak.lock()](
+            absl::Status status, grpc::ByteBuffer* reply) {
+          const GroupPlan& g = *state->group;
+          if (status.code() == absl::StatusCode::kFailedPrecondition && !list && !retried &&
+              absl::StrContains(status.message(), "no key group")) {
+            g.registered[p] = false;  // The server lost it (it restarted): list it again.
+            (*send)(p, true);
+            return;
+          }
+          if (status.ok() && list) g.registered[p] = true;
+          if (status.ok() && receives) {
+            proto::PullResponse header;
+            absl::StatusOr<Payload> payload = DecodeFrame(*reply, &header);
+            status = payload.status();
+            const GroupPlan::Part& part = g.parts[p];
+            if (status.ok() && payload->size() != part.offsets.back()) {
+              status = absl::InternalError(absl::StrCat("key group reply holds ", payload->size(),
+                                                        " bytes, expected ", part.offsets.back()));
+            }
+            if (status.ok() && state->work.out_bases[p] != nullptr) {
+              status = payload->CopyTo(0, part.offsets.back(), state->work.out_bases[p]);
+            }
+            for (size_t j = 0;
+                 status.ok() && state->work.out_bases[p] == nullptr && j < part.members.size();
+                 ++j) {
+              const size_t begin = part.offsets[j], bytes = part.offsets[j + 1] - begin;
+              const GroupPlan::Member& m = part.members[j];
+              void* out = state->work.out_data[m.key] + m.value_offset;
+              status = payload->CopyTo(begin, bytes, out);
+            }
+            if (!status.ok()) status = ctx.caller->ServerError(s, status);
+          }
+          finish(status);
+        });
   };
   for (size_t p = 0; p < g.parts.size(); ++p) (*send)(p, false);
 }

@@ -134,9 +134,9 @@ absl::StatusOr<int> GrpcSchedulerLink::NumDeadNodes(uint64_t node_id, int group,
 }
 
 absl::StatusOr<bool> GrpcSchedulerLink::ServerUnreachable(uint64_t node_id, int rank,
-                                                         const std::string& error,
-                                                         absl::Time deadline,
-                                                         std::string* reason) {
+                                                          const std::string& error,
+                                                          absl::Time deadline,
+                                                          std::string* reason) {
   proto::ServerUnreachableRequest request;
   request.set_node_id(node_id);
   request.set_server_rank(rank);

@@ -7,10 +7,10 @@
 #ifndef KVSTORE_CLIENT_GRPC_SCHEDULER_LINK_H_
 #define KVSTORE_CLIENT_GRPC_SCHEDULER_LINK_H_
 
+#include <grpcpp/security/credentials.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/security/credentials.h>
 
 #include "client/scheduler_link.h"
 #include "proto/kvstore.grpc.pb.h"
@@ -29,8 +29,7 @@ class GrpcSchedulerLink final : public SchedulerLink {
                                    absl::Time deadline) override;
   absl::StatusOr<JobState> Heartbeat(uint64_t node_id, absl::Time deadline) override;
   absl::Status Barrier(uint64_t node_id, absl::Time deadline) override;
-  absl::Status Finish(uint64_t node_id, absl::Time deadline,
-                      const std::string& failure) override;
+  absl::Status Finish(uint64_t node_id, absl::Time deadline, const std::string& failure) override;
   absl::StatusOr<std::vector<std::string>> Command(uint64_t node_id, int head,
                                                    const std::string& body,
                                                    absl::Time deadline) override;

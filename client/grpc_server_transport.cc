@@ -42,8 +42,7 @@ absl::StatusOr<std::unique_ptr<GrpcServerTransport>> GrpcServerTransport::Create
   transport->connections_ = connections;
   for (const ServerAddress& address : servers) {
     Server server;
-    server.stubs =
-        std::make_unique<std::atomic<const Stubs*>>(transport->Connect(address.address));
+    server.stubs = std::make_unique<std::atomic<const Stubs*>>(transport->Connect(address.address));
     server.next_stub = std::make_unique<std::atomic<uint64_t>>(0);
     server.backup = address.backup;
     transport->servers_.push_back(std::move(server));
@@ -78,8 +77,8 @@ GrpcServerTransport::~GrpcServerTransport() { Close(); }
 void GrpcServerTransport::Close() { completions_.reset(); }
 
 void GrpcServerTransport::Send(int s, ServerMethod method,
-                               std::shared_ptr<const grpc::ByteBuffer> request,
-                               absl::Time deadline, uint64_t view_epoch, Done done) {
+                               std::shared_ptr<const grpc::ByteBuffer> request, absl::Time deadline,
+                               uint64_t view_epoch, Done done) {
   auto rpc = std::make_unique<Rpc>();
   rpc->context.set_deadline(GrpcDeadline(deadline));
   if (view_epoch > 0) rpc->context.AddMetadata(kViewEpochKey, absl::StrCat(view_epoch));
@@ -94,8 +93,8 @@ void GrpcServerTransport::Send(int s, ServerMethod method,
   raw->reader->Finish(&raw->reply, &raw->status, static_cast<CompletionThread::Completion*>(raw));
 }
 
-absl::Status GrpcServerTransport::Probe(int s, ServerMethod method,
-                                        const grpc::ByteBuffer& request, absl::Time deadline) {
+absl::Status GrpcServerTransport::Probe(int s, ServerMethod method, const grpc::ByteBuffer& request,
+                                        absl::Time deadline) {
   grpc::ClientContext context;
   context.set_deadline(GrpcDeadline(deadline));
   context.set_wait_for_ready(true);
@@ -104,8 +103,8 @@ absl::Status GrpcServerTransport::Probe(int s, ServerMethod method,
   // A call of its own on a queue of its own, waited for here.
   grpc::CompletionQueue cq;
   const Stubs* stubs = servers_[s].stubs->load(std::memory_order_acquire);
-  auto call = stubs->front()->PrepareUnaryCall(
-      &context, GrpcMethodPath(method, servers_[s].backup), request, &cq);
+  auto call = stubs->front()->PrepareUnaryCall(&context, GrpcMethodPath(method, servers_[s].backup),
+                                               request, &cq);
   call->StartCall();
   call->Finish(&reply, &status, &status);
   void* tag;

@@ -33,8 +33,7 @@ absl::Status CheckRowSparseValue(const Key& key, DType dtype, const Shape& shape
 // dtype and shape (same dtype and shape, ids in [0, shape[0])) and returns the ids sorted
 // without duplicates. InvalidArgument naming the key otherwise.
 absl::StatusOr<std::vector<int64_t>> CheckRowSparseOutput(const Key& key, DType dtype,
-                                                          const Shape& shape,
-                                                          const RowSparse& out,
+                                                          const Shape& shape, const RowSparse& out,
                                                           absl::Span<const int64_t> row_ids);
 
 }  // namespace kvstore

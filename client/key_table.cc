@@ -14,9 +14,9 @@ namespace kvstore {
 
 absl::Status KeyTable::CheckKeyKind(const Key& key) const {
   if (int_keys_.has_value() && *int_keys_ != key.is_int()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key ", key.Quoted(), " is a ", key.KindName(), " key but this store holds ",
-        *int_keys_ ? "int" : "string", " keys; int and string keys cannot be mixed"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("key ", key.Quoted(), " is a ", key.KindName(), " key but this store holds ",
+                     *int_keys_ ? "int" : "string", " keys; int and string keys cannot be mixed"));
   }
   return absl::OkStatus();
 }
@@ -45,7 +45,8 @@ absl::StatusOr<std::vector<KeyWork>> KeyTable::PlanInit(absl::Span<const Key> ke
           keys.front().KindName(), " keys; int and string keys cannot be mixed"));
     }
     if (keys_.contains(key) || !seen.insert(key).second) {
-      return absl::AlreadyExistsError(absl::StrCat("key ", key.Quoted(), " is already initialised"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("key ", key.Quoted(), " is already initialised"));
     }
     auto info = std::make_shared<KeyInfo>();
     info->dtype = values[i].dtype();

@@ -4,10 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/dist_store.h"
-#include "common/job_auth.h"
 #include "client/local_store.h"
 #include "client/role_store.h"
 #include "common/environment.h"
+#include "common/job_auth.h"
 #include "common/status_macros.h"
 
 namespace kvstore {
@@ -189,8 +189,7 @@ absl::Status CheckBucket(const Tensor* bucket, absl::string_view op) {
 
 }  // namespace
 
-absl::Status KVStore::PushBucket(absl::Span<const Key> keys, const Tensor& bucket,
-                                 int priority) {
+absl::Status KVStore::PushBucket(absl::Span<const Key> keys, const Tensor& bucket, int priority) {
   RETURN_IF_ERROR(CheckBucket(&bucket, "push"));
   return DoPushBucket(keys, bucket, priority);
 }
@@ -200,8 +199,8 @@ absl::Status KVStore::PullBucket(absl::Span<const Key> keys, Tensor* bucket, int
   return DoPullBucket(keys, bucket, priority);
 }
 
-absl::Status KVStore::PushPullBucket(absl::Span<const Key> keys, const Tensor& bucket,
-                                     Tensor* out, int priority) {
+absl::Status KVStore::PushPullBucket(absl::Span<const Key> keys, const Tensor& bucket, Tensor* out,
+                                     int priority) {
   RETURN_IF_ERROR(CheckBucket(&bucket, "pushpull"));
   RETURN_IF_ERROR(CheckBucket(out, "pushpull"));
   return DoPushPullBucket(keys, bucket, out, priority);
@@ -225,8 +224,8 @@ absl::Status KVStore::PushPullBucket(absl::Span<const int64_t> keys, const Tenso
   return DoIntKeyBucket(keys, &bucket, out, priority);
 }
 
-absl::Status KVStore::DoIntKeyBucket(absl::Span<const int64_t> keys, const Tensor* in,
-                                     Tensor* out, int priority) {
+absl::Status KVStore::DoIntKeyBucket(absl::Span<const int64_t> keys, const Tensor* in, Tensor* out,
+                                     int priority) {
   const std::vector<Key> list(keys.begin(), keys.end());
   if (out == nullptr) return DoPushBucket(list, *in, priority);
   if (in == nullptr) return DoPullBucket(list, out, priority);
@@ -243,9 +242,9 @@ absl::StatusOr<std::vector<Tensor>> KVStore::BucketViews(absl::Span<const Key> k
     absl::StatusOr<std::pair<DType, Shape>> spec = StoredSpec(key);
     if (!spec.ok()) return spec.status();
     if (spec->first != bucket.dtype()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "key ", key.Quoted(), " holds ", DTypeName(spec->first), ShapeToString(spec->second),
-          " but the bucket is ", bucket.Description()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("key ", key.Quoted(), " holds ", DTypeName(spec->first),
+                       ShapeToString(spec->second), " but the bucket is ", bucket.Description()));
     }
     elements += NumElements(spec->second);
     if (elements <= bucket.num_elements()) {
@@ -256,16 +255,14 @@ absl::StatusOr<std::vector<Tensor>> KVStore::BucketViews(absl::Span<const Key> k
     }
   }
   if (elements != bucket.num_elements()) {
-    return absl::InvalidArgumentError(absl::StrCat("the ", keys.size(), " keys hold ", elements,
-                                                   " elements but the bucket ",
-                                                   bucket.Description(), " holds ",
-                                                   bucket.num_elements()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", keys.size(), " keys hold ", elements, " elements but the bucket ",
+                     bucket.Description(), " holds ", bucket.num_elements()));
   }
   return views;
 }
 
-absl::Status KVStore::DoPushBucket(absl::Span<const Key> keys, const Tensor& bucket,
-                                   int priority) {
+absl::Status KVStore::DoPushBucket(absl::Span<const Key> keys, const Tensor& bucket, int priority) {
   absl::StatusOr<std::vector<Tensor>> views = BucketViews(keys, bucket);
   if (!views.ok()) return views.status();
   return DoPush(keys, *views, priority);
@@ -316,9 +313,11 @@ absl::Status CheckRowSparse(const Key& key, const RowSparse& value, absl::string
   const Tensor& data = value.data();
   if (!data.defined() || !data.device().is_cpu() ||
       data.shape() != RowShape(value.shape(), value.num_rows())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": key ", key.Quoted(), ": the rows of a row-sparse value must be a CPU tensor of "
-        "shape ", ShapeToString(RowShape(value.shape(), value.num_rows()))));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": key ", key.Quoted(),
+                     ": the rows of a row-sparse value must be a CPU tensor of "
+                     "shape ",
+                     ShapeToString(RowShape(value.shape(), value.num_rows()))));
   }
   return absl::OkStatus();
 }
@@ -327,8 +326,8 @@ absl::Status CheckRowSparse(const Key& key, const RowSparse& value, absl::string
 
 absl::Status KVStore::Init(const Key& key, const RowSparse& value) {
   RETURN_IF_ERROR(CheckRowSparse(key, value, "init"));
-  if (absl::Status s = CheckRowIds(value.row_ids(), value.shape()[0],
-                                   absl::StrCat("init: key ", key.Quoted()));
+  if (absl::Status s =
+          CheckRowIds(value.row_ids(), value.shape()[0], absl::StrCat("init: key ", key.Quoted()));
       !s.ok()) {
     return s;
   }
@@ -352,8 +351,7 @@ absl::Status KVStore::Push(const Key& key, const RowSparse& value, int priority)
 }
 
 absl::Status KVStore::RowSparsePull(absl::Span<const Key> keys, absl::Span<RowSparse* const> outs,
-                                    absl::Span<const std::vector<int64_t>> row_ids,
-                                    int priority) {
+                                    absl::Span<const std::vector<int64_t>> row_ids, int priority) {
   if (keys.size() != outs.size() || keys.size() != row_ids.size()) {
     return absl::InvalidArgumentError(absl::StrCat("row_sparse_pull of ", keys.size(),
                                                    " keys into ", outs.size(), " outputs with ",
@@ -375,8 +373,7 @@ absl::Status KVStore::RowSparsePull(const Key& key, RowSparse* out,
 }
 
 absl::Status KVStore::RowSparsePull(const Key& key, absl::Span<RowSparse* const> outs,
-                                    absl::Span<const std::vector<int64_t>> row_ids,
-                                    int priority) {
+                                    absl::Span<const std::vector<int64_t>> row_ids, int priority) {
   if (row_ids.size() != 1 && row_ids.size() != outs.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "row_sparse_pull of key ", key.Quoted(), " into ", outs.size(), " outputs with ",

@@ -35,10 +35,10 @@
 // once; programs written against the asynchronous contract (Wait before reading an output) stay
 // correct for every store type. "dist_sync" and "dist_async" talk to a scheduler and kvservers
 // over gRPC ("dist_sync_device", MXNet's alias "dist_device_sync", is dist_sync for values on
-// GPUs - every store type takes them): Push, Pull and PushPull check their arguments, enqueue and return; errors found by
-// the servers are returned by Wait / WaitAll. In dist_sync a server applies one update per
-// round to the sum of every worker's push; in dist_async it applies each push as it arrives.
-// Every worker calls Init with the same keys; rank 0's values are stored.
+// GPUs - every store type takes them): Push, Pull and PushPull check their arguments, enqueue and
+// return; errors found by the servers are returned by Wait / WaitAll. In dist_sync a server applies
+// one update per round to the sum of every worker's push; in dist_async it applies each push as it
+// arrives. Every worker calls Init with the same keys; rank 0's values are stored.
 //
 // Roles (MXNet's launch model: one program for every process of a job, DMLC_ROLE decides):
 // IsWorkerNode / IsServerNode / IsSchedulerNode read the role. In a process started with
@@ -54,9 +54,9 @@
 #ifndef KVSTORE_CLIENT_KVSTORE_H_
 #define KVSTORE_CLIENT_KVSTORE_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
-#include <atomic>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -175,8 +175,7 @@ class KVStore {
   // Controller: runs a server command (MXNet's kvstore_server controller), returning its
   // reply. A server runs heads >= 16 through it; the built-in heads below 16 (set updater,
   // stats, ping, optimizer, checkpoints; server/core/controller.h) stay the server's own.
-  using Controller =
-      std::function<absl::StatusOr<std::string>(int head, absl::string_view body)>;
+  using Controller = std::function<absl::StatusOr<std::string>(int head, absl::string_view body)>;
 
   // Create returns a new store of `type`: "local", "device" (or an MXNet alias of them), or
   // "dist_sync" / "dist_async", which join the job described by the launch environment
@@ -241,8 +240,7 @@ class KVStore {
 
   // Push pushes values[i] into keys[i]; values of a repeated key are summed first. Every value
   // of a key must have the stored dtype and shape.
-  absl::Status Push(absl::Span<const Key> keys, absl::Span<const Tensor> values,
-                    int priority = 0);
+  absl::Status Push(absl::Span<const Key> keys, absl::Span<const Tensor> values, int priority = 0);
   absl::Status Push(const Key& key, const Tensor& value, int priority = 0);
   // Pushes the sum of `values` (e.g. one per device) into `key`.
   absl::Status Push(const Key& key, absl::Span<const Tensor> values, int priority = 0);
@@ -277,8 +275,7 @@ class KVStore {
   // The same with the keys as integers in one array (as ps-lite's ZPush takes them): a
   // distributed store compares such a list with the list it sent last as one array, without
   // reading a Key per entry. Equivalent to the calls above with Key(keys[i]).
-  absl::Status PushBucket(absl::Span<const int64_t> keys, const Tensor& bucket,
-                          int priority = 0);
+  absl::Status PushBucket(absl::Span<const int64_t> keys, const Tensor& bucket, int priority = 0);
   absl::Status PullBucket(absl::Span<const int64_t> keys, Tensor* bucket, int priority = 0);
   absl::Status PushPullBucket(absl::Span<const int64_t> keys, const Tensor& bucket, Tensor* out,
                               int priority = 0);
@@ -409,15 +406,14 @@ class KVStore {
                                   absl::Span<Tensor* const> outs, int priority) = 0;
   // Buckets, called after the bucket was checked to be a defined CPU tensor. The defaults
   // push and pull views of the bucket (BucketViews); the pulls wait for completion.
-  virtual absl::Status DoPushBucket(absl::Span<const Key> keys, const Tensor& bucket,
-                                    int priority);
+  virtual absl::Status DoPushBucket(absl::Span<const Key> keys, const Tensor& bucket, int priority);
   virtual absl::Status DoPullBucket(absl::Span<const Key> keys, Tensor* bucket, int priority);
   virtual absl::Status DoPushPullBucket(absl::Span<const Key> keys, const Tensor& bucket,
                                         Tensor* out, int priority);
   // A bucket listed by integer keys, checked like the others: `in` is pushed when not null,
   // `out` pulled into when not null. The default calls the methods above with Keys.
-  virtual absl::Status DoIntKeyBucket(absl::Span<const int64_t> keys, const Tensor* in,
-                                      Tensor* out, int priority);
+  virtual absl::Status DoIntKeyBucket(absl::Span<const int64_t> keys, const Tensor* in, Tensor* out,
+                                      int priority);
   // CheckDefined returns InvalidArgument naming the first key whose value is undefined.
   static absl::Status CheckDefined(absl::Span<const Key> keys, absl::Span<const Tensor> values,
                                    absl::string_view op);

@@ -1,8 +1,7 @@
 #include "client/launch_order.h"
 
-#include <map>
-
 #include <catch2/catch.hpp>
+#include <map>
 
 #include "tests/test_util.h"
 
@@ -28,8 +27,8 @@ TEST_CASE("TakeTurns, random lists: a permutation, each server's order kept, tur
     const std::vector<size_t> order = TakeTurns(servers);
     REQUIRE(order.size() == servers.size());
     std::vector<bool> taken(servers.size(), false);
-    std::map<int, size_t> last;       // Per server: the last index started.
-    std::map<int, size_t> started;    // Per server: requests started so far.
+    std::map<int, size_t> last;     // Per server: the last index started.
+    std::map<int, size_t> started;  // Per server: requests started so far.
     std::map<int, size_t> total;
     for (int s : servers) ++total[s];
     for (size_t k = 0; k < order.size(); ++k) {

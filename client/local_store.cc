@@ -36,10 +36,10 @@ absl::StatusOr<std::vector<KeyValue>> LocalStore::Merge(absl::Span<const Key> ke
       ASSIGN_OR_RETURN(TensorSpec spec, store_.Spec(group.key));
       const Tensor& first = group.values.front();
       if (spec.dtype != first.dtype() || spec.shape != first.shape()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "key ", group.key.Quoted(), ": pushed ", DTypeName(first.dtype()),
-            ShapeToString(first.shape()), " but the stored value is ", DTypeName(spec.dtype),
-            ShapeToString(spec.shape)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("key ", group.key.Quoted(), ": pushed ", DTypeName(first.dtype()),
+                         ShapeToString(first.shape()), " but the stored value is ",
+                         DTypeName(spec.dtype), ShapeToString(spec.shape)));
       }
     }
   }
@@ -76,8 +76,8 @@ Tensor LocalStore::QuantizeAndSum(const KeyGroup& group) {
   }
   codes_.resize(CompressedBytes(compression_.type, n));
   for (size_t i = 0; i < group.values.size(); ++i) {
-    Quantize(compression_, group.values[i].data_as<const float>(), residuals[i].data_as<float>(),
-             n, codes_.data());
+    Quantize(compression_, group.values[i].data_as<const float>(), residuals[i].data_as<float>(), n,
+             codes_.data());
     if (i == 0) {
       Dequantize(compression_, codes_.data(), n, buffer.data_as<float>());
     } else {
@@ -88,8 +88,7 @@ Tensor LocalStore::QuantizeAndSum(const KeyGroup& group) {
 }
 
 absl::Status LocalStore::DoPushRowSparse(absl::Span<const Key> keys,
-                                         absl::Span<const RowSparse> values,
-                                         int /*priority*/) {
+                                         absl::Span<const RowSparse> values, int /*priority*/) {
   absl::MutexLock lock(&mu_);
   // Group by key in order of first appearance, checking everything before summing.
   std::vector<Key> order;
@@ -118,9 +117,9 @@ absl::Status LocalStore::DoPushRowSparse(absl::Span<const Key> keys,
     const size_t row_bytes = static_cast<size_t>(row) * DTypeSize(first.dtype());
     for (const RowSparse* value : group) {
       for (int64_t i = 0; i < value->num_rows(); ++i) {
-        const Tensor src = Tensor::Borrow(static_cast<uint8_t*>(value->data().data()) +
-                                              static_cast<size_t>(i) * row_bytes,
-                                          first.dtype(), {row});
+        const Tensor src = Tensor::Borrow(
+            static_cast<uint8_t*>(value->data().data()) + static_cast<size_t>(i) * row_bytes,
+            first.dtype(), {row});
         Tensor dst = Tensor::Borrow(static_cast<uint8_t*>(buffer.data()) +
                                         static_cast<size_t>(value->row_ids()[i]) * row_bytes,
                                     first.dtype(), {row});
@@ -140,8 +139,8 @@ absl::Status LocalStore::DoRowSparsePull(absl::Span<const Key> keys,
   std::vector<std::vector<int64_t>> unique(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     ASSIGN_OR_RETURN(TensorSpec spec, store_.Spec(keys[i]));
-    ASSIGN_OR_RETURN(unique[i], CheckRowSparseOutput(keys[i], spec.dtype, spec.shape, *outs[i],
-                                                        row_ids[i]));
+    ASSIGN_OR_RETURN(unique[i],
+                     CheckRowSparseOutput(keys[i], spec.dtype, spec.shape, *outs[i], row_ids[i]));
   }
   for (size_t i = 0; i < keys.size(); ++i) {
     Tensor rows = Tensor::Zeros(outs[i]->dtype(),
@@ -166,10 +165,10 @@ absl::Status LocalStore::LoadOptimizerStates(const std::string& path) {
 }
 
 absl::Status LocalStore::Checkpoint(const std::string& /*dir*/) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "Checkpoint makes kvservers write their shards; a \"", type(),
-      "\" store has none (save its values with Pull and its optimizer with "
-      "SaveOptimizerStates)"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("Checkpoint makes kvservers write their shards; a \"", type(),
+                   "\" store has none (save its values with Pull and its optimizer with "
+                   "SaveOptimizerStates)"));
 }
 
 absl::Status LocalStore::DoSetOptimizer(const OptimizerConfig& config) {

@@ -16,8 +16,8 @@ absl::StatusOr<std::unique_ptr<Membership>> Membership::Join(std::unique_ptr<Sch
                                                              const std::string& mode,
                                                              const MembershipOptions& options) {
   std::unique_ptr<Membership> member(new Membership(std::move(link), options));
-  absl::StatusOr<JobView> view = member->link_->Register(
-      mode, options.requested_rank, absl::Now() + options.register_timeout);
+  absl::StatusOr<JobView> view =
+      member->link_->Register(mode, options.requested_rank, absl::Now() + options.register_timeout);
   if (!view.ok()) return member->Named(view.status(), "joining the job through");
   member->view_ = *std::move(view);
   member->view_.heartbeat_interval =
@@ -108,17 +108,15 @@ absl::Status Membership::Noted(absl::Status status) {
       status = absl::DataLossError(absl::StrCat(status.message(), " (", loss, ")"));
     }
   } else if (!status.ok()) {
-    if (!job_failure_.empty() &&
-        status.message().find(job_failure_) == absl::string_view::npos) {
-      status = absl::Status(status.code(), absl::StrCat(status.message(), " (the job failed: ",
-                                                        job_failure_, ")"));
+    if (!job_failure_.empty() && status.message().find(job_failure_) == absl::string_view::npos) {
+      status = absl::Status(
+          status.code(), absl::StrCat(status.message(), " (the job failed: ", job_failure_, ")"));
     } else {
       const absl::Duration silent = absl::Now() - last_answer_;
       if (!job_over_ && silent > 3 * view_.heartbeat_interval + absl::Seconds(1)) {
         status = absl::Status(
             status.code(),
-            absl::StrCat(status.message(), " (", link_->name(),
-                         " has answered no heartbeat for ",
+            absl::StrCat(status.message(), " (", link_->name(), " has answered no heartbeat for ",
                          absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100))),
                          ": the scheduler is lost, and servers exit when they lose it)"));
       }
@@ -141,7 +139,7 @@ void Membership::Leave() {
         link_->Finish(view_.node_id, absl::Now() + absl::Seconds(10), failure);
     if (!status.ok()) {
       SdkLogger()->warn("worker {}: telling {} that it finished: {}", view_.rank, link_->name(),
-                   std::string(status.message()));
+                        std::string(status.message()));
     }
   }
   if (!stop_heartbeat_.HasBeenNotified()) stop_heartbeat_.Notify();
@@ -198,8 +196,7 @@ void Membership::HeartbeatLoop() {
 }
 
 absl::Status Membership::Barrier() {
-  const absl::Status status =
-      link_->Barrier(view_.node_id, absl::Now() + options_.barrier_timeout);
+  const absl::Status status = link_->Barrier(view_.node_id, absl::Now() + options_.barrier_timeout);
   return status.ok() ? status : Noted(Named(status, "barrier at"));
 }
 
@@ -212,8 +209,8 @@ absl::StatusOr<std::vector<std::string>> Membership::Command(int head, const std
 
 absl::StatusOr<bool> Membership::ServerUnreachable(int rank, const absl::Status& error) {
   std::string reason;
-  absl::StatusOr<bool> dead = link_->ServerUnreachable(
-      view_.node_id, rank, error.ToString(), absl::Now() + kServerCheckTimeout, &reason);
+  absl::StatusOr<bool> dead = link_->ServerUnreachable(view_.node_id, rank, error.ToString(),
+                                                       absl::Now() + kServerCheckTimeout, &reason);
   if (!dead.ok()) return Named(dead.status(), "reporting an unreachable server to");
   if (*dead) {
     SdkLogger()->warn("worker {}: {}; failing over to the other copy of its shards", view_.rank,
@@ -228,8 +225,8 @@ void Membership::set_on_routing(OnRouting on_routing) {
 }
 
 absl::StatusOr<int> Membership::NumDeadNodes(int group, absl::Duration timeout) {
-  const int timeout_s = static_cast<int>(std::max<int64_t>(
-      1, absl::ToInt64Seconds(absl::Ceil(timeout, absl::Seconds(1)))));
+  const int timeout_s = static_cast<int>(
+      std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(timeout, absl::Seconds(1)))));
   absl::StatusOr<int> dead =
       link_->NumDeadNodes(view_.node_id, group, timeout_s, absl::Now() + absl::Seconds(30));
   if (dead.ok()) return dead;

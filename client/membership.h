@@ -114,11 +114,11 @@ class Membership {
   JobView view_;
   std::atomic<bool> job_over_{false};
   mutable absl::Mutex mu_;
-  std::string job_failure_ ABSL_GUARDED_BY(mu_);    // Why the job failed, from a heartbeat.
+  std::string job_failure_ ABSL_GUARDED_BY(mu_);  // Why the job failed, from a heartbeat.
   std::vector<LostUpdates> data_loss_ ABSL_GUARDED_BY(mu_);  // Servers restarted, updates lost.
   OnRouting on_routing_ ABSL_GUARDED_BY(mu_);
   absl::Status failure_ ABSL_GUARDED_BY(mu_);  // The first error that fails the worker.
-  AcknowledgedRound acknowledged_;  // Set before use; then read only.
+  AcknowledgedRound acknowledged_;             // Set before use; then read only.
   bool exact_rounds_ = false;
   absl::Time last_answer_ ABSL_GUARDED_BY(mu_) = absl::Now();  // The last heartbeat answered.
   absl::Notification stop_heartbeat_;

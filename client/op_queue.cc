@@ -7,8 +7,7 @@
 
 namespace kvstore {
 
-OpQueue::OpQueue(Options options, Start start)
-    : options_(options), start_(std::move(start)) {
+OpQueue::OpQueue(Options options, Start start) : options_(options), start_(std::move(start)) {
   dispatcher_ = NamedThread("kv-dispatch", [this] { Dispatch(); });
 }
 
@@ -101,8 +100,8 @@ void OpQueue::Dispatch() {
       for (auto it = queued_.begin(); it != queued_.end();) {
         Op& other = it->second;
         if (other.kind != kind || other.priority != priority || other.group != nullptr ||
-            other.compression != compression ||
-            bytes + other.bytes > options_.fusion_bytes || !Ready(it->first, other)) {
+            other.compression != compression || bytes + other.bytes > options_.fusion_bytes ||
+            !Ready(it->first, other)) {
           ++it;
           continue;
         }
@@ -130,7 +129,7 @@ constexpr size_t kShrinkAbove = 4096;
 }  // namespace
 
 void OpQueue::Complete(absl::Span<const std::pair<uint64_t, std::vector<Key>>> ops,
-                         const absl::Status& status) {
+                       const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   for (const auto& [seq, keys] : ops) {
     --inflight_;
@@ -176,9 +175,8 @@ absl::Status OpQueue::Wait(absl::Span<const Key> keys) {
     key_errors_.erase(it);
   }
   for (auto it = group_errors_.begin(); it != group_errors_.end();) {
-    const bool member = std::any_of(keys.begin(), keys.end(), [&](const Key& key) {
-      return it->first->members.contains(key);
-    });
+    const bool member = std::any_of(
+        keys.begin(), keys.end(), [&](const Key& key) { return it->first->members.contains(key); });
     if (!member) {
       ++it;
       continue;

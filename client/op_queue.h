@@ -28,12 +28,12 @@
 #include <utility>
 #include <vector>
 
-#include "absl/time/time.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/group_plan.h"
 #include "client/key_info.h"

@@ -1,9 +1,8 @@
 #include "client/op_queue.h"
 
 #include <algorithm>
-#include <vector>
-
 #include <catch2/catch.hpp>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -30,12 +29,11 @@ struct Started {
   bool WaitFor(size_t n) {
     absl::MutexLock lock(&mu);
     std::pair<Started*, size_t> arg(this, n);
-    return mu.AwaitWithTimeout(absl::Condition(
-                                   +[](std::pair<Started*, size_t>* a) {
-                                     return a->first->ops.size() >= a->second;
-                                   },
-                                   &arg),
-                               absl::Seconds(10));
+    return mu.AwaitWithTimeout(
+        absl::Condition(
+            +[](std::pair<Started*, size_t>* a) { return a->first->ops.size() >= a->second; },
+            &arg),
+        absl::Seconds(10));
   }
   void ReleaseAll() {
     std::vector<OpDone> done;
@@ -56,9 +54,10 @@ Op OneKey(Kind kind, int64_t key) {
   return op;
 }
 
-TEST_CASE("OpQueue: ready pushes of separate calls are fused only when fuse_pushes; pulls "
-          "always",
-          "[client][queue]") {
+TEST_CASE(
+    "OpQueue: ready pushes of separate calls are fused only when fuse_pushes; pulls "
+    "always",
+    "[client][queue]") {
   testing::TestRng rng;
   INFO(rng.Describe());
   for (const bool fuse_pushes : {true, false}) {

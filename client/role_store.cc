@@ -16,8 +16,10 @@ RoleStore::~RoleStore() {
     served = served_;
   }
   if (served) return;
-  spdlog::info("{} process: the store was released without RunServer; serving until the job "
-               "ends", env_.role.value_or("worker"));
+  spdlog::info(
+      "{} process: the store was released without RunServer; serving until the job "
+      "ends",
+      env_.role.value_or("worker"));
   const absl::Status status = RunServer();
   if (!status.ok()) spdlog::error("{}: {}", env_.role.value_or("worker"), status.ToString());
 }
@@ -38,9 +40,10 @@ absl::Status RoleStore::RunServer(const Controller& controller) {
 
 void RoleStore::ServeAndExit(const char* call) {
   const std::string role = env_.role.value_or("worker");
-  spdlog::info("{} process (DMLC_ROLE={}): {} called on its store; serving as the job's {} "
-               "until the job ends, then exiting",
-               role, role, call, role);
+  spdlog::info(
+      "{} process (DMLC_ROLE={}): {} called on its store; serving as the job's {} "
+      "until the job ends, then exiting",
+      role, role, call, role);
   const absl::Status status = RunServer();
   if (!status.ok()) {
     spdlog::error("{}: {}", role, status.ToString());

@@ -85,8 +85,7 @@ class RoleStore final : public KVStore {
     ServeAndExit("SetGradientCompression");
   }
   absl::Status DoSetOptimizer(const OptimizerConfig&) override { ServeAndExit("SetOptimizer"); }
-  absl::Status DoPushRowSparse(absl::Span<const Key>, absl::Span<const RowSparse>,
-                               int) override {
+  absl::Status DoPushRowSparse(absl::Span<const Key>, absl::Span<const RowSparse>, int) override {
     ServeAndExit("Push");
   }
   absl::Status DoRowSparsePull(absl::Span<const Key>, absl::Span<RowSparse* const>,

@@ -89,8 +89,8 @@ void TransferRowSparse(const TransferContext& ctx, Kind kind, std::vector<KeyWor
         proto::TensorHeader& header = request.headers.emplace_back();
         FillHeader(entry.key, info.dtype, info.shape, part, &header);
         request.row_ids.emplace_back().mutable_ids()->Add(lo, hi);
-        request.targets.push_back(Target{w, o, static_cast<size_t>(lo - ids.begin()),
-                                         static_cast<size_t>(hi - lo)});
+        request.targets.push_back(
+            Target{w, o, static_cast<size_t>(lo - ids.begin()), static_cast<size_t>(hi - lo)});
       }
     }
   }
@@ -111,13 +111,15 @@ void TransferRowSparse(const TransferContext& ctx, Kind kind, std::vector<KeyWor
       proto::PushRequest message;
       SetSender(ctx, &message);
       message.set_request_id((*ctx.next_request_id)++);
-      for (proto::TensorHeader& header : request.headers) *message.add_tensors() = std::move(header);
+      for (proto::TensorHeader& header : request.headers)
+        *message.add_tensors() = std::move(header);
       frame = EncodeFrame(message, request.parts);
       *ctx.push_payload_bytes += static_cast<int64_t>(request.payload_bytes);
     } else {
       proto::PullRequest message;
       SetSender(ctx, &message);
-      for (proto::TensorHeader& header : request.headers) *message.add_tensors() = std::move(header);
+      for (proto::TensorHeader& header : request.headers)
+        *message.add_tensors() = std::move(header);
       for (proto::RowIds& ids : request.row_ids) *message.add_row_ids() = std::move(ids);
       frame = EncodeMessage(message);
     }
@@ -135,38 +137,39 @@ void TransferRowSparse(const TransferContext& ctx, Kind kind, std::vector<KeyWor
   state->remaining = frames.size();
   for (size_t f = 0; f < frames.size(); ++f) {
     const int s = frames[f].first;
-    ctx.caller->Call(s, push ? ServerMethod::kPush : ServerMethod::kRowSparsePull, frames[f].second,
-         [ctx, state, s, push, targets = std::move(targets[f])](absl::Status status,
-                                                                 grpc::ByteBuffer* reply) {
-           if (status.ok() && !push) {
-             proto::PullResponse header;
-             absl::StatusOr<Payload> payload = DecodeFrame(*reply, &header);
-             status = payload.status();
-             if (status.ok() && header.tensors_size() != static_cast<int>(targets.size())) {
-               status = absl::InternalError(absl::StrCat(
-                   "asked for rows of ", targets.size(), " values, got ", header.tensors_size()));
-             }
-             for (size_t t = 0; status.ok() && t < targets.size(); ++t) {
-               const Target& target = targets[t];
-               KeyWork& entry = state->work[target.entry];
-               RowSparse* out = entry.sparse_outs[target.out];
-               const size_t row_bytes = static_cast<size_t>(RowElements(entry.info->shape)) *
-                                        DTypeSize(entry.info->dtype);
-               const proto::TensorHeader& got = header.tensors(static_cast<int>(t));
-               if (got.payload_bytes() != target.rows * row_bytes) {
-                 status = absl::InternalError(absl::StrCat(
-                     "key ", entry.key.Quoted(), ": reply holds ", got.payload_bytes(),
-                     " bytes for ", target.rows, " rows of ", row_bytes, " bytes"));
-                 break;
-               }
-               status = payload->CopyTo(got.payload_offset(), target.rows * row_bytes,
-                                        static_cast<uint8_t*>(out->data().data()) +
-                                            target.first * row_bytes);
-             }
-             if (!status.ok()) status = ctx.caller->ServerError(s, status);
-           }
-           if (state->Record(status)) state->done(state->error);
-         });
+    ctx.caller->Call(
+        s, push ? ServerMethod::kPush : ServerMethod::kRowSparsePull, frames[f].second,
+        [ctx, state, s, push, targets = std::move(targets[f])](absl::Status status,
+                                                               grpc::ByteBuffer* reply) {
+          if (status.ok() && !push) {
+            proto::PullResponse header;
+            absl::StatusOr<Payload> payload = DecodeFrame(*reply, &header);
+            status = payload.status();
+            if (status.ok() && header.tensors_size() != static_cast<int>(targets.size())) {
+              status = absl::InternalError(absl::StrCat("asked for rows of ", targets.size(),
+                                                        " values, got ", header.tensors_size()));
+            }
+            for (size_t t = 0; status.ok() && t < targets.size(); ++t) {
+              const Target& target = targets[t];
+              KeyWork& entry = state->work[target.entry];
+              RowSparse* out = entry.sparse_outs[target.out];
+              const size_t row_bytes = static_cast<size_t>(RowElements(entry.info->shape)) *
+                                       DTypeSize(entry.info->dtype);
+              const proto::TensorHeader& got = header.tensors(static_cast<int>(t));
+              if (got.payload_bytes() != target.rows * row_bytes) {
+                status = absl::InternalError(
+                    absl::StrCat("key ", entry.key.Quoted(), ": reply holds ", got.payload_bytes(),
+                                 " bytes for ", target.rows, " rows of ", row_bytes, " bytes"));
+                break;
+              }
+              status = payload->CopyTo(
+                  got.payload_offset(), target.rows * row_bytes,
+                  static_cast<uint8_t*>(out->data().data()) + target.first * row_bytes);
+            }
+            if (!status.ok()) status = ctx.caller->ServerError(s, status);
+          }
+          if (state->Record(status)) state->done(state->error);
+        });
   }
 }
 

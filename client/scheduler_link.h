@@ -84,8 +84,7 @@ class SchedulerLink {
   // scheduler's check got. Jobs with replicas only: FailedPrecondition by default.
   virtual absl::StatusOr<bool> ServerUnreachable(uint64_t /*node_id*/, int /*rank*/,
                                                  const std::string& /*error*/,
-                                                 absl::Time /*deadline*/,
-                                                 std::string* /*reason*/) {
+                                                 absl::Time /*deadline*/, std::string* /*reason*/) {
     return absl::FailedPreconditionError("this job has no replicas");
   }
 };

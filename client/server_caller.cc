@@ -10,8 +10,7 @@
 
 namespace kvstore {
 
-std::vector<ServerAddress> ReplicaTargets(const std::vector<ServerAddress>& servers,
-                                          int replicas) {
+std::vector<ServerAddress> ReplicaTargets(const std::vector<ServerAddress>& servers, int replicas) {
   std::vector<ServerAddress> targets = servers;
   if (replicas < 2 || servers.empty()) return targets;
   const size_t n = servers.size();
@@ -93,8 +92,8 @@ absl::Status ServerCaller::ServerError(int t, const absl::Status& status) const 
                         absl::StrCat("server ", ServerOf(t), " at ", target.address,
                                      " (backup of shard ", target.rank, "): ", status.message()));
   }
-  return absl::Status(status.code(), absl::StrCat("server ", target.rank, " at ",
-                                                  target.address, ": ", status.message()));
+  return absl::Status(status.code(), absl::StrCat("server ", target.rank, " at ", target.address,
+                                                  ": ", status.message()));
 }
 
 bool ServerCaller::NoLivingCopy(int s) const {
@@ -111,15 +110,14 @@ absl::Status ServerCaller::AllCopiesDead(int s) const {
       next, " at ", AddressOf(TargetOf(next, 0)), " are both dead"));
 }
 
-void ServerCaller::Call(int s, ServerMethod method,
-                        std::shared_ptr<const grpc::ByteBuffer> request,
+void ServerCaller::Call(int s, ServerMethod method, std::shared_ptr<const grpc::ByteBuffer> request,
                         ServerTransport::Done done) {
   if (observer_) {
     const size_t request_bytes = request->Length();
-    done = [this, s, method, request_bytes, sent = absl::Now(),
-            done = std::move(done)](absl::Status status, grpc::ByteBuffer* reply) {
-      observer_(s, method, request_bytes, reply != nullptr ? reply->Length() : 0, sent,
-                absl::Now(), status.code());
+    done = [this, s, method, request_bytes, sent = absl::Now(), done = std::move(done)](
+               absl::Status status, grpc::ByteBuffer* reply) {
+      observer_(s, method, request_bytes, reply != nullptr ? reply->Length() : 0, sent, absl::Now(),
+                status.code());
       done(std::move(status), reply);
     };
   }
@@ -141,23 +139,24 @@ void ServerCaller::Route(int s, ServerMethod method,
     if (!needed.has_value() && !status.ok() && reroutes < kMaxReroutes && view_refresh_ &&
         NoLivingCopy(s)) {
       // Every copy is dead in this view: a replacement may have joined since. Ask once.
-      timer_->After(absl::ZeroDuration(), [this, s, method, request, done, reroutes, epoch,
-                                           status = std::move(status)] {
-        view_refresh_().IgnoreError();
-        if (view_epoch() > epoch) return Route(s, method, request, done, reroutes + 1);
-        done(status, nullptr);
-      });
+      timer_->After(absl::ZeroDuration(),
+                    [this, s, method, request, done, reroutes, epoch, status = std::move(status)] {
+                      view_refresh_().IgnoreError();
+                      if (view_epoch() > epoch)
+                        return Route(s, method, request, done, reroutes + 1);
+                      done(status, nullptr);
+                    });
       return;
     }
     if (!needed.has_value() || reroutes >= kMaxReroutes) return done(std::move(status), reply);
     // A copy refused it as routed by an old view: learn the new one (off this thread: it
     // blocks), then send it again, to the copies of that view.
-    timer_->After(absl::ZeroDuration(), [this, s, method, request, done, reroutes,
-                                         needed = *needed, status = std::move(status)] {
+    timer_->After(absl::ZeroDuration(), [this, s, method, request, done, reroutes, needed = *needed,
+                                         status = std::move(status)] {
       const absl::Status learned = AwaitView(needed);
       if (!learned.ok()) {
-        return done(absl::Status(learned.code(), absl::StrCat(learned.message(), " (after: ",
-                                                              status.message(), ")")),
+        return done(absl::Status(learned.code(), absl::StrCat(learned.message(),
+                                                              " (after: ", status.message(), ")")),
                     nullptr);
       }
       Route(s, method, request, done, reroutes + 1);
@@ -176,9 +175,11 @@ absl::Status ServerCaller::AwaitView(uint64_t epoch) {
   while (view_epoch() < epoch) {
     if (absl::Now() >= give_up) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "waited ", absl::FormatDuration(policy_.rpc_timeout), " for the scheduler to publish "
-          "view epoch ", epoch, " (a replacement server joining the job); this worker has epoch ",
-          view_epoch(), asked.ok() ? "" : absl::StrCat("; asking: ", asked.message())));
+          "waited ", absl::FormatDuration(policy_.rpc_timeout),
+          " for the scheduler to publish "
+          "view epoch ",
+          epoch, " (a replacement server joining the job); this worker has epoch ", view_epoch(),
+          asked.ok() ? "" : absl::StrCat("; asking: ", asked.message())));
     }
     if (view_refresh_) asked = view_refresh_();
     if (view_epoch() < epoch) absl::SleepFor(absl::Milliseconds(20));
@@ -192,16 +193,17 @@ void ServerCaller::CallOneCopy(int s, int c, ServerMethod method,
   while (c < policy_.replicas && IsDead(ServerOf(TargetOf(s, c)))) ++c;
   if (c == policy_.replicas) return done(AllCopiesDead(s), nullptr);
   const int t = TargetOf(s, c);
-  Attempt(t, method, request, epoch,
-          [this, s, c, t, method, request, epoch, done = std::move(done)](
-              absl::Status status, grpc::ByteBuffer* reply) {
-            // A copy whose server died meanwhile: the next copy answers.
-            if (!status.ok() && IsDead(ServerOf(t))) {
-              return CallOneCopy(s, c + 1, method, request, epoch, done);
-            }
-            done(std::move(status), reply);
-          },
-          0);
+  Attempt(
+      t, method, request, epoch,
+      [this, s, c, t, method, request, epoch, done = std::move(done)](absl::Status status,
+                                                                      grpc::ByteBuffer* reply) {
+        // A copy whose server died meanwhile: the next copy answers.
+        if (!status.ok() && IsDead(ServerOf(t))) {
+          return CallOneCopy(s, c + 1, method, request, epoch, done);
+        }
+        done(std::move(status), reply);
+      },
+      0);
 }
 
 void ServerCaller::CallEveryCopy(int s, ServerMethod method,
@@ -226,39 +228,40 @@ void ServerCaller::CallEveryCopy(int s, ServerMethod method,
   fan_in->done = std::move(done);
   for (int c : living) {
     const int t = TargetOf(s, c);
-    Attempt(t, method, request, epoch,
-            [this, s, c, t, fan_in](absl::Status status, grpc::ByteBuffer* reply) {
-              {
-                absl::MutexLock lock(&fan_in->mu);
-                if (status.ok()) {
-                  if (fan_in->reply_copy < 0 || c < fan_in->reply_copy) {
-                    fan_in->reply = *reply;
-                    fan_in->reply_copy = c;
-                  }
-                } else {
-                  fan_in->errors[c] = std::move(status);
-                }
-                if (--fan_in->remaining > 0) return;
+    Attempt(
+        t, method, request, epoch,
+        [this, s, c, t, fan_in](absl::Status status, grpc::ByteBuffer* reply) {
+          {
+            absl::MutexLock lock(&fan_in->mu);
+            if (status.ok()) {
+              if (fan_in->reply_copy < 0 || c < fan_in->reply_copy) {
+                fan_in->reply = *reply;
+                fan_in->reply_copy = c;
               }
-              // Every copy has answered. A failure of a copy whose server is dead does not
-              // count: the other copy holds the update.
-              // A stale-view refusal wins: the call is then sent again to the new view's copies.
-              absl::Status result;
-              for (size_t copy = 0; copy < fan_in->errors.size(); ++copy) {
-                const absl::Status& error = fan_in->errors[copy];
-                if (RequiredViewEpoch(error).has_value()) {
-                  result = error;
-                  break;
-                }
-                if (result.ok() && !error.ok() &&
-                    !IsDead(ServerOf(TargetOf(s, static_cast<int>(copy))))) {
-                  result = error;
-                }
-              }
-              if (result.ok() && fan_in->reply_copy < 0) result = AllCopiesDead(s);
-              fan_in->done(result, result.ok() ? &fan_in->reply : nullptr);
-            },
-            0);
+            } else {
+              fan_in->errors[c] = std::move(status);
+            }
+            if (--fan_in->remaining > 0) return;
+          }
+          // Every copy has answered. A failure of a copy whose server is dead does not
+          // count: the other copy holds the update.
+          // A stale-view refusal wins: the call is then sent again to the new view's copies.
+          absl::Status result;
+          for (size_t copy = 0; copy < fan_in->errors.size(); ++copy) {
+            const absl::Status& error = fan_in->errors[copy];
+            if (RequiredViewEpoch(error).has_value()) {
+              result = error;
+              break;
+            }
+            if (result.ok() && !error.ok() &&
+                !IsDead(ServerOf(TargetOf(s, static_cast<int>(copy))))) {
+              result = error;
+            }
+          }
+          if (result.ok() && fan_in->reply_copy < 0) result = AllCopiesDead(s);
+          fan_in->done(result, result.ok() ? &fan_in->reply : nullptr);
+        },
+        0);
   }
 }
 
@@ -268,8 +271,8 @@ void ServerCaller::Attempt(int t, ServerMethod method,
   const absl::Time deadline = absl::Now() + policy_.rpc_timeout;
   transport_->Send(
       t, method, Signed(t, method, request, epoch), deadline, epoch,
-      [this, t, method, request, epoch, done = std::move(done), attempt](
-          absl::Status status, grpc::ByteBuffer* reply) {
+      [this, t, method, request, epoch, done = std::move(done), attempt](absl::Status status,
+                                                                         grpc::ByteBuffer* reply) {
         if (status.ok()) {
           done(status, reply);
           return;
@@ -278,8 +281,8 @@ void ServerCaller::Attempt(int t, ServerMethod method,
         // server, which is stopping (SIGTERM, shutdown). Retried as for a server that is down,
         // under the same request id (applied at most once).
         if (absl::IsCancelled(status)) {
-          status = absl::UnavailableError(absl::StrCat(
-              "the server cancelled the call (it is stopping): ", status.message()));
+          status = absl::UnavailableError(
+              absl::StrCat("the server cancelled the call (it is stopping): ", status.message()));
         }
         if (!absl::IsUnavailable(status) || policy_.replicas < 2 || !failover_check_) {
           return Retry(t, method, request, epoch, done, attempt, std::move(status));
@@ -309,21 +312,20 @@ void ServerCaller::Retry(int t, ServerMethod method,
                          std::shared_ptr<const grpc::ByteBuffer> request, uint64_t epoch,
                          ServerTransport::Done done, int attempt, absl::Status status) {
   if (absl::IsUnavailable(status) && attempt < policy_.max_retries) {
-    const absl::Duration backoff = std::min(
-        policy_.retry_backoff * (1 << std::min(attempt, 16)), absl::Seconds(2));
+    const absl::Duration backoff =
+        std::min(policy_.retry_backoff * (1 << std::min(attempt, 16)), absl::Seconds(2));
     timer_->After(backoff, [this, t, method, request, epoch, done, attempt] {
       Attempt(t, method, request, epoch, done, attempt + 1);
     });
     return;
   }
   if (absl::IsUnavailable(status)) {
-    status = absl::UnavailableError(absl::StrCat("unreachable after ", attempt + 1,
-                                                 " attempts: ", status.message()));
+    status = absl::UnavailableError(
+        absl::StrCat("unreachable after ", attempt + 1, " attempts: ", status.message()));
   } else if (absl::IsDeadlineExceeded(status)) {
     status = absl::DeadlineExceededError(absl::StrCat(
         "no answer within ", absl::FormatDuration(policy_.rpc_timeout), " (",
-        GrpcMethodPath(method),
-        "; in dist_sync a push waits for every worker's push of the key)"));
+        GrpcMethodPath(method), "; in dist_sync a push waits for every worker's push of the key)"));
   }
   done(ServerError(t, status), nullptr);
 }
@@ -341,10 +343,10 @@ absl::Status ServerCaller::WaitForServers(const TransferContext& ctx, absl::Dura
                             std::min(give_up, absl::Now() + absl::Seconds(10)));
       if (status.ok()) break;
       if (!absl::IsUnavailable(status) || absl::Now() >= give_up) {
-        return ServerError(s, absl::Status(status.code(),
-                                           absl::StrCat("not ready within ",
-                                                        absl::FormatDuration(timeout), ": ",
-                                                        status.message())));
+        return ServerError(
+            s, absl::Status(status.code(),
+                            absl::StrCat("not ready within ", absl::FormatDuration(timeout), ": ",
+                                         status.message())));
       }
       absl::SleepFor(absl::Milliseconds(20));
     }

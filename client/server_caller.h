@@ -60,8 +60,7 @@ struct ServerAddress {
 
 // ReplicaTargets lists what a worker's transport reaches, by index: the servers in rank order,
 // then, with `replicas` 2, the backup copy of each shard p, at server (p + 1) % N's address.
-std::vector<ServerAddress> ReplicaTargets(const std::vector<ServerAddress>& servers,
-                                          int replicas);
+std::vector<ServerAddress> ReplicaTargets(const std::vector<ServerAddress>& servers, int replicas);
 
 struct CallPolicy {
   absl::Duration rpc_timeout = absl::Seconds(120);
@@ -82,9 +81,8 @@ class ServerCaller {
   // RequestObserver is told of every call when it completes: the server, the method, the bytes
   // each way (0 for a failed call's reply), when it was first sent and answered, and the code.
   using RequestObserver =
-      std::function<void(int server, ServerMethod method, size_t request_bytes,
-                         size_t reply_bytes, absl::Time sent, absl::Time answered,
-                         absl::StatusCode code)>;
+      std::function<void(int server, ServerMethod method, size_t request_bytes, size_t reply_bytes,
+                         absl::Time sent, absl::Time answered, absl::StatusCode code)>;
   // set_observer installs `observer` (worker_telemetry.h). Call before the first Call.
   void set_observer(RequestObserver observer) { observer_ = std::move(observer); }
 
@@ -170,10 +168,10 @@ class ServerCaller {
   const int num_servers_;
   const CallPolicy policy_;
   Timer* const timer_;
-  RequestObserver observer_;  // Optional.
+  RequestObserver observer_;         // Optional.
   RequestSigner* signer_ = nullptr;  // Optional: a job with a secret.
-  FailoverCheck failover_check_;  // Optional; replicas only.
-  ViewRefresh view_refresh_;      // Optional; replicas only.
+  FailoverCheck failover_check_;     // Optional; replicas only.
+  ViewRefresh view_refresh_;         // Optional; replicas only.
   // The view: its epoch, every target's address (ReplicaTargets of the servers), the dead
   // servers. Senders read the epoch first, then the dead flags; ApplyView writes them in the
   // other order, so a request routed by epoch E went to every living copy of E.

@@ -18,8 +18,8 @@
 
 #include <grpcpp/support/byte_buffer.h>
 
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 

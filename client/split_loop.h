@@ -51,7 +51,7 @@ class SplitLoop {
 
   std::atomic<bool> claimed_{false};  // A Run is using the helper.
   absl::Mutex mu_;
-  Task* task_ ABSL_GUARDED_BY(mu_) = nullptr;  // Published by Run until it returns.
+  Task* task_ ABSL_GUARDED_BY(mu_) = nullptr;     // Published by Run until it returns.
   bool helper_idle_ ABSL_GUARDED_BY(mu_) = true;  // False while the helper works on a task.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread helper_;  // Started by the first Run that uses it (under claimed_).

@@ -3,12 +3,11 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"

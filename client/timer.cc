@@ -6,7 +6,9 @@
 
 namespace kvstore {
 
-Timer::Timer() { thread_ = NamedThread("kv-timer", [this] { Loop(); }); }
+Timer::Timer() {
+  thread_ = NamedThread("kv-timer", [this] { Loop(); });
+}
 
 Timer::~Timer() {
   {

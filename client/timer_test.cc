@@ -1,9 +1,8 @@
 #include "client/timer.h"
 
-#include <catch2/catch.hpp>
-
 #include <dirent.h>
 
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <string>
 #include <vector>

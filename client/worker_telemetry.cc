@@ -12,13 +12,20 @@ namespace {
 
 const char* KindLabel(Kind kind) {
   switch (kind) {
-    case Kind::kInit: return "init";
-    case Kind::kPush: return "push";
-    case Kind::kPull: return "pull";
-    case Kind::kPushPull: return "push_pull";
-    case Kind::kRowSparsePush: return "row_sparse_push";
-    case Kind::kRowSparsePull: return "row_sparse_pull";
-    case Kind::kInitFill: return "init_fill";
+    case Kind::kInit:
+      return "init";
+    case Kind::kPush:
+      return "push";
+    case Kind::kPull:
+      return "pull";
+    case Kind::kPushPull:
+      return "push_pull";
+    case Kind::kRowSparsePush:
+      return "row_sparse_push";
+    case Kind::kRowSparsePull:
+      return "row_sparse_pull";
+    case Kind::kInitFill:
+      return "init_fill";
   }
   return "other";
 }
@@ -32,8 +39,8 @@ absl::StatusOr<std::unique_ptr<WorkerTelemetry>> WorkerTelemetry::Start(const Op
   if (options.metrics_port < 0 && options.trace_file.empty()) return nullptr;
   std::unique_ptr<WorkerTelemetry> t(new WorkerTelemetry());
   if (!options.trace_file.empty()) {
-    ASSIGN_OR_RETURN(t->trace_, TraceWriter::Open(options.trace_file,
-                                                  absl::StrCat("worker ", options.rank)));
+    ASSIGN_OR_RETURN(t->trace_,
+                     TraceWriter::Open(options.trace_file, absl::StrCat("worker ", options.rank)));
     t->trace_->NameRow(kOperationsRow, "operations");
     for (int s = 0; s < options.num_servers; ++s) {
       t->trace_->NameRow(1 + s, absl::StrCat("server ", s));
@@ -55,14 +62,14 @@ absl::StatusOr<std::unique_ptr<WorkerTelemetry>> WorkerTelemetry::Start(const Op
                                        "Operations completed, by kind (fused ones count once "
                                        "each part).",
                                        {{"kind", kind}});
-      t->operation_latency_[k] = r.AddHistogram(
-          "kvstore_worker_operation_duration_seconds",
-          "Time from an operation's issue to its completion (queueing included).",
-          {{"kind", kind}}, LatencyBounds());
+      t->operation_latency_[k] =
+          r.AddHistogram("kvstore_worker_operation_duration_seconds",
+                         "Time from an operation's issue to its completion (queueing included).",
+                         {{"kind", kind}}, LatencyBounds());
     }
     AddProcessCollector(&r);
-    ASSIGN_OR_RETURN(t->http_, MetricsHttpServer::Start("127.0.0.1", options.metrics_port,
-                                                        &t->registry_));
+    ASSIGN_OR_RETURN(t->http_,
+                     MetricsHttpServer::Start("127.0.0.1", options.metrics_port, &t->registry_));
     SdkLogger()->info("worker {} metrics on http://127.0.0.1:{}/metrics", options.rank,
                       t->http_->port());
   }
@@ -96,8 +103,7 @@ void WorkerTelemetry::RequestDone(int server, ServerMethod method, size_t reques
 }
 
 void WorkerTelemetry::OperationDone(Kind kind, const std::vector<Key>& keys, size_t group_keys,
-                                    absl::Time queued, absl::Time started,
-                                    absl::StatusCode code) {
+                                    absl::Time queued, absl::Time started, absl::StatusCode code) {
   const absl::Time now = absl::Now();
   const int k = static_cast<int>(kind);
   if (metrics_ && k >= 0 && k < kKinds) {

@@ -53,8 +53,8 @@ class WorkerTelemetry {
                    absl::Time sent, absl::Time answered, absl::StatusCode code);
   // OperationDone records one operation of `kind` on `keys` (empty for a key group of
   // `group_keys` keys), issued at `queued`, started at `started`, completed now.
-  void OperationDone(Kind kind, const std::vector<Key>& keys, size_t group_keys,
-                     absl::Time queued, absl::Time started, absl::StatusCode code);
+  void OperationDone(Kind kind, const std::vector<Key>& keys, size_t group_keys, absl::Time queued,
+                     absl::Time started, absl::StatusCode code);
 
   int metrics_port() const { return http_ == nullptr ? 0 : http_->port(); }
 

@@ -94,8 +94,8 @@ absl::StatusOr<std::string> InterfaceAddress(const std::string& name) {
   if (!v4.empty()) return v4;
   if (!v6.empty()) return v6;
   return absl::NotFoundError(absl::StrCat(
-      "network interface \"", name, "\" (DMLC_INTERFACE) has no address; interfaces with one: ",
-      absl::StrJoin(names, ", ")));
+      "network interface \"", name,
+      "\" (DMLC_INTERFACE) has no address; interfaces with one: ", absl::StrJoin(names, ", ")));
 }
 
 absl::StatusOr<std::string> ChooseAdvertiseHost(const std::string& flag,
@@ -120,9 +120,9 @@ absl::StatusOr<std::string> ChooseAdvertiseHost(const std::string& flag,
     return ResolvedHostName();
   }
   if (IsWildcardHost(host)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, " is the wildcard address \"", host,
-        "\", which no peer can connect to: advertise this machine's own address"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, " is the wildcard address \"", host,
+                     "\", which no peer can connect to: advertise this machine's own address"));
   }
   return host;
 }

@@ -3,15 +3,15 @@
 #include "common/advertise.h"
 
 #include <catch2/catch.hpp>
-
 #include <string>
 
 namespace kvstore {
 namespace {
 
-TEST_CASE("ChooseAdvertiseHost: flag, then DMLC_NODE_HOST, then DMLC_INTERFACE, then the bind "
-          "host",
-          "[advertise]") {
+TEST_CASE(
+    "ChooseAdvertiseHost: flag, then DMLC_NODE_HOST, then DMLC_INTERFACE, then the bind "
+    "host",
+    "[advertise]") {
   JobEnvironment env;
   env.node_host = "10.1.2.3";
   env.interface = "lo";
@@ -26,9 +26,10 @@ TEST_CASE("ChooseAdvertiseHost: flag, then DMLC_NODE_HOST, then DMLC_INTERFACE, 
   CHECK(!IsWildcardHost(resolved));
 }
 
-TEST_CASE("ChooseAdvertiseHost: a wildcard is refused naming its source; an unknown interface "
-          "is NotFound listing those with an address",
-          "[advertise]") {
+TEST_CASE(
+    "ChooseAdvertiseHost: a wildcard is refused naming its source; an unknown interface "
+    "is NotFound listing those with an address",
+    "[advertise]") {
   JobEnvironment env;
   const auto flag = ChooseAdvertiseHost("0.0.0.0", "127.0.0.1", env);
   REQUIRE(absl::IsInvalidArgument(flag.status()));

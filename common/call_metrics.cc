@@ -2,8 +2,7 @@
 
 namespace kvstore {
 
-CallMetrics::CallMetrics(MetricsRegistry* registry, const std::string& prefix,
-                         const Help& help) {
+CallMetrics::CallMetrics(MetricsRegistry* registry, const std::string& prefix, const Help& help) {
   for (int m = 0; m < kNumServerMethods; ++m) {
     const char* method = ServerMethodLabel(static_cast<ServerMethod>(m));
     const MetricLabels labels = {{"method", method}};
@@ -13,8 +12,8 @@ CallMetrics::CallMetrics(MetricsRegistry* registry, const std::string& prefix,
         registry->AddCounter(prefix + "_request_bytes_total", help.request_bytes, labels);
     c.response_bytes =
         registry->AddCounter(prefix + "_response_bytes_total", help.response_bytes, labels);
-    c.latency = registry->AddHistogram(prefix + "_request_duration_seconds", help.duration,
-                                       labels, LatencyBounds());
+    c.latency = registry->AddHistogram(prefix + "_request_duration_seconds", help.duration, labels,
+                                       LatencyBounds());
     for (int code = 1; code < kCodes; ++code) {
       c.errors[code] = registry->AddCounter(prefix + "_errors_total", help.errors,
                                             {{"method", method}, {"code", StatusCodeLabel(code)}});

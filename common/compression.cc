@@ -192,9 +192,12 @@ std::string CompressionParams::ToString() const {
 
 absl::string_view CompressionName(CompressionType type) {
   switch (type) {
-    case CompressionType::kNone: return "none";
-    case CompressionType::k2Bit: return "2bit";
-    case CompressionType::k1Bit: return "1bit";
+    case CompressionType::kNone:
+      return "none";
+    case CompressionType::k2Bit:
+      return "2bit";
+    case CompressionType::k1Bit:
+      return "1bit";
   }
   return "unknown";
 }
@@ -209,9 +212,9 @@ absl::StatusOr<CompressionParams> MakeCompressionParams(absl::string_view type,
   } else if (type == "1bit") {
     params.type = CompressionType::k1Bit;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gradient compression type \"", type, "\" is not supported; use \"2bit\", \"1bit\" or "
-        "\"none\""));
+    return absl::InvalidArgumentError(absl::StrCat("gradient compression type \"", type,
+                                                   "\" is not supported; use \"2bit\", \"1bit\" or "
+                                                   "\"none\""));
   }
   if (threshold.has_value()) {
     if (!std::isfinite(*threshold) || std::fabs(*threshold) > 3.0e38) {
@@ -219,8 +222,8 @@ absl::StatusOr<CompressionParams> MakeCompressionParams(absl::string_view type,
           absl::StrCat("gradient compression threshold ", *threshold, " is not a finite float"));
     }
     if (params.type == CompressionType::k2Bit && !(*threshold > 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "2bit gradient compression needs a positive threshold, got ", *threshold));
+      return absl::InvalidArgumentError(
+          absl::StrCat("2bit gradient compression needs a positive threshold, got ", *threshold));
     }
     params.threshold = static_cast<float>(*threshold);
   }
@@ -234,9 +237,12 @@ absl::StatusOr<CompressionType> CompressionFromInt(int value) {
 
 int ValuesPerWord(CompressionType type) {
   switch (type) {
-    case CompressionType::kNone: return 1;
-    case CompressionType::k2Bit: return k2BitWord;
-    case CompressionType::k1Bit: return k1BitWord;
+    case CompressionType::kNone:
+      return 1;
+    case CompressionType::k2Bit:
+      return k2BitWord;
+    case CompressionType::k1Bit:
+      return k1BitWord;
   }
   return 1;
 }
@@ -301,9 +307,8 @@ int64_t VectorWords(const CompressionParams& params, const uint8_t* in, int64_t 
 
 void Dequantize(const CompressionParams& params, const uint8_t* in, int64_t n, float* out) {
 #if defined(__SSE2__)
-  const int64_t done = VectorWords(params, in, n, [out](int64_t first, __m128 values) {
-    _mm_storeu_ps(out + first, values);
-  });
+  const int64_t done = VectorWords(
+      params, in, n, [out](int64_t first, __m128 values) { _mm_storeu_ps(out + first, values); });
 #else
   const int64_t done = 0;
 #endif

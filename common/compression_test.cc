@@ -1,7 +1,6 @@
 #include "common/compression.h"
 
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -70,9 +69,8 @@ struct Reference {
 TEST_CASE("Compression: 2bit golden bit layout", "[compression]") {
   const CompressionParams params = Params("2bit", 0.5);
   // Codes in order: + - 0 + | - 0 0 0 | + + + + | 0 0 - -  then one value in a padded word.
-  const std::vector<float> grad = {1.0f,  -1.0f, 0.25f, 0.75f, -0.5f, 0.0f, 0.49f, -0.49f,
-                                   0.5f,  2.0f,  0.6f,  9.0f,  0.0f,  0.1f, -0.6f, -3.0f,
-                                   -0.5f};
+  const std::vector<float> grad = {1.0f, -1.0f, 0.25f, 0.75f, -0.5f, 0.0f,  0.49f, -0.49f, 0.5f,
+                                   2.0f, 0.6f,  9.0f,  0.0f,  0.1f,  -0.6f, -3.0f, -0.5f};
   std::vector<float> residual(grad.size(), 0.0f);
   std::vector<uint8_t> out(CompressedBytes(params.type, 17), 0xAB);
   REQUIRE(out.size() == 8);
@@ -81,15 +79,14 @@ TEST_CASE("Compression: 2bit golden bit layout", "[compression]") {
   // then 10 and zero padding = 0x80 0x00 0x00 0x00.
   const std::vector<uint8_t> expected = {0xE3, 0x80, 0xFF, 0x0A, 0x80, 0x00, 0x00, 0x00};
   CHECK(out == expected);
-  const std::vector<float> expected_residual = {0.5f,   -0.5f,  0.25f, 0.25f, 0.0f, 0.0f,
-                                                0.49f,  -0.49f, 0.0f,  1.5f,  0.6f - 0.5f,
-                                                8.5f,   0.0f,   0.1f,  -0.6f + 0.5f, -2.5f,
-                                                0.0f};
+  const std::vector<float> expected_residual = {
+      0.5f, -0.5f,       0.25f, 0.25f, 0.0f, 0.0f,         0.49f, -0.49f, 0.0f,
+      1.5f, 0.6f - 0.5f, 8.5f,  0.0f,  0.1f, -0.6f + 0.5f, -2.5f, 0.0f};
   CHECK(residual == expected_residual);
   std::vector<float> decoded(17, 99.0f);
   Dequantize(params, out.data(), 17, decoded.data());
-  const std::vector<float> expected_decoded = {0.5f, -0.5f, 0, 0.5f, -0.5f, 0, 0,     0,    0.5f,
-                                               0.5f, 0.5f,  0.5f, 0, 0,     -0.5f, -0.5f, -0.5f};
+  const std::vector<float> expected_decoded = {
+      0.5f, -0.5f, 0, 0.5f, -0.5f, 0, 0, 0, 0.5f, 0.5f, 0.5f, 0.5f, 0, 0, -0.5f, -0.5f, -0.5f};
   CHECK(decoded == expected_decoded);
 }
 
@@ -117,8 +114,8 @@ TEST_CASE("Compression: 2bit residual sequence with threshold 0.5", "[compressio
   const CompressionParams params = Params("2bit", 0.5);
   const std::vector<float> pushes = {0.4f, 0.2f, 0.2f, 0.2f, 0.2f, 0.2f, 0.2f};
   const std::vector<float> sent = {0, 0.5f, 0, 0.5f, 0, 0, 0.5f};
-  const std::vector<float> residuals = {0.4f, 0.10000002384185791f, 0.30000001192092896f, 0.0f,
-                                        0.2f, 0.4f, 0.10000002384185791f};
+  const std::vector<float> residuals = {
+      0.4f, 0.10000002384185791f, 0.30000001192092896f, 0.0f, 0.2f, 0.4f, 0.10000002384185791f};
   std::vector<float> residual(20, 0.0f);
   for (size_t step = 0; step < pushes.size(); ++step) {
     INFO("step " << step);

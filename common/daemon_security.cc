@@ -16,8 +16,7 @@ std::string GivenOr(const std::string& given, const std::optional<std::string>& 
 }  // namespace
 
 bool IsLoopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host == "[::1]" ||
-         absl::StartsWith(host, "127.");
+  return host == "localhost" || host == "::1" || host == "[::1]" || absl::StartsWith(host, "127.");
 }
 
 absl::StatusOr<SecurityOptions> ResolveSecurity(const JobEnvironment& env,
@@ -44,21 +43,24 @@ absl::StatusOr<SecurityOptions> ResolveSecurity(const JobEnvironment& env,
           "for every node of the job (deploy/launch.py makes one); or --insecure (KV_INSECURE=1) "
           "to let anyone who reaches the port act as any node");
     }
-    spdlog::warn("running without a job secret (--insecure): any process that reaches this "
-                 "port can act as any node of the job");
+    spdlog::warn(
+        "running without a job secret (--insecure): any process that reaches this "
+        "port can act as any node of the job");
   }
   if (!security.tls.enabled() && !IsLoopback(role.bind_host)) {
     if (!insecure) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "bound to ", role.bind_host, " without TLS: pass --tls_ca, --tls_cert and --tls_key "
+          "bound to ", role.bind_host,
+          " without TLS: pass --tls_ca, --tls_cert and --tls_key "
           "(or set KV_TLS_CA, KV_TLS_CERT and KV_TLS_KEY; deploy/make-certs.sh makes them), or "
           "--insecure (KV_INSECURE=1) to send the job's values in the clear"));
     }
-    spdlog::warn("serving on {} without TLS (--insecure): values and credentials travel in "
-                 "the clear", role.bind_host);
+    spdlog::warn(
+        "serving on {} without TLS (--insecure): values and credentials travel in "
+        "the clear",
+        role.bind_host);
   }
-  if (security.tls.enabled() &&
-      (security.tls.cert_file.empty() || security.tls.key_file.empty())) {
+  if (security.tls.enabled() && (security.tls.cert_file.empty() || security.tls.key_file.empty())) {
     return absl::InvalidArgumentError(
         "a daemon with TLS needs --tls_cert and --tls_key (KV_TLS_CERT, KV_TLS_KEY) besides "
         "--tls_ca");

@@ -80,14 +80,14 @@ absl::StatusOr<Tensor> FromDLPack(DLManagedTensor* managed) {
       break;
     case kDLCUDA:
       if (t.device.device_id < 0 || t.device.device_id > Device::kMaxId) {
-        return absl::InvalidArgumentError(absl::StrCat("DLPack CUDA device id ",
-                                                       t.device.device_id, " is out of range"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("DLPack CUDA device id ", t.device.device_id, " is out of range"));
       }
       device = Device::CUDA(t.device.device_id);
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "DLPack device type ", t.device.device_type, " is not supported (CPU or CUDA only)"));
+      return absl::InvalidArgumentError(absl::StrCat("DLPack device type ", t.device.device_type,
+                                                     " is not supported (CPU or CUDA only)"));
   }
   auto dtype = FromDLDataType(t.dtype);
   if (!dtype.ok()) return dtype.status();
@@ -100,10 +100,10 @@ absl::StatusOr<Tensor> FromDLPack(DLManagedTensor* managed) {
     int64_t expected = 1;
     for (int d = t.ndim - 1; d >= 0; --d) {
       if (shape[d] != 1 && t.strides[d] != expected) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "DLPack tensor of shape ", ShapeToString(shape),
-            " is not compact row-major (stride of dimension ", d, " is ", t.strides[d],
-            ", expected ", expected, "); make it contiguous first"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("DLPack tensor of shape ", ShapeToString(shape),
+                         " is not compact row-major (stride of dimension ", d, " is ", t.strides[d],
+                         ", expected ", expected, "); make it contiguous first"));
       }
       expected *= shape[d];
     }

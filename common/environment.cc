@@ -1,9 +1,8 @@
 #include "common/environment.h"
 
 #include <algorithm>
-#include <iterator>
-
 #include <cstdlib>
+#include <iterator>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -28,8 +27,8 @@ absl::Status ReadInt(const Getenv& getenv, std::initializer_list<const char*> na
   int value;
   if (!absl::SimpleAtoi(found->second, &value) || value < min || value > max) {
     return absl::InvalidArgumentError(absl::StrCat("environment variable ", found->first, "=\"",
-                                                   found->second, "\" is not an integer in ",
-                                                   min, "..", max));
+                                                   found->second, "\" is not an integer in ", min,
+                                                   "..", max));
   }
   *out = value;
   return absl::OkStatus();
@@ -67,11 +66,11 @@ absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv_or_null) 
                               &env.num_workers);
   }
   if (status.ok()) {
-    status = worker ? ReadInt(getenv, {"KV_RANK", "DMLC_WORKER_ID", "RANK"}, 0, kMaxCount,
-                              &env.rank)
-                    : ReadInt(getenv, {"KV_RANK", *env.role == "server" ? "DMLC_SERVER_ID"
-                                                                         : "DMLC_WORKER_ID"},
-                              0, kMaxCount, &env.rank);
+    status = worker
+                 ? ReadInt(getenv, {"KV_RANK", "DMLC_WORKER_ID", "RANK"}, 0, kMaxCount, &env.rank)
+                 : ReadInt(getenv,
+                           {"KV_RANK", *env.role == "server" ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID"},
+                           0, kMaxCount, &env.rank);
   }
   if (status.ok()) {
     status = ReadInt(getenv, {"KV_REPLICAS"}, 1, 2, &env.replicas);
@@ -83,9 +82,9 @@ absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv_or_null) 
   if (const auto level = Lookup(getenv, {"KV_LOG_LEVEL"})) {
     static constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
     if (std::find(std::begin(kLevels), std::end(kLevels), level->second) == std::end(kLevels)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "environment variable KV_LOG_LEVEL=\"", level->second,
-          "\" is not trace, debug, info, warn, error or off"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment variable KV_LOG_LEVEL=\"", level->second,
+                       "\" is not trace, debug, info, warn, error or off"));
     }
     env.log_level = level->second;
   } else if (const auto verbose = Lookup(getenv, {"PS_VERBOSE"})) {
@@ -97,8 +96,8 @@ absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv_or_null) 
     } else if (verbose->second == "2") {
       env.log_level = "trace";
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "environment variable PS_VERBOSE=\"", verbose->second, "\" is not 0, 1 or 2"));
+      return absl::InvalidArgumentError(absl::StrCat("environment variable PS_VERBOSE=\"",
+                                                     verbose->second, "\" is not 0, 1 or 2"));
     }
   }
   const std::pair<const char*, std::optional<std::string>*> paths[] = {
@@ -116,15 +115,15 @@ absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv_or_null) 
   if (const auto value = Lookup(getenv, {"KV_HOST"})) env.bind_host = value->second;
   if (const auto value = Lookup(getenv, {"KV_INSECURE"})) {
     if (value->second != "0" && value->second != "1") {
-      return absl::InvalidArgumentError(absl::StrCat("environment variable KV_INSECURE=\"",
-                                                     value->second, "\" is not 0 or 1"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment variable KV_INSECURE=\"", value->second, "\" is not 0 or 1"));
     }
     env.insecure = value->second == "1";
   }
   if (const auto value = Lookup(getenv, {"KV_ELASTIC"})) {
     if (value->second != "0" && value->second != "1") {
-      return absl::InvalidArgumentError(absl::StrCat("environment variable KV_ELASTIC=\"",
-                                                     value->second, "\" is not 0 or 1"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment variable KV_ELASTIC=\"", value->second, "\" is not 0 or 1"));
     }
     env.elastic = value->second == "1";
   }

@@ -1,10 +1,9 @@
 #include "common/environment.h"
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <map>
 #include <string>
-
-#include <catch2/catch.hpp>
 
 namespace kvstore {
 namespace {
@@ -50,8 +49,8 @@ TEST_CASE("ReadJobEnvironment: a worker started by torchrun takes RANK and WORLD
   REQUIRE(*env->rank == 3);
   REQUIRE(*env->num_workers == 4);
   // MXNet's names win; a server or scheduler ignores torchrun's.
-  env = ReadJobEnvironment(From({{"RANK", "3"}, {"DMLC_WORKER_ID", "1"}, {"WORLD_SIZE", "4"},
-                                 {"DMLC_NUM_WORKER", "2"}}));
+  env = ReadJobEnvironment(From(
+      {{"RANK", "3"}, {"DMLC_WORKER_ID", "1"}, {"WORLD_SIZE", "4"}, {"DMLC_NUM_WORKER", "2"}}));
   REQUIRE(env.ok());
   REQUIRE(*env->rank == 1);
   REQUIRE(*env->num_workers == 2);
@@ -131,8 +130,8 @@ TEST_CASE("SetEnvironmentVariables: sets every variable, or none when a name is 
 
 TEST_CASE("ReadJobEnvironment: PS_VERBOSE maps onto log levels; KV_LOG_LEVEL wins",
           "[environment][logging]") {
-  const std::pair<const char*, const char*> verbose[] = {{"0", "info"}, {"1", "debug"},
-                                                         {"2", "trace"}};
+  const std::pair<const char*, const char*> verbose[] = {
+      {"0", "info"}, {"1", "debug"}, {"2", "trace"}};
   for (const auto& [value, level] : verbose) {
     auto env = ReadJobEnvironment(From({{"PS_VERBOSE", value}}));
     REQUIRE(env.ok());

@@ -18,8 +18,8 @@
 
 namespace kvstore {
 
-std::shared_ptr<grpc::Channel> MakeChannel(
-    const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);

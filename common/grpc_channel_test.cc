@@ -7,11 +7,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -98,8 +97,10 @@ class SlowLink {
   std::vector<std::thread> pumps_ ABSL_GUARDED_BY(mu_);
 };
 
-TEST_CASE("MakeChannel: a call reaches a peer 300 ms away (connecting may take longer than "
-          "a reconnect backoff)", "[channel]") {
+TEST_CASE(
+    "MakeChannel: a call reaches a peer 300 ms away (connecting may take longer than "
+    "a reconnect backoff)",
+    "[channel]") {
   // The generic service answers every call UNIMPLEMENTED; a call whose connection attempt
   // was given up ends UNAVAILABLE instead.
   grpc::CallbackGenericService unimplemented;
@@ -147,8 +148,7 @@ TEST_CASE("Credentials: no TLS options give plaintext credentials", "[tls]") {
   REQUIRE(std::string(Tls("ca.pem", "", "", true).transport()) == "mutual TLS");
 }
 
-TEST_CASE("Credentials: TLS files or mutual TLS without a CA are refused, not plaintext",
-          "[tls]") {
+TEST_CASE("Credentials: TLS files or mutual TLS without a CA are refused, not plaintext", "[tls]") {
   for (const TlsOptions& tls : {Tls("", "node.pem", "node.key"), Tls("", "", "", true)}) {
     const auto channel = ChannelCredentialsFor(tls);
     REQUIRE(absl::IsInvalidArgument(channel.status()));

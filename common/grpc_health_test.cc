@@ -5,12 +5,11 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 
@@ -32,8 +31,8 @@ class HealthServer {
     server_ = builder.BuildAndStart();
     REQUIRE(server_ != nullptr);
     thread_ = std::thread([this] { health_.Serve(cq_.get()); });
-    stub_ = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
+    stub_ = grpc::health::v1::Health::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
   }
   ~HealthServer() { Stop(); }
 
@@ -86,8 +85,7 @@ struct Watch {
   std::unique_ptr<grpc::ClientReader<HealthCheckResponse>> reader;
 };
 
-TEST_CASE("DaemonHealth, Check answers each service's state and NOT_FOUND for others",
-          "[health]") {
+TEST_CASE("DaemonHealth, Check answers each service's state and NOT_FOUND for others", "[health]") {
   HealthServer server;
   HealthCheckResponse::ServingStatus state;
   REQUIRE(server.Check("", &state) == grpc::StatusCode::OK);

@@ -24,8 +24,7 @@ std::string HmacHex(absl::string_view key, absl::string_view message) {
   unsigned int length = 0;
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
        reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest, &length);
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(digest), length));
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), length));
 }
 
 std::string RandomBytes(size_t n) {
@@ -44,9 +43,9 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
     const int error = errno;
-    return absl::Status(error == ENOENT ? absl::StatusCode::kNotFound
-                                        : absl::StatusCode::kPermissionDenied,
-                        absl::StrCat("secret file ", path, ": ", std::strerror(error)));
+    return absl::Status(
+        error == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kPermissionDenied,
+        absl::StrCat("secret file ", path, ": ", std::strerror(error)));
   }
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat("secret file ", path, " is not a file"));
@@ -65,9 +64,9 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& path) {
   std::string secret = contents.str();
   absl::StripTrailingAsciiWhitespace(&secret);
   if (secret.size() < kMinSecretBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("secret file ", path, " holds ",
-                                                   secret.size(), " bytes; at least ",
-                                                   kMinSecretBytes, " are needed"));
+    return absl::InvalidArgumentError(absl::StrCat("secret file ", path, " holds ", secret.size(),
+                                                   " bytes; at least ", kMinSecretBytes,
+                                                   " are needed"));
   }
   return secret;
 }

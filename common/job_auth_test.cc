@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 
 #include <catch2/catch.hpp>
-
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -22,8 +21,7 @@ std::string WriteFile(const std::string& name, const std::string& contents, mode
   return path;
 }
 
-TEST_CASE("ReadSecretFile: reads an owner-only file, refuses others with a reason",
-          "[auth]") {
+TEST_CASE("ReadSecretFile: reads an owner-only file, refuses others with a reason", "[auth]") {
   const std::string secret = NewSecret();
   SECTION("an owner-only file of a fresh secret") {
     const auto read = ReadSecretFile(WriteFile("secret_ok", secret + "\n", 0600));
@@ -45,8 +43,7 @@ TEST_CASE("ReadSecretFile: reads an owner-only file, refuses others with a reaso
   }
 }
 
-TEST_CASE("JobToken and NodeKey: tokens depend on the secret, the key and the node",
-          "[auth]") {
+TEST_CASE("JobToken and NodeKey: tokens depend on the secret, the key and the node", "[auth]") {
   testing::TestRng rng;
   INFO(rng.Describe());
   const std::string a = NewSecret();

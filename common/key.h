@@ -21,7 +21,7 @@ class Key {
   // Implicit on purpose: `store->Push(3, value)` and `store->Push("weight", value)` read as in
   // MXNet. The template keeps `Key(0)` from being ambiguous with a null `const char*`.
   template <typename T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
-  Key(T key) : int_(static_cast<int64_t>(key)) {}  // NOLINT(runtime/explicit)
+  Key(T key) : int_(static_cast<int64_t>(key)) {}          // NOLINT(runtime/explicit)
   Key(std::string key) : str_(new Str(std::move(key))) {}  // NOLINT(runtime/explicit)
   Key(const char* key) : Key(std::string(key)) {}          // NOLINT(runtime/explicit)
   Key(absl::string_view key) : Key(std::string(key)) {}    // NOLINT(runtime/explicit)
@@ -90,8 +90,8 @@ class Key {
     std::atomic<int64_t> refs{1};
     const std::string text;
   };
-  int64_t int_ = 0;       // The integer key (0 for a string key).
-  Str* str_ = nullptr;    // The string key, shared by copies; null for an integer key.
+  int64_t int_ = 0;     // The integer key (0 for a string key).
+  Str* str_ = nullptr;  // The string key, shared by copies; null for an integer key.
 };
 
 std::ostream& operator<<(std::ostream& os, const Key& key);

@@ -1,11 +1,10 @@
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "common/key.h"
 #include "common/partitioner.h"
@@ -65,8 +64,8 @@ TEST_CASE("Key: copies, moves, order and hashes of random keys of both kinds", "
       INFO("key " << i << " " << keys[i].Quoted());
       REQUIRE(*k == keys[i]);
       REQUIRE(k->is_int() == (std::get<0>(refs[i]) == 0));
-      REQUIRE(k->ToString() == (k->is_int() ? std::to_string(std::get<1>(refs[i]))
-                                            : std::get<2>(refs[i])));
+      REQUIRE(k->ToString() ==
+              (k->is_int() ? std::to_string(std::get<1>(refs[i])) : std::get<2>(refs[i])));
     }
   }
   std::vector<Key> copies(keys.begin(), keys.end());
@@ -99,8 +98,7 @@ TEST_CASE("Partitioner: split boundaries follow round(N/S*i)", "[partitioner]") 
   }
   // Examples: 10 elements over 3 servers are 3, 4, 3; 7 over 2 are 4, 3.
   auto p3 = Partitioner::Create(3, 5).value();
-  REQUIRE(p3.Partition(1, 10) ==
-          std::vector<Slice>{{0, 0, 3}, {1, 3, 4}, {2, 7, 3}});
+  REQUIRE(p3.Partition(1, 10) == std::vector<Slice>{{0, 0, 3}, {1, 3, 4}, {2, 7, 3}});
   auto p2 = Partitioner::Create(2, 5).value();
   REQUIRE(p2.Partition("w", 7) == std::vector<Slice>{{0, 0, 4}, {1, 4, 3}});
 }
@@ -129,8 +127,7 @@ TEST_CASE("Partitioner: big values split by whole rows", "[partitioner]") {
   }
 }
 
-TEST_CASE("Partitioner: small values live whole on one server, spread by hash",
-          "[partitioner]") {
+TEST_CASE("Partitioner: small values live whole on one server, spread by hash", "[partitioner]") {
   auto p = Partitioner::Create(4).value();
   std::map<int, int> per_server;
   for (int key = 0; key < 4000; ++key) {

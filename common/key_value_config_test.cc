@@ -1,8 +1,7 @@
 #include "common/key_value_config.h"
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <optional>
 #include <string>
 #include <vector>

@@ -26,12 +26,12 @@ bool sdk_logger_ours = false;
 absl::Status InitLogging(const LogOptions& options) {
   const spdlog::level::level_enum level = spdlog::level::from_str(options.level);
   if (level == spdlog::level::off && options.level != "off") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown log level \"", options.level,
-        "\"; expected trace, debug, info, warn, error, critical or off"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown log level \"", options.level,
+                     "\"; expected trace, debug, info, warn, error, critical or off"));
   }
-  auto logger = std::make_shared<spdlog::logger>(
-      options.name, std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  auto logger = std::make_shared<spdlog::logger>(options.name,
+                                                 std::make_shared<spdlog::sinks::stderr_sink_mt>());
   logger->set_pattern(Pattern(options.name), spdlog::pattern_time_type::utc);
   logger->set_level(level);
   logger->flush_on(spdlog::level::info);
@@ -51,8 +51,8 @@ std::string ChooseLogLevel(const std::string& flag, const std::optional<std::str
 std::shared_ptr<spdlog::logger> SdkLogger() {
   std::lock_guard<std::mutex> lock(sdk_mu);
   if (auto existing = spdlog::get(kSdkLoggerName)) return existing;
-  auto logger = std::make_shared<spdlog::logger>(
-      kSdkLoggerName, std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  auto logger = std::make_shared<spdlog::logger>(kSdkLoggerName,
+                                                 std::make_shared<spdlog::sinks::stderr_sink_mt>());
   logger->set_pattern(Pattern("worker"), spdlog::pattern_time_type::utc);
   logger->set_level(spdlog::level::info);
   logger->flush_on(spdlog::level::info);

@@ -1,9 +1,8 @@
 #include "common/lost_updates.h"
 
 #include <algorithm>
-#include <random>
-
 #include <catch2/catch.hpp>
+#include <random>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -12,9 +11,10 @@
 namespace kvstore {
 namespace {
 
-TEST_CASE("LostUpdates: the range runs from the round after the one restored to the later of "
-          "the last reported and the last acknowledged",
-          "[common][reliability]") {
+TEST_CASE(
+    "LostUpdates: the range runs from the round after the one restored to the later of "
+    "the last reported and the last acknowledged",
+    "[common][reliability]") {
   testing::TestRng rng;
   INFO(rng.Describe());
   for (int trial = 0; trial < 200; ++trial) {
@@ -31,9 +31,9 @@ TEST_CASE("LostUpdates: the range runs from the round after the one restored to 
     const int64_t last = std::max(loss.reported_round, acknowledged);
     CHECK(text.rfind(absl::StrCat(loss.server, " died and was ", loss.restored), 0) == 0);
     if (last > loss.restored_round) {
-      CHECK(absl::StrContains(text, absl::StrCat("the updates of rounds ",
-                                                 loss.restored_round + 1, " to ", last,
-                                                 exact ? " that" : " (at least) that")));
+      CHECK(absl::StrContains(
+          text, absl::StrCat("the updates of rounds ", loss.restored_round + 1, " to ", last,
+                             exact ? " that" : " (at least) that")));
     } else {
       CHECK(absl::StrContains(text, "no update it had acknowledged after round"));
     }

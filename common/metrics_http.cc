@@ -1,7 +1,6 @@
 #include "common/metrics_http.h"
 
 #include <httplib.h>
-
 #include <sys/socket.h>
 
 #include <thread>
@@ -19,8 +18,7 @@ struct MetricsHttpServer::Impl {
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const std::string& host, int port, const MetricsRegistry* registry) {
   if (port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics port ", port, " is not in 0..65535"));
+    return absl::InvalidArgumentError(absl::StrCat("metrics port ", port, " is not in 0..65535"));
   }
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
   server->impl_ = std::make_unique<Impl>();
@@ -47,12 +45,10 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     server->port_ = port;
   }
   if (server->port_ <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen for metrics on ", host, ":", port));
+    return absl::UnavailableError(absl::StrCat("cannot listen for metrics on ", host, ":", port));
   }
-  server->impl_->thread = std::thread([impl = server->impl_.get()] {
-    impl->server.listen_after_bind();
-  });
+  server->impl_->thread =
+      std::thread([impl = server->impl_.get()] { impl->server.listen_after_bind(); });
   // Wait until it listens, so that stop() in the destructor cannot come first and be missed.
   const absl::Time give_up = absl::Now() + absl::Seconds(5);
   while (!http.is_running() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));

@@ -23,8 +23,7 @@ class MetricsHttpServer {
   // Start binds host:port (port 0: the OS chooses; port() says which) and serves /metrics.
   // Unavailable naming the address when it cannot be bound, InvalidArgument for a port outside
   // 0..65535.
-  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host,
-                                                                  int port,
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
                                                                   const MetricsRegistry* registry);
   ~MetricsHttpServer();
   MetricsHttpServer(const MetricsHttpServer&) = delete;

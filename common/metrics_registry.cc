@@ -38,16 +38,22 @@ std::string FormatValue(double value) {
 void EscapeInto(const std::string& value, std::string* out) {
   for (char c : value) {
     switch (c) {
-      case '\\': out->append("\\\\"); break;
-      case '"': out->append("\\\""); break;
-      case '\n': out->append("\\n"); break;
-      default: out->push_back(c);
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      default:
+        out->push_back(c);
     }
   }
 }
 
-void Header(const std::string& name, const std::string& help, const char* type,
-            std::string* out) {
+void Header(const std::string& name, const std::string& help, const char* type, std::string* out) {
   absl::StrAppend(out, "# HELP ", name, " ");
   for (char c : help) {
     if (c == '\\') {
@@ -71,26 +77,36 @@ Histogram::Histogram(std::vector<double> bounds)
 }
 
 void Histogram::Observe(double value) {
-  const size_t bucket =
-      std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
+  const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
   counts_[bucket].fetch_add(1, std::memory_order_relaxed);
   count_.fetch_add(1, std::memory_order_relaxed);
   AtomicAdd(&sum_, value);
 }
 
 const char* StatusCodeLabel(int code) {
-  static constexpr const char* kNames[] = {
-      "OK",          "CANCELLED",          "UNKNOWN",          "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND",    "ALREADY_EXISTS",   "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",         "UNAVAILABLE",      "DATA_LOSS",
-      "UNAUTHENTICATED"};
+  static constexpr const char* kNames[] = {"OK",
+                                           "CANCELLED",
+                                           "UNKNOWN",
+                                           "INVALID_ARGUMENT",
+                                           "DEADLINE_EXCEEDED",
+                                           "NOT_FOUND",
+                                           "ALREADY_EXISTS",
+                                           "PERMISSION_DENIED",
+                                           "RESOURCE_EXHAUSTED",
+                                           "FAILED_PRECONDITION",
+                                           "ABORTED",
+                                           "OUT_OF_RANGE",
+                                           "UNIMPLEMENTED",
+                                           "INTERNAL",
+                                           "UNAVAILABLE",
+                                           "DATA_LOSS",
+                                           "UNAUTHENTICATED"};
   return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
 }
 
 std::vector<double> LatencyBounds() {
-  return {50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
-          50e-3, 100e-3, 250e-3, 500e-3, 1,    2.5,    5,    10,   30,    60};
+  return {50e-6,  100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
+          100e-3, 250e-3, 500e-3, 1,      2.5,  5,      10,   30,    60};
 }
 
 std::string FormatLabels(const MetricLabels& labels) {
@@ -114,9 +130,8 @@ void MetricsWriter::Sample(const std::string& name, const MetricLabels& labels, 
   absl::StrAppend(&out_, name, FormatLabels(labels), " ", FormatValue(value), "\n");
 }
 
-MetricsRegistry::Child* MetricsRegistry::FindOrAdd(const std::string& name,
-                                                   const std::string& help, Kind kind,
-                                                   const MetricLabels& labels) {
+MetricsRegistry::Child* MetricsRegistry::FindOrAdd(const std::string& name, const std::string& help,
+                                                   Kind kind, const MetricLabels& labels) {
   auto family = std::find_if(families_.begin(), families_.end(),
                              [&](const Family& f) { return f.name == name; });
   if (family == families_.end()) {
@@ -147,8 +162,7 @@ Gauge* MetricsRegistry::AddGauge(const std::string& name, const std::string& hel
 }
 
 Histogram* MetricsRegistry::AddHistogram(const std::string& name, const std::string& help,
-                                         const MetricLabels& labels,
-                                         std::vector<double> bounds) {
+                                         const MetricLabels& labels, std::vector<double> bounds) {
   absl::MutexLock lock(&mu_);
   Child* child = FindOrAdd(name, help, Kind::kHistogram, labels);
   if (!child->histogram) child->histogram = std::make_unique<Histogram>(std::move(bounds));
@@ -170,8 +184,8 @@ std::string MetricsRegistry::Render() const {
     Header(family.name, family.help, type, &out);
     for (const Child& child : family.children) {
       if (child.counter) {
-        absl::StrAppend(&out, family.name, FormatLabels(child.labels), " ",
-                        child.counter->value(), "\n");
+        absl::StrAppend(&out, family.name, FormatLabels(child.labels), " ", child.counter->value(),
+                        "\n");
       } else if (child.gauge) {
         absl::StrAppend(&out, family.name, FormatLabels(child.labels), " ",
                         FormatValue(child.gauge->value()), "\n");
@@ -188,8 +202,8 @@ std::string MetricsRegistry::Render() const {
         }
         absl::StrAppend(&out, family.name, "_sum", FormatLabels(child.labels), " ",
                         FormatValue(h.sum()), "\n");
-        absl::StrAppend(&out, family.name, "_count", FormatLabels(child.labels), " ",
-                        cumulative, "\n");
+        absl::StrAppend(&out, family.name, "_count", FormatLabels(child.labels), " ", cumulative,
+                        "\n");
       }
     }
   }

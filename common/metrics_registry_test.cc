@@ -34,10 +34,10 @@ TEST_CASE("MetricsRegistry: counters and histograms from many threads render exa
   testing::TestRng rng;
   INFO(rng.Describe());
   MetricsRegistry registry;
-  Counter* push = registry.AddCounter("kvstore_test_requests_total", "Requests.",
-                                      {{"method", "push"}});
-  Counter* pull = registry.AddCounter("kvstore_test_requests_total", "Requests.",
-                                      {{"method", "pull"}});
+  Counter* push =
+      registry.AddCounter("kvstore_test_requests_total", "Requests.", {{"method", "push"}});
+  Counter* pull =
+      registry.AddCounter("kvstore_test_requests_total", "Requests.", {{"method", "pull"}});
   REQUIRE(registry.AddCounter("kvstore_test_requests_total", "x", {{"method", "push"}}) == push);
   Histogram* latency = registry.AddHistogram("kvstore_test_latency_seconds", "Latency.",
                                              {{"method", "push"}}, {0.001, 0.01, 0.1});
@@ -89,12 +89,9 @@ TEST_CASE("MetricsRegistry: counters and histograms from many threads render exa
   CHECK(samples.at("kvstore_test_requests_total{method=\"pull\"}") == 3 * kThreads);
   CHECK(samples.at("kvstore_test_latency_seconds_bucket{method=\"push\",le=\"0.001\"}") ==
         below[0]);
-  CHECK(samples.at("kvstore_test_latency_seconds_bucket{method=\"push\",le=\"0.01\"}") ==
-        below[1]);
-  CHECK(samples.at("kvstore_test_latency_seconds_bucket{method=\"push\",le=\"0.1\"}") ==
-        below[2]);
-  CHECK(samples.at("kvstore_test_latency_seconds_bucket{method=\"push\",le=\"+Inf\"}") ==
-        below[3]);
+  CHECK(samples.at("kvstore_test_latency_seconds_bucket{method=\"push\",le=\"0.01\"}") == below[1]);
+  CHECK(samples.at("kvstore_test_latency_seconds_bucket{method=\"push\",le=\"0.1\"}") == below[2]);
+  CHECK(samples.at("kvstore_test_latency_seconds_bucket{method=\"push\",le=\"+Inf\"}") == below[3]);
   CHECK(samples.at("kvstore_test_latency_seconds_count{method=\"push\"}") == below[3]);
   CHECK(samples.at("kvstore_test_latency_seconds_sum{method=\"push\"}") ==
         Approx(sum).epsilon(1e-9));

@@ -48,8 +48,8 @@ const std::vector<std::string>& OptimizerNames() {
 absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
   auto it = Accepted().find(c.name);
   if (it == Accepted().end()) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown optimizer \"", c.name,
-                                                   "\"; known: ", absl::StrJoin(OptimizerNames(), ", ")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown optimizer \"", c.name, "\"; known: ", absl::StrJoin(OptimizerNames(), ", ")));
   }
   const std::set<std::string>& accepted = it->second;
   // Which hyper-parameters are set, with their values (bools as 0/1).
@@ -74,9 +74,9 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
   for (const auto& [field, value] : set) {
     if (!value.has_value()) continue;
     if (!accepted.count(field)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("optimizer ", c.name, " has no parameter ", field, " (it takes: ",
-                       accepted.empty() ? "none" : absl::StrJoin(accepted, ", "), ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer ", c.name, " has no parameter ", field,
+          " (it takes: ", accepted.empty() ? "none" : absl::StrJoin(accepted, ", "), ")"));
     }
     if (!Finite(*value)) {
       return absl::InvalidArgumentError(
@@ -90,9 +90,9 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
   for (const auto& [field, value] : std::vector<std::pair<const char*, std::optional<double>>>{
            {"beta1", c.beta1}, {"beta2", c.beta2}}) {
     if (value && *value == 1.0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "optimizer ", c.name, ": ", field, " = 1 divides the bias correction by 1 - ", field,
-          "^t = 0; use a value other than 1"));
+      return absl::InvalidArgumentError(absl::StrCat("optimizer ", c.name, ": ", field,
+                                                     " = 1 divides the bias correction by 1 - ",
+                                                     field, "^t = 0; use a value other than 1"));
     }
   }
   if (c.learning_rate && !Finite(*c.learning_rate)) {
@@ -114,9 +114,9 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
   }
   if (s.type == "factor") {
     if (s.step < 1 || s.factor > 1 || s.factor <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "lr_scheduler factor: step must be >= 1 and factor in (0, 1], got step ", s.step,
-          " factor ", s.factor));
+      return absl::InvalidArgumentError(
+          absl::StrCat("lr_scheduler factor: step must be >= 1 and factor in (0, 1], got step ",
+                       s.step, " factor ", s.factor));
     }
   } else if (s.type == "multifactor") {
     if (s.steps.empty() || s.factor > 1 || s.factor <= 0) {
@@ -131,13 +131,13 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
     }
   } else if (s.type == "poly" || s.type == "cosine") {
     if (s.max_update <= s.warmup_steps) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "lr_scheduler ", s.type, ": max_update (", s.max_update,
-          ") must exceed warmup_steps (", s.warmup_steps, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("lr_scheduler ", s.type, ": max_update (",
+                                                     s.max_update, ") must exceed warmup_steps (",
+                                                     s.warmup_steps, ")"));
     }
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown lr_scheduler \"", s.type, "\"; known: factor, multifactor, poly, cosine"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown lr_scheduler \"", s.type,
+                                                   "\"; known: factor, multifactor, poly, cosine"));
   }
   return absl::OkStatus();
 }

@@ -23,13 +23,13 @@ namespace kvstore {
 struct LrScheduleConfig {
   // "" (none), "factor", "multifactor", "poly" or "cosine".
   std::string type;
-  int64_t step = 1;            // factor: decay every `step` updates.
-  std::vector<int64_t> steps;  // multifactor: decay after each of these (increasing) updates.
-  double factor = 1.0;         // factor, multifactor.
+  int64_t step = 1;              // factor: decay every `step` updates.
+  std::vector<int64_t> steps;    // multifactor: decay after each of these (increasing) updates.
+  double factor = 1.0;           // factor, multifactor.
   double stop_factor_lr = 1e-8;  // factor: lower bound.
-  int64_t max_update = 0;      // poly, cosine: the update at which final_lr is reached.
-  double final_lr = 0.0;       // poly, cosine.
-  double pwr = 2.0;            // poly.
+  int64_t max_update = 0;        // poly, cosine: the update at which final_lr is reached.
+  double final_lr = 0.0;         // poly, cosine.
+  double pwr = 2.0;              // poly.
   // Warm-up (every type): during the first warmup_steps updates the rate goes from
   // warmup_begin_lr towards base_lr ("linear") or stays at warmup_begin_lr ("constant").
   int64_t warmup_steps = 0;
@@ -48,13 +48,13 @@ struct OptimizerConfig {
   // Gradients are clipped to [-clip_gradient, clip_gradient] after rescaling when positive.
   double clip_gradient = -1.0;
   // Hyper-parameters by MXNet's names; unset ones take the optimizer's defaults.
-  std::optional<double> momentum;        // sgd, nag, rmsprop (centered), signum, lars
-  std::optional<double> beta1;           // adam, adamw, adamax, nadam, lamb
-  std::optional<double> beta2;           // adam, adamw, adamax, nadam, lamb
-  std::optional<double> epsilon;         // adam, adamw, adagrad, rmsprop, adadelta, nadam, lamb, lars
-  std::optional<double> rho;             // rmsprop, adadelta
-  std::optional<bool> centered;          // rmsprop
-  std::optional<double> clip_weights;    // rmsprop
+  std::optional<double> momentum;      // sgd, nag, rmsprop (centered), signum, lars
+  std::optional<double> beta1;         // adam, adamw, adamax, nadam, lamb
+  std::optional<double> beta2;         // adam, adamw, adamax, nadam, lamb
+  std::optional<double> epsilon;       // adam, adamw, adagrad, rmsprop, adadelta, nadam, lamb, lars
+  std::optional<double> rho;           // rmsprop, adadelta
+  std::optional<bool> centered;        // rmsprop
+  std::optional<double> clip_weights;  // rmsprop
   std::optional<double> schedule_decay;  // nadam
   std::optional<double> lamda1;          // ftrl
   std::optional<double> beta;            // ftrl

@@ -46,7 +46,8 @@ std::vector<Slice> Partitioner::Partition(const Key& key, int64_t num_elements,
 }
 
 int64_t ChunkElements(size_t element_size, int64_t chunk_bytes) {
-  return std::max<int64_t>(1, chunk_bytes / static_cast<int64_t>(std::max<size_t>(1, element_size)));
+  return std::max<int64_t>(1,
+                           chunk_bytes / static_cast<int64_t>(std::max<size_t>(1, element_size)));
 }
 
 std::vector<Slice> ChunkSlice(const Slice& slice, size_t element_size, int64_t chunk_bytes) {

@@ -112,11 +112,11 @@ void SumBlocks(absl::Span<const Tensor> inputs, Tensor* out) {
   const int64_t per = (n / threads + kBlock - 1) / kBlock * kBlock;
   std::vector<std::thread> pool;
   for (int64_t t = 1; t < threads; ++t) {
-    const int64_t begin = std::min(n, t * per), end = t + 1 == threads ? n : std::min(n, (t + 1) * per);
+    const int64_t begin = std::min(n, t * per),
+                  end = t + 1 == threads ? n : std::min(n, (t + 1) * per);
     if (begin < end) {
-      pool.emplace_back([&srcs, dst, begin, end] {
-        SumRange<T>(srcs.data(), srcs.size(), dst, begin, end);
-      });
+      pool.emplace_back(
+          [&srcs, dst, begin, end] { SumRange<T>(srcs.data(), srcs.size(), dst, begin, end); });
     }
   }
   SumRange<T>(srcs.data(), srcs.size(), dst, 0, std::min(n, per));
@@ -130,9 +130,8 @@ absl::Status CheckSameLayout(const Tensor& a, const Tensor& b, absl::string_view
     return absl::InvalidArgumentError(absl::StrCat(what, ": tensor is undefined"));
   }
   if (!a.device().is_cpu() || !b.device().is_cpu()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(what, ": CPU tensors expected, got ", a.Description(), " and ",
-                     b.Description()));
+    return absl::FailedPreconditionError(absl::StrCat(what, ": CPU tensors expected, got ",
+                                                      a.Description(), " and ", b.Description()));
   }
   if (a.dtype() != b.dtype() || a.num_elements() != b.num_elements()) {
     return absl::InvalidArgumentError(
@@ -187,12 +186,18 @@ void AddRange(const void* src, void* dst, int64_t count) {
 
 void AddRaw(DType dtype, const void* src, void* dst, int64_t count) {
   switch (dtype) {
-    case DType::kFloat32: return AddRange<F32>(src, dst, count);
-    case DType::kFloat16: return AddRange<F16>(src, dst, count);
-    case DType::kBFloat16: return AddRange<BF16>(src, dst, count);
-    case DType::kFloat64: return AddRange<F64>(src, dst, count);
-    case DType::kInt32: return AddRange<I32>(src, dst, count);
-    case DType::kInt64: return AddRange<I64>(src, dst, count);
+    case DType::kFloat32:
+      return AddRange<F32>(src, dst, count);
+    case DType::kFloat16:
+      return AddRange<F16>(src, dst, count);
+    case DType::kBFloat16:
+      return AddRange<BF16>(src, dst, count);
+    case DType::kFloat64:
+      return AddRange<F64>(src, dst, count);
+    case DType::kInt32:
+      return AddRange<I32>(src, dst, count);
+    case DType::kInt64:
+      return AddRange<I64>(src, dst, count);
   }
 }
 

@@ -1,7 +1,6 @@
 #include "common/reduce.h"
 
 #include <catch2/catch.hpp>
-
 #include <cstring>
 
 #include "tests/test_util.h"
@@ -48,8 +47,7 @@ TEST_CASE("Reduce: the output may alias an input", "[reduce]") {
   REQUIRE(testing::ToDoubles(a) == expected);
 }
 
-TEST_CASE("Reduce: AddRaw adds a span into another, or into itself, for every dtype",
-          "[reduce]") {
+TEST_CASE("Reduce: AddRaw adds a span into another, or into itself, for every dtype", "[reduce]") {
   TestRng rng;
   INFO(rng.Describe());
   for (int trial = 0; trial < 36; ++trial) {

@@ -59,7 +59,8 @@ PreambleBuffer Preamble(const RequestRoute& route, uint64_t node_id, uint64_t se
   char* at = preamble.data();
   std::memcpy(at, kPreambleLabel, kLabel);
   at += kLabel;
-  *at++ = static_cast<char>(static_cast<int>(route.method) + (route.backup ? kNumServerMethods : 0));
+  *at++ =
+      static_cast<char>(static_cast<int>(route.method) + (route.backup ? kNumServerMethods : 0));
   for (const uint64_t value : {node_id, sequence, route.view_epoch, covered, length,
                                static_cast<uint64_t>(route.receiver.size())}) {
     absl::little_endian::Store64(at, value);
@@ -149,9 +150,8 @@ size_t HeaderEnd(const Slices& slices, size_t length) {
 
 // TagOf computes the tag of the first `covered` bytes of `slices`, a request of `length` bytes,
 // for `route`.
-bool TagOf(const RequestKey& key, const RequestRoute& route, uint64_t node_id,
-           uint64_t sequence, const Slices& slices, size_t covered, size_t length,
-           uint8_t tag[kTagBytes]) {
+bool TagOf(const RequestKey& key, const RequestRoute& route, uint64_t node_id, uint64_t sequence,
+           const Slices& slices, size_t covered, size_t length, uint8_t tag[kTagBytes]) {
   Tagger tagger(key, sequence);
   const PreambleBuffer preamble = Preamble(route, node_id, sequence, covered, length);
   tagger.Add(preamble.data(), preamble.size());
@@ -175,8 +175,7 @@ RequestKey RequestKeyOf(absl::string_view node_token) {
   return key;
 }
 
-RequestSigner::RequestSigner(uint64_t node_id, absl::string_view node_token,
-                             bool signed_payloads)
+RequestSigner::RequestSigner(uint64_t node_id, absl::string_view node_token, bool signed_payloads)
     : node_id_(node_id), key_(RequestKeyOf(node_token)), signed_payloads_(signed_payloads) {}
 
 grpc::ByteBuffer RequestSigner::Sign(const RequestRoute& route, const grpc::ByteBuffer& request) {
@@ -227,10 +226,8 @@ void ReplayWindow::set_floor(uint64_t floor) {
   std::fill(seen_.begin(), seen_.end(), ~uint64_t{0});
 }
 
-RequestVerifier::RequestVerifier(const std::map<uint64_t, std::string>& peers,
-                                 std::string address,
-                                 const std::map<uint64_t, uint64_t>& floors,
-                                 bool signed_payloads)
+RequestVerifier::RequestVerifier(const std::map<uint64_t, std::string>& peers, std::string address,
+                                 const std::map<uint64_t, uint64_t>& floors, bool signed_payloads)
     : address_(std::move(address)),
       address_hint_(Fnv1a(address_)),
       signed_payloads_(signed_payloads) {
@@ -281,9 +278,9 @@ absl::StatusOr<RequestVerifier::Verified> RequestVerifier::Verify(
   std::memcpy(trailer.tag, raw + kTagAt, kTagBytes);
   const auto peer = peers_.find(trailer.node_id);
   if (peer == peers_.end()) {
-    return absl::UnauthenticatedError(absl::StrCat(
-        "the request is signed as node ", trailer.node_id,
-        ", which is not a node this job's scheduler registered to call this server"));
+    return absl::UnauthenticatedError(
+        absl::StrCat("the request is signed as node ", trailer.node_id,
+                     ", which is not a node this job's scheduler registered to call this server"));
   }
   if (trailer.receiver_hint != address_hint_) {
     return absl::UnavailableError(absl::StrCat(
@@ -291,30 +288,29 @@ absl::StatusOr<RequestVerifier::Verified> RequestVerifier::Verify(
         address_, " (a replacement took this address's place while it was routed); resend it"));
   }
   const size_t body = length - kSignatureTrailerBytes;
-  const size_t required =
-      signed_payloads_ || !Framed(method) ? body : HeaderEnd(slices, body);
+  const size_t required = signed_payloads_ || !Framed(method) ? body : HeaderEnd(slices, body);
   if (trailer.covered > body || trailer.covered < required) {
-    return absl::UnauthenticatedError(absl::StrCat(
-        "the signature of the request as node ", trailer.node_id, " covers ", trailer.covered,
-        " of its ", body, " bytes; this server requires ", required,
-        signed_payloads_ ? " (the job signs payloads)" : " (the header at least)"));
+    return absl::UnauthenticatedError(
+        absl::StrCat("the signature of the request as node ", trailer.node_id, " covers ",
+                     trailer.covered, " of its ", body, " bytes; this server requires ", required,
+                     signed_payloads_ ? " (the job signs payloads)" : " (the header at least)"));
   }
   const RequestRoute route{method, backup, address_, trailer.view_epoch};
   uint8_t tag[kTagBytes];
   if (!TagOf(peer->second->key, route, trailer.node_id, trailer.sequence, slices,
              static_cast<size_t>(trailer.covered), body, tag) ||
       CRYPTO_memcmp(tag, trailer.tag, kTagBytes) != 0) {
-    return absl::UnauthenticatedError(absl::StrCat(
-        "the signature of the request as node ", trailer.node_id,
-        " does not match it: altered, forged, or signed for another method or view"));
+    return absl::UnauthenticatedError(
+        absl::StrCat("the signature of the request as node ", trailer.node_id,
+                     " does not match it: altered, forged, or signed for another method or view"));
   }
   {
     absl::MutexLock lock(&peer->second->mu);
     if (!peer->second->window.Accept(trailer.sequence)) {
-      return absl::UnauthenticatedError(absl::StrCat(
-          "replayed request: node ", trailer.node_id, "'s request ", trailer.sequence,
-          " was accepted before or is more than ", kReplayWindow,
-          " requests older than its newest (", peer->second->window.highest(), ")"));
+      return absl::UnauthenticatedError(
+          absl::StrCat("replayed request: node ", trailer.node_id, "'s request ", trailer.sequence,
+                       " was accepted before or is more than ", kReplayWindow,
+                       " requests older than its newest (", peer->second->window.highest(), ")"));
     }
   }
   // The request without its trailer: whole slices, then the start of the one it begins in.

@@ -1,11 +1,10 @@
 #include "common/request_signature.h"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -66,14 +65,14 @@ grpc::ByteBuffer FromFlat(const std::string& flat) {
   return grpc::ByteBuffer(&slice, 1);
 }
 
-TEST_CASE("RequestSignature: a signed request verifies once, whole and unchanged, at the "
-          "server, method and view it was signed for",
-          "[common][security]") {
+TEST_CASE(
+    "RequestSignature: a signed request verifies once, whole and unchanged, at the "
+    "server, method and view it was signed for",
+    "[common][security]") {
   TestRng rng;
   INFO(rng.Describe());
-  const std::map<uint64_t, std::string> peers = {{1, "token-of-the-scheduler"},
-                                                 {7, "token-of-worker-7"},
-                                                 {9, "token-of-worker-9"}};
+  const std::map<uint64_t, std::string> peers = {
+      {1, "token-of-the-scheduler"}, {7, "token-of-worker-7"}, {9, "token-of-worker-9"}};
   const std::string address = "127.0.0.1:4000";
   RequestVerifier verifier(peers, address);
   RequestSigner signer(7, peers.at(7));
@@ -121,10 +120,11 @@ TEST_CASE("RequestSignature: a signed request verifies once, whole and unchanged
   }
 }
 
-TEST_CASE("RequestSignature: a signature covers a framed request's header, and its payload "
-          "when the job signs payloads; a signature covering less than the server requires is "
-          "refused",
-          "[common][security]") {
+TEST_CASE(
+    "RequestSignature: a signature covers a framed request's header, and its payload "
+    "when the job signs payloads; a signature covering less than the server requires is "
+    "refused",
+    "[common][security]") {
   TestRng rng;
   INFO(rng.Describe());
   const std::map<uint64_t, std::string> peers = {{7, "token-of-worker-7"}};
@@ -168,9 +168,10 @@ TEST_CASE("RequestSignature: a signature covers a framed request's header, and i
   }
 }
 
-TEST_CASE("RequestSignature: a node cannot sign as another, and unsigned or foreign requests "
-          "are refused",
-          "[common][security]") {
+TEST_CASE(
+    "RequestSignature: a node cannot sign as another, and unsigned or foreign requests "
+    "are refused",
+    "[common][security]") {
   TestRng rng;
   INFO(rng.Describe());
   const std::map<uint64_t, std::string> peers = {{7, "token-of-worker-7"},
@@ -181,13 +182,15 @@ TEST_CASE("RequestSignature: a node cannot sign as another, and unsigned or fore
   // Worker 9's token, claiming to be node 7.
   RequestSigner impostor(7, peers.at(9));
   CHECK(absl::IsUnauthenticated(
-      verifier.Verify(ServerMethod::kPush, false,
-                      impostor.Sign({ServerMethod::kPush, false, "h:1", 0}, request))
+      verifier
+          .Verify(ServerMethod::kPush, false,
+                  impostor.Sign({ServerMethod::kPush, false, "h:1", 0}, request))
           .status()));
   // A node the server was not told of.
   RequestSigner stranger(11, "token-of-worker-11");
   const absl::Status unknown =
-      verifier.Verify(ServerMethod::kPull, false,
+      verifier
+          .Verify(ServerMethod::kPull, false,
                   stranger.Sign({ServerMethod::kPull, false, "h:1", 0}, request))
           .status();
   CHECK(absl::IsUnauthenticated(unknown));
@@ -198,9 +201,10 @@ TEST_CASE("RequestSignature: a node cannot sign as another, and unsigned or fore
       verifier.Verify(ServerMethod::kPull, false, grpc::ByteBuffer()).status()));
 }
 
-TEST_CASE("RequestSignature: requests arriving out of order are each accepted once; those "
-          "older than the window are refused",
-          "[common][security]") {
+TEST_CASE(
+    "RequestSignature: requests arriving out of order are each accepted once; those "
+    "older than the window are refused",
+    "[common][security]") {
   TestRng rng;
   INFO(rng.Describe());
   const std::map<uint64_t, std::string> peers = {{5, "token-5"}};
@@ -226,7 +230,8 @@ TEST_CASE("RequestSignature: requests arriving out of order are each accepted on
     }
   }
   // One signed long ago: once the newest is kReplayWindow ahead, it is refused even unseen.
-  const grpc::ByteBuffer old = signer.Sign({ServerMethod::kPush, false, "h:2", 0}, grpc::ByteBuffer());
+  const grpc::ByteBuffer old =
+      signer.Sign({ServerMethod::kPush, false, "h:2", 0}, grpc::ByteBuffer());
   for (uint64_t i = 0; i < kReplayWindow; ++i) {
     signer.Sign({ServerMethod::kPush, false, "h:2", 0}, grpc::ByteBuffer());
   }
@@ -238,9 +243,10 @@ TEST_CASE("RequestSignature: requests arriving out of order are each accepted on
   CHECK(absl::StrContains(stale.message(), "older than its newest"));
 }
 
-TEST_CASE("ReplayWindow: accepts what a set of every accepted sequence within the window "
-          "accepts",
-          "[common][security]") {
+TEST_CASE(
+    "ReplayWindow: accepts what a set of every accepted sequence within the window "
+    "accepts",
+    "[common][security]") {
   TestRng rng;
   INFO(rng.Describe());
   ReplayWindow window;

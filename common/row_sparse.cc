@@ -24,8 +24,8 @@ absl::Status CheckRowIds(absl::Span<const int64_t> row_ids, int64_t num_rows,
                          absl::string_view what) {
   for (int64_t id : row_ids) {
     if (id < 0 || id >= num_rows) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": row id ", id, " is outside [0, ", num_rows, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": row id ", id, " is outside [0, ", num_rows, ")"));
     }
   }
   return absl::OkStatus();
@@ -42,13 +42,13 @@ absl::StatusOr<RowSparse> RowSparse::Create(Shape shape, std::vector<int64_t> ro
   }
   const Shape expected = RowShape(shape, static_cast<int64_t>(row_ids.size()));
   if (data.shape() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "row-sparse value of shape ", ShapeToString(shape), " with ", row_ids.size(),
-        " row ids needs rows of shape ", ShapeToString(expected), ", got ",
-        ShapeToString(data.shape())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("row-sparse value of shape ", ShapeToString(shape), " with ", row_ids.size(),
+                     " row ids needs rows of shape ", ShapeToString(expected), ", got ",
+                     ShapeToString(data.shape())));
   }
-  if (absl::Status s = CheckRowIds(row_ids, shape[0], absl::StrCat("row-sparse value of shape ",
-                                                                   ShapeToString(shape)));
+  if (absl::Status s = CheckRowIds(
+          row_ids, shape[0], absl::StrCat("row-sparse value of shape ", ShapeToString(shape)));
       !s.ok()) {
     return s;
   }
@@ -95,8 +95,8 @@ Tensor RowSparse::ToDense() const {
   const int64_t row = row_elements();
   const size_t element = DTypeSize(dtype());
   for (size_t i = 0; i < row_ids_.size(); ++i) {
-    Tensor src = Tensor::Borrow(static_cast<uint8_t*>(data_.data()) + i * row * element, dtype(),
-                                {row});
+    Tensor src =
+        Tensor::Borrow(static_cast<uint8_t*>(data_.data()) + i * row * element, dtype(), {row});
     Tensor dst = Tensor::Borrow(
         static_cast<uint8_t*>(dense.data()) + static_cast<size_t>(row_ids_[i]) * row * element,
         dtype(), {row});

@@ -36,8 +36,7 @@ class RowSparse {
   // Create checks that `shape` has rank >= 1, every id lies in [0, shape[0]), and `data` is a
   // defined CPU tensor of shape {row_ids.size(), shape[1:]...}; InvalidArgument naming what is
   // wrong otherwise.
-  static absl::StatusOr<RowSparse> Create(Shape shape, std::vector<int64_t> row_ids,
-                                          Tensor data);
+  static absl::StatusOr<RowSparse> Create(Shape shape, std::vector<int64_t> row_ids, Tensor data);
   // Empty returns a value with no rows (all zeros): the form of an output for RowSparsePull.
   static RowSparse Empty(DType dtype, Shape shape);
   // FromDense lists the rows of `dense` that hold any non-zero element (a CPU tensor of rank

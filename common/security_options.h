@@ -17,9 +17,7 @@ struct TlsOptions {
   bool mutual = false;
   bool enabled() const { return !ca_file.empty(); }
   // transport names what the links run over, for logs: "plaintext", "TLS" or "mutual TLS".
-  const char* transport() const {
-    return !enabled() ? "plaintext" : mutual ? "mutual TLS" : "TLS";
-  }
+  const char* transport() const { return !enabled() ? "plaintext" : mutual ? "mutual TLS" : "TLS"; }
 };
 
 struct SecurityOptions {

@@ -17,12 +17,18 @@ inline constexpr int kNumServerMethods = 6;
 // their six Backup methods, in this order.
 inline const char* GrpcMethodPath(ServerMethod method, bool backup = false) {
   static constexpr const char* kPaths[2 * kNumServerMethods] = {
-      "/kvstore.proto.KVServer/Init",           "/kvstore.proto.KVServer/Push",
-      "/kvstore.proto.KVServer/Pull",           "/kvstore.proto.KVServer/PushPull",
-      "/kvstore.proto.KVServer/RowSparsePull",  "/kvstore.proto.KVServer/Command",
-      "/kvstore.proto.KVServer/BackupInit",     "/kvstore.proto.KVServer/BackupPush",
-      "/kvstore.proto.KVServer/BackupPull",     "/kvstore.proto.KVServer/BackupPushPull",
-      "/kvstore.proto.KVServer/BackupRowSparsePull", "/kvstore.proto.KVServer/BackupCommand"};
+      "/kvstore.proto.KVServer/Init",
+      "/kvstore.proto.KVServer/Push",
+      "/kvstore.proto.KVServer/Pull",
+      "/kvstore.proto.KVServer/PushPull",
+      "/kvstore.proto.KVServer/RowSparsePull",
+      "/kvstore.proto.KVServer/Command",
+      "/kvstore.proto.KVServer/BackupInit",
+      "/kvstore.proto.KVServer/BackupPush",
+      "/kvstore.proto.KVServer/BackupPull",
+      "/kvstore.proto.KVServer/BackupPushPull",
+      "/kvstore.proto.KVServer/BackupRowSparsePull",
+      "/kvstore.proto.KVServer/BackupCommand"};
   return kPaths[static_cast<int>(method) + (backup ? kNumServerMethods : 0)];
 }
 

@@ -93,8 +93,7 @@ absl::Status WriteStateFile(const std::string& path, StateKind kind, absl::strin
   const std::string dir = parent.empty() ? "." : parent.string();
   const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) return ErrorStatus(errno, "cannot open the directory of", target);
-  absl::Status status =
-      WriteStateFileAt(dir_fd, target.filename().string(), path, kind, payload);
+  absl::Status status = WriteStateFileAt(dir_fd, target.filename().string(), path, kind, payload);
   close(dir_fd);
   return status;
 }
@@ -112,8 +111,8 @@ absl::StatusOr<std::string> ParseStateFile(absl::string_view bytes, const std::s
   if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
     if (bytes.size() < kHeaderBytes && bytes.size() >= 1 &&
         std::memcmp(bytes.data(), kMagic, std::min(bytes.size(), sizeof(kMagic))) == 0) {
-      return absl::DataLossError(absl::StrCat(path, ": truncated header (", bytes.size(),
-                                              " bytes)"));
+      return absl::DataLossError(
+          absl::StrCat(path, ": truncated header (", bytes.size(), " bytes)"));
     }
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a KVStore state file"));
   }
@@ -122,9 +121,8 @@ absl::StatusOr<std::string> ParseStateFile(absl::string_view bytes, const std::s
   const uint64_t length = GetLE(bytes.data() + 16, 8);
   const uint32_t crc = static_cast<uint32_t>(GetLE(bytes.data() + 24, 4));
   if (version != kStateFileVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": format version ", version,
-                                                   ", this build reads version ",
-                                                   kStateFileVersion));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": format version ", version, ", this build reads version ", kStateFileVersion));
   }
   if (got_kind != static_cast<uint32_t>(kind)) {
     return absl::InvalidArgumentError(absl::StrCat(

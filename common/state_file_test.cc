@@ -1,7 +1,6 @@
 #include "common/state_file.h"
 
 #include <catch2/catch.hpp>
-
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -41,20 +40,19 @@ TEST_CASE("StateFile: the bytes of a state file are those of format version 1", 
   const std::string payload("optimizer states\x00\x01\xfe\xff", 20);
   const std::string path = TempPath("state_file_format.bin");
   REQUIRE(WriteStateFile(path, StateKind::kUpdaterState, payload).ok());
-  const std::string expected =
-      std::string("KVSTATE\0", 8) +
-      std::string("\x01\x00\x00\x00"  // version
-                  "\x02\x00\x00\x00"  // kind: updater state
-                  "\x14\x00\x00\x00\x00\x00\x00\x00"  // payload length
-                  "\x47\x92\xde\x61",  // CRC-32 of the payload
-                  20) +
-      payload;
+  const std::string expected = std::string("KVSTATE\0", 8) +
+                               std::string(
+                                   "\x01\x00\x00\x00"                  // version
+                                   "\x02\x00\x00\x00"                  // kind: updater state
+                                   "\x14\x00\x00\x00\x00\x00\x00\x00"  // payload length
+                                   "\x47\x92\xde\x61",                 // CRC-32 of the payload
+                                   20) +
+                               payload;
   CHECK(Slurp(path) == expected);
   CHECK(Crc32(payload) == 0x61de9247u);
 }
 
-TEST_CASE("StateFile: a written file reads back; damage is reported naming the file",
-          "[state]") {
+TEST_CASE("StateFile: a written file reads back; damage is reported naming the file", "[state]") {
   testing::TestRng rng;
   INFO(rng.Describe());
   std::string payload(static_cast<size_t>(rng.Int(1, 5000)), '\0');

@@ -15,10 +15,10 @@
 #define KVSTORE_CONCAT_INNER_(a, b) a##b
 #define KVSTORE_CONCAT_(a, b) KVSTORE_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                                \
-  do {                                                       \
-    ::absl::Status kvstore_status_ = (expr);                 \
-    if (!kvstore_status_.ok()) return kvstore_status_;       \
+#define RETURN_IF_ERROR(expr)                          \
+  do {                                                 \
+    ::absl::Status kvstore_status_ = (expr);           \
+    if (!kvstore_status_.ok()) return kvstore_status_; \
   } while (false)
 
 #define ASSIGN_OR_RETURN(lhs, expr) \

@@ -58,8 +58,9 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
   for (DType dtype : kAllDTypes) {
     if (DTypeName(dtype) == name) return dtype;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown dtype \"", name, "\"; expected float32, float16, bfloat16, float64, int32 or int64"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype \"", name,
+                   "\"; expected float32, float16, bfloat16, float64, int32 or int64"));
 }
 
 bool IsFloatingPoint(DType dtype) {
@@ -154,10 +155,7 @@ Tensor::Tensor(Buffer* buffer, void* data, DType dtype, Shape shape, Device devi
             static_cast<int16_t>(device.is_cpu() ? 0 : device.id)} {}
 
 Tensor::Tensor(const Tensor& other)
-    : buffer_(other.buffer_),
-      data_(other.data_),
-      dims_(other.dims_),
-      kind_(other.kind_) {
+    : buffer_(other.buffer_), data_(other.data_), dims_(other.dims_), kind_(other.kind_) {
   if (buffer_ != nullptr) buffer_->refs.fetch_add(1, std::memory_order_relaxed);
   if (dims_ != nullptr) dims_->refs.fetch_add(1, std::memory_order_relaxed);
 }
@@ -269,9 +267,9 @@ absl::StatusOr<Tensor> Tensor::View(size_t byte_offset, DType dtype, Shape shape
   RETURN_IF_ERROR(ValidateShape(shape));
   const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
   if (byte_offset > byte_size() || bytes > byte_size() - byte_offset) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a view of ", DTypeName(dtype), ShapeToString(shape), " at byte ", byte_offset,
-        " does not fit in ", Description(), " (", byte_size(), " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a view of ", DTypeName(dtype), ShapeToString(shape), " at byte ", byte_offset,
+                     " does not fit in ", Description(), " (", byte_size(), " bytes)"));
   }
   void* data = static_cast<uint8_t*>(data_) + byte_offset;
   // The view shares the buffer's ownership and points into it.
@@ -367,8 +365,6 @@ std::string Tensor::Description() const {
   return absl::StrCat(DTypeName(kind_.dtype), ShapeToString(shape()), "@", device().ToString());
 }
 
-std::ostream& operator<<(std::ostream& os, const Tensor& tensor) {
-  return os << tensor.ToString();
-}
+std::ostream& operator<<(std::ostream& os, const Tensor& tensor) { return os << tensor.ToString(); }
 
 }  // namespace kvstore

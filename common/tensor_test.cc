@@ -1,11 +1,10 @@
 #include "common/tensor.h"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "common/half.h"
 #include "tests/test_util.h"
@@ -140,8 +139,7 @@ TEST_CASE("Tensor: a handle is 32 bytes; copies, moves and assignments keep what
     const Device device = rng.Int(0, 2) == 0 ? Device::CUDA(rng.Int(0, 1)) : Device::CPU();
     kinds.push_back(rng.Int(0, 1) == 0 ? Tensor::Borrow(memory.data(), dtype, shape, device)
                                        : Tensor::Adopt(memory.data(), dtype, shape, device, {}));
-    REQUIRE(kinds.back().signature() ==
-            Tensor::Signature(dtype, ShapeCode(shape), device));
+    REQUIRE(kinds.back().signature() == Tensor::Signature(dtype, ShapeCode(shape), device));
   }
   for (const Tensor& a : kinds) {
     REQUIRE(a.signature() != Tensor().signature());
@@ -192,8 +190,8 @@ TEST_CASE("Tensor: Adopt releases once after the last handle", "[tensor]") {
   int releases = 0;
   float storage[6] = {1, 2, 3, 4, 5, 6};
   {
-    Tensor a = Tensor::Adopt(storage, DType::kFloat32, {2, 3}, Device::CPU(),
-                             [&releases] { ++releases; });
+    Tensor a =
+        Tensor::Adopt(storage, DType::kFloat32, {2, 3}, Device::CPU(), [&releases] { ++releases; });
     Tensor b = a;
     REQUIRE(b.owns_data());
     REQUIRE(b.GetAsDouble(5) == 6);
@@ -246,9 +244,8 @@ TEST_CASE("Tensor: ShapeCode names exactly the small shapes, and handles keep it
   shapes.push_back({2, -1});
   for (const Shape& a : shapes) {
     INFO("shape " << ShapeToString(a));
-    REQUIRE((ShapeCode(a) != 0) == (small(a) && std::all_of(a.begin(), a.end(), [](int64_t d) {
-                                      return d >= 0;
-                                    })));
+    REQUIRE((ShapeCode(a) != 0) ==
+            (small(a) && std::all_of(a.begin(), a.end(), [](int64_t d) { return d >= 0; })));
     for (const Shape& b : shapes) {
       if (ShapeCode(a) == 0 || ShapeCode(b) == 0) continue;
       INFO("and " << ShapeToString(b));
@@ -266,8 +263,7 @@ TEST_CASE("Tensor: ShapeCode names exactly the small shapes, and handles keep it
   REQUIRE(zeros.View(0, DType::kFloat32, vector)->shape_code() != zeros.shape_code());
   std::vector<float> storage(8);
   REQUIRE(Tensor::Borrow(storage.data(), DType::kFloat32, {2, 2, 2}).shape_code() == 0);
-  REQUIRE(Tensor::Borrow(storage.data(), DType::kFloat32, {8}).shape_code() ==
-          ShapeCode(Shape{8}));
+  REQUIRE(Tensor::Borrow(storage.data(), DType::kFloat32, {8}).shape_code() == ShapeCode(Shape{8}));
 }
 
 TEST_CASE("Tensor: views share the buffer, keep it alive and must fit", "[tensor]") {

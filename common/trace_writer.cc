@@ -13,9 +13,15 @@ std::string Quoted(const std::string& text) {
   std::string out = "\"";
   for (unsigned char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
       default:
         if (c < 0x20) {
           out += absl::StrFormat("\\u%04x", c);
@@ -60,17 +66,16 @@ void TraceWriter::Write(const std::string& event) {
   ++events_;
 }
 
-void TraceWriter::Complete(const std::string& name, const char* category, int row,
-                           absl::Time start, absl::Time end, const Args& args) {
-  std::string event = absl::StrCat(R"({"name":)", Quoted(name), R"(,"cat":")", category,
-                                   R"(","ph":"X","pid":)", pid_, R"(,"tid":)", row,
-                                   R"(,"ts":)", Micros(start), R"(,"dur":)",
-                                   std::max<int64_t>(0, Micros(end) - Micros(start)));
+void TraceWriter::Complete(const std::string& name, const char* category, int row, absl::Time start,
+                           absl::Time end, const Args& args) {
+  std::string event =
+      absl::StrCat(R"({"name":)", Quoted(name), R"(,"cat":")", category, R"(","ph":"X","pid":)",
+                   pid_, R"(,"tid":)", row, R"(,"ts":)", Micros(start), R"(,"dur":)",
+                   std::max<int64_t>(0, Micros(end) - Micros(start)));
   if (!args.empty()) {
     event += R"(,"args":{)";
     for (size_t i = 0; i < args.size(); ++i) {
-      absl::StrAppend(&event, i > 0 ? "," : "", Quoted(args[i].first), ":",
-                      Quoted(args[i].second));
+      absl::StrAppend(&event, i > 0 ? "," : "", Quoted(args[i].first), ":", Quoted(args[i].second));
     }
     event += "}";
   }
@@ -80,9 +85,9 @@ void TraceWriter::Complete(const std::string& name, const char* category, int ro
 }
 
 void TraceWriter::NameRow(int row, const std::string& name) {
-  const std::string event = absl::StrCat(R"({"name":"thread_name","ph":"M","pid":)", pid_,
-                                         R"(,"tid":)", row, R"(,"args":{"name":)", Quoted(name),
-                                         "}}");
+  const std::string event =
+      absl::StrCat(R"({"name":"thread_name","ph":"M","pid":)", pid_, R"(,"tid":)", row,
+                   R"(,"args":{"name":)", Quoted(name), "}}");
   absl::MutexLock lock(&mu_);
   Write(event);
 }

@@ -22,8 +22,7 @@ std::string TempFile(const std::string& name) {
   return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
 }
 
-TEST_CASE("TraceWriter: events from many threads make a Chrome trace that parses",
-          "[trace]") {
+TEST_CASE("TraceWriter: events from many threads make a Chrome trace that parses", "[trace]") {
   testing::TestRng rng;
   INFO(rng.Describe());
   const std::string path = TempFile("trace_writer_test.json");

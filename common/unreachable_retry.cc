@@ -26,10 +26,9 @@ grpc::Status CallWhileUnreachable(const std::string& peer, absl::Time deadline,
                        status.error_message()));
     }
     if (now >= next_progress && progress) {
-      progress(absl::StrCat(peer, " is not reachable yet (", status.error_message(),
-                            "); retrying for ",
-                            absl::FormatDuration(absl::Trunc(deadline - now, absl::Seconds(1))),
-                            " more"));
+      progress(absl::StrCat(
+          peer, " is not reachable yet (", status.error_message(), "); retrying for ",
+          absl::FormatDuration(absl::Trunc(deadline - now, absl::Seconds(1))), " more"));
       next_progress = now + progress_every;
     }
     absl::SleepFor(backoff);

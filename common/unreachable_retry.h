@@ -9,10 +9,10 @@
 #ifndef KVSTORE_COMMON_UNREACHABLE_RETRY_H_
 #define KVSTORE_COMMON_UNREACHABLE_RETRY_H_
 
+#include <grpcpp/support/status.h>
+
 #include <functional>
 #include <string>
-
-#include <grpcpp/support/status.h>
 
 #include "absl/time/time.h"
 

@@ -14,9 +14,9 @@ constexpr absl::string_view kNeed = "; this copy needs epoch ";
 }  // namespace
 
 absl::Status StaleViewError(uint64_t have, uint64_t need) {
-  return absl::AbortedError(absl::StrCat(
-      kMarker, have, kNeed, need,
-      " (a replacement server joined the job): learn the new view and send again"));
+  return absl::AbortedError(
+      absl::StrCat(kMarker, have, kNeed, need,
+                   " (a replacement server joined the job): learn the new view and send again"));
 }
 
 std::optional<uint64_t> RequiredViewEpoch(const absl::Status& status) {

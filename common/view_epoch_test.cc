@@ -31,11 +31,11 @@ TEST_CASE("ViewEpoch: other errors ask for no epoch", "[view_epoch]") {
   CHECK_FALSE(RequiredViewEpoch(absl::OkStatus()).has_value());
   CHECK_FALSE(RequiredViewEpoch(absl::AbortedError("the job failed")).has_value());
   // The words under another code are not a refusal.
-  CHECK_FALSE(RequiredViewEpoch(absl::UnavailableError(StaleViewError(1, 2).message()))
-                  .has_value());
-  CHECK_FALSE(RequiredViewEpoch(absl::AbortedError(
-                                    "routed by view epoch 1; this copy needs epoch x"))
-                  .has_value());
+  CHECK_FALSE(
+      RequiredViewEpoch(absl::UnavailableError(StaleViewError(1, 2).message())).has_value());
+  CHECK_FALSE(
+      RequiredViewEpoch(absl::AbortedError("routed by view epoch 1; this copy needs epoch x"))
+          .has_value());
   CHECK(ParseViewEpoch("17") == 17);
   CHECK(ParseViewEpoch("") == 0);
   CHECK(ParseViewEpoch("-3") == 0);

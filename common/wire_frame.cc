@@ -1,10 +1,10 @@
 #include "common/wire_frame.h"
 
+#include <grpc/slice.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
-
-#include <grpc/slice.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -21,8 +21,8 @@ absl::StatusOr<grpc::ByteBuffer> EncodeFrame(const google::protobuf::MessageLite
                                              absl::Span<const PayloadPart> parts) {
   const size_t header_bytes = header.ByteSizeLong();
   if (header_bytes > UINT32_MAX) {
-    return absl::ResourceExhaustedError(absl::StrCat("frame header of ", header_bytes,
-                                                     " bytes exceeds the 4 GiB limit"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("frame header of ", header_bytes, " bytes exceeds the 4 GiB limit"));
   }
   for (const PayloadPart& part : parts) {
     if (!part.tensor.defined() || !part.tensor.device().is_cpu()) {
@@ -33,8 +33,7 @@ absl::StatusOr<grpc::ByteBuffer> EncodeFrame(const google::protobuf::MessageLite
         part.bytes > part.tensor.byte_size() - part.byte_offset) {
       return absl::InvalidArgumentError(absl::StrCat(
           "payload part [", part.byte_offset, ", ", part.byte_offset + part.bytes,
-          ") lies outside ", part.tensor.Description(), " of ", part.tensor.byte_size(),
-          " bytes"));
+          ") lies outside ", part.tensor.Description(), " of ", part.tensor.byte_size(), " bytes"));
     }
   }
   // The prefix, the header and runs of small parts are copied into one slice each (a slice per
@@ -168,7 +167,7 @@ absl::Status Payload::CopyTo(size_t offset, size_t bytes, void* dst) const {
 }
 
 absl::StatusOr<std::vector<absl::Span<const uint8_t>>> Payload::Chunks(size_t offset,
-                                                                        size_t bytes) const {
+                                                                       size_t bytes) const {
   if (offset > size_ || bytes > size_ - offset) {
     return absl::OutOfRangeError(absl::StrCat("payload range [", offset, ", ", offset + bytes,
                                               ") exceeds the ", size_, " bytes received"));
@@ -191,14 +190,12 @@ grpc::ByteBuffer EncodeMessage(const google::protobuf::MessageLite& message) {
   return grpc::ByteBuffer(&slice, 1);
 }
 
-absl::Status DecodeMessage(const grpc::ByteBuffer& buffer,
-                           google::protobuf::MessageLite* message) {
+absl::Status DecodeMessage(const grpc::ByteBuffer& buffer, google::protobuf::MessageLite* message) {
   grpc::Slice slice;
   if (!buffer.DumpToSingleSlice(&slice).ok() ||
       !message->ParseFromArray(slice.begin(), static_cast<int>(slice.size()))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request of ", buffer.Length(), " bytes is not a valid ",
-                     message->GetTypeName()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request of ", buffer.Length(), " bytes is not a valid ", message->GetTypeName()));
   }
   return absl::OkStatus();
 }

@@ -53,8 +53,7 @@ class Payload {
   // Chunks returns [offset, offset + bytes) as the spans of the received slices that hold it, in
   // order (no copy; valid while this Payload lives). OutOfRange when the range exceeds the
   // payload.
-  absl::StatusOr<std::vector<absl::Span<const uint8_t>>> Chunks(size_t offset,
-                                                                 size_t bytes) const;
+  absl::StatusOr<std::vector<absl::Span<const uint8_t>>> Chunks(size_t offset, size_t bytes) const;
   // num_slices returns how many slices the payload arrived in.
   size_t num_slices() const { return slices_.size(); }
 

@@ -1,10 +1,9 @@
 #include "common/wire_frame.h"
 
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <set>
 #include <string>
-
-#include <catch2/catch.hpp>
 
 #include "proto/kvstore.pb.h"
 #include "tests/test_util.h"
@@ -19,7 +18,8 @@ std::string Flatten(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
   REQUIRE(buffer.Dump(&slices).ok());
   std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   return bytes;
 }
 
@@ -87,7 +87,8 @@ TEST_CASE("WireFrame: payload slices reference the tensors and decode from any c
         REQUIRE(payload.CopyTo(entry.payload_offset(), part.size(), part.data()).ok());
         REQUIRE(part == expected.substr(entry.payload_offset(), entry.payload_bytes()));
         const void* view = payload.Contiguous(entry.payload_offset(), entry.payload_bytes());
-        if (view != nullptr && !part.empty()) REQUIRE(std::memcmp(view, part.data(), part.size()) == 0);
+        if (view != nullptr && !part.empty())
+          REQUIRE(std::memcmp(view, part.data(), part.size()) == 0);
       }
       REQUIRE(absl::IsOutOfRange(payload.CopyTo(expected.size(), 1, copy.data())));
     }

@@ -37,9 +37,9 @@ class ClippedSum final : public kvstore::Updater {
         Add(received.data_as<const double>(), stored->data_as<double>(), stored->num_elements());
         break;
       default:
-        return absl::InvalidArgumentError(absl::StrCat(
-            "clipped_sum takes float32 and float64 values; key ", key.Quoted(), " holds ",
-            kvstore::DTypeName(stored->dtype())));
+        return absl::InvalidArgumentError(
+            absl::StrCat("clipped_sum takes float32 and float64 values; key ", key.Quoted(),
+                         " holds ", kvstore::DTypeName(stored->dtype())));
     }
     ++updates;
     return absl::OkStatus();
@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
   return kvstore::KVServerMain(argc, argv, [](kvstore::KVServerOptions* options) {
     options->custom_controller = [](int head, absl::string_view) -> absl::StatusOr<std::string> {
       if (head != 16) {
-        return absl::InvalidArgumentError(absl::StrCat("custom_kvserver knows head 16, not ", head));
+        return absl::InvalidArgumentError(
+            absl::StrCat("custom_kvserver knows head 16, not ", head));
       }
       return absl::StrCat("updates=", updates.load());
     };

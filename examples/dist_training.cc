@@ -50,8 +50,8 @@ absl::Status Run() {
     RETURN_IF_ERROR(kv->SetOptimizer(sgd));
   }
   const std::vector<Key> keys = {"weight", "bias"};
-  RETURN_IF_ERROR(kv->Init(keys, {Tensor::Zeros(DType::kFloat32, {kFeatures}),
-                                  Tensor::Zeros(DType::kFloat32, {1})}));
+  RETURN_IF_ERROR(kv->Init(
+      keys, {Tensor::Zeros(DType::kFloat32, {kFeatures}), Tensor::Zeros(DType::kFloat32, {1})}));
 
   Tensor weight = Tensor::Zeros(DType::kFloat32, {kFeatures});
   Tensor bias = Tensor::Zeros(DType::kFloat32, {1});

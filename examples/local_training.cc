@@ -52,8 +52,8 @@ absl::Status Run() {
   }));
 
   const std::vector<Key> keys = {"weight", "bias"};
-  RETURN_IF_ERROR(kv->Init(keys, {Tensor::Zeros(DType::kFloat32, {kFeatures}),
-                                  Tensor::Zeros(DType::kFloat32, {1})}));
+  RETURN_IF_ERROR(kv->Init(
+      keys, {Tensor::Zeros(DType::kFloat32, {kFeatures}), Tensor::Zeros(DType::kFloat32, {1})}));
 
   // Each device holds its own copy of the weights and its own gradient buffers.
   std::vector<Tensor> weights, biases, grad_w, grad_b;
@@ -80,7 +80,8 @@ absl::Status Run() {
     for (int d = 0; d < kDevices; ++d) {
       const int begin = batch_start + d * kBatchPerDevice;
       running_loss += Gradient(train, begin, begin + kBatchPerDevice, weights[d], biases[d],
-                               &grad_w[d], &grad_b[d]) / kDevices;
+                               &grad_w[d], &grad_b[d]) /
+                      kDevices;
     }
     // Push both devices' gradients (summed by the store, then the updater runs once per key)
     // and pull the new weights into both devices.

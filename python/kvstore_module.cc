@@ -11,11 +11,12 @@
 // copied once into a fresh contiguous NumPy array; an output must be exportable as it is.
 //
 // Blocking: every call that may wait (network, barriers, the job's other workers) runs with the
-// GIL released on a helper thread (HelperThreads, reused between calls) while the calling thread waits in slices of 100 ms and checks
-// for signals, so Ctrl-C raises KeyboardInterrupt within a slice. The interrupted operation goes
-// on in the background: its thread keeps the store and the values' buffers alive until it ends.
-// In-process stores ("local", "device") finish each operation inside the call and run it on the
-// calling thread with the GIL released (an updater written in Python takes the GIL back).
+// GIL released on a helper thread (HelperThreads, reused between calls) while the calling thread
+// waits in slices of 100 ms and checks for signals, so Ctrl-C raises KeyboardInterrupt within a
+// slice. The interrupted operation goes on in the background: its thread keeps the store and the
+// values' buffers alive until it ends. In-process stores ("local", "device") finish each operation
+// inside the call and run it on the calling thread with the GIL released (an updater written in
+// Python takes the GIL back).
 //
 // Errors: a non-OK absl::Status becomes a StatusError carrying the code and the message; the
 // package maps codes to Python exception classes (kvstore/_errors.py) through
@@ -127,9 +128,8 @@ class HelperThreads : public std::enable_shared_from_this<HelperThreads> {
   // GIL) go after the interpreter has begun to shut down.
   bool WaitIdle(absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
-    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return tasks_.empty() && running_ == 0;
-    };
+    auto idle = [this]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return tasks_.empty() && running_ == 0; };
     return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
   }
 
@@ -230,8 +230,7 @@ absl::StatusOr<Tensor> TryDLPack(const py::handle& obj) {
       return absl::InvalidArgumentError(absl::StrCat("__dlpack__ failed: ", e2.what()));
     }
   }
-  auto* managed =
-      static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
   if (managed == nullptr) {
     PyErr_Clear();
     return absl::InvalidArgumentError("__dlpack__ returned no \"dltensor\" capsule");
@@ -278,9 +277,9 @@ Tensor ToTensor(const py::handle& obj, bool output, const Key& key) {
 
 std::vector<Tensor> ToTensors(const py::list& objs, const std::vector<Key>& keys, bool output) {
   if (objs.size() != keys.size()) {
-    throw StatusError{absl::StatusCode::kInvalidArgument,
-                      absl::StrCat(keys.size(), " keys but ", objs.size(),
-                                   output ? " outputs" : " values")};
+    throw StatusError{
+        absl::StatusCode::kInvalidArgument,
+        absl::StrCat(keys.size(), " keys but ", objs.size(), output ? " outputs" : " values")};
   }
   std::vector<Tensor> out;
   out.reserve(objs.size());
@@ -311,12 +310,23 @@ py::object ToArray(const Tensor& tensor) {
   }
   const char* format = "f";
   switch (tensor.dtype()) {
-    case DType::kFloat32: format = "float32"; break;
-    case DType::kFloat16: format = "float16"; break;
-    case DType::kFloat64: format = "float64"; break;
-    case DType::kInt32: format = "int32"; break;
-    case DType::kInt64: format = "int64"; break;
-    case DType::kBFloat16: break;
+    case DType::kFloat32:
+      format = "float32";
+      break;
+    case DType::kFloat16:
+      format = "float16";
+      break;
+    case DType::kFloat64:
+      format = "float64";
+      break;
+    case DType::kInt32:
+      format = "int32";
+      break;
+    case DType::kInt64:
+      format = "int64";
+      break;
+    case DType::kBFloat16:
+      break;
   }
   // A NumPy array over the buffer whose base keeps a handle of the Tensor.
   auto* handle = new Tensor(tensor);
@@ -381,9 +391,8 @@ RowSparse ToRowSparse(const Key& key, const py::handle& data, const std::vector<
   Tensor rows = ToTensor(data, /*output=*/false, key);
   absl::StatusOr<RowSparse> value = RowSparse::Create(shape, row_ids, std::move(rows));
   if (!value.ok()) {
-    ThrowIfError(absl::Status(value.status().code(),
-                              absl::StrCat(op, ": key ", key.Quoted(), ": ",
-                                           value.status().message())));
+    ThrowIfError(absl::Status(value.status().code(), absl::StrCat(op, ": key ", key.Quoted(), ": ",
+                                                                  value.status().message())));
   }
   return *std::move(value);
 }
@@ -470,8 +479,8 @@ class Store {
     if (!block) Hold(k, std::move(o));
   }
 
-  void PushPull(const py::list& keys, const py::list& values, const py::list& outs,
-                int priority, bool block) {
+  void PushPull(const py::list& keys, const py::list& values, const py::list& outs, int priority,
+                bool block) {
     std::vector<Key> k = ToKeys(keys);
     auto v = std::make_shared<std::vector<Tensor>>(ToTensors(values, k, /*output=*/false));
     auto o = std::make_shared<std::vector<Tensor>>(ToTensors(outs, k, /*output=*/true));

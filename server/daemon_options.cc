@@ -59,7 +59,7 @@ absl::StatusOr<KVServerOptions> KVServerOptionsFrom(const JobEnvironment& env,
 absl::StatusOr<SchedulerDaemonOptions> SchedulerOptionsFrom(const JobEnvironment& env,
                                                             const DaemonCommandLine& given) {
   SchedulerDaemonOptions options;
-  options.host = !given.host.empty()        ? given.host
+  options.host = !given.host.empty()         ? given.host
                  : env.bind_host.has_value() ? *env.bind_host
                                              : env.scheduler_host.value_or("127.0.0.1");
   options.port = given.port >= 0 ? given.port : env.scheduler_port.value_or(0);

@@ -1,13 +1,11 @@
 // Tests of server/daemon_options.h for the scheduler: one launch environment gives the same
 // scheduler whether the program reads its flags (none given) or the SDK makes the daemon from
 // DMLC_ROLE, and what the environment decides is what the header's table says.
-#include "server/daemon_options.h"
-
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
+#include "server/daemon_options.h"
 #include "server/daemon_options_testing.h"
 #include "server/scheduler/scheduler_flags.h"
 
@@ -29,16 +27,24 @@ void CheckSame(const SchedulerDaemonOptions& a, const SchedulerDaemonOptions& b)
   CHECK(a.security.secret == b.security.secret);
 }
 
-TEST_CASE("DaemonOptions: a scheduler's flags left unset give the SDK's daemon of the same "
-          "environment",
-          "[daemon_options]") {
+TEST_CASE(
+    "DaemonOptions: a scheduler's flags left unset give the SDK's daemon of the same "
+    "environment",
+    "[daemon_options]") {
   const std::string secret = SecretFile();
   const std::vector<Vars> environments = {
-      {{"DMLC_ROLE", "scheduler"}, {"DMLC_PS_ROOT_URI", "127.0.0.1"},
-       {"DMLC_PS_ROOT_PORT", "9000"}, {"DMLC_NUM_SERVER", "3"}, {"DMLC_NUM_WORKER", "5"},
-       {"KV_REPLICAS", "2"}, {"KV_ELASTIC", "1"}, {"KV_SECRET_FILE", secret}},
+      {{"DMLC_ROLE", "scheduler"},
+       {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+       {"DMLC_PS_ROOT_PORT", "9000"},
+       {"DMLC_NUM_SERVER", "3"},
+       {"DMLC_NUM_WORKER", "5"},
+       {"KV_REPLICAS", "2"},
+       {"KV_ELASTIC", "1"},
+       {"KV_SECRET_FILE", secret}},
       {{"DMLC_PS_ROOT_URI", "10.0.0.5"}, {"DMLC_PS_ROOT_PORT", "9000"}, {"KV_INSECURE", "1"}},
-      {{"KV_HOST", "0.0.0.0"}, {"DMLC_PS_ROOT_URI", "10.0.0.5"}, {"KV_SECRET_FILE", secret},
+      {{"KV_HOST", "0.0.0.0"},
+       {"DMLC_PS_ROOT_URI", "10.0.0.5"},
+       {"KV_SECRET_FILE", secret},
        {"KV_INSECURE", "1"}},
   };
   for (const Vars& vars : environments) {

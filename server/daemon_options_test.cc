@@ -5,10 +5,9 @@
 // one binary.)
 #include "server/daemon_options.h"
 
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "server/daemon_options_testing.h"
 #include "server/kvserver_lib.h"
@@ -33,9 +32,10 @@ void CheckSame(const KVServerOptions& a, const KVServerOptions& b) {
   CHECK(a.security.tls.mutual == b.security.tls.mutual);
 }
 
-TEST_CASE("DaemonOptions: a kvserver's flags left unset give the SDK's daemon of the same "
-          "environment",
-          "[daemon_options]") {
+TEST_CASE(
+    "DaemonOptions: a kvserver's flags left unset give the SDK's daemon of the same "
+    "environment",
+    "[daemon_options]") {
   const std::string secret = SecretFile();
   struct Case {
     Vars vars;
@@ -44,22 +44,35 @@ TEST_CASE("DaemonOptions: a kvserver's flags left unset give the SDK's daemon of
   const std::vector<Case> cases = {
       // A scheduler on loopback: bind loopback; the rank and the trace file from the
       // environment.
-      {{{"DMLC_ROLE", "server"}, {"DMLC_PS_ROOT_URI", "127.0.0.1"}, {"DMLC_PS_ROOT_PORT", "9000"},
-        {"DMLC_SERVER_ID", "1"}, {"KV_TRACE_FILE", "/tmp/trace.json"},
+      {{{"DMLC_ROLE", "server"},
+        {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+        {"DMLC_PS_ROOT_PORT", "9000"},
+        {"DMLC_SERVER_ID", "1"},
+        {"KV_TRACE_FILE", "/tmp/trace.json"},
         {"KV_SECRET_FILE", secret}},
-       "127.0.0.1", "127.0.0.1:9000"},
+       "127.0.0.1",
+       "127.0.0.1:9000"},
       // A scheduler elsewhere: every interface (what the SDK's daemon did and the program did
       // not: it bound 127.0.0.1, which no other machine reaches).
-      {{{"DMLC_ROLE", "server"}, {"DMLC_PS_ROOT_URI", "10.0.0.5"}, {"DMLC_PS_ROOT_PORT", "9000"},
+      {{{"DMLC_ROLE", "server"},
+        {"DMLC_PS_ROOT_URI", "10.0.0.5"},
+        {"DMLC_PS_ROOT_PORT", "9000"},
         {"KV_INSECURE", "1"}},
-       "0.0.0.0", "10.0.0.5:9000"},
+       "0.0.0.0",
+       "10.0.0.5:9000"},
       // The node's own address, and KV_HOST over everything.
-      {{{"DMLC_PS_ROOT_URI", "10.0.0.5"}, {"DMLC_PS_ROOT_PORT", "9000"},
-        {"DMLC_NODE_HOST", "10.0.0.7"}, {"KV_INSECURE", "1"}},
-       "10.0.0.7", "10.0.0.5:9000"},
-      {{{"DMLC_PS_ROOT_URI", "::1"}, {"DMLC_PS_ROOT_PORT", "9000"}, {"KV_HOST", "127.0.0.2"},
+      {{{"DMLC_PS_ROOT_URI", "10.0.0.5"},
+        {"DMLC_PS_ROOT_PORT", "9000"},
+        {"DMLC_NODE_HOST", "10.0.0.7"},
+        {"KV_INSECURE", "1"}},
+       "10.0.0.7",
+       "10.0.0.5:9000"},
+      {{{"DMLC_PS_ROOT_URI", "::1"},
+        {"DMLC_PS_ROOT_PORT", "9000"},
+        {"KV_HOST", "127.0.0.2"},
         {"KV_SECRET_FILE", secret}},
-       "127.0.0.2", "[::1]:9000"},
+       "127.0.0.2",
+       "[::1]:9000"},
   };
   for (const Case& c : cases) {
     const JobEnvironment env = Environment(c.vars);

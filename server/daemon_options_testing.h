@@ -5,12 +5,11 @@
 
 #include <sys/stat.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <string>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "common/environment.h"

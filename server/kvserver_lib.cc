@@ -1,18 +1,18 @@
 #include "server/kvserver_lib.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
 #include <string>
 
-#include <spdlog/spdlog.h>
-
 #include "absl/flags/flag.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/advertise.h"
 #include "common/environment.h"
-#include "common/security_flags.h"
 #include "common/flags_usage.h"
 #include "common/logging.h"
+#include "common/security_flags.h"
 #include "common/status_macros.h"
 #include "common/stop_signals.h"
 #include "server/daemon_options.h"
@@ -89,7 +89,8 @@ namespace {
 
 absl::Status Run(const KVServerCustomizer& customize) {
   ASSIGN_OR_RETURN(const JobEnvironment env, ReadJobEnvironment());
-  ASSIGN_OR_RETURN(KVServerOptions options, KVServerOptionsFrom(env, KVServerCommandLineFromFlags()));
+  ASSIGN_OR_RETURN(KVServerOptions options,
+                   KVServerOptionsFrom(env, KVServerCommandLineFromFlags()));
   options.updater = absl::GetFlag(FLAGS_updater);
   options.updater_config = absl::GetFlag(FLAGS_updater_config);
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
@@ -104,8 +105,7 @@ absl::Status Run(const KVServerCustomizer& customize) {
   if (customize) RETURN_IF_ERROR(customize(&options));
   ASSIGN_OR_RETURN(auto daemon, KVServerDaemon::Start(std::move(options)));
   // SIGTERM / SIGINT: stop serving (calls still running get 2 s, then are cancelled), exit 0.
-  ASSIGN_OR_RETURN(auto signals,
-                   StopSignals::Install([d = daemon.get()](int) { d->Shutdown(); }));
+  ASSIGN_OR_RETURN(auto signals, StopSignals::Install([d = daemon.get()](int) { d->Shutdown(); }));
   const absl::Status status = daemon->Wait();
   if (const int signal = signals->received(); signal != 0) {
     spdlog::info("kvserver: got {}; stopped serving, exiting", StopSignals::Name(signal));
@@ -128,9 +128,9 @@ int KVServerMain(int argc, char** argv, const KVServerCustomizer& customize) {
   // one in a global graph (measured: 10% of the CPU of a 100,000-key push).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const absl::StatusOr<JobEnvironment> env = ReadJobEnvironment();  // Run reports its error.
-  const absl::Status logging = InitLogging(
-      {"kvserver", ChooseLogLevel(absl::GetFlag(FLAGS_log_level),
-                                  env.ok() ? env->log_level : std::nullopt)});
+  const absl::Status logging =
+      InitLogging({"kvserver", ChooseLogLevel(absl::GetFlag(FLAGS_log_level),
+                                              env.ok() ? env->log_level : std::nullopt)});
   if (!logging.ok()) {
     std::fprintf(stderr, "kvserver: %s\n", std::string(logging.message()).c_str());
     return 2;

@@ -18,8 +18,8 @@ namespace {
 // ServeUntilEnd waits for `daemon`, stopping it on SIGTERM / SIGINT with `stop`.
 template <typename Daemon, typename Stop>
 absl::Status ServeUntilEnd(Daemon* daemon, const std::string& role, Stop stop) {
-  ASSIGN_OR_RETURN(auto signals, StopSignals::Install(
-                                     [daemon, stop](int signal) { stop(daemon, signal); }));
+  ASSIGN_OR_RETURN(auto signals,
+                   StopSignals::Install([daemon, stop](int signal) { stop(daemon, signal); }));
   const absl::Status status = daemon->Wait();
   if (const int signal = signals->received(); signal != 0) {
     spdlog::info("{}: got {}; stopped serving, exiting", role, StopSignals::Name(signal));
@@ -48,8 +48,7 @@ absl::Status RunServer(const JobEnvironment& env, CustomController controller) {
   ASSIGN_OR_RETURN(KVServerOptions options, KVServerOptionsFrom(env, {}));
   options.custom_controller = std::move(controller);
   ASSIGN_OR_RETURN(auto daemon, KVServerDaemon::Start(std::move(options)));
-  return ServeUntilEnd(daemon.get(), "kvserver",
-                       [](KVServerDaemon* d, int) { d->Shutdown(); });
+  return ServeUntilEnd(daemon.get(), "kvserver", [](KVServerDaemon* d, int) { d->Shutdown(); });
 }
 
 }  // namespace

@@ -3,9 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
-
 #include <catch2/catch.hpp>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"

@@ -19,12 +19,12 @@
 namespace kvstore::gpu::cuda {
 namespace {
 
-#define KV_CUDA(call)                                                             \
-  do {                                                                            \
-    const cudaError_t kv_error = (call);                                          \
-    if (kv_error != cudaSuccess) {                                                \
-      return std::string(#call) + ": " + cudaGetErrorString(kv_error);            \
-    }                                                                             \
+#define KV_CUDA(call)                                                  \
+  do {                                                                 \
+    const cudaError_t kv_error = (call);                               \
+    if (kv_error != cudaSuccess) {                                     \
+      return std::string(#call) + ": " + cudaGetErrorString(kv_error); \
+    }                                                                  \
   } while (0)
 
 constexpr int kMaxInputs = 8;
@@ -162,11 +162,12 @@ std::string Launch(const void* const* ptrs, int k, void* out, int64_t n, int dev
     if (done > 0) in.p[count++] = out;
     while (count < kMaxInputs && done < k) in.p[count++] = ptrs[done++];
     bool aligned = reinterpret_cast<uintptr_t>(out) % 16 == 0;
-    for (int j = 0; j < count; ++j) aligned = aligned && reinterpret_cast<uintptr_t>(in.p[j]) % 16 == 0;
+    for (int j = 0; j < count; ++j)
+      aligned = aligned && reinterpret_cast<uintptr_t>(in.p[j]) % 16 == 0;
     const int64_t vectors = aligned ? n / V : 0;
     if (vectors > 0) {
-      SumVectors<S><<<Blocks(vectors, device), kThreads, 0, stream>>>(in, count,
-                                                                      static_cast<S*>(out), vectors);
+      SumVectors<S><<<Blocks(vectors, device), kThreads, 0, stream>>>(
+          in, count, static_cast<S*>(out), vectors);
       KV_CUDA(cudaGetLastError());
     }
     const int64_t rest = n - vectors * V;
@@ -243,12 +244,24 @@ std::string Sum(const Buffer* inputs, int k, Buffer out, ElementType type, int64
   }
   if (error.empty()) {
     switch (type) {
-      case ElementType::kFloat32: error = Launch<float>(ptrs.data(), k, out.data, n, out.device, stream); break;
-      case ElementType::kFloat16: error = Launch<__half>(ptrs.data(), k, out.data, n, out.device, stream); break;
-      case ElementType::kBFloat16: error = Launch<__nv_bfloat16>(ptrs.data(), k, out.data, n, out.device, stream); break;
-      case ElementType::kFloat64: error = Launch<double>(ptrs.data(), k, out.data, n, out.device, stream); break;
-      case ElementType::kInt32: error = Launch<int32_t>(ptrs.data(), k, out.data, n, out.device, stream); break;
-      case ElementType::kInt64: error = Launch<int64_t>(ptrs.data(), k, out.data, n, out.device, stream); break;
+      case ElementType::kFloat32:
+        error = Launch<float>(ptrs.data(), k, out.data, n, out.device, stream);
+        break;
+      case ElementType::kFloat16:
+        error = Launch<__half>(ptrs.data(), k, out.data, n, out.device, stream);
+        break;
+      case ElementType::kBFloat16:
+        error = Launch<__nv_bfloat16>(ptrs.data(), k, out.data, n, out.device, stream);
+        break;
+      case ElementType::kFloat64:
+        error = Launch<double>(ptrs.data(), k, out.data, n, out.device, stream);
+        break;
+      case ElementType::kInt32:
+        error = Launch<int32_t>(ptrs.data(), k, out.data, n, out.device, stream);
+        break;
+      case ElementType::kInt64:
+        error = Launch<int64_t>(ptrs.data(), k, out.data, n, out.device, stream);
+        break;
     }
   }
   for (void* p : staged) cudaFreeAsync(p, stream);
@@ -342,10 +355,13 @@ std::string CopyBandwidth(int device, size_t bytes, int reps, double* gbps) {
   KV_CUDA(cudaMalloc(&a, bytes));
   KV_CUDA(cudaMalloc(&b, bytes));
   double seconds = 0;
-  const std::string error = TimeMedian(stream, reps, [&]() -> std::string {
-    KV_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
-    return "";
-  }, &seconds);
+  const std::string error = TimeMedian(
+      stream, reps,
+      [&]() -> std::string {
+        KV_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
+        return "";
+      },
+      &seconds);
   cudaFree(a);
   cudaFree(b);
   if (!error.empty()) return error;
@@ -363,15 +379,19 @@ std::string SumSeconds(int device, int k, ElementType type, int64_t n, int reps,
   std::string error;
   for (void*& p : buffers) {
     const cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess && error.empty()) error = std::string("cudaMalloc: ") + cudaGetErrorString(e);
+    if (e != cudaSuccess && error.empty())
+      error = std::string("cudaMalloc: ") + cudaGetErrorString(e);
     if (e == cudaSuccess) cudaMemset(p, 0, bytes);
   }
   if (error.empty()) {
     std::vector<Buffer> in(k);
     for (int j = 0; j < k; ++j) in[j] = Buffer{buffers[j], device};
-    error = TimeMedian(stream, reps, [&] {
-      return Sum(in.data(), k, Buffer{buffers[k], device}, type, n);
-    }, seconds);
+    error = TimeMedian(
+        stream, reps,
+        [&] {
+          return Sum(in.data(), k, Buffer{buffers[k], device}, type, n);
+        },
+        seconds);
   }
   for (void* p : buffers) {
     if (p != nullptr) cudaFree(p);

@@ -44,11 +44,31 @@ float HalfToFloat(uint16_t h) {
 
 double Get(ElementType type, const std::vector<uint8_t>& bytes, int64_t i) {
   switch (type) {
-    case ElementType::kFloat32: { float v; std::memcpy(&v, &bytes[i * 4], 4); return v; }
-    case ElementType::kFloat64: { double v; std::memcpy(&v, &bytes[i * 8], 8); return v; }
-    case ElementType::kInt32: { int32_t v; std::memcpy(&v, &bytes[i * 4], 4); return v; }
-    case ElementType::kInt64: { int64_t v; std::memcpy(&v, &bytes[i * 8], 8); return static_cast<double>(v); }
-    case ElementType::kFloat16: { uint16_t v; std::memcpy(&v, &bytes[i * 2], 2); return HalfToFloat(v); }
+    case ElementType::kFloat32: {
+      float v;
+      std::memcpy(&v, &bytes[i * 4], 4);
+      return v;
+    }
+    case ElementType::kFloat64: {
+      double v;
+      std::memcpy(&v, &bytes[i * 8], 8);
+      return v;
+    }
+    case ElementType::kInt32: {
+      int32_t v;
+      std::memcpy(&v, &bytes[i * 4], 4);
+      return v;
+    }
+    case ElementType::kInt64: {
+      int64_t v;
+      std::memcpy(&v, &bytes[i * 8], 8);
+      return static_cast<double>(v);
+    }
+    case ElementType::kFloat16: {
+      uint16_t v;
+      std::memcpy(&v, &bytes[i * 2], 2);
+      return HalfToFloat(v);
+    }
     case ElementType::kBFloat16: {
       uint16_t v;
       std::memcpy(&v, &bytes[i * 2], 2);
@@ -63,8 +83,8 @@ double Get(ElementType type, const std::vector<uint8_t>& bytes, int64_t i) {
 
 size_t Size(ElementType type) {
   return type == ElementType::kFloat16 || type == ElementType::kBFloat16 ? 2
-         : type == ElementType::kFloat32 || type == ElementType::kInt32 ? 4
-                                                                        : 8;
+         : type == ElementType::kFloat32 || type == ElementType::kInt32  ? 4
+                                                                         : 8;
 }
 
 // Random values exactly representable in the type: multiples of 1/8 in [-4, 4) for floats
@@ -75,10 +95,24 @@ void Fill(ElementType type, std::mt19937_64& rng, std::vector<uint8_t>* bytes, i
   for (int64_t i = 0; i < n; ++i) {
     const double v = eighth(rng) / 8.0;
     switch (type) {
-      case ElementType::kFloat32: { float f = static_cast<float>(v); std::memcpy(&(*bytes)[i * 4], &f, 4); break; }
-      case ElementType::kFloat64: std::memcpy(&(*bytes)[i * 8], &v, 8); break;
-      case ElementType::kInt32: { int32_t x = integer(rng); std::memcpy(&(*bytes)[i * 4], &x, 4); break; }
-      case ElementType::kInt64: { int64_t x = integer(rng); std::memcpy(&(*bytes)[i * 8], &x, 8); break; }
+      case ElementType::kFloat32: {
+        float f = static_cast<float>(v);
+        std::memcpy(&(*bytes)[i * 4], &f, 4);
+        break;
+      }
+      case ElementType::kFloat64:
+        std::memcpy(&(*bytes)[i * 8], &v, 8);
+        break;
+      case ElementType::kInt32: {
+        int32_t x = integer(rng);
+        std::memcpy(&(*bytes)[i * 4], &x, 4);
+        break;
+      }
+      case ElementType::kInt64: {
+        int64_t x = integer(rng);
+        std::memcpy(&(*bytes)[i * 8], &x, 8);
+        break;
+      }
       case ElementType::kFloat16: {
         // v * 8 is an integer in [-32, 31]: exact in float16 as sign, exponent and mantissa.
         float f = static_cast<float>(v);
@@ -86,7 +120,8 @@ void Fill(ElementType type, std::mt19937_64& rng, std::vector<uint8_t>* bytes, i
         std::memcpy(&bits, &f, 4);
         const uint32_t sign = (bits >> 16) & 0x8000u;
         const int exp = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;
-        const uint16_t h = f == 0 ? 0 : static_cast<uint16_t>(sign | (exp << 10) | ((bits >> 13) & 0x3ff));
+        const uint16_t h =
+            f == 0 ? 0 : static_cast<uint16_t>(sign | (exp << 10) | ((bits >> 13) & 0x3ff));
         std::memcpy(&(*bytes)[i * 2], &h, 2);
         break;
       }
@@ -107,9 +142,8 @@ void Fill(ElementType type, std::mt19937_64& rng, std::vector<uint8_t>* bytes, i
 int CheckSums(uint64_t seed, int devices) {
   std::mt19937_64 rng(seed);
   int checks = 0, failures = 0;
-  const ElementType types[] = {ElementType::kFloat32, ElementType::kFloat16,
-                               ElementType::kBFloat16, ElementType::kFloat64,
-                               ElementType::kInt32,   ElementType::kInt64};
+  const ElementType types[] = {ElementType::kFloat32, ElementType::kFloat16, ElementType::kBFloat16,
+                               ElementType::kFloat64, ElementType::kInt32,   ElementType::kInt64};
   for (ElementType type : types) {
     for (int k = 1; k <= 9; ++k) {
       for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{4099}, int64_t{1000003}}) {
@@ -150,7 +184,10 @@ int CheckSums(uint64_t seed, int devices) {
             // and bfloat16 round the float32 sum once.
             const bool half = type == ElementType::kFloat16 || type == ElementType::kBFloat16;
             for (int64_t i = 0; i < n; ++i) {
-              const double tolerance = half ? std::abs(reference[i]) * (type == ElementType::kFloat16 ? 1.0 / 1024 : 1.0 / 128) : 0;
+              const double tolerance =
+                  half ? std::abs(reference[i]) *
+                             (type == ElementType::kFloat16 ? 1.0 / 1024 : 1.0 / 128)
+                       : 0;
               if (std::abs(Get(type, got, i) - reference[i]) > tolerance) {
                 std::printf("FAIL type %d k %d n %lld offset %d: element %lld is %g, expected %g\n",
                             static_cast<int>(type), k, static_cast<long long>(n), offset,

@@ -1,6 +1,5 @@
 // The GPU sum checks under Catch2: reported skipped where no GPU (or no CUDA build) exists.
 #include <catch2/catch.hpp>
-
 #include <cstdio>
 #include <string>
 

@@ -10,7 +10,8 @@ int CudaDeviceCount(std::string* reason) {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
-    if (reason != nullptr) *reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(error);
+    if (reason != nullptr)
+      *reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(error);
     return 0;
   }
   if (count == 0 && reason != nullptr) *reason = "no CUDA device present";

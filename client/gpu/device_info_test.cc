@@ -1,8 +1,7 @@
 #include "client/gpu/device_info.h"
 
-#include <cstdio>
-
 #include <catch2/catch.hpp>
+#include <cstdio>
 
 namespace kvstore::gpu {
 namespace {

@@ -23,14 +23,14 @@ absl::Status CheckUsable(const Key& key, const Tensor& tensor) {
   std::string reason;
   const int devices = CudaDeviceCount(&reason);
   if (devices == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "key ", key.Quoted(), ": tensor is on ", tensor.device().ToString(),
-        " but CUDA cannot be used here (", reason, ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("key ", key.Quoted(), ": tensor is on ", tensor.device().ToString(),
+                     " but CUDA cannot be used here (", reason, ")"));
   }
   if (tensor.device().id < 0 || tensor.device().id >= devices) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "key ", key.Quoted(), ": tensor is on ", tensor.device().ToString(), " but only ",
-        devices, " CUDA device(s) exist"));
+    return absl::FailedPreconditionError(absl::StrCat("key ", key.Quoted(), ": tensor is on ",
+                                                      tensor.device().ToString(), " but only ",
+                                                      devices, " CUDA device(s) exist"));
   }
   return absl::OkStatus();
 }
@@ -54,7 +54,8 @@ absl::StatusOr<Tensor> Pinned(DType dtype, const Shape& shape) {
   const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
   void* data = nullptr;
   if (std::string e = cuda::AllocHost(std::max<size_t>(bytes, 1), &data); !e.empty()) {
-    return absl::ResourceExhaustedError(absl::StrCat("pinned host memory of ", bytes, " bytes: ", e));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("pinned host memory of ", bytes, " bytes: ", e));
   }
   return Tensor::Adopt(data, dtype, shape, Device::CPU(), [data] { cuda::FreeHost(data); });
 }
@@ -82,10 +83,9 @@ absl::Status SumToHost(const Key& key, absl::Span<const Tensor> values, Tensor* 
     }
     std::vector<cuda::Buffer> inputs;
     for (const Tensor& v : values) inputs.push_back(cuda::Buffer{v.data(), v.device().id});
-    if (std::string e = cuda::Sum(inputs.data(), static_cast<int>(inputs.size()),
-                                  cuda::Buffer{scratch->data(), device},
-                                  static_cast<cuda::ElementType>(first.dtype()),
-                                  first.num_elements());
+    if (std::string e = cuda::Sum(
+            inputs.data(), static_cast<int>(inputs.size()), cuda::Buffer{scratch->data(), device},
+            static_cast<cuda::ElementType>(first.dtype()), first.num_elements());
         !e.empty()) {
       return CudaError(key, "summing on " + first.device().ToString(), e);
     }
@@ -99,9 +99,8 @@ absl::Status SumToHost(const Key& key, absl::Span<const Tensor> values, Tensor* 
 
 absl::Status CopyTo(const Key& key, const Tensor& src, Tensor* dst) {
   if (src.byte_size() != dst->byte_size() || src.dtype() != dst->dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat("key ", key.Quoted(), ": cannot copy ",
-                                                   src.Description(), " into ",
-                                                   dst->Description()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key ", key.Quoted(), ": cannot copy ", src.Description(), " into ", dst->Description()));
   }
   if (src.data() == dst->data() || src.byte_size() == 0) return absl::OkStatus();
   if (std::string e = cuda::Copy(dst->data(), src.data(), src.byte_size()); !e.empty()) {

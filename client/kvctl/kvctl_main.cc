@@ -15,14 +15,13 @@
 // usage error). `status` exits 3 when a registered node is dead (no heartbeat for 5 s).
 // `health` asks one daemon's standard gRPC health service (grpc.health.v1, no job secret
 // needed): exits 0 when it answers SERVING, 1 otherwise (NOT_SERVING, unreachable).
+#include <google/protobuf/message.h>
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/client_context.h>
 
 #include <cstdio>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/message.h>
-#include <google/protobuf/util/json_util.h>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
@@ -113,11 +112,10 @@ struct Context : grpc::ClientContext {
   }
 };
 
-absl::Status Failed(const grpc::Status& status, absl::string_view what,
-                    absl::string_view address) {
+absl::Status Failed(const grpc::Status& status, absl::string_view what, absl::string_view address) {
   const absl::Status error = FromGrpcStatus(status);
-  return absl::Status(error.code(), absl::StrCat(what, " at the scheduler ", address, ": ",
-                                                 error.message()));
+  return absl::Status(error.code(),
+                      absl::StrCat(what, " at the scheduler ", address, ": ", error.message()));
 }
 
 absl::Status DeadNodes(int dead);
@@ -143,8 +141,8 @@ absl::Status Status(proto::Scheduler::Stub& stub, const std::string& address,
   }
   std::printf("scheduler %s: %d nodes, %d dead\n", address.c_str(), reply.nodes_size(),
               reply.num_dead());
-  std::printf("%-7s %4s %5s  %-21s %-16s %-8s %10s %8s %10s\n", "ROLE", "RANK", "NODE",
-              "ADDRESS", "HOST", "STATE", "HEARTBEAT", "KEYS", "BYTES");
+  std::printf("%-7s %4s %5s  %-21s %-16s %-8s %10s %8s %10s\n", "ROLE", "RANK", "NODE", "ADDRESS",
+              "HOST", "STATE", "HEARTBEAT", "KEYS", "BYTES");
   for (const proto::NodeStatus& node : reply.nodes()) {
     const bool server = node.role() == proto::SERVER;
     const std::string state = node.left()       ? "left"
@@ -172,8 +170,8 @@ absl::Status Status(proto::Scheduler::Stub& stub, const std::string& address,
 
 // DeadNodes is the error `status` returns when registered nodes are dead (exit code 3).
 absl::Status DeadNodes(int dead) {
-  return absl::DataLossError(absl::StrCat(dead, " node", dead == 1 ? " is" : "s are",
-                                          " dead (no heartbeat for 5 s)"));
+  return absl::DataLossError(
+      absl::StrCat(dead, " node", dead == 1 ? " is" : "s are", " dead (no heartbeat for 5 s)"));
 }
 
 // Health asks the daemon at `address` about `service` and prints its state.

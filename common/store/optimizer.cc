@@ -1,4 +1,3 @@
-#include "common/status_macros.h"
 #include "common/store/optimizer.h"
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/half.h"
 #include "common/key_value_config.h"
+#include "common/status_macros.h"
 #include "common/store/optimizer_steps.h"
 
 namespace kvstore {
@@ -68,9 +68,9 @@ class Optimizer final : public Updater {
   absl::Status UpdateAt(const Key& key, int64_t offset, const Tensor& received,
                         Tensor* stored) override {
     if (!IsFloatingPoint(stored->dtype())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "optimizer ", h_.name, " updates float values only; key ", key.Quoted(), " holds ",
-          DTypeName(stored->dtype())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer ", h_.name, " updates float values only; key ", key.Quoted(),
+                       " holds ", DTypeName(stored->dtype())));
     }
     const int64_t n = stored->num_elements();
     PartState& state = State(key, offset);
@@ -85,11 +85,11 @@ class Optimizer final : public Updater {
     switch (stored->dtype()) {
       case DType::kFloat32:
         steps_.f32(h_, &state, t, lr, skip_lars, received.data_as<const float>(),
-                    stored->data_as<float>(), n);
+                   stored->data_as<float>(), n);
         break;
       case DType::kFloat64:
         steps_.f64(h_, &state, t, lr, skip_lars, received.data_as<const double>(),
-                     stored->data_as<double>(), n);
+                   stored->data_as<double>(), n);
         break;
       default: {
         // Half weights: the float32 master copy is updated and rounded into the stored value.
@@ -127,8 +127,7 @@ class Optimizer final : public Updater {
       const bool f64 = !state.d.a.empty() || !state.d.b.empty() || !state.d.c.empty();
       data.dtype = f64 ? DType::kFloat64 : DType::kFloat32;
       auto bytes = [](const auto& v) {
-        return std::string(reinterpret_cast<const char*>(v.data()),
-                           v.size() * sizeof(v[0]));
+        return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(v[0]));
       };
       if (f64) {
         data.buffers = {bytes(state.d.a), bytes(state.d.b), bytes(state.d.c)};
@@ -148,30 +147,31 @@ class Optimizer final : public Updater {
   absl::Status LoadState(const UpdaterStateData& state,
                          const std::function<bool(const PartStateData&)>& keep) override {
     if (state.optimizer != h_.name) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the saved state is of optimizer \"", state.optimizer, "\" but the optimizer is \"",
-          h_.name, "\""));
+      return absl::InvalidArgumentError(absl::StrCat("the saved state is of optimizer \"",
+                                                     state.optimizer, "\" but the optimizer is \"",
+                                                     h_.name, "\""));
     }
     absl::node_hash_map<std::pair<Key, int64_t>, PartState> loaded;
     for (const PartStateData& part : state.parts) {
       if (keep && !keep(part)) continue;
       if (part.dtype != DType::kFloat32 && part.dtype != DType::kFloat64) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "saved state of key ", part.key.Quoted(), " has buffers of ", DTypeName(part.dtype)));
+        return absl::InvalidArgumentError(absl::StrCat("saved state of key ", part.key.Quoted(),
+                                                       " has buffers of ", DTypeName(part.dtype)));
       }
       const size_t element = DTypeSize(part.dtype);
       for (const std::string& b : part.buffers) {
         if (!b.empty() && b.size() != static_cast<size_t>(part.count) * element) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "saved state of key ", part.key.Quoted(), " at element ", part.offset, ": a buffer of ",
-              b.size(), " bytes for ", part.count, " ", DTypeName(part.dtype), " elements"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("saved state of key ", part.key.Quoted(), " at element ", part.offset,
+                           ": a buffer of ", b.size(), " bytes for ", part.count, " ",
+                           DTypeName(part.dtype), " elements"));
         }
       }
       if (part.buffers.size() > 3 ||
           (!part.master.empty() && part.master.size() != static_cast<size_t>(part.count) * 4)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "saved state of key ", part.key.Quoted(), " at element ", part.offset,
-            " does not have the layout of optimizer state"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("saved state of key ", part.key.Quoted(), " at element ", part.offset,
+                         " does not have the layout of optimizer state"));
       }
       PartState& s = loaded[{part.key, part.offset}];
       s.count = part.updates;
@@ -214,8 +214,7 @@ class Optimizer final : public Updater {
 
 double DefaultLearningRate(absl::string_view name) {
   if (name == "sgd" || name == "nag" || name == "ftrl" || name == "lars") return 0.1;
-  if (name == "adam" || name == "adamw" || name == "rmsprop" || name == "nadam" ||
-      name == "lamb") {
+  if (name == "adam" || name == "adamw" || name == "rmsprop" || name == "nadam" || name == "lamb") {
     return 0.001;
   }
   if (name == "adamax") return 0.002;
@@ -247,16 +246,15 @@ double ScheduledLearningRate(const LrScheduleConfig& s, double base_lr, int64_t 
     return lr;
   }
   const int64_t u = std::min(num_update, s.max_update);
-  const double progress = static_cast<double>(u - s.warmup_steps) /
-                          static_cast<double>(s.max_update - s.warmup_steps);
+  const double progress =
+      static_cast<double>(u - s.warmup_steps) / static_cast<double>(s.max_update - s.warmup_steps);
   if (s.type == "poly") {
     return s.final_lr + (base_lr - s.final_lr) * std::pow(1.0 - progress, s.pwr);
   }
   return s.final_lr + (base_lr - s.final_lr) * (1.0 + std::cos(kPi * progress)) / 2.0;
 }
 
-absl::StatusOr<OptimizerConfig> ParseOptimizerText(absl::string_view name,
-                                                   absl::string_view text) {
+absl::StatusOr<OptimizerConfig> ParseOptimizerText(absl::string_view name, absl::string_view text) {
   OptimizerConfig c;
   c.name = std::string(name);
   KeyValueFields fields(absl::StrCat(name, " config"));

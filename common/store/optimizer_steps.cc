@@ -12,9 +12,13 @@ namespace kvstore {
 namespace optimizer_internal {
 
 template <>
-Buffers<float>& PartState::buffers<float>() { return f; }
+Buffers<float>& PartState::buffers<float>() {
+  return f;
+}
 template <>
-Buffers<double>& PartState::buffers<double>() { return d; }
+Buffers<double>& PartState::buffers<double>() {
+  return d;
+}
 
 namespace {
 
@@ -397,8 +401,8 @@ void Step<T>::AdamUpdate(bool decoupled) {
 
 // Run makes a Step and runs the rule `Rule` on it: what a StepFunctions entry points at.
 template <typename T, void (Step<T>::*Rule)()>
-void Run(const Hyper& h, PartState* state, int64_t t, double lr_now, bool skip_lars,
-         const T* grad, T* w, int64_t n) {
+void Run(const Hyper& h, PartState* state, int64_t t, double lr_now, bool skip_lars, const T* grad,
+         T* w, int64_t n) {
   Step<T> step(h, state, t, lr_now, skip_lars, grad, w, n);
   (step.*Rule)();
 }

@@ -58,8 +58,8 @@ struct PartState {
 struct StepFunctions {
   using Float = void (*)(const Hyper&, PartState*, int64_t, double, bool, const float*, float*,
                          int64_t);
-  using Double = void (*)(const Hyper&, PartState*, int64_t, double, bool, const double*,
-                          double*, int64_t);
+  using Double = void (*)(const Hyper&, PartState*, int64_t, double, bool, const double*, double*,
+                          int64_t);
   Float f32 = nullptr;
   Double f64 = nullptr;
 };

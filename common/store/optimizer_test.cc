@@ -1,7 +1,6 @@
 #include "common/store/optimizer.h"
 
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -167,10 +166,10 @@ struct Reference {
         const double g = raw(i);
         a[i] = b1 * a[i] + (1 - b1) * g;
         b[i] = b2 * b[i] + (1 - b2) * g * g;
-        u[i] = c.bias_correction.value_or(true)
-                   ? (a[i] / (1 - std::pow(b1, t))) /
-                         (std::sqrt(b[i] / (1 - std::pow(b2, t))) + eps)
-                   : a[i] / (std::sqrt(b[i]) + eps);
+        u[i] =
+            c.bias_correction.value_or(true)
+                ? (a[i] / (1 - std::pow(b1, t))) / (std::sqrt(b[i] / (1 - std::pow(b2, t))) + eps)
+                : a[i] / (std::sqrt(b[i]) + eps);
         u[i] += wd * w[i];
       }
       double r1 = norm(w);
@@ -389,7 +388,6 @@ TEST_CASE("Optimizers: bad configurations and integer values are refused", "[opt
 }  // namespace
 }  // namespace kvstore
 
-
 namespace kvstore {
 namespace {
 
@@ -410,8 +408,7 @@ TEST_CASE("Optimizers: saved and loaded state continues bit-exactly", "[optimize
       REQUIRE(original.ok());
       REQUIRE(restored.ok());
       const std::vector<Key> keys = {Key(1), Key(2)};
-      std::vector<Tensor> weights = {rng.RandomTensor(dtype, {70}),
-                                     rng.RandomTensor(dtype, {9})};
+      std::vector<Tensor> weights = {rng.RandomTensor(dtype, {70}), rng.RandomTensor(dtype, {9})};
       for (int step = 0; step < 3; ++step) {
         for (size_t k = 0; k < keys.size(); ++k) {
           REQUIRE((*original)

@@ -1,7 +1,6 @@
 #include "common/store/sgd_updater.h"
 
 #include <catch2/catch.hpp>
-
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -25,12 +24,10 @@ TEST_CASE("ParseSgdConfig: every field, separated by spaces or commas", "[sgd]")
 
 TEST_CASE("ParseSgdConfig: a malformed or unknown field is InvalidArgument naming it", "[sgd]") {
   // Each field, and what the error must name.
-  const std::pair<const char*, const char*> cases[] = {{"lr=0.1=5", "\"lr=0.1=5\""},
-                                                       {"lr", "\"lr\""},
-                                                       {"lr=x", "\"lr=x\""},
-                                                       {"beta1=0.9", "\"beta1\""},
-                                                       {"momentum=nan", "momentum"},
-                                                       {"lr=inf", "lr"}};
+  const std::pair<const char*, const char*> cases[] = {
+      {"lr=0.1=5", "\"lr=0.1=5\""}, {"lr", "\"lr\""},
+      {"lr=x", "\"lr=x\""},         {"beta1=0.9", "\"beta1\""},
+      {"momentum=nan", "momentum"}, {"lr=inf", "lr"}};
   for (const auto& [field, named] : cases) {
     const absl::Status status = ParseSgdConfig(absl::StrCat("wd=0 ", field)).status();
     INFO(field << ": " << status.ToString());

@@ -1,7 +1,6 @@
 #include "common/store/shard_store.h"
 
 #include <cstring>
-
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -18,13 +17,13 @@ std::string SpecString(DType dtype, const Shape& shape) {
 
 absl::Status CheckDefinedOnCpu(const Key& key, absl::string_view what, const Tensor& value) {
   if (!value.defined()) {
-    return absl::InvalidArgumentError(absl::StrCat("key ", key.Quoted(), ": ", what,
-                                                   " value is undefined"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("key ", key.Quoted(), ": ", what, " value is undefined"));
   }
   if (!value.device().is_cpu()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "key ", key.Quoted(), ": ", what, " value is on ", value.device().ToString(),
-        "; the store holds CPU values (copy it to the CPU first)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("key ", key.Quoted(), ": ", what, " value is on ", value.device().ToString(),
+                     "; the store holds CPU values (copy it to the CPU first)"));
   }
   return absl::OkStatus();
 }
@@ -47,9 +46,9 @@ ShardStore::ShardStore(std::unique_ptr<Updater> updater) : updater_(std::move(up
 
 absl::Status ShardStore::CheckKeyKind(const Key& key) const {
   if (int_keys_.has_value() && *int_keys_ != key.is_int()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key ", key.Quoted(), " is a ", key.KindName(), " key but this store holds ",
-        *int_keys_ ? "int" : "string", " keys; int and string keys cannot be mixed"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("key ", key.Quoted(), " is a ", key.KindName(), " key but this store holds ",
+                     *int_keys_ ? "int" : "string", " keys; int and string keys cannot be mixed"));
   }
   return absl::OkStatus();
 }
@@ -69,10 +68,9 @@ absl::Status ShardStore::Init(absl::Span<const KeyValue> values) {
   for (const KeyValue& kv : values) {
     RETURN_IF_ERROR(CheckKeyKind(kv.key));
     if (kv.key.is_int() != values.front().key.is_int()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("key ", kv.key.Quoted(), " is a ", kv.key.KindName(),
-                       " key but the same call has ", values.front().key.KindName(),
-                       " keys; int and string keys cannot be mixed"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key ", kv.key.Quoted(), " is a ", kv.key.KindName(), " key but the same call has ",
+          values.front().key.KindName(), " keys; int and string keys cannot be mixed"));
     }
     RETURN_IF_ERROR(CheckDefinedOnCpu(kv.key, "initial", kv.value));
     if (values_.contains(kv.key)) {
@@ -105,13 +103,12 @@ absl::Status ShardStore::ValidatePush(absl::Span<const KeyValue> values) const {
 absl::Status ShardStore::ValidatePull(absl::Span<const Key> keys,
                                       absl::Span<Tensor* const> outs) const {
   if (keys.size() != outs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("pull of ", keys.size(), " keys into ",
-                                                   outs.size(), " outputs"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pull of ", keys.size(), " keys into ", outs.size(), " outputs"));
   }
   for (size_t i = 0; i < keys.size(); ++i) {
     if (outs[i] == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("key ", keys[i].Quoted(), ": output is null"));
+      return absl::InvalidArgumentError(absl::StrCat("key ", keys[i].Quoted(), ": output is null"));
     }
     RETURN_IF_ERROR(CheckDefinedOnCpu(keys[i], "output", *outs[i]));
     ASSIGN_OR_RETURN(const Tensor* stored, Lookup(keys[i]));
@@ -150,8 +147,7 @@ absl::Status ShardStore::Pull(absl::Span<const Key> keys, absl::Span<Tensor* con
 }
 
 absl::Status ShardStore::PushPull(absl::Span<const KeyValue> values,
-                                  absl::Span<const Key> pull_keys,
-                                  absl::Span<Tensor* const> outs) {
+                                  absl::Span<const Key> pull_keys, absl::Span<Tensor* const> outs) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(ValidatePush(values));
   RETURN_IF_ERROR(ValidatePull(pull_keys, outs));
@@ -168,21 +164,21 @@ absl::Status ShardStore::PullRows(const Key& key, absl::Span<const int64_t> row_
   const int64_t num_rows = shape.empty() ? 1 : shape[0];
   for (int64_t id : row_ids) {
     if (id < 0 || id >= num_rows) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "key ", key.Quoted(), ": row id ", id, " is outside [0, ", num_rows, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("key ", key.Quoted(), ": row id ", id, " is outside [0, ", num_rows, ")"));
     }
   }
   const size_t row_bytes = num_rows == 0 ? 0 : stored->byte_size() / static_cast<size_t>(num_rows);
   if (rows->dtype() != stored->dtype() || rows->byte_size() != row_bytes * row_ids.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key ", key.Quoted(), ": ", row_ids.size(), " rows of the stored ",
-        stored->Description(), " do not fit the output ", rows->Description()));
+    return absl::InvalidArgumentError(absl::StrCat("key ", key.Quoted(), ": ", row_ids.size(),
+                                                   " rows of the stored ", stored->Description(),
+                                                   " do not fit the output ", rows->Description()));
   }
   for (size_t i = 0; i < row_ids.size(); ++i) {
-    std::memcpy(static_cast<uint8_t*>(rows->data()) + i * row_bytes,
-                static_cast<const uint8_t*>(stored->data()) +
-                    static_cast<size_t>(row_ids[i]) * row_bytes,
-                row_bytes);
+    std::memcpy(
+        static_cast<uint8_t*>(rows->data()) + i * row_bytes,
+        static_cast<const uint8_t*>(stored->data()) + static_cast<size_t>(row_ids[i]) * row_bytes,
+        row_bytes);
   }
   return absl::OkStatus();
 }

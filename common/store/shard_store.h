@@ -27,8 +27,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/key.h"
-#include "common/tensor.h"
 #include "common/store/updater.h"
+#include "common/tensor.h"
 
 namespace kvstore {
 

@@ -118,12 +118,12 @@ TEST_CASE("UpdaterRegistry: builtins, registration and unknown names", "[server]
   REQUIRE(registry
               .Register("double",
                         [](absl::string_view) -> absl::StatusOr<std::unique_ptr<Updater>> {
-                          return MakeFunctionUpdater("double", [](const Key&, const Tensor& in,
-                                                                  Tensor* stored) {
-                            for (int64_t i = 0; i < in.num_elements(); ++i) {
-                              stored->SetFromDouble(i, 2 * in.GetAsDouble(i));
-                            }
-                          });
+                          return MakeFunctionUpdater(
+                              "double", [](const Key&, const Tensor& in, Tensor* stored) {
+                                for (int64_t i = 0; i < in.num_elements(); ++i) {
+                                  stored->SetFromDouble(i, 2 * in.GetAsDouble(i));
+                                }
+                              });
                         })
               .ok());
   REQUIRE(absl::IsAlreadyExists(registry.Register("sum", nullptr)));

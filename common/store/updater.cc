@@ -10,8 +10,8 @@
 
 namespace kvstore {
 
-absl::Status Updater::UpdateSpan(const Key& key, int64_t offset, DType dtype,
-                                 const void* received, void* stored, int64_t count) {
+absl::Status Updater::UpdateSpan(const Key& key, int64_t offset, DType dtype, const void* received,
+                                 void* stored, int64_t count) {
   const Tensor in = Tensor::Borrow(const_cast<void*>(received), dtype, Shape{count});
   Tensor out = Tensor::Borrow(stored, dtype, Shape{count});
   return UpdateAt(key, offset, in, &out);
@@ -68,8 +68,8 @@ class SumUpdater final : public Updater {
 // Wraps a factory for a built-in updater that takes no configuration.
 template <typename Make>
 UpdaterRegistry::Factory NoConfig(absl::string_view name, Make make) {
-  return [name = std::string(name), make](absl::string_view config)
-             -> absl::StatusOr<std::unique_ptr<Updater>> {
+  return [name = std::string(name),
+          make](absl::string_view config) -> absl::StatusOr<std::unique_ptr<Updater>> {
     if (!config.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("updater \"", name, "\" takes no configuration, got \"", config, "\""));
@@ -108,8 +108,8 @@ absl::StatusOr<std::unique_ptr<Updater>> UpdaterRegistry::Create(absl::string_vi
                                                                  absl::string_view config) const {
   auto it = factories_.find(name);
   if (it == factories_.end()) {
-    return absl::NotFoundError(absl::StrCat("no updater named \"", name, "\"; known: ",
-                                            absl::StrJoin(Names(), ", ")));
+    return absl::NotFoundError(
+        absl::StrCat("no updater named \"", name, "\"; known: ", absl::StrJoin(Names(), ", ")));
   }
   return it->second(config);
 }

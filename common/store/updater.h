@@ -78,8 +78,8 @@ class Updater {
   // merged into those at `stored` (a kvserver applies the members of a key group this way,
   // without a tensor per member). Called only for piecewise updaters; the default wraps both
   // in one-dimensional tensors and calls UpdateAt. `stored` holds the element at `offset`.
-  virtual absl::Status UpdateSpan(const Key& key, int64_t offset, DType dtype,
-                                  const void* received, void* stored, int64_t count);
+  virtual absl::Status UpdateSpan(const Key& key, int64_t offset, DType dtype, const void* received,
+                                  void* stored, int64_t count);
 
   // name returns the registry name, e.g. "assign".
   virtual absl::string_view name() const = 0;

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "proto/kvstore.pb.h"
 #include "common/store/updater.h"
+#include "proto/kvstore.pb.h"
 
 namespace kvstore {
 

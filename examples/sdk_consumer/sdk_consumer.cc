@@ -148,13 +148,13 @@ int main(int argc, char** argv) {
           want[i] += specs[k].dtype == DType::kFloat32 ? static_cast<float>(v[i]) : v[i];
         }
       }
-      const std::string what =
-          "round " + std::to_string(round) + " key " + specs[k].key.ToString();
+      const std::string what = "round " + std::to_string(round) + " key " + specs[k].key.ToString();
       if (!Check(outs[k], want, what, &max_error)) return 1;
     }
   }
   if (absl::Status s = kv->Barrier(); !s.ok()) return Fail("Barrier", s);
-  std::printf("sdk_consumer: rank %d: %zu keys, %d rounds match the float64 sums (max error %.3g)\n",
-              rank, specs.size(), rounds, max_error);
+  std::printf(
+      "sdk_consumer: rank %d: %zu keys, %d rounds match the float64 sums (max error %.3g)\n", rank,
+      specs.size(), rounds, max_error);
   return 0;
 }

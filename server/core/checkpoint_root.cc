@@ -35,20 +35,18 @@ std::string Join(const std::string& parent, absl::string_view name) {
 }
 
 // LinkRefused refuses the symbolic link `link`, met resolving `what`.
-absl::Status LinkRefused(absl::string_view what, const std::string& link,
-                         const std::string& root) {
-  return absl::PermissionDeniedError(
-      absl::StrCat(what, ": ", link,
-                   " is a symbolic link; checkpoints follow no link below the checkpoint root ",
-                   root));
+absl::Status LinkRefused(absl::string_view what, const std::string& link, const std::string& root) {
+  return absl::PermissionDeniedError(absl::StrCat(
+      what, ": ", link,
+      " is a symbolic link; checkpoints follow no link below the checkpoint root ", root));
 }
 
 // Components returns DIR's components, refusing DIR as the file comment of the header says.
 absl::StatusOr<std::vector<std::string>> Components(absl::string_view dir,
                                                     const std::string& root) {
   auto refuse = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint directory ", Quoted(dir), " ",
-                                                   why, " the checkpoint root ", root));
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint directory ", Quoted(dir), " ", why,
+                                                   " the checkpoint root ", root));
   };
   if (dir.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -59,8 +57,7 @@ absl::StatusOr<std::vector<std::string>> Components(absl::string_view dir,
   // a relative DIR would be (errors still quote DIR as given).
   absl::string_view relative = dir;
   if (relative.front() == '/' && root != "/" &&
-      !(absl::ConsumePrefix(&relative, root) &&
-        (relative.empty() || relative.front() == '/'))) {
+      !(absl::ConsumePrefix(&relative, root) && (relative.empty() || relative.front() == '/'))) {
     return refuse("is absolute and not below: name a directory relative to, or below,");
   }
   std::vector<std::string> parts;

@@ -5,14 +5,13 @@
 
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -120,8 +119,8 @@ TEST_CASE("CheckpointRoot: absolute paths, \"..\" components and NUL bytes are r
   INFO(rng.Describe());
   Scratch scratch("text");
   const std::string outside = (scratch.base / "outside").string();
-  std::vector<std::string> refused = {"", "/", outside, outside + "/x", "..", "../outside",
-                                      "a/../..", "a/..", std::string("a\0b", 3)};
+  std::vector<std::string> refused = {"",           "/",       outside, outside + "/x",        "..",
+                                      "../outside", "a/../..", "a/..",  std::string("a\0b", 3)};
   for (int trial = 0; trial < 30; ++trial) {
     std::vector<std::string> parts;
     for (int64_t n = rng.Int(1, 4); n > 0; --n) parts.push_back(RandomComponent(rng));
@@ -201,21 +200,15 @@ TEST_CASE("CheckpointRoot: a symbolic link anywhere along the path is refused; n
   const fs::path root = scratch.root->path();
   const fs::path outside = scratch.base / "outside";
   fs::create_directories(root / "real" / "sub");
-  fs::create_directory_symlink(outside, root / "out");                // To outside.
-  fs::create_directory_symlink(root / "real", root / "back");         // Back inside.
+  fs::create_directory_symlink(outside, root / "out");                  // To outside.
+  fs::create_directory_symlink(root / "real", root / "back");           // Back inside.
   fs::create_directory_symlink("../../outside", root / "real" / "up");  // A parent's link.
-  fs::create_symlink(outside / "missing", root / "dangling");         // To nothing.
+  fs::create_symlink(outside / "missing", root / "dangling");           // To nothing.
   fs::create_directory_symlink(outside, root / "real" / "sub" / "deep");
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"out", "out"},
-      {"out/new", "out"},
-      {"back", "back"},
-      {"back/sub", "back"},
-      {"real/up", "real/up"},
-      {"real/up/x/y", "real/up"},
-      {"dangling", "dangling"},
-      {"dangling/x", "dangling"},
-      {"./real//sub/deep", "real/sub/deep"},
+      {"out", "out"},           {"out/new", "out"},         {"back", "back"},
+      {"back/sub", "back"},     {"real/up", "real/up"},     {"real/up/x/y", "real/up"},
+      {"dangling", "dangling"}, {"dangling/x", "dangling"}, {"./real//sub/deep", "real/sub/deep"},
   };
   for (const auto& [dir, link] : cases) {
     INFO("dir \"" << dir << "\"");
@@ -241,8 +234,8 @@ TEST_CASE("CheckpointRoot: a symbolic link anywhere along the path is refused; n
   INFO(write.ToString());
   CHECK(absl::IsPermissionDenied(write));
   CHECK(Mentions(write, (root / "run" / "server-0.ckpt").string()));
-  const absl::Status read = run->ReadStateFile("server-0.ckpt", StateKind::kShardCheckpoint)
-                                .status();
+  const absl::Status read =
+      run->ReadStateFile("server-0.ckpt", StateKind::kShardCheckpoint).status();
   INFO(read.ToString());
   CHECK(absl::IsPermissionDenied(read));
   CHECK(Slurp(outside / "victim") == "precious");
@@ -275,8 +268,8 @@ TEST_CASE("CheckpointRoot: a file where a directory is expected, and a missing d
       run->WriteStateFile("server-0.ckpt", StateKind::kShardCheckpoint, "x").status();
   CHECK(!write.ok());
   CHECK(Mentions(write, (root / "run" / "server-0.ckpt").string()));
-  CHECK(absl::IsNotFound(
-      run->ReadStateFile("server-1.ckpt", StateKind::kShardCheckpoint).status()));
+  CHECK(
+      absl::IsNotFound(run->ReadStateFile("server-1.ckpt", StateKind::kShardCheckpoint).status()));
   CHECK(absl::IsFailedPrecondition(
       run->ReadStateFile("server-0.ckpt", StateKind::kShardCheckpoint).status()));
   CHECK(absl::IsInvalidArgument(

@@ -45,9 +45,9 @@ absl::StatusOr<VerifiedSet> VerifyCheckpointSet(const ConfinedDirectory& dir, in
   }
   const proto::CheckpointManifest& manifest = set.manifest;
   auto shape = [&](absl::string_view what, auto saved, auto now) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        manifest_path, ": the checkpoint was written by a job with ", what, " ", saved,
-        ", this job has ", now));
+    return absl::FailedPreconditionError(absl::StrCat(manifest_path,
+                                                      ": the checkpoint was written by a job with ",
+                                                      what, " ", saved, ", this job has ", now));
   };
   if (manifest.num_servers() != num_servers) {
     return shape("servers:", manifest.num_servers(), num_servers);
@@ -91,10 +91,10 @@ absl::StatusOr<VerifiedSet> VerifyCheckpointSet(const ConfinedDirectory& dir, in
         checkpoint.checkpoint_id() != manifest.checkpoint_id() ||
         checkpoint.round() != manifest.round() || checkpoint.server_rank() != file_rank) {
       return absl::DataLossError(absl::StrCat(
-          path, " belongs to job ", checkpoint.job_id(), " checkpoint ",
-          checkpoint.checkpoint_id(), " round ", checkpoint.round(), " (server ",
-          checkpoint.server_rank(), "), but ", manifest_path, " is job ", manifest.job_id(),
-          " checkpoint ", manifest.checkpoint_id(), " round ", manifest.round()));
+          path, " belongs to job ", checkpoint.job_id(), " checkpoint ", checkpoint.checkpoint_id(),
+          " round ", checkpoint.round(), " (server ", checkpoint.server_rank(), "), but ",
+          manifest_path, " is job ", manifest.job_id(), " checkpoint ", manifest.checkpoint_id(),
+          " round ", manifest.round()));
     }
     if (file_rank == rank) {
       own_seen = true;

@@ -1,16 +1,16 @@
 #include "server/core/controller.h"
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/proto_convert.h"
 #include "common/state_file.h"
 #include "common/status_macros.h"
-#include "server/core/checkpoint_set.h"
 #include "common/store/optimizer.h"
 #include "common/store/updater_state.h"
+#include "server/core/checkpoint_set.h"
 
 namespace kvstore {
 
@@ -152,8 +152,8 @@ absl::StatusOr<std::string> Controller::Checkpoint(const std::string& dir) {
 absl::Status Controller::RestoreShard(const proto::ShardCheckpoint& checkpoint,
                                       const std::string& what) {
   auto mismatch = [&](absl::string_view field, auto saved, auto now) {
-    return absl::FailedPreconditionError(absl::StrCat(what, ": written by a job with ", field,
-                                                      " ", saved, ", this job has ", now));
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": written by a job with ", field, " ", saved, ", this job has ", now));
   };
   if (checkpoint.server_rank() != rank_) {
     return mismatch("this file for server rank", checkpoint.server_rank(), rank_);
@@ -177,8 +177,8 @@ absl::Status Controller::RestoreShard(const proto::ShardCheckpoint& checkpoint,
     if (h.element_count() < 0 ||
         value.data().size() != static_cast<size_t>(h.element_count()) * DTypeSize(*dtype)) {
       return absl::DataLossError(absl::StrCat(what, ": key ", key->Quoted(), " holds ",
-                                              value.data().size(), " bytes for ",
-                                              h.element_count(), " elements"));
+                                              value.data().size(), " bytes for ", h.element_count(),
+                                              " elements"));
     }
     part.data = Tensor::Zeros(*dtype, {h.element_count()});
     std::memcpy(part.data.data(), value.data().data(), value.data().size());
@@ -189,8 +189,8 @@ absl::Status Controller::RestoreShard(const proto::ShardCheckpoint& checkpoint,
   if (!state.ok()) return absl::DataLossError(absl::StrCat(what, ": ", state.status().message()));
   absl::StatusOr<std::unique_ptr<Updater>> updater = MakeUpdater(checkpoint.updater());
   if (!updater.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, ": cannot make the checkpoint's updater: ", updater.status().message()));
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": cannot make the checkpoint's updater: ", updater.status().message()));
   }
   if (absl::Status s = engine_->Restore(parts); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));

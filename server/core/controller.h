@@ -69,13 +69,12 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/server_commands.h"
+#include "common/store/updater.h"
 #include "proto/kvstore.pb.h"
 #include "server/core/checkpoint_root.h"
 #include "server/core/server_engine.h"
-#include "common/store/updater.h"
 
 namespace kvstore {
-
 
 // CheckpointFileName returns "server-RANK.ckpt", the name of a server's checkpoint file.
 std::string CheckpointFileName(int rank);
@@ -89,7 +88,8 @@ struct JobShape {
   int64_t chunk_bytes = 0;
 };
 
-using CustomController = std::function<absl::StatusOr<std::string>(int head, absl::string_view body)>;
+using CustomController =
+    std::function<absl::StatusOr<std::string>(int head, absl::string_view body)>;
 
 class Controller {
  public:
@@ -114,9 +114,10 @@ class Controller {
   void SetUpdaterSpec(proto::UpdaterSpec spec);
 
   // Restore verifies the checkpoint set in `dir` below the checkpoint root
-  // (VerifyCheckpointSet: manifest, every file present against it), checks it against the job, restores the values into the engine and installs the checkpoint's
-  // updater with its state. Errors name the file and what does not match; a `dir` that would
-  // leave the root is InvalidArgument or PermissionDenied naming it and the root.
+  // (VerifyCheckpointSet: manifest, every file present against it), checks it against the job,
+  // restores the values into the engine and installs the checkpoint's updater with its state.
+  // Errors name the file and what does not match; a `dir` that would leave the root is
+  // InvalidArgument or PermissionDenied naming it and the root.
   absl::Status Restore(const std::string& dir);
 
   // restored_round / restored_checkpoint: the round and id of the set Restore restored (-1
@@ -145,8 +146,7 @@ class Controller {
   absl::Status RestoreShard(const proto::ShardCheckpoint& checkpoint, const std::string& what);
   // MakeCheckpoint builds this server's ShardCheckpoint from a snapshot.
   proto::ShardCheckpoint MakeCheckpoint(const EngineSnapshot& snapshot);
-  absl::StatusOr<ConfinedDirectory> CheckpointDirectory(const std::string& dir,
-                                                        bool create) const;
+  absl::StatusOr<ConfinedDirectory> CheckpointDirectory(const std::string& dir, bool create) const;
   ServerEngine* engine_;
   const UpdaterRegistry* registry_;
   CustomController custom_;

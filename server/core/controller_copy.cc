@@ -46,13 +46,13 @@ absl::StatusOr<std::string> Controller::RunCopy(int head, absl::string_view body
     const std::string what = absl::StrCat("the copy of shard ", rank_);
     if (copy.size() != bytes || Crc32(copy) != crc) {
       return absl::DataLossError(absl::StrCat(what, ": received ", copy.size(),
-                                              " bytes with CRC-32 ", Crc32(copy), ", sent ",
-                                              bytes, " with ", crc));
+                                              " bytes with CRC-32 ", Crc32(copy), ", sent ", bytes,
+                                              " with ", crc));
     }
     if (engine_->stats().num_keys > 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          what, ": this server already holds ", engine_->stats().num_keys,
-          " keys; a copy is loaded into an empty server only"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": this server already holds ", engine_->stats().num_keys,
+                       " keys; a copy is loaded into an empty server only"));
     }
     proto::ShardCheckpoint checkpoint;
     if (!checkpoint.ParseFromString(copy)) {
@@ -105,8 +105,8 @@ absl::StatusOr<std::string> Controller::RunCopy(int head, absl::string_view body
           absl::StrCat("no copy ", f[1], " is held here (", copy_id_, " is)"));
     }
     if (offset > copy_out_.size()) {
-      return absl::OutOfRangeError(absl::StrCat("offset ", offset, " is past the copy's ",
-                                                copy_out_.size(), " bytes"));
+      return absl::OutOfRangeError(
+          absl::StrCat("offset ", offset, " is past the copy's ", copy_out_.size(), " bytes"));
     }
     return copy_out_.substr(offset, length);
   }

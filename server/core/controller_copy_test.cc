@@ -2,11 +2,10 @@
 // copy carries the values, each chunk's rounds, the updater with its state and the applied
 // request ids; the pushes the cut held, and later writes routed by an older view, are refused
 // with the epoch they need; a damaged copy or a server that already holds keys is refused.
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -14,11 +13,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "common/store/sgd_updater.h"
 #include "common/view_epoch.h"
 #include "server/core/controller.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
-#include "common/store/sgd_updater.h"
 #include "tests/test_util.h"
 
 namespace kvstore {
@@ -66,9 +65,10 @@ absl::StatusOr<std::string> Transfer(Controller& from, Controller& to, const std
   return to.Run(kCommandCopyIn, absl::StrCat("load ", f[1], " ", f[2]));
 }
 
-TEST_CASE("Controller: a copied shard carries values, rounds, updater state and applied "
-          "requests; held and stale writes are refused with the epoch they need",
-          "[server][controller][replicas]") {
+TEST_CASE(
+    "Controller: a copied shard carries values, rounds, updater state and applied "
+    "requests; held and stale writes are refused with the epoch they need",
+    "[server][controller][replicas]") {
   TestRng rng;
   INFO(rng.Describe());
   UpdaterRegistry registry = UpdaterRegistry::WithBuiltins();
@@ -77,10 +77,10 @@ TEST_CASE("Controller: a copied shard carries values, rounds, updater state and 
   auto source = NewEngine(true, {kWorkerA, kWorkerB});
   Controller out(source.get(), &registry, nullptr, /*rank=*/1);
   out.SetJob(job);
-  REQUIRE(out.Run(kCommandSetUpdater,
-                  absl::StrFormat("sgd lr=%.17g momentum=%.17g", rng.Uniform(0.01, 0.5),
-                                  rng.Uniform(0.1, 0.9)))
-              .ok());
+  REQUIRE(
+      out.Run(kCommandSetUpdater, absl::StrFormat("sgd lr=%.17g momentum=%.17g",
+                                                  rng.Uniform(0.01, 0.5), rng.Uniform(0.1, 0.9)))
+          .ok());
   const int num_keys = static_cast<int>(rng.Int(1, 5));
   std::vector<Key> keys;
   std::vector<Tensor> inits;

@@ -29,13 +29,12 @@ absl::Status RemoveIfEmpty(const CheckpointRoot& root, std::string dir) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> Controller::SplitFields(absl::string_view body,
-                                                                 size_t n,
+absl::StatusOr<std::vector<std::string>> Controller::SplitFields(absl::string_view body, size_t n,
                                                                  absl::string_view usage) {
   std::vector<std::string> fields = absl::StrSplit(body, absl::MaxSplits(' ', n - 1));
   if (fields.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "command body \"", body.substr(0, 80), "\" is not \"", usage, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("command body \"", body.substr(0, 80), "\" is not \"", usage, "\""));
   }
   return fields;
 }
@@ -85,10 +84,9 @@ absl::StatusOr<std::string> Controller::RunCut(int head, absl::string_view body)
       checkpoint.set_checkpoint_id(f[0]);
       checkpoint.set_round(engine_->sync() ? round : -1);
       const std::string payload = checkpoint.SerializeAsString();
-      RETURN_IF_ERROR(directory
-                          .WriteStateFile(PendingFileName(rank_), StateKind::kShardCheckpoint,
-                                          payload)
-                          .status());
+      RETURN_IF_ERROR(
+          directory.WriteStateFile(PendingFileName(rank_), StateKind::kShardCheckpoint, payload)
+              .status());
       return absl::StrCat("written ", payload.size(), " ", Crc32(payload));
     }
     case kCommandCutCommit: {

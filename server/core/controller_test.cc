@@ -2,20 +2,19 @@
 // checkpoints restored into the same job only.
 #include "server/core/controller.h"
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "common/store/sgd_updater.h"
 #include "proto/kvstore.pb.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
-#include "common/store/sgd_updater.h"
 #include "tests/test_util.h"
 
 namespace kvstore {
@@ -34,11 +33,12 @@ TEST_CASE("Controller: built-in heads and the sgd updater with momentum", "[serv
   UpdaterRegistry registry = UpdaterRegistry::WithBuiltins();
   REQUIRE(RegisterSgdUpdater(&registry).ok());
   auto engine = NewEngine(false, {2});
-  Controller controller(engine.get(), &registry,
-                        [](int head, absl::string_view body) -> absl::StatusOr<std::string> {
-                          return absl::StrCat("custom ", head, " ", body);
-                        },
-                        /*rank=*/1);
+  Controller controller(
+      engine.get(), &registry,
+      [](int head, absl::string_view body) -> absl::StatusOr<std::string> {
+        return absl::StrCat("custom ", head, " ", body);
+      },
+      /*rank=*/1);
   REQUIRE(controller.Run(kCommandPing, "hi").value() == "server 1: hi");
   REQUIRE(controller.Run(40, "x").value() == "custom 40 x");
   REQUIRE(absl::IsInvalidArgument(controller.Run(-1, "").status()));

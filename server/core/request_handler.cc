@@ -26,8 +26,8 @@ absl::StatusOr<ValueSlice> SliceFromHeader(const proto::TensorHeader& header) {
   slice.offset = header.element_offset();
   slice.count = header.element_count();
   if (header.num_rows() != 0 || header.row_sparse()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key ", slice.key.Quoted(), ": row-sparse values are accepted by Push only"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("key ", slice.key.Quoted(), ": row-sparse values are accepted by Push only"));
   }
   return slice;
 }
@@ -51,8 +51,8 @@ absl::StatusOr<CompressionParams> CompressionFromHeader(const proto::TensorHeade
 // key for a value whose bytes do not start where the previous one's end or exceed the payload,
 // and for bytes left over after the last.
 absl::StatusOr<std::vector<IncomingValue>> IncomingValues(
-    const google::protobuf::RepeatedPtrField<proto::TensorHeader>& headers,
-    const Payload& payload, bool row_sparse_allowed) {
+    const google::protobuf::RepeatedPtrField<proto::TensorHeader>& headers, const Payload& payload,
+    bool row_sparse_allowed) {
   std::vector<IncomingValue> values;
   values.reserve(headers.size());
   uint64_t next = 0;  // Where the next value's bytes start.
@@ -70,9 +70,9 @@ absl::StatusOr<std::vector<IncomingValue>> IncomingValues(
     }
     ASSIGN_OR_RETURN(value.compression, CompressionFromHeader(header, value.slice.key));
     if (header.payload_offset() != next) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "key ", value.slice.key.Quoted(), ": its bytes start at payload byte ",
-          header.payload_offset(), " but the values before it end at byte ", next));
+      return absl::InvalidArgumentError(
+          absl::StrCat("key ", value.slice.key.Quoted(), ": its bytes start at payload byte ",
+                       header.payload_offset(), " but the values before it end at byte ", next));
     }
     auto chunks = payload.Chunks(header.payload_offset(), header.payload_bytes());
     if (!chunks.ok()) {
@@ -145,10 +145,11 @@ absl::StatusOr<std::vector<ValueSlice>> SlicesFromHeaders(
           absl::StrCat("key ", slice.key.Quoted(), ": pulls are never compressed"));
     }
     if (header.payload_offset() != 0 || header.payload_bytes() != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "key ", slice.key.Quoted(), ": a value pulled or listed in a key group has no bytes "
-          "in the request, but its header declares ", header.payload_bytes(), " at byte ",
-          header.payload_offset()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("key ", slice.key.Quoted(),
+                       ": a value pulled or listed in a key group has no bytes "
+                       "in the request, but its header declares ",
+                       header.payload_bytes(), " at byte ", header.payload_offset()));
     }
     slices.push_back(std::move(slice));
   }
@@ -179,11 +180,9 @@ absl::Status CheckCaller(const Header& header, const VerifiedCaller* caller) {
   if (caller == nullptr) return absl::OkStatus();
   if (header.node_id() != caller->node_id) {
     return absl::PermissionDeniedError(absl::StrCat("the request names node ", header.node_id(),
-                                                    " but is signed by node ",
-                                                    caller->node_id));
+                                                    " but is signed by node ", caller->node_id));
   }
-  if (std::is_same_v<Header, proto::ServerCommandRequest> &&
-      caller->node_id != kSchedulerNodeId) {
+  if (std::is_same_v<Header, proto::ServerCommandRequest> && caller->node_id != kSchedulerNodeId) {
     return absl::PermissionDeniedError(absl::StrCat(
         "node ", caller->node_id, " sent a server command; commands come through the scheduler"));
   }
@@ -277,34 +276,34 @@ void HandlePushPull(const std::shared_ptr<ServerBackend>& backend, const grpc::B
   const std::vector<IncomingValue>& values = *decoded;
   std::vector<ValueSlice> slices;
   for (const IncomingValue& value : values) slices.push_back(value.slice);
-  backend->engine->Push(
-      node_id, header.request_id(), values,
-      [response, backend, node_id, slices = std::move(slices),
-       done = std::move(done)](absl::Status status) {
-        if (status.ok()) {
-          auto pulled = backend->engine->Pull(node_id, slices);
-          status = pulled.status();
-          if (status.ok()) {
-            auto frame = EncodePulled(slices, *pulled);
-            status = frame.status();
-            if (status.ok()) *response = *std::move(frame);
-          }
-        }
-        done(status);
-      });
+  backend->engine->Push(node_id, header.request_id(), values,
+                        [response, backend, node_id, slices = std::move(slices),
+                         done = std::move(done)](absl::Status status) {
+                          if (status.ok()) {
+                            auto pulled = backend->engine->Pull(node_id, slices);
+                            status = pulled.status();
+                            if (status.ok()) {
+                              auto frame = EncodePulled(slices, *pulled);
+                              status = frame.status();
+                              if (status.ok()) *response = *std::move(frame);
+                            }
+                          }
+                          done(status);
+                        });
 }
 
-void HandleRowSparsePull(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
-                         grpc::ByteBuffer* response, Done done, const VerifiedCaller* caller) {
+void HandleRowSparsePull(const std::shared_ptr<ServerBackend>& backend,
+                         const grpc::ByteBuffer* request, grpc::ByteBuffer* response, Done done,
+                         const VerifiedCaller* caller) {
   proto::PullRequest header;
   absl::Status status = DecodeMessage(*request, &header);
   if (status.ok()) status = CheckCaller(header, caller);
   if (status.ok()) status = backend->engine->CheckSender(header.node_id());
   if (!status.ok()) return done(status);
   if (header.row_ids_size() != header.tensors_size()) {
-    return done(absl::InvalidArgumentError(absl::StrCat(
-                              "RowSparsePull of ", header.tensors_size(), " values with ",
-                              header.row_ids_size(), " row id lists")));
+    return done(absl::InvalidArgumentError(absl::StrCat("RowSparsePull of ", header.tensors_size(),
+                                                        " values with ", header.row_ids_size(),
+                                                        " row id lists")));
   }
   auto slices = SlicesFromHeaders(header.tensors());
   if (!slices.ok()) return done(slices.status());
@@ -350,10 +349,9 @@ void HandleCommand(const std::shared_ptr<ServerBackend>& backend, const grpc::By
 
 }  // namespace
 
-
 void HandleServerRequest(const std::shared_ptr<ServerBackend>& backend, ServerMethod method,
-                         const grpc::ByteBuffer& request, grpc::ByteBuffer* response,
-                         Done done, const VerifiedCaller* caller, uint64_t view_epoch) {
+                         const grpc::ByteBuffer& request, grpc::ByteBuffer* response, Done done,
+                         const VerifiedCaller* caller, uint64_t view_epoch) {
   if (backend == nullptr) {
     return done(absl::UnavailableError("this server is waiting for the job's nodes to register"));
   }

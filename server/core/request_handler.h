@@ -2,8 +2,8 @@
 // (proto/kvstore.proto), runs it on the server's engine or controller, and encodes the reply.
 //
 // The gRPC service (kvserver_service.h) runs it for each call it receives; the SDK's in-process
-// transport (tests/in_process/in_process_transport.h) runs it for each request a worker sends, without a
-// socket. Both therefore see the same bytes, checks and errors.
+// transport (tests/in_process/in_process_transport.h) runs it for each request a worker sends,
+// without a socket. Both therefore see the same bytes, checks and errors.
 #ifndef KVSTORE_SERVER_CORE_REQUEST_HANDLER_H_
 #define KVSTORE_SERVER_CORE_REQUEST_HANDLER_H_
 

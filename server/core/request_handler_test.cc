@@ -3,13 +3,12 @@
 // refused, and the stored values stay as they were.
 #include "server/core/request_handler.h"
 
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "common/proto_convert.h"
 #include "common/wire_frame.h"

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/store/updater.h"
 #include "server/core/checkpoint_root.h"
 #include "server/core/controller.h"
 #include "server/core/server_engine.h"
-#include "common/store/updater.h"
 
 namespace kvstore {
 

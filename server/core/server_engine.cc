@@ -48,9 +48,9 @@ absl::StatusOr<std::unique_ptr<ServerEngine>> ServerEngine::Create(
         absl::StrCat("chunk size must be positive, got ", options.chunk_bytes));
   }
   if (options.max_value_bytes < 1 || options.memory_budget_bytes < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the largest value and the memory budget must be positive, got ",
-        options.max_value_bytes, " and ", options.memory_budget_bytes, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the largest value and the memory budget must be positive, got ",
+                     options.max_value_bytes, " and ", options.memory_budget_bytes, " bytes"));
   }
   if (updater == nullptr) updater = MakeAssignUpdater();
   return std::unique_ptr<ServerEngine>(new ServerEngine(std::move(options), std::move(updater)));
@@ -131,9 +131,9 @@ int64_t ServerEngine::PartHeldBytes(const ValueSlice& slice) const {
 
 absl::Status ServerEngine::CheckBudget(int64_t bytes, absl::string_view what) const {
   if (bytes <= options_.memory_budget_bytes - held_bytes_) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      what, " would take this server's memory (", held_bytes_, " bytes held) over its budget of ",
-      options_.memory_budget_bytes, " bytes"));
+  return absl::ResourceExhaustedError(absl::StrCat(what, " would take this server's memory (",
+                                                   held_bytes_, " bytes held) over its budget of ",
+                                                   options_.memory_budget_bytes, " bytes"));
 }
 
 absl::Status ServerEngine::CheckSender(uint64_t node_id) const {
@@ -188,10 +188,10 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
       const ValueSlice& given = value.slice;
       if (stored.dtype != given.dtype || stored.shape != given.shape ||
           stored.offset != given.offset || stored.count != given.count) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "key ", key.Quoted(), ": initialised as ", DTypeName(given.dtype),
-            ShapeToString(given.shape), " but restored from the checkpoint as ",
-            DTypeName(stored.dtype), ShapeToString(stored.shape)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("key ", key.Quoted(), ": initialised as ", DTypeName(given.dtype),
+                         ShapeToString(given.shape), " but restored from the checkpoint as ",
+                         DTypeName(stored.dtype), ShapeToString(stored.shape)));
       }
       if (!seen.insert(key).second) {
         return absl::AlreadyExistsError(
@@ -200,7 +200,8 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
       continue;
     }
     if (parts_.contains(key) || !seen.insert(key).second) {
-      return absl::AlreadyExistsError(absl::StrCat("key ", key.Quoted(), " is already initialised"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("key ", key.Quoted(), " is already initialised"));
     }
     needed = SaturatingAdd(needed, PartHeldBytes(value.slice));
     RETURN_IF_ERROR(CheckBudget(
@@ -218,14 +219,14 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
     const size_t element = DTypeSize(slice.dtype);
     part->chunk_elements = ChunkElements(element, options_.chunk_bytes);
     const bool whole = slice.offset == 0 && slice.count == NumElementsOf(slice.shape);
-    for (const Slice& c : ChunkSlice(Slice{0, slice.offset, slice.count}, element,
-                                     options_.chunk_bytes)) {
+    for (const Slice& c :
+         ChunkSlice(Slice{0, slice.offset, slice.count}, element, options_.chunk_bytes)) {
       auto chunk = std::make_unique<Chunk>();
       chunk->offset = c.offset;
       chunk->count = c.count;
       ChunkLock chunk_lock(*chunk);
-      chunk->stored = Tensor::Zeros(
-          slice.dtype, whole && c.count == slice.count ? slice.shape : Shape{c.count});
+      chunk->stored = Tensor::Zeros(slice.dtype,
+                                    whole && c.count == slice.count ? slice.shape : Shape{c.count});
       if (!deferred) {
         CopyBytes(value.bytes, static_cast<size_t>(c.offset - slice.offset) * element,
                   chunk->stored.byte_size(), chunk->stored.data());
@@ -269,10 +270,10 @@ absl::Status ServerEngine::InitFill(uint64_t node_id, absl::Span<const IncomingV
     }
     if (s.offset < layout.offset || s.count < 0 ||
         s.count > layout.offset + layout.count - s.offset) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "key ", s.key.Quoted(), ": stretch ", ElementRange(s.offset, s.count),
-          " lies outside this server's part [", layout.offset, ", ",
-          layout.offset + layout.count, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("key ", s.key.Quoted(), ": stretch ", ElementRange(s.offset, s.count),
+                       " lies outside this server's part [", layout.offset, ", ",
+                       layout.offset + layout.count, ")"));
     }
     RETURN_IF_ERROR(CheckBytes(value));
     if (part.restored) {
@@ -385,13 +386,12 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
   EndPush(call, chunks.empty(), completed, error);
 }
 
-absl::Status ServerEngine::CheckRound(const Key& key, const Chunk& chunk,
-                                      uint64_t node_id) const {
+absl::Status ServerEngine::CheckRound(const Key& key, const Chunk& chunk, uint64_t node_id) const {
   if (rounds() && chunk.arena != nullptr && chunk.arena->open_group_rounds > 0) {
     RETURN_IF_ERROR(CheckGroupRound(key, chunk, node_id));
   }
-  if (rounds() && std::find(chunk.contributors.begin(), chunk.contributors.end(),
-                                 node_id) != chunk.contributors.end()) {
+  if (rounds() && std::find(chunk.contributors.begin(), chunk.contributors.end(), node_id) !=
+                      chunk.contributors.end()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "key ", key.Quoted(), ": node ", node_id,
         " pushed twice in one dist_sync round (the round still waits for other workers)"));
@@ -402,8 +402,7 @@ absl::Status ServerEngine::CheckRound(const Key& key, const Chunk& chunk,
 std::shared_ptr<ServerEngine::PushCall> ServerEngine::BeginPush(uint64_t node_id,
                                                                 uint64_t request_id,
                                                                 absl::Span<Chunk* const> chunks,
-                                                                Done* done,
-                                                                absl::Status* error) {
+                                                                Done* done, absl::Status* error) {
   NodeRequests& requests = requests_[node_id];
   if (requests.applied.contains(request_id)) {
     *error = absl::OkStatus();  // A retry of an applied push.
@@ -483,8 +482,8 @@ void ServerEngine::RecordApplied(uint64_t node_id, uint64_t request_id) {
   }
 }
 
-absl::StatusOr<std::vector<Tensor>> ServerEngine::Pull(
-    uint64_t node_id, absl::Span<const ValueSlice> slices) const {
+absl::StatusOr<std::vector<Tensor>> ServerEngine::Pull(uint64_t node_id,
+                                                       absl::Span<const ValueSlice> slices) const {
   RETURN_IF_ERROR(CheckSender(node_id));
   std::vector<Chunk*> chunks;
   chunks.reserve(slices.size());

@@ -56,12 +56,12 @@
 #include "common/compression.h"
 #include "common/key.h"
 #include "common/partitioner.h"
+#include "common/store/shard_store.h"
+#include "common/store/updater.h"
 #include "common/tensor.h"
 #include "server/core/byte_chunks.h"
 #include "server/core/round_observer.h"
-#include "common/store/shard_store.h"
 #include "server/core/spare_buffer.h"
-#include "common/store/updater.h"
 
 namespace kvstore {
 
@@ -204,8 +204,8 @@ class ServerEngine {
   // busy; otherwise, and always with Ack::kApplied, `done` runs once the update is applied.
   // `done` must not read the group's values with kOrdered (it runs under their lock).
   enum class Ack { kApplied, kOrdered };
-  void PushGroup(uint64_t node_id, uint64_t request_id, uint64_t group_id,
-                 const ByteChunks& bytes, Done done, Ack ack = Ack::kApplied);
+  void PushGroup(uint64_t node_id, uint64_t request_id, uint64_t group_id, const ByteChunks& bytes,
+                 Done done, Ack ack = Ack::kApplied);
   // PullGroup returns the members' stored elements packed in member order: the first `bytes`
   // bytes of `buffer`, which the next pull of the group reuses once this handle is released.
   struct PackedGroup {
@@ -240,8 +240,7 @@ class ServerEngine {
   // ResourceExhausted when those rows, after `reply_bytes` bytes already in the same reply,
   // would make a reply bigger than max_value_bytes.
   absl::StatusOr<Tensor> PullRows(uint64_t node_id, const ValueSlice& part,
-                                  absl::Span<const int64_t> row_ids,
-                                  int64_t reply_bytes = 0) const;
+                                  absl::Span<const int64_t> row_ids, int64_t reply_bytes = 0) const;
 
   // Snapshot copies every stored part and the updater's state. FailedPrecondition while a
   // dist_sync round is open (a checkpoint is taken between rounds); the engine's lock is held
@@ -375,10 +374,10 @@ class ServerEngine {
     int64_t count = 0;
     mutable absl::Mutex own_mu;
     mutable std::atomic<absl::Mutex*> mu{&own_mu};  // Changes once, to the arena's lock.
-    Tensor stored;  // Replaced (copy on write) while a pull holds it; a view in an arena.
+    Tensor stored;      // Replaced (copy on write) while a pull holds it; a view in an arena.
     SpareBuffer spare;  // The previous buffer, reused by the next replacement.
-    Tensor sum;     // The round's merged pushes; reused across rounds.
-    Tensor gather;  // A contiguous copy of one push, when one is needed.
+    Tensor sum;         // The round's merged pushes; reused across rounds.
+    Tensor gather;      // A contiguous copy of one push, when one is needed.
     size_t arrived = 0;
     // Workers of the job whose push the current round does not wait for (dropped, and not
     // among its contributors): the round completes when arrived + excused reaches the number
@@ -410,7 +409,7 @@ class ServerEngine {
     absl::Mutex* mu_;
   };
   struct Part {
-    ValueSlice layout;  // What Init stored: the server's whole part of the key.
+    ValueSlice layout;      // What Init stored: the server's whole part of the key.
     bool restored = false;  // Stored by Restore; a matching Init keeps it.
     int64_t chunk_elements = 0;
     std::vector<std::unique_ptr<Chunk>> chunks;
@@ -490,15 +489,13 @@ class ServerEngine {
   void EndPush(const std::shared_ptr<PushCall>& call, bool empty,
                absl::Span<Chunk* const> completed, const absl::Status& error);
   // FinishCall records `call` as applied and moves its `done`s into `*finished`.
-  void FinishCall(PushCall* call, std::vector<Done>* finished)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishCall(PushCall* call, std::vector<Done>* finished) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PlaceInArena gives a new group the arena of its members (moving them into a new one when
   // none is in an arena yet and all are small), or none when they are placed otherwise.
   void PlaceInArena(Group* group, absl::Span<const ValueSlice> members)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FindGroup returns a node's registered group, FailedPrecondition naming it otherwise.
-  absl::StatusOr<std::shared_ptr<const Group>> FindGroup(uint64_t node_id,
-                                                         uint64_t group_id) const
+  absl::StatusOr<std::shared_ptr<const Group>> FindGroup(uint64_t node_id, uint64_t group_id) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // MergeSpan is Merge for contiguous received bytes.
   absl::StatusOr<bool> MergeSpan(const Key& key, Chunk* chunk, const void* data,
@@ -511,8 +508,7 @@ class ServerEngine {
   absl::StatusOr<bool> MergeCompressed(const Key& key, Chunk* chunk, const IncomingValue& value,
                                        Updater* updater);
   // Apply runs the updater on the chunk's stored value (moving it first when a pull holds it).
-  static absl::Status Apply(const Key& key, Chunk* chunk, const Tensor& received,
-                            Updater* updater);
+  static absl::Status Apply(const Key& key, Chunk* chunk, const Tensor& received, Updater* updater);
   static absl::Status ApplyPieces(const Key& key, Chunk* chunk, const IncomingValue& value,
                                   Updater* updater);
   static Tensor& Writable(Chunk* chunk);
@@ -545,8 +541,7 @@ class ServerEngine {
   void SplitAllGroupRounds() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PushGroupRound(uint64_t node_id, uint64_t request_id,
                       const std::shared_ptr<const Group>& group, const ByteChunks& bytes,
-                      const std::shared_ptr<Updater>& updater, Done* done)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                      const std::shared_ptr<Updater>& updater, Done* done) ABSL_LOCKS_EXCLUDED(mu_);
 
   const ServerEngineOptions options_;
   absl::flat_hash_set<uint64_t> senders_;

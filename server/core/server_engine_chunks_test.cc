@@ -1,14 +1,12 @@
 // Tests of values held in chunks: chunked dist_sync rounds, copy on write while a pull holds a
 // chunk, the spare buffers' budget, deferred Init filled stretch by stretch, and requests that
 // are not one chunk.
-#include "server/core/server_engine.h"
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
+#include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
 
@@ -85,8 +83,10 @@ TEST_CASE("ServerEngine: chunked rounds give the same bits as whole values", "[s
     CHECK(joined == Bytes((*pulled_whole)[0]));
     const std::vector<double> av = ToDoubles(a), bv = ToDoubles(b);
     for (int64_t i = 0; i < n; ++i) reference[i] += av[i] + bv[i];
-    CHECK(MaxAbsDiff(ToDoubles((*pulled_whole)[0]), reference) <=
-          (dtype == DType::kFloat64 ? 1e-12 : dtype == DType::kFloat32 ? 1e-4 : 0.2));
+    CHECK(MaxAbsDiff(ToDoubles((*pulled_whole)[0]), reference) <= (dtype == DType::kFloat64 ? 1e-12
+                                                                   : dtype == DType::kFloat32
+                                                                       ? 1e-4
+                                                                       : 0.2));
   }
 }
 
@@ -115,9 +115,9 @@ TEST_CASE("ServerEngine: a pulled chunk is never overwritten while it is held",
     const std::vector<double> new_values = ToDoubles((*after)[0]);
     const std::vector<double> pushed_values = ToDoubles(push);
     for (int64_t i = 0; i < first.count; ++i) {
-      CHECK(new_values[i] == static_cast<double>(static_cast<float>(
-                                 static_cast<float>(old_values[i]) +
-                                 static_cast<float>(pushed_values[i]))));
+      CHECK(new_values[i] ==
+            static_cast<double>(static_cast<float>(static_cast<float>(old_values[i]) +
+                                                   static_cast<float>(pushed_values[i]))));
     }
   }
 }
@@ -215,8 +215,8 @@ TEST_CASE("ServerEngine: a deferred Init is filled stretch by stretch; fills are
     const std::vector<double> before = ToDoubles(PullChunks(*engine, 7, dtype, n, chunk_bytes));
     // Refused, changing nothing: another node, another dtype, outside the part, short bytes.
     REQUIRE(absl::IsFailedPrecondition(engine->InitFill(3, {IncomingChunk(7, init, s)})));
-    const Tensor other = rng.RandomTensor(dtype == DType::kFloat64 ? DType::kFloat32
-                                                                   : DType::kFloat64, {n});
+    const Tensor other =
+        rng.RandomTensor(dtype == DType::kFloat64 ? DType::kFloat32 : DType::kFloat64, {n});
     REQUIRE(absl::IsInvalidArgument(engine->InitFill(2, {IncomingChunk(7, other, s)})));
     const Tensor longer = rng.RandomTensor(dtype, {n + 1});
     IncomingValue outside = IncomingChunk(7, longer, Slice{0, n - 1, 2});
@@ -251,10 +251,10 @@ TEST_CASE("ServerEngine: a deferred Init is filled stretch by stretch; fills are
     REQUIRE((status.ok() || absl::IsFailedPrecondition(status)));
   }
   // Complete: no more fills. A key initialised whole, or never, takes none either.
-  REQUIRE(absl::IsFailedPrecondition(
-      engine->InitFill(2, {IncomingChunk(7, init, Slice{0, 0, n})})));
-  REQUIRE(absl::IsFailedPrecondition(
-      engine->InitFill(2, {IncomingChunk(8, whole, Slice{0, 0, 4})})));
+  REQUIRE(
+      absl::IsFailedPrecondition(engine->InitFill(2, {IncomingChunk(7, init, Slice{0, 0, n})})));
+  REQUIRE(
+      absl::IsFailedPrecondition(engine->InitFill(2, {IncomingChunk(8, whole, Slice{0, 0, 4})})));
   REQUIRE(absl::IsNotFound(engine->InitFill(2, {IncomingChunk(9, whole, Slice{0, 0, 4})})));
   REQUIRE(ToDoubles(PullChunks(*engine, 7, dtype, n, chunk_bytes)) == ToDoubles(init));
   REQUIRE(ToDoubles(PullChunks(*engine, 8, dtype, 4, chunk_bytes)) == ToDoubles(whole));

@@ -71,13 +71,12 @@ void ServerEngine::HoldGroupPush(uint64_t node_id, uint64_t request_id, uint64_t
   for (const auto& piece : bytes) size += piece.size();
   auto storage = std::make_shared<std::vector<uint8_t>>(size);
   if (size > 0) GatherBytes(bytes, storage->data());
-  held_.push_back(
-      [this, node_id, request_id, group_id, storage, ack,
-       done = std::move(done)](absl::Status refusal) mutable {
-        if (!refusal.ok()) return done(std::move(refusal));
-        const ByteChunks copy = {absl::Span<const uint8_t>(storage->data(), storage->size())};
-        PushGroup(node_id, request_id, group_id, copy, std::move(done), ack);
-      });
+  held_.push_back([this, node_id, request_id, group_id, storage, ack,
+                   done = std::move(done)](absl::Status refusal) mutable {
+    if (!refusal.ok()) return done(std::move(refusal));
+    const ByteChunks copy = {absl::Span<const uint8_t>(storage->data(), storage->size())};
+    PushGroup(node_id, request_id, group_id, copy, std::move(done), ack);
+  });
 }
 
 int64_t ServerEngine::MaxRoundStarted() const {
@@ -117,9 +116,8 @@ absl::Status ServerEngine::LimitCut(int64_t round) {
           const int64_t started = chunk->rounds_started();
           if (started > round) {
             return absl::FailedPreconditionError(absl::StrCat(
-                "key ", key.Quoted(), " elements ",
-                ElementRange(chunk->offset, chunk->count), " has started round ", started,
-                ", past the cut's round ", round));
+                "key ", key.Quoted(), " elements ", ElementRange(chunk->offset, chunk->count),
+                " has started round ", started, ", past the cut's round ", round));
           }
         }
       }
@@ -204,7 +202,7 @@ void ServerEngine::FailRounds(const std::string& reason) {
         if (chunk->contributors.empty()) continue;
         const absl::Status status = absl::AbortedError(absl::StrCat(
             "key ", key.Quoted(), " elements ", ElementRange(chunk->offset, chunk->count),
-            ": dist_sync round ", chunk->rounds_done + 1, " cannot complete (", 
+            ": dist_sync round ", chunk->rounds_done + 1, " cannot complete (",
             chunk->contributors.size(), " of ", options_.worker_node_ids.size(),
             " workers pushed): the job failed: ", reason));
         for (auto& call : chunk->calls) {

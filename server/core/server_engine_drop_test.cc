@@ -2,20 +2,18 @@
 // then have every remaining worker's push complete at once, a dropped worker's push already in
 // a round stays in it, later rounds wait only for the remaining workers, whole-group rounds
 // and a checkpoint's cut stop waiting too, and the dropped worker's requests are refused.
-#include "server/core/server_engine.h"
-
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
+#include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
 
@@ -83,9 +81,10 @@ struct Acks {
   }
 };
 
-TEST_CASE("ServerEngine elastic: an open round with every remaining worker's push completes "
-          "when the missing worker is dropped",
-          "[server][elastic]") {
+TEST_CASE(
+    "ServerEngine elastic: an open round with every remaining worker's push completes "
+    "when the missing worker is dropped",
+    "[server][elastic]") {
   TestRng rng;
   INFO(rng.Describe());
   auto engine = NewSumEngine(true, {2, 3, 4}, kChunkBytes);
@@ -134,8 +133,7 @@ TEST_CASE("ServerEngine elastic: an open round with every remaining worker's pus
   INFO(acks.errors[0].ToString());
   CHECK(absl::IsPermissionDenied(acks.errors[0]));
   CHECK(absl::StrContains(acks.errors[0].message(), "node id 4 (worker 2) has left the job"));
-  const absl::Status pull = engine->Pull(4, {ValueSlice{kKey, kDType, kShape, 0, 8}})
-                                .status();
+  const absl::Status pull = engine->Pull(4, {ValueSlice{kKey, kDType, kShape, 0, 8}}).status();
   CHECK(absl::IsPermissionDenied(pull));
   CHECK(absl::IsPermissionDenied(engine->CheckSender(4)));
   CHECK(engine->CheckSender(2).ok());
@@ -185,9 +183,10 @@ TEST_CASE("ServerEngine elastic: a dropped worker's push already in a round stay
   REQUIRE(PullWhole(*engine, 3) == want);
 }
 
-TEST_CASE("ServerEngine elastic: a checkpoint's cut waiting for a round stops waiting for the "
-          "dropped worker",
-          "[server][elastic]") {
+TEST_CASE(
+    "ServerEngine elastic: a checkpoint's cut waiting for a round stops waiting for the "
+    "dropped worker",
+    "[server][elastic]") {
   TestRng rng;
   INFO(rng.Describe());
   auto engine = NewSumEngine(true, {2, 3, 4}, kChunkBytes);
@@ -215,9 +214,10 @@ TEST_CASE("ServerEngine elastic: a checkpoint's cut waiting for a round stops wa
   REQUIRE(PullWhole(*engine, 2) == want);
 }
 
-TEST_CASE("ServerEngine elastic: an open whole-group round completes when the missing worker "
-          "is dropped; later group pushes go member by member",
-          "[server][elastic][groups]") {
+TEST_CASE(
+    "ServerEngine elastic: an open whole-group round completes when the missing worker "
+    "is dropped; later group pushes go member by member",
+    "[server][elastic][groups]") {
   TestRng rng;
   INFO(rng.Describe());
   auto engine = NewSumEngine(true, {2, 3, 4}, 1 << 20);
@@ -271,9 +271,10 @@ TEST_CASE("ServerEngine elastic: an open whole-group round completes when the mi
   REQUIRE(pulled() == want);
 }
 
-TEST_CASE("ServerEngine elastic: a drop while the other workers push from threads of their "
-          "own; every value exact",
-          "[server][elastic][threads]") {
+TEST_CASE(
+    "ServerEngine elastic: a drop while the other workers push from threads of their "
+    "own; every value exact",
+    "[server][elastic][threads]") {
   TestRng rng;
   INFO(rng.Describe());
   for (int iteration = 0; iteration < 20; ++iteration) {
@@ -283,8 +284,8 @@ TEST_CASE("ServerEngine elastic: a drop while the other workers push from thread
     constexpr int kRounds = 12;
     const int last = static_cast<int>(rng.Int(1, kRounds - 2));  // Worker 5's last round.
     const auto delay = std::chrono::microseconds(rng.Int(0, 2000));
-    INFO("iteration " << iteration << ": worker 5 pushes rounds 1.." << last
-                      << ", dropped after " << delay.count() << " us");
+    INFO("iteration " << iteration << ": worker 5 pushes rounds 1.." << last << ", dropped after "
+                      << delay.count() << " us");
     // Every worker's gradients, drawn up front.
     std::vector<std::vector<Tensor>> grads(4);
     std::vector<double> want = ToDoubles(init);
@@ -298,8 +299,8 @@ TEST_CASE("ServerEngine elastic: a drop while the other workers push from thread
     // Push waits for the acknowledgement of `w`'s push of round r (1-based).
     auto push = [&](int w, int r, bool wait) {
       auto acked = std::make_shared<absl::Notification>();
-      engine->Push(static_cast<uint64_t>(2 + w), static_cast<uint64_t>(r),
-                   Chunks(grads[w][r - 1]), [acked, &failures](absl::Status s) {
+      engine->Push(static_cast<uint64_t>(2 + w), static_cast<uint64_t>(r), Chunks(grads[w][r - 1]),
+                   [acked, &failures](absl::Status s) {
                      if (!s.ok()) ++failures;
                      acked->Notify();
                    });

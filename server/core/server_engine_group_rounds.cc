@@ -238,8 +238,8 @@ bool ServerEngine::PushGroupRound(uint64_t node_id, uint64_t request_id,
         } else {
           for (size_t i = 0; i < n && error.ok(); ++i) {
             Chunk* chunk = members.chunks[i];
-            const Tensor received = Tensor::Borrow(sum + members.offsets[i],
-                                                   chunk->stored.dtype(), chunk->stored.shape());
+            const Tensor received = Tensor::Borrow(sum + members.offsets[i], chunk->stored.dtype(),
+                                                   chunk->stored.shape());
             error = Apply(members.keys[i], chunk, received, updater.get());
           }
         }

@@ -3,18 +3,16 @@
 // and request ids are those of the same pushes key by key - also when some worker pushes some
 // members on its own in the middle of a round, with an updater that is not piecewise, and with
 // workers pushing from threads of their own.
-#include "server/core/server_engine.h"
-
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <numeric>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
+#include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
 
@@ -153,11 +151,10 @@ TEST_CASE("ServerEngine: every worker's whole-group push makes one group round",
       });
       if (k == 0) {
         // A retry of the pending push waits with it; a second push in the round is refused.
-        grouped->PushGroup(node, request, 10 + node, RandomSlices(rng, bytes),
-                           [&](absl::Status s) {
-                             REQUIRE(s.ok());
-                             ++acks;
-                           });
+        grouped->PushGroup(node, request, 10 + node, RandomSlices(rng, bytes), [&](absl::Status s) {
+          REQUIRE(s.ok());
+          ++acks;
+        });
         absl::Status twice = absl::UnknownError("not called");
         grouped->PushGroup(node, request + 50, 10 + node, RandomSlices(rng, bytes),
                            [&](absl::Status s) { twice = s; });
@@ -192,8 +189,10 @@ TEST_CASE("ServerEngine: every worker's whole-group push makes one group round",
       const std::vector<double> got = ToDoubles((*pulled)[0]);
       // Floats against the float64 reference; integers are checked
       // bit for bit against the pushes key by key above.
-      if (members.slices[i].dtype == DType::kFloat64 || members.slices[i].dtype == DType::kFloat32 ||
-          members.slices[i].dtype == DType::kFloat16 || members.slices[i].dtype == DType::kBFloat16) {
+      if (members.slices[i].dtype == DType::kFloat64 ||
+          members.slices[i].dtype == DType::kFloat32 ||
+          members.slices[i].dtype == DType::kFloat16 ||
+          members.slices[i].dtype == DType::kBFloat16) {
         REQUIRE(MaxAbsDiff(got, expected[i]) <=
                 testing::Tolerance(members.slices[i].dtype, w + 1, 4.0 * (w * (round + 1) + 1)));
       }
@@ -203,9 +202,10 @@ TEST_CASE("ServerEngine: every worker's whole-group push makes one group round",
   }
 }
 
-TEST_CASE("ServerEngine: a group round that meets a push of its members on their own goes "
-          "member by member",
-          "[server][groups][group_rounds]") {
+TEST_CASE(
+    "ServerEngine: a group round that meets a push of its members on their own goes "
+    "member by member",
+    "[server][groups][group_rounds]") {
   TestRng rng;
   INFO(rng.Describe());
   const int w = GENERATE(2, 3, 4);
@@ -220,8 +220,7 @@ TEST_CASE("ServerEngine: a group round that meets a push of its members on their
   // Group 1: every member; group 2: a stretch of them, in the same arena.
   const size_t from = rng.Int(0, n / 2), to = rng.Int(n / 2 + 1, n);
   INFO("stretch [" << from << ", " << to << ")");
-  const std::vector<ValueSlice> stretch(members.slices.begin() + from,
-                                        members.slices.begin() + to);
+  const std::vector<ValueSlice> stretch(members.slices.begin() + from, members.slices.begin() + to);
   for (uint64_t node : nodes) {
     REQUIRE(grouped->RegisterGroup(node, 1, members.slices).ok());
     REQUIRE(grouped->RegisterGroup(node, 2, stretch).ok());
@@ -252,9 +251,7 @@ TEST_CASE("ServerEngine: a group round that meets a push of its members on their
       INFO("node " << node << " pushes by mode " << mode[k]);
       const std::vector<Tensor> pushed = members.Draw(rng);
       const uint64_t request = 1000 * round + node;
-      by_key->Push(node, request, members.Values(pushed), [](absl::Status s) {
-        REQUIRE(s.ok());
-      });
+      by_key->Push(node, request, members.Values(pushed), [](absl::Status s) { REQUIRE(s.ok()); });
       const std::vector<uint8_t> all = Pack(pushed);
       const std::vector<uint8_t> part = Pack(pushed, from, to);
       switch (mode[k]) {
@@ -292,20 +289,20 @@ TEST_CASE("ServerEngine: a group round with an updater that is not piecewise",
   const std::vector<uint64_t> nodes = Workers(w);
   // stored = stored / 2 + received, a function of the whole value (as a user's updater is).
   auto halve_and_add = [] {
-    return MakeFunctionUpdater("halve_and_add", [](const Key&, const Tensor& received,
-                                                   Tensor* stored) {
-      if (stored->dtype() == DType::kFloat64) {
-        for (int64_t i = 0; i < stored->num_elements(); ++i) {
-          stored->data_as<double>()[i] =
-              stored->data_as<double>()[i] / 2 + received.data_as<double>()[i];
-        }
-      } else {
-        for (int64_t i = 0; i < stored->num_elements(); ++i) {
-          stored->data_as<float>()[i] =
-              stored->data_as<float>()[i] / 2 + received.data_as<float>()[i];
-        }
-      }
-    });
+    return MakeFunctionUpdater(
+        "halve_and_add", [](const Key&, const Tensor& received, Tensor* stored) {
+          if (stored->dtype() == DType::kFloat64) {
+            for (int64_t i = 0; i < stored->num_elements(); ++i) {
+              stored->data_as<double>()[i] =
+                  stored->data_as<double>()[i] / 2 + received.data_as<double>()[i];
+            }
+          } else {
+            for (int64_t i = 0; i < stored->num_elements(); ++i) {
+              stored->data_as<float>()[i] =
+                  stored->data_as<float>()[i] / 2 + received.data_as<float>()[i];
+            }
+          }
+        });
   };
   auto by_key = Engine(nodes, halve_and_add());
   auto grouped = Engine(nodes, halve_and_add());
@@ -413,9 +410,14 @@ TEST_CASE("ServerEngine: workers push whole groups from threads of their own",
         for (int64_t e = 0; e < t.num_elements(); ++e) {
           const int64_t v = rng.Int(-50, 50);
           switch (t.dtype()) {
-            case DType::kFloat64: t.data_as<double>()[e] = static_cast<double>(v); break;
-            case DType::kInt64: t.data_as<int64_t>()[e] = v; break;
-            default: t.data_as<int32_t>()[e] = static_cast<int32_t>(v);
+            case DType::kFloat64:
+              t.data_as<double>()[e] = static_cast<double>(v);
+              break;
+            case DType::kInt64:
+              t.data_as<int64_t>()[e] = v;
+              break;
+            default:
+              t.data_as<int32_t>()[e] = static_cast<int32_t>(v);
           }
           expected[i][e] += static_cast<double>(v);
         }

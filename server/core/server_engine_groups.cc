@@ -1,6 +1,6 @@
 // ServerEngine: key groups - registration, group pushes and pulls - and the arenas that hold
 // the values of a group's small members back to back.
-#include "server/core/server_engine.h"
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
@@ -8,10 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include <spdlog/spdlog.h>
-
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/core/server_engine.h"
 #include "server/core/server_engine_internal.h"
 
 namespace kvstore {
@@ -38,9 +37,9 @@ absl::Status ServerEngine::RegisterGroup(uint64_t node_id, uint64_t group_id,
   for (const ValueSlice& member : members) {
     ASSIGN_OR_RETURN(Chunk * chunk, FindChunk(member, "grouped"));
     if (!seen.insert(chunk).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "key ", member.key.Quoted(), ": elements [", member.offset, ", ",
-          member.offset + member.count, ") appear twice in key group ", group_id));
+      return absl::InvalidArgumentError(
+          absl::StrCat("key ", member.key.Quoted(), ": elements [", member.offset, ", ",
+                       member.offset + member.count, ") appear twice in key group ", group_id));
     }
     group->keys.push_back(member.key);
     group->chunks.push_back(chunk);
@@ -54,10 +53,9 @@ absl::Status ServerEngine::RegisterGroup(uint64_t node_id, uint64_t group_id,
   NodeRequests& requests = requests_[node_id];
   const auto replaced = requests.groups.find(group_id);
   const int64_t freed = replaced != requests.groups.end() ? replaced->second->held_bytes : 0;
-  RETURN_IF_ERROR(CheckBudget(
-      group->held_bytes - freed,
-      absl::StrCat("key group ", group_id, " of ", members.size(), " keys (", offset,
-                   " bytes packed)")));
+  RETURN_IF_ERROR(CheckBudget(group->held_bytes - freed,
+                              absl::StrCat("key group ", group_id, " of ", members.size(),
+                                           " keys (", offset, " bytes packed)")));
   held_bytes_ += group->held_bytes - freed;
   PlaceInArena(group.get(), members);
   auto [it, inserted] = requests.groups.insert_or_assign(group_id, std::move(group));
@@ -99,8 +97,8 @@ void ServerEngine::PlaceInArena(Group* group, absl::Span<const ValueSlice> membe
     std::vector<Tensor> views(n);
     for (size_t i = 0; i < n; ++i) {
       ChunkLock lock(*group->chunks[i]);
-      absl::StatusOr<Tensor> view = arena->buffer.View(
-          group->offsets[i], members[i].dtype, group->chunks[i]->stored.shape());
+      absl::StatusOr<Tensor> view =
+          arena->buffer.View(group->offsets[i], members[i].dtype, group->chunks[i]->stored.shape());
       if (!view.ok()) return;  // Not expected: the offsets were computed from these sizes.
       views[i] = *std::move(view);
     }
@@ -141,9 +139,9 @@ absl::StatusOr<std::shared_ptr<const ServerEngine::Group>> ServerEngine::FindGro
     auto it = node->second.groups.find(group_id);
     if (it != node->second.groups.end()) return it->second;
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "node ", node_id, " has no key group ", group_id,
-      " on this server (a group is registered by sending its members with it)"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("node ", node_id, " has no key group ", group_id,
+                   " on this server (a group is registered by sending its members with it)"));
 }
 
 // Not analysed for locks: an in-place push takes its arena's lock either by TryLock under the
@@ -151,8 +149,8 @@ absl::StatusOr<std::shared_ptr<const ServerEngine::Group>> ServerEngine::FindGro
 // hand-off the analysis cannot follow across the two scopes. The arena's lock is asserted held
 // where the bytes are applied.
 void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t group_id,
-                             const ByteChunks& bytes, Done done, Ack ack)
-    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                             const ByteChunks& bytes, Done done,
+                             Ack ack) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const std::shared_ptr<Updater> current = updater();
   absl::Status error = CheckSender(node_id);
   std::shared_ptr<const Group> group;
@@ -173,9 +171,9 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
       size_t received = 0;
       for (const auto& chunk : bytes) received += chunk.size();
       if (received != group->offsets.back()) {
-        error = absl::InvalidArgumentError(absl::StrCat(
-            received, " bytes received for key group ", group_id, " of ",
-            group->chunks.size(), " keys (", group->offsets.back(), " bytes)"));
+        error = absl::InvalidArgumentError(
+            absl::StrCat(received, " bytes received for key group ", group_id, " of ",
+                         group->chunks.size(), " keys (", group->offsets.back(), " bytes)"));
       }
     }
   }
@@ -228,17 +226,18 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
                    [&](int64_t e, const void* piece, int64_t count) {
                      if (!error.ok()) return;
                      uint8_t* stored = base + run.begin + static_cast<size_t>(e) * element;
-                     error = current->UpdateSpan(group->keys[0], 0, run.dtype, piece, stored,
-                                                 count);
+                     error =
+                         current->UpdateSpan(group->keys[0], 0, run.dtype, piece, stored, count);
                    });
     }
     group->arena->mu.Unlock();
     if (!arena_locked) {
       EndPush(call, false, {}, error);
     } else if (!error.ok()) {
-      spdlog::error("key group {} of node {}: the updater \"{}\" failed after the push was "
-                    "acknowledged: {}",
-                    group_id, node_id, std::string(current->name()), error.ToString());
+      spdlog::error(
+          "key group {} of node {}: the updater \"{}\" failed after the push was "
+          "acknowledged: {}",
+          group_id, node_id, std::string(current->name()), error.ToString());
     }
     return;
   }
@@ -275,7 +274,8 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
   EndPush(call, group->chunks.empty(), completed, error);
 }
 
-absl::StatusOr<ServerEngine::PackedGroup> ServerEngine::PullGroup(uint64_t node_id, uint64_t group_id) const {
+absl::StatusOr<ServerEngine::PackedGroup> ServerEngine::PullGroup(uint64_t node_id,
+                                                                  uint64_t group_id) const {
   RETURN_IF_ERROR(CheckSender(node_id));
   std::shared_ptr<const Group> group;
   {

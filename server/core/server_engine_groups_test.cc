@@ -1,16 +1,14 @@
 // Tests of key groups: a group push is the push of its members (rounds, request ids, bits),
 // arenas stay coherent with their members under concurrent pushes and pulls, and bad groups
 // are refused.
-#include "server/core/server_engine.h"
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
+#include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
 
@@ -133,8 +131,8 @@ TEST_CASE("ServerEngine: a key-group push is the push of its members", "[server]
       REQUIRE(MaxAbsDiff(pulled, expected[i]) <=
               testing::Tolerance(like.dtype(), 4, 4.0 * (1 + 3 * (round + 1))));
       expected[i] = pulled;  // The next round starts from what is stored.
-      const Tensor view = Tensor::Borrow(
-          static_cast<uint8_t*>(packed->buffer.data()) + offset, like.dtype(), like.shape());
+      const Tensor view = Tensor::Borrow(static_cast<uint8_t*>(packed->buffer.data()) + offset,
+                                         like.dtype(), like.shape());
       REQUIRE(ToDoubles(view) == pulled);
       offset += like.byte_size();
     }
@@ -256,12 +254,12 @@ TEST_CASE("ServerEngine: key groups in an arena stay coherent with their members
     std::vector<size_t> index;  // Members, as indices into `members`.
     bool arena;
   };
-  std::vector<Group> groups = {{2, 1, {}, true}, {other, 2, {}, true}, {2, 3, {}, true},
-                               {other, 4, {}, false}};
+  std::vector<Group> groups = {
+      {2, 1, {}, true}, {other, 2, {}, true}, {2, 3, {}, true}, {other, 4, {}, false}};
   for (size_t i = 0; i < n; ++i) groups[0].index.push_back(i);
   groups[1].index = groups[0].index;  // The same list from another worker: the same arena.
   for (size_t i = 10; i < 35; ++i) groups[2].index.push_back(i);  // A stretch of it.
-  for (size_t i = n; i-- > 0;) groups[3].index.push_back(i);  // Another order: no arena.
+  for (size_t i = n; i-- > 0;) groups[3].index.push_back(i);      // Another order: no arena.
   for (const Group& g : groups) {
     std::vector<ValueSlice> list;
     for (size_t i : g.index) list.push_back(members[i]);
@@ -289,8 +287,8 @@ TEST_CASE("ServerEngine: key groups in an arena stay coherent with their members
   for (int step = 0; step < 60; ++step) {
     if (step == 30) {
       // An updater that is not piecewise, and that replaces the stored handle.
-      engine->SetUpdater(MakeFunctionUpdater(
-          "subtract", [](const Key&, const Tensor& received, Tensor* stored) {
+      engine->SetUpdater(
+          MakeFunctionUpdater("subtract", [](const Key&, const Tensor& received, Tensor* stored) {
             Tensor next = stored->Clone();
             for (int64_t e = 0; e < next.num_elements(); ++e) {
               next.SetFromDouble(e, stored->GetAsDouble(e) - received.GetAsDouble(e));
@@ -461,7 +459,8 @@ TEST_CASE("ServerEngine: members move into an arena while other threads push and
       const auto* p = static_cast<const uint8_t*>(t.data());
       bytes.insert(bytes.end(), p, p + t.byte_size());
     }
-    engine->PushGroup(2, 2000 + r, 9, Chunks(bytes, 13), [&](absl::Status s) { failures += !s.ok(); });
+    engine->PushGroup(2, 2000 + r, 9, Chunks(bytes, 13),
+                      [&](absl::Status s) { failures += !s.ok(); });
   }
   other.join();
   REQUIRE(failures == 0);
@@ -519,7 +518,8 @@ TEST_CASE("ServerEngine: bad key groups are refused and change nothing", "[serve
 
   // None of those registered group 1.
   std::vector<Tensor> pushed;
-  for (const Tensor& like : group.like) pushed.push_back(rng.RandomTensor(like.dtype(), like.shape()));
+  for (const Tensor& like : group.like)
+    pushed.push_back(rng.RandomTensor(like.dtype(), like.shape()));
   std::vector<uint8_t> bytes = group.Pack(pushed);
   absl::Status got;
   engine->PushGroup(2, 1, 1, Chunks(bytes, 9), [&](absl::Status s) { got = s; });

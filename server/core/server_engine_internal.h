@@ -40,8 +40,7 @@ inline std::string ElementRange(int64_t offset, int64_t count) {
 // SaturatingAdd returns a + b for non-negative a and b, or the largest int64 when that
 // overflows.
 inline int64_t SaturatingAdd(int64_t a, int64_t b) {
-  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max()
-                                                     : a + b;
+  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
 }
 
 // SubRange returns the parts of `bytes` that hold its bytes [begin, end).

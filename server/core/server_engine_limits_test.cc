@@ -2,8 +2,7 @@
 // (negative dimensions, element counts and slices that overflow int64, row counts), values
 // bigger than max_value_bytes and parts beyond the memory budget are refused before anything
 // is allocated, and a refused call changes nothing.
-#include "server/core/server_engine.h"
-
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -12,8 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
+#include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
 
@@ -64,9 +62,10 @@ absl::Status PushNow(ServerEngine& engine, uint64_t request_id, const IncomingVa
 
 TEST_CASE("ServerEngine limits: a value limit or budget below one byte is refused",
           "[server][limits]") {
-  for (const auto& [max_value_bytes, budget] :
-       {std::pair<int64_t, int64_t>{0, kUnlimitedBytes}, {-1, kUnlimitedBytes},
-        {kDefaultMaxValueBytes, 0}, {kDefaultMaxValueBytes, -5}}) {
+  for (const auto& [max_value_bytes, budget] : {std::pair<int64_t, int64_t>{0, kUnlimitedBytes},
+                                                {-1, kUnlimitedBytes},
+                                                {kDefaultMaxValueBytes, 0},
+                                                {kDefaultMaxValueBytes, -5}}) {
     ServerEngineOptions options;
     options.worker_node_ids = {2};
     options.max_value_bytes = max_value_bytes;

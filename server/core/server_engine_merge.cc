@@ -1,8 +1,6 @@
 // ServerEngine: merging received chunks into stored values - summing a dist_sync round's
 // pushes, decoding compressed pushes, and applying the updater to a chunk's stored value
 // (copy on write while a pull holds it).
-#include "server/core/server_engine.h"
-
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -10,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/reduce.h"
 #include "common/status_macros.h"
+#include "server/core/server_engine.h"
 #include "server/core/server_engine_internal.h"
 
 namespace kvstore {
@@ -60,9 +59,8 @@ absl::Status ServerEngine::Apply(const Key& key, Chunk* chunk, const Tensor& rec
   if (updated.data() != stored.data()) {
     if (updated.dtype() != stored.dtype() || updated.byte_size() != stored.byte_size() ||
         !updated.device().is_cpu()) {
-      return absl::InternalError(absl::StrCat("key ", key.Quoted(), ": updater \"",
-                                              updater->name(), "\" replaced ",
-                                              stored.Description(), " by ",
+      return absl::InternalError(absl::StrCat("key ", key.Quoted(), ": updater \"", updater->name(),
+                                              "\" replaced ", stored.Description(), " by ",
                                               updated.Description()));
     }
     std::memcpy(stored.data(), updated.data(), stored.byte_size());

@@ -1,8 +1,6 @@
 // ServerEngine: checking requests against what Init stored - the slice, the bytes received,
 // the part and the chunk a request names - and row-sparse values: a row-sparse push expanded
 // into dense chunks, and PullRows.
-#include "server/core/server_engine.h"
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -12,6 +10,7 @@
 #include "common/reduce.h"
 #include "common/row_sparse.h"
 #include "common/status_macros.h"
+#include "server/core/server_engine.h"
 #include "server/core/server_engine_internal.h"
 
 namespace kvstore {
@@ -34,9 +33,9 @@ absl::StatusOr<int64_t> ValueElements(const Key& key, const Shape& shape) {
     if (d == 0) {
       empty = true;
     } else if (product > std::numeric_limits<int64_t>::max() / d) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("key ", key.Quoted(), ": shape ", ShapeToString(shape),
-                       " has more elements than an int64 counts"));
+      return absl::InvalidArgumentError(absl::StrCat("key ", key.Quoted(), ": shape ",
+                                                     ShapeToString(shape),
+                                                     " has more elements than an int64 counts"));
     } else {
       product *= d;
     }
@@ -55,9 +54,9 @@ absl::Status CheckPartRows(const Key& key, absl::Span<const int64_t> ids,
   const auto [first, end] = RowRange(layout);
   for (int64_t id : ids) {
     if (id < first || id >= end) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "key ", key.Quoted(), ": row id ", id, " is not held by this server (rows [", first,
-          ", ", end, ") of ", layout.shape.empty() ? 0 : layout.shape[0], ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("key ", key.Quoted(), ": row id ", id, " is not held by this server (rows [",
+                       first, ", ", end, ") of ", layout.shape.empty() ? 0 : layout.shape[0], ")"));
     }
   }
   return absl::OkStatus();
@@ -75,9 +74,9 @@ absl::Status ServerEngine::CheckSlice(const ValueSlice& s) const {
         options_.max_value_bytes, " bytes"));
   }
   if (s.offset < 0 || s.count < 0 || s.offset > total || s.count > total - s.offset) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key ", s.key.Quoted(), ": slice ", ElementRange(s.offset, s.count),
-        " lies outside a value of shape ", ShapeToString(s.shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("key ", s.key.Quoted(), ": slice ", ElementRange(s.offset, s.count),
+                     " lies outside a value of shape ", ShapeToString(s.shape)));
   }
   return absl::OkStatus();
 }
@@ -91,17 +90,17 @@ absl::Status ServerEngine::CheckBytes(const IncomingValue& value) const {
   std::string encoding;
   if (value.compression.enabled()) {
     if (s.dtype != DType::kFloat32) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "key ", s.key.Quoted(), ": ", CompressionName(value.compression.type),
-          " compression applies to float32 values, not ", DTypeName(s.dtype)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("key ", s.key.Quoted(), ": ", CompressionName(value.compression.type),
+                       " compression applies to float32 values, not ", DTypeName(s.dtype)));
     }
     expected = CompressedBytes(value.compression.type, s.count);
     encoding = absl::StrCat(" compressed with ", CompressionName(value.compression.type));
   }
   if (received != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key ", s.key.Quoted(), ": ", received, " bytes received for ", s.count, " ",
-        DTypeName(s.dtype), " elements", encoding, " (", expected, " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("key ", s.key.Quoted(), ": ", received, " bytes received for ", s.count, " ",
+                     DTypeName(s.dtype), " elements", encoding, " (", expected, " bytes)"));
   }
   return absl::OkStatus();
 }
@@ -115,10 +114,10 @@ absl::StatusOr<const ServerEngine::Part*> ServerEngine::FindPart(const ValueSlic
   }
   const ValueSlice& stored = it->second->layout;
   if (slice.dtype != stored.dtype || slice.shape != stored.shape) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key ", slice.key.Quoted(), ": ", verb, " ", DTypeName(slice.dtype),
-        ShapeToString(slice.shape), " but the stored value is ", DTypeName(stored.dtype),
-        ShapeToString(stored.shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("key ", slice.key.Quoted(), ": ", verb, " ", DTypeName(slice.dtype),
+                     ShapeToString(slice.shape), " but the stored value is ",
+                     DTypeName(stored.dtype), ShapeToString(stored.shape)));
   }
   return it->second.get();
 }
@@ -143,8 +142,8 @@ absl::StatusOr<ServerEngine::Chunk*> ServerEngine::FindChunk(const ValueSlice& s
       " but this server holds [", stored.offset, ", ", stored.offset + stored.count, ")", chunks));
 }
 
-absl::StatusOr<const ServerEngine::Part*> ServerEngine::FindRowPart(
-    const ValueSlice& slice, absl::string_view verb) const {
+absl::StatusOr<const ServerEngine::Part*> ServerEngine::FindRowPart(const ValueSlice& slice,
+                                                                    absl::string_view verb) const {
   ASSIGN_OR_RETURN(const Part* part, FindPart(slice, verb));
   const ValueSlice& stored = part->layout;
   if (stored.shape.empty()) {
@@ -189,10 +188,10 @@ absl::Status ServerEngine::ExpandRowSparse(absl::Span<const IncomingValue> value
     const size_t per_row = sizeof(int64_t) + static_cast<size_t>(row) * element;
     if (value.num_rows < 0 || received % per_row != 0 ||
         static_cast<uint64_t>(value.num_rows) != received / per_row) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "key ", slice.key.Quoted(), ": ", received, " bytes received for ", value.num_rows,
-          " row ids and rows of ", row, " ", DTypeName(slice.dtype), " elements (", per_row,
-          " bytes per row with its id)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("key ", slice.key.Quoted(), ": ", received, " bytes received for ",
+                       value.num_rows, " row ids and rows of ", row, " ", DTypeName(slice.dtype),
+                       " elements (", per_row, " bytes per row with its id)"));
     }
     const auto rows = static_cast<size_t>(value.num_rows);
     std::vector<uint8_t> payload(received);
@@ -202,15 +201,15 @@ absl::Status ServerEngine::ExpandRowSparse(absl::Span<const IncomingValue> value
     RETURN_IF_ERROR(CheckPartRows(slice.key, ids, part->layout));
     const uint8_t* data = payload.data() + rows * sizeof(int64_t);
     for (const auto& chunk : part->chunks) {
-      std::vector<uint8_t>& dense = storage->emplace_back(
-          static_cast<size_t>(chunk->count) * element, 0);
+      std::vector<uint8_t>& dense =
+          storage->emplace_back(static_cast<size_t>(chunk->count) * element, 0);
       const int64_t lo = chunk->offset, hi = chunk->offset + chunk->count;
       for (size_t i = 0; i < rows; ++i) {
         const int64_t begin = std::max(lo, ids[i] * row);
         const int64_t end = std::min(hi, (ids[i] + 1) * row);
         if (begin >= end) continue;
-        const Tensor src = View(data + (i * row + (begin - ids[i] * row)) * element,
-                                slice.dtype, end - begin);
+        const Tensor src =
+            View(data + (i * row + (begin - ids[i] * row)) * element, slice.dtype, end - begin);
         Tensor dst = View(dense.data() + static_cast<size_t>(begin - lo) * element, slice.dtype,
                           end - begin);
         RETURN_IF_ERROR(AddInto(src, &dst));
@@ -242,13 +241,15 @@ absl::StatusOr<Tensor> ServerEngine::PullRows(uint64_t node_id, const ValueSlice
   const int64_t room =
       std::max<int64_t>(0, options_.max_value_bytes - std::max<int64_t>(0, reply_bytes));
   if (row_bytes > 0 && static_cast<int64_t>(row_ids.size()) > room / row_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "key ", slice.key.Quoted(), ": ", row_ids.size(), " rows of a ", DTypeName(slice.dtype),
-        ShapeToString(slice.shape), " value (", row_bytes, " bytes each) make a reply bigger "
-        "than the largest value this server sends, ", options_.max_value_bytes, " bytes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("key ", slice.key.Quoted(), ": ", row_ids.size(), " rows of a ",
+                     DTypeName(slice.dtype), ShapeToString(slice.shape), " value (", row_bytes,
+                     " bytes each) make a reply bigger "
+                     "than the largest value this server sends, ",
+                     options_.max_value_bytes, " bytes"));
   }
-  Tensor rows = Tensor::Zeros(slice.dtype, RowShape(slice.shape,
-                                                    static_cast<int64_t>(row_ids.size())));
+  Tensor rows =
+      Tensor::Zeros(slice.dtype, RowShape(slice.shape, static_cast<int64_t>(row_ids.size())));
   auto* out = static_cast<uint8_t*>(rows.data());
   for (size_t i = 0; i < row_ids.size(); ++i) {
     // A row may span chunks: copy it piece by piece, each under its chunk's lock.
@@ -259,8 +260,9 @@ absl::StatusOr<Tensor> ServerEngine::PullRows(uint64_t node_id, const ValueSlice
           *part->chunks[static_cast<size_t>((e - part->layout.offset) / part->chunk_elements)];
       const int64_t take = std::min(end, chunk.offset + chunk.count) - e;
       ChunkLock lock(chunk);
-      std::memcpy(out, static_cast<const uint8_t*>(chunk.stored.data()) +
-                           static_cast<size_t>(e - chunk.offset) * element,
+      std::memcpy(out,
+                  static_cast<const uint8_t*>(chunk.stored.data()) +
+                      static_cast<size_t>(e - chunk.offset) * element,
                   static_cast<size_t>(take) * element);
       out += static_cast<size_t>(take) * element;
       e += take;

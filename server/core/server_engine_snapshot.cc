@@ -1,7 +1,5 @@
 // ServerEngine: checkpoints - Snapshot and Restore of the stored parts - and the updater's
 // state (SaveUpdaterState, LoadUpdaterState).
-#include "server/core/server_engine.h"
-
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -9,15 +7,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/core/server_engine.h"
 
 namespace kvstore {
 
 absl::StatusOr<EngineSnapshot> ServerEngine::Snapshot() const {
   absl::MutexLock lock(&mu_);
   if (open_rounds_ > 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        open_rounds_, " dist_sync rounds are open (waiting for other workers' pushes); "
-        "checkpoint between rounds, e.g. after WaitAll and Barrier on every worker"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(open_rounds_,
+                     " dist_sync rounds are open (waiting for other workers' pushes); "
+                     "checkpoint between rounds, e.g. after WaitAll and Barrier on every worker"));
   }
   EngineSnapshot snapshot;
   for (const auto& [key, part] : parts_) {

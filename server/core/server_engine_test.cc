@@ -2,9 +2,8 @@
 // updater changes between rounds.
 #include "server/core/server_engine.h"
 
-#include <vector>
-
 #include <catch2/catch.hpp>
+#include <vector>
 
 #include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
@@ -44,8 +43,7 @@ TEST_CASE("ServerEngine: a dist_sync round applies the sum once and then acknowl
       // Nobody is acknowledged before the last worker's push completes the round.
       REQUIRE(acknowledged == (w + 1 == workers.size() ? 3 : 0));
     }
-    REQUIRE(MaxAbsDiff(PullAll(*engine, 5, init), expected) <=
-            testing::Tolerance(dtype, 3, 4));
+    REQUIRE(MaxAbsDiff(PullAll(*engine, 5, init), expected) <= testing::Tolerance(dtype, 3, 4));
   }
 }
 

@@ -2,9 +2,8 @@
 #include "server/core/server_engine_test_util.h"
 
 #include <algorithm>
-#include <utility>
-
 #include <catch2/catch.hpp>
+#include <utility>
 
 #include "common/store/updater.h"
 #include "tests/test_util.h"
@@ -29,8 +28,8 @@ std::unique_ptr<ServerEngine> NewEngine(bool sync, std::vector<uint64_t> workers
 }
 
 std::vector<double> PullAll(ServerEngine& engine, const Key& key, const Tensor& like) {
-  auto pulled = engine.Pull(2, {ValueSlice{key, like.dtype(), like.shape(), 0,
-                                           like.num_elements()}});
+  auto pulled =
+      engine.Pull(2, {ValueSlice{key, like.dtype(), like.shape(), 0, like.num_elements()}});
   REQUIRE(pulled.ok());
   return ToDoubles((*pulled)[0]);
 }

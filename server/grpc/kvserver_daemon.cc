@@ -2,7 +2,6 @@
 
 #include <grpcpp/client_context.h>
 #include <grpcpp/server_builder.h>
-
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -18,11 +17,11 @@
 #include "common/job_auth.h"
 #include "common/logging.h"
 #include "common/named_thread.h"
-#include "common/unreachable_retry.h"
 #include "common/status_macros.h"
 #include "common/store/optimizer.h"
-#include "server/core/server_backend.h"
 #include "common/store/sgd_updater.h"
+#include "common/unreachable_retry.h"
+#include "server/core/server_backend.h"
 
 namespace kvstore {
 namespace {
@@ -55,10 +54,10 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
   }
   if (options.advertise_host.empty()) options.advertise_host = options.host;
   if (IsWildcardHost(options.advertise_host)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the kvserver would advertise the wildcard address ", options.advertise_host,
-        ", which no worker can connect to: set --advertise_host (or DMLC_NODE_HOST, "
-        "DMLC_INTERFACE)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the kvserver would advertise the wildcard address ", options.advertise_host,
+                     ", which no worker can connect to: set --advertise_host (or DMLC_NODE_HOST, "
+                     "DMLC_INTERFACE)"));
   }
   if (options.serving_threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -75,7 +74,8 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
   if (options.max_value_bytes < 1 || options.memory_budget_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_value_bytes must be positive and memory_budget_bytes >= 0 (0: half of the "
-        "machine's memory), not ", options.max_value_bytes, " and ", options.memory_budget_bytes));
+        "machine's memory), not ",
+        options.max_value_bytes, " and ", options.memory_budget_bytes));
   }
   if (options.memory_budget_bytes == 0) options.memory_budget_bytes = HalfPhysicalMemory();
   ASSIGN_OR_RETURN(std::shared_ptr<const CheckpointRoot> checkpoint_root,
@@ -110,8 +110,7 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
     return absl::UnavailableError(absl::StrCat("kvserver cannot listen on ", listen));
   }
   if (!daemon->options_.trace_file.empty()) {
-    ASSIGN_OR_RETURN(daemon->trace_,
-                     TraceWriter::Open(daemon->options_.trace_file, "kvserver"));
+    ASSIGN_OR_RETURN(daemon->trace_, TraceWriter::Open(daemon->options_.trace_file, "kvserver"));
   }
   if (daemon->options_.metrics_port >= 0) {
     daemon->AddCollectors();
@@ -134,14 +133,16 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
   if (bound != daemon->address()) {
     spdlog::info("kvserver advertised to the job as {}", daemon->address());
   }
-  spdlog::info("kvserver limits: values up to {} bytes, {} bytes held at most, requests up to "
-               "{} bytes, {} bytes of gRPC buffers",
-               daemon->options_.max_value_bytes, daemon->options_.memory_budget_bytes,
-               limits.max_receive_bytes, limits.memory_quota_bytes);
+  spdlog::info(
+      "kvserver limits: values up to {} bytes, {} bytes held at most, requests up to "
+      "{} bytes, {} bytes of gRPC buffers",
+      daemon->options_.max_value_bytes, daemon->options_.memory_budget_bytes,
+      limits.max_receive_bytes, limits.memory_quota_bytes);
   const std::string& root = daemon->checkpoint_root_->path();
   if (root == "/") {
-    spdlog::warn("kvserver checkpoint root is /: checkpoints may go anywhere this user can "
-                 "write; set --checkpoint_root");
+    spdlog::warn(
+        "kvserver checkpoint root is /: checkpoints may go anywhere this user can "
+        "write; set --checkpoint_root");
   } else {
     spdlog::info("kvserver checkpoint root {}", root);
   }
@@ -285,7 +286,8 @@ absl::Status KVServerDaemon::RegisterAndServe() {
                        !options_.security.secret.empty(), interval);
   if (!registration.replaced_address().empty()) RefuseLostUpdates(registration, backends, beat);
   ServerEngine* engine = backends.primary->engine.get();
-  ServerEngine* backup_engine = backends.backup != nullptr ? backends.backup->engine.get() : nullptr;
+  ServerEngine* backup_engine =
+      backends.backup != nullptr ? backends.backup->engine.get() : nullptr;
   service_.SetBackend(std::move(backends.primary), MakeVerifier(registration),
                       std::move(backends.backup));
   health_->SetServing(true);
@@ -354,26 +356,26 @@ absl::StatusOr<KVServerDaemon::Backends> KVServerDaemon::MakeBackends(
   const uint64_t join_epoch = registration.join_epoch();
   if (join_epoch > 0) {
     if (!spec.restore_dir.empty()) {
-      spdlog::warn("kvserver rank {}: joining a running job with replicas: its shards are "
-                   "copied from the servers that hold them, not restored from {}",
-                   registration.rank(), spec.restore_dir);
+      spdlog::warn(
+          "kvserver rank {}: joining a running job with replicas: its shards are "
+          "copied from the servers that hold them, not restored from {}",
+          registration.rank(), spec.restore_dir);
     }
     spec.restore_dir.clear();
   }
   if (metrics_http_ != nullptr || trace_ != nullptr) {
     spec.round_observer = metrics_.ForJob(spec.worker_node_ids, trace_.get());
     absl::MutexLock lock(&info_mu_);
-    info_ = {{"rank", absl::StrCat(registration.rank())},
-             {"mode", view.mode()},
-             {"address", address()}};
+    info_ = {
+        {"rank", absl::StrCat(registration.rank())}, {"mode", view.mode()}, {"address", address()}};
   }
   Backends backends;
   ASSIGN_OR_RETURN(backends.primary, MakeServerBackend(spec));
   if (!spec.restore_dir.empty()) {
-    spdlog::info("kvserver rank {} restored {} keys from {}", registration.rank(),
-                 backends.primary->engine->stats().num_keys,
-                 CheckpointPath(checkpoint_root_->PathOf(options_.restore_dir),
-                                registration.rank()));
+    spdlog::info(
+        "kvserver rank {} restored {} keys from {}", registration.rank(),
+        backends.primary->engine->stats().num_keys,
+        CheckpointPath(checkpoint_root_->PathOf(options_.restore_dir), registration.rank()));
   }
   // With replicas, this server also holds the backup of the previous rank's shard: a second
   // engine of that rank, restored from the same set, served through the Backup methods.
@@ -391,11 +393,11 @@ absl::StatusOr<KVServerDaemon::Backends> KVServerDaemon::MakeBackends(
     if (backends.backup != nullptr) {
       backends.backup->engine->SetViewFloor(join_epoch, /*reads_too=*/true);
     }
-    spdlog::info("kvserver rank {} (node {}) replaces a dead server of the running job: the "
-                 "scheduler copies shards {} and {} into it, then publishes it at view epoch {}",
-                 registration.rank(), registration.node_id(), registration.rank(),
-                 (registration.rank() + view.num_servers() - 1) % view.num_servers(),
-                 join_epoch);
+    spdlog::info(
+        "kvserver rank {} (node {}) replaces a dead server of the running job: the "
+        "scheduler copies shards {} and {} into it, then publishes it at view epoch {}",
+        registration.rank(), registration.node_id(), registration.rank(),
+        (registration.rank() + view.num_servers() - 1) % view.num_servers(), join_epoch);
   }
   return backends;
 }
@@ -421,8 +423,8 @@ void KVServerDaemon::RefuseLostUpdates(const proto::RegisterResponse& registrati
       "kvserver rank ", registration.rank(), " took the place of the server at ",
       registration.replaced_address(), ", which died, and ",
       controller->restored_round() >= 0
-          ? absl::StrCat("restored checkpoint ", controller->restored_checkpoint(),
-                         " at round ", controller->restored_round())
+          ? absl::StrCat("restored checkpoint ", controller->restored_checkpoint(), " at round ",
+                         controller->restored_round())
           : std::string("restored no checkpoint"),
       ": the updates that server acknowledged since are lost, so it refuses every data "
       "request; restart the job from a checkpoint"));
@@ -437,8 +439,7 @@ void KVServerDaemon::RefuseLostUpdates(const proto::RegisterResponse& registrati
 
 absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& registration,
                                                 const Heartbeat& beat, absl::Duration interval,
-                                                ServerEngine* engine,
-                                                ServerEngine* backup_engine) {
+                                                ServerEngine* engine, ServerEngine* backup_engine) {
   const proto::ClusterView& view = registration.view();
   absl::Time last_contact = absl::Now();
   int left_workers = 0;  // How many workers had left the job at the last heartbeat.
@@ -456,8 +457,8 @@ absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& r
     }
     last_contact = absl::Now();
     if (!reply.join_failure().empty()) {
-      spdlog::error("kvserver rank {}: joining the running job failed: {}",
-                    registration.rank(), reply.join_failure());
+      spdlog::error("kvserver rank {}: joining the running job failed: {}", registration.rank(),
+                    reply.join_failure());
       return absl::AbortedError(
           absl::StrCat("joining the running job failed: ", reply.join_failure()));
     }
@@ -468,17 +469,17 @@ absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& r
                                        reply.left_worker_node_ids().end());
       int64_t completed = engine->DropWorkers(left);
       if (backup_engine != nullptr) completed += backup_engine->DropWorkers(left);
-      spdlog::warn("kvserver rank {}: workers (node ids) {} have left the job; rounds now wait "
-                   "for the {} remaining workers ({} open rounds completed without them)",
-                   registration.rank(), absl::StrJoin(left, ", "),
-                   view.num_workers() - static_cast<int>(engine->dropped_workers()), completed);
+      spdlog::warn(
+          "kvserver rank {}: workers (node ids) {} have left the job; rounds now wait "
+          "for the {} remaining workers ({} open rounds completed without them)",
+          registration.rank(), absl::StrJoin(left, ", "),
+          view.num_workers() - static_cast<int>(engine->dropped_workers()), completed);
     }
     if (reply.shutdown() && reply.job_failed()) {
       // Answer the pushes still waiting for a round, naming why, before exiting non-zero.
       engine->FailRounds(reply.failure());
       if (backup_engine != nullptr) backup_engine->FailRounds(reply.failure());
-      spdlog::error("kvserver rank {}: the job failed: {}", registration.rank(),
-                    reply.failure());
+      spdlog::error("kvserver rank {}: the job failed: {}", registration.rank(), reply.failure());
       absl::SleepFor(std::max(interval, absl::Milliseconds(500)));
       return absl::AbortedError(absl::StrCat("the job failed: ", reply.failure()));
     }

@@ -31,12 +31,12 @@
 #include "common/metrics_registry.h"
 #include "common/request_signature.h"
 #include "common/security_options.h"
+#include "common/store/updater.h"
 #include "common/trace_writer.h"
 #include "proto/kvstore.grpc.pb.h"
 #include "server/core/controller.h"
 #include "server/core/server_backend.h"
 #include "server/core/server_engine.h"
-#include "common/store/updater.h"
 #include "server/grpc/kvserver_metrics.h"
 #include "server/grpc/kvserver_service.h"
 

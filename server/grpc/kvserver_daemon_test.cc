@@ -24,9 +24,9 @@ TEST_CASE("KVServerDaemon: serving options out of range are refused, naming the 
     int threads;
     absl::Duration poll;
   };
-  for (const Bad& bad : {Bad{"serving_threads", -1, absl::Microseconds(250)},
-                         Bad{"serving_poll", 1, absl::Microseconds(-1)},
-                         Bad{"serving_poll", 1, absl::Seconds(2)}}) {
+  for (const Bad& bad :
+       {Bad{"serving_threads", -1, absl::Microseconds(250)},
+        Bad{"serving_poll", 1, absl::Microseconds(-1)}, Bad{"serving_poll", 1, absl::Seconds(2)}}) {
     INFO(bad.name << " " << bad.threads << " " << absl::FormatDuration(bad.poll));
     KVServerOptions options = Unregistered();
     options.serving_threads = bad.threads;
@@ -50,8 +50,8 @@ TEST_CASE("KVServerDaemon: limits out of range are refused, naming them", "[kvse
 }
 
 TEST_CASE("KVServerDaemon: serving_poll from zero to one second starts a server", "[kvserver]") {
-  for (const absl::Duration poll : {absl::ZeroDuration(), absl::Microseconds(250),
-                                    absl::Seconds(1)}) {
+  for (const absl::Duration poll :
+       {absl::ZeroDuration(), absl::Microseconds(250), absl::Seconds(1)}) {
     INFO(absl::FormatDuration(poll));
     KVServerOptions options = Unregistered();
     options.serving_poll = poll;

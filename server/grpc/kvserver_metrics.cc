@@ -70,8 +70,8 @@ void KVServerMetrics::RecordCall(int method, absl::StatusCode code, size_t reque
   calls_.Record(static_cast<ServerMethod>(method), code, request_bytes, response_bytes, latency);
 }
 
-std::shared_ptr<RoundObserver> KVServerMetrics::ForJob(
-    const std::vector<uint64_t>& worker_node_ids, TraceWriter* trace) {
+std::shared_ptr<RoundObserver> KVServerMetrics::ForJob(const std::vector<uint64_t>& worker_node_ids,
+                                                       TraceWriter* trace) {
   return std::make_shared<RoundMetrics>(registry_, worker_node_ids, trace);
 }
 

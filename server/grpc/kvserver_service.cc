@@ -52,8 +52,8 @@ class KVServerService::Call final : public ServingTag {
   // with serving not stopped.
   static void Ask(KVServerService* service, int method, grpc::ServerCompletionQueue* cq) {
     auto* call = new Call(service, method, cq);
-    service->RequestAsyncUnary(method, &call->context_, &call->request_, &call->responder_, cq,
-                               cq, static_cast<ServingTag*>(call));
+    service->RequestAsyncUnary(method, &call->context_, &call->request_, &call->responder_, cq, cq,
+                               static_cast<ServingTag*>(call));
   }
 
   // Proceed runs for each event of the call: its arrival (kOther), then its finish, and says
@@ -66,8 +66,7 @@ class KVServerService::Call final : public ServingTag {
       const bool small = finishing_ && ok && response_bytes < kSmallReplyBytes;
       if (finishing_ && service_->metrics_ != nullptr) {
         service_->metrics_->RecordCall(method_ % kNumServerMethods, code_, request_bytes,
-                                       response_bytes,
-                                       absl::Now() - started_);
+                                       response_bytes, absl::Now() - started_);
       }
       delete this;
       return small ? Event::kSmallEnded : Event::kEnded;
@@ -161,9 +160,14 @@ void KVServerService::Serve(grpc::ServerCompletionQueue* cq, absl::Duration poll
       return;
     }
     switch (static_cast<ServingTag*>(tag)->Proceed(ok)) {
-      case ServingTag::Event::kOther: break;  // A call's arrival (its finish follows).
-      case ServingTag::Event::kSmallEnded: poll_until = absl::Now() + poll; break;
-      case ServingTag::Event::kEnded: poll_until = absl::InfinitePast(); break;
+      case ServingTag::Event::kOther:
+        break;  // A call's arrival (its finish follows).
+      case ServingTag::Event::kSmallEnded:
+        poll_until = absl::Now() + poll;
+        break;
+      case ServingTag::Event::kEnded:
+        poll_until = absl::InfinitePast();
+        break;
     }
   }
 }

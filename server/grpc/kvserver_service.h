@@ -32,8 +32,8 @@
 #include "common/request_signature.h"
 #include "common/serving_tag.h"
 #include "proto/kvstore.grpc.pb.h"
-#include "server/grpc/kvserver_metrics.h"
 #include "server/core/request_handler.h"
+#include "server/grpc/kvserver_metrics.h"
 
 namespace kvstore {
 
@@ -41,12 +41,11 @@ using RawAsyncKVServerService = proto::KVServer::WithRawMethod_Init<
     proto::KVServer::WithRawMethod_Push<proto::KVServer::WithRawMethod_Pull<
         proto::KVServer::WithRawMethod_PushPull<proto::KVServer::WithRawMethod_RowSparsePull<
             proto::KVServer::WithRawMethod_Command<proto::KVServer::WithRawMethod_BackupInit<
-                proto::KVServer::WithRawMethod_BackupPush<
-                    proto::KVServer::WithRawMethod_BackupPull<
-                        proto::KVServer::WithRawMethod_BackupPushPull<
-                            proto::KVServer::WithRawMethod_BackupRowSparsePull<
-                                proto::KVServer::WithRawMethod_BackupCommand<
-                                    proto::KVServer::Service>>>>>>>>>>>>;
+                proto::KVServer::WithRawMethod_BackupPush<proto::KVServer::WithRawMethod_BackupPull<
+                    proto::KVServer::WithRawMethod_BackupPushPull<
+                        proto::KVServer::WithRawMethod_BackupRowSparsePull<
+                            proto::KVServer::WithRawMethod_BackupCommand<
+                                proto::KVServer::Service>>>>>>>>>>>>;
 
 class KVServerService final : public RawAsyncKVServerService {
  public:

@@ -12,19 +12,16 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "common/state_file.h"
 #include "common/server_commands.h"
+#include "common/state_file.h"
 #include "common/status_macros.h"
 #include "proto/kvstore.pb.h"
 
 namespace kvstore {
-namespace {
+namespace {}  // namespace
 
-
-}  // namespace
-
-CheckpointCoordinator::CheckpointCoordinator(CheckpointCoordinatorOptions options,
-                                             ServerCall call, View view, Ready ready)
+CheckpointCoordinator::CheckpointCoordinator(CheckpointCoordinatorOptions options, ServerCall call,
+                                             View view, Ready ready)
     : options_(std::move(options)),
       call_(std::move(call)),
       view_(std::move(view)),
@@ -55,9 +52,7 @@ void CheckpointCoordinator::Loop() {
     Pending pending;
     {
       absl::MutexLock lock(&mu_);
-      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_ || !queue_.empty();
-      };
+      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
       mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Milliseconds(100));
       if (stop_) {
         for (Pending& p : queue_) {
@@ -88,8 +83,8 @@ absl::StatusOr<int64_t> CheckpointCoordinator::MaxRound(int num_servers) {
     ASSIGN_OR_RETURN(std::string reply, call_(rank, kCommandMaxRound, ""));
     int64_t round = 0;
     if (!absl::SimpleAtoi(reply, &round)) {
-      return absl::InternalError(absl::StrCat("server ", rank, " replied \"", reply,
-                                              "\" for its round"));
+      return absl::InternalError(
+          absl::StrCat("server ", rank, " replied \"", reply, "\" for its round"));
     }
     max_round = std::max(max_round, round);
   }
@@ -103,8 +98,8 @@ void CheckpointCoordinator::Periodic() {
     last_time_ = absl::Now();
     return;
   }
-  bool due = options_.every_time > absl::ZeroDuration() &&
-             absl::Now() - last_time_ >= options_.every_time;
+  bool due =
+      options_.every_time > absl::ZeroDuration() && absl::Now() - last_time_ >= options_.every_time;
   if (!due && options_.every_rounds > 0) {
     absl::StatusOr<int64_t> round = MaxRound(view->num_servers);
     if (!round.ok()) return;
@@ -133,8 +128,8 @@ void CheckpointCoordinator::Periodic() {
   }
 }
 
-void CheckpointCoordinator::Abort(int num_servers, const std::string& id,
-                                  const std::string& dir, bool committed) {
+void CheckpointCoordinator::Abort(int num_servers, const std::string& id, const std::string& dir,
+                                  bool committed) {
   for (int rank = 0; rank < num_servers; ++rank) {
     absl::StatusOr<std::string> aborted = call_(rank, kCommandCutAbort, absl::StrCat(id, " ", dir));
     if (committed && aborted.ok()) aborted = call_(rank, kCommandCutAbort, "remove " + dir);
@@ -145,8 +140,7 @@ void CheckpointCoordinator::Abort(int num_servers, const std::string& id,
   }
 }
 
-absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(
-    const std::string& dir) {
+absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(const std::string& dir) {
   const std::string id = absl::StrCat(options_.job_id, "-", ++sequence_);
   const std::string trimmed(absl::StripAsciiWhitespace(dir));
   if (trimmed.empty()) {
@@ -167,8 +161,8 @@ absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(
     absl::StatusOr<std::string> reply = call_(rank, kCommandCutBegin, id);
     int64_t server_round = 0;
     if (reply.ok() && !absl::SimpleAtoi(*reply, &server_round)) {
-      reply = absl::InternalError(absl::StrCat("server ", rank, " replied \"", *reply,
-                                               "\" for its round"));
+      reply = absl::InternalError(
+          absl::StrCat("server ", rank, " replied \"", *reply, "\" for its round"));
     }
     if (!reply.ok()) return fail(reply.status());
     round = std::max(round, server_round);
@@ -189,8 +183,8 @@ absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(
   const absl::Time deadline = started + options_.cut_timeout;
   for (int rank = 0; rank < num_servers; ++rank) {
     for (;;) {
-      absl::StatusOr<std::string> reply =
-          call_(rank, kCommandCutWrite, absl::StrCat(id, " ", round, " ", options_.job_id, " ", trimmed));
+      absl::StatusOr<std::string> reply = call_(
+          rank, kCommandCutWrite, absl::StrCat(id, " ", round, " ", options_.job_id, " ", trimmed));
       if (!reply.ok()) return fail(reply.status());
       if (absl::StartsWith(*reply, "written ")) {
         std::vector<std::string> f = absl::StrSplit(*reply, ' ');
@@ -209,8 +203,8 @@ absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(
       }
       if (absl::Now() > deadline) {
         return fail(absl::DeadlineExceededError(absl::StrCat(
-            "checkpoint ", id, " into ", trimmed, ": server ", rank, " did not reach round ",
-            round, " within ", absl::FormatDuration(options_.cut_timeout), ": ", *reply,
+            "checkpoint ", id, " into ", trimmed, ": server ", rank, " did not reach round ", round,
+            " within ", absl::FormatDuration(options_.cut_timeout), ": ", *reply,
             " (a checkpoint cuts every key at one round: keys pushed less often than the "
             "others hold it back)")));
       }
@@ -232,8 +226,8 @@ absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(
     if (!reply.ok()) return fail(reply.status());
   }
   last_round_ = std::max(last_round_, round);
-  spdlog::info("checkpoint {} into {}: every key at round {} ({} servers, {})", id, trimmed,
-               round, num_servers, absl::FormatDuration(absl::Now() - started));
+  spdlog::info("checkpoint {} into {}: every key at round {} ({} servers, {})", id, trimmed, round,
+               num_servers, absl::FormatDuration(absl::Now() - started));
   return paths;
 }
 

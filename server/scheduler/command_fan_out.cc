@@ -57,37 +57,37 @@ void CommandFanOut::FanOut(int head, const std::string& body, Replies done) {
   for (const ShardCopy& copy : copies) {
     const ServerEntry server = view->servers[copy.server];
     const size_t i = copy.shard + (copy.backup ? num_shards : 0);
-    channel_->Send(server.address, copy.backup, head, body,
-                   [state, server, i, num_shards](absl::StatusOr<std::string> reply) {
-                     bool last;
-                     {
-                       absl::MutexLock lock(&state->mu);
-                       if (reply.ok()) {
-                         state->replies[i] = *std::move(reply);
-                       } else if (state->first_error.ok()) {
-                         state->first_error = absl::Status(
-                             reply.status().code(),
-                             absl::StrCat("server ", server.rank, " at ", server.address, ": ",
-                                          reply.status().message()));
-                       }
-                       last = --state->remaining == 0;
-                     }
-                     if (!last) return;
-                     if (!state->first_error.ok()) return state->done(state->first_error);
-                     std::vector<std::string> replies;
-                     replies.reserve(num_shards);
-                     for (size_t shard = 0; shard < num_shards; ++shard) {
-                       replies.push_back(state->replies[shard].empty()
-                                             ? state->replies[shard + num_shards]
-                                             : state->replies[shard]);
-                     }
-                     state->done(std::move(replies));
-                   });
+    channel_->Send(
+        server.address, copy.backup, head, body,
+        [state, server, i, num_shards](absl::StatusOr<std::string> reply) {
+          bool last;
+          {
+            absl::MutexLock lock(&state->mu);
+            if (reply.ok()) {
+              state->replies[i] = *std::move(reply);
+            } else if (state->first_error.ok()) {
+              state->first_error =
+                  absl::Status(reply.status().code(),
+                               absl::StrCat("server ", server.rank, " at ", server.address, ": ",
+                                            reply.status().message()));
+            }
+            last = --state->remaining == 0;
+          }
+          if (!last) return;
+          if (!state->first_error.ok()) return state->done(state->first_error);
+          std::vector<std::string> replies;
+          replies.reserve(num_shards);
+          for (size_t shard = 0; shard < num_shards; ++shard) {
+            replies.push_back(state->replies[shard].empty() ? state->replies[shard + num_shards]
+                                                            : state->replies[shard]);
+          }
+          state->done(std::move(replies));
+        });
   }
 }
 
-absl::StatusOr<std::string> CommandFanOut::Call(const std::string& address, bool backup,
-                                                int head, const std::string& body) {
+absl::StatusOr<std::string> CommandFanOut::Call(const std::string& address, bool backup, int head,
+                                                const std::string& body) {
   absl::Notification finished;
   absl::StatusOr<std::string> result;
   channel_->Send(address, backup, head, body, [&](absl::StatusOr<std::string> reply) {
@@ -98,8 +98,7 @@ absl::StatusOr<std::string> CommandFanOut::Call(const std::string& address, bool
   return result;
 }
 
-absl::StatusOr<std::string> CommandFanOut::CallServer(int rank, int head,
-                                                      const std::string& body) {
+absl::StatusOr<std::string> CommandFanOut::CallServer(int rank, int head, const std::string& body) {
   ASSIGN_OR_RETURN(const ClusterView view, core_->view());
   if (rank < 0 || rank >= static_cast<int>(view.servers.size())) {
     return absl::InvalidArgumentError(absl::StrCat("no server of rank ", rank));
@@ -123,9 +122,8 @@ absl::StatusOr<std::string> CommandFanOut::CallAddress(const std::string& addres
   absl::StatusOr<std::string> reply = Call(address, backup, head, body);
   if (!reply.ok()) {
     return absl::Status(reply.status().code(),
-                        absl::StrCat("the server at ", address,
-                                     backup ? " (its backup shard)" : "", ": ",
-                                     reply.status().message()));
+                        absl::StrCat("the server at ", address, backup ? " (its backup shard)" : "",
+                                     ": ", reply.status().message()));
   }
   return reply;
 }

@@ -3,14 +3,13 @@
 // of replies by address, answering on threads of its own as gRPC's would.
 #include "server/scheduler/command_fan_out.h"
 
+#include <catch2/catch.hpp>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -93,22 +92,23 @@ TEST_CASE("CommandFanOut: every server, one reply per shard in rank order", "[sc
   auto replies = FanOutAndWait(&commands, 2, "hello");
   INFO(replies.status().ToString());
   REQUIRE(replies.ok());
-  CHECK(*replies == std::vector<std::string>{"R@127.0.0.1:20000", "R@127.0.0.1:20001",
-                                             "R@127.0.0.1:20002"});
+  CHECK(*replies ==
+        std::vector<std::string>{"R@127.0.0.1:20000", "R@127.0.0.1:20001", "R@127.0.0.1:20002"});
   CHECK(table.sent().size() == 3);
   CHECK(table.last_head_ == 2);
   CHECK(table.last_body_ == "hello");
 }
 
-TEST_CASE("CommandFanOut: with replicas, backups too; a dead server's shard answered by its "
-          "backup",
-          "[scheduler]") {
+TEST_CASE(
+    "CommandFanOut: with replicas, backups too; a dead server's shard answered by its "
+    "backup",
+    "[scheduler]") {
   auto core = Job(3, 2);
   Table table;
   CommandFanOut commands(core.get(), &table);
   auto all = FanOutAndWait(&commands, 1, "");
   REQUIRE(all.ok());
-  CHECK(table.sent().size() == 6);  // 3 primaries and 3 backups.
+  CHECK(table.sent().size() == 6);          // 3 primaries and 3 backups.
   CHECK((*all)[1] == "R@127.0.0.1:20001");  // The primary's reply wins.
   REQUIRE(core->DeclareServerDead(1, "test", kStart + absl::Seconds(1)).ok());
   Table after;
@@ -139,8 +139,7 @@ TEST_CASE("CommandFanOut: the first error names its server; no servers, UNAVAILA
   CHECK(address.message() == "the server at 127.0.0.1:20001: refused");
 }
 
-TEST_CASE("CommandFanOut: requests held while paused run, in order, when resumed",
-          "[scheduler]") {
+TEST_CASE("CommandFanOut: requests held while paused run, in order, when resumed", "[scheduler]") {
   auto core = Job(1, 1);
   Table table;
   CommandFanOut commands(core.get(), &table);

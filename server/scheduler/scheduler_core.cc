@@ -31,9 +31,9 @@ std::string Plural(int n, absl::string_view noun) {
 absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
     const SchedulerOptions& options) {
   if (options.num_servers < 1 || options.num_workers < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a job needs at least one server and one worker, got ", options.num_servers,
-        " servers and ", options.num_workers, " workers"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a job needs at least one server and one worker, got ", options.num_servers,
+                     " servers and ", options.num_workers, " workers"));
   }
   if (options.register_timeout <= absl::ZeroDuration() ||
       options.barrier_timeout <= absl::ZeroDuration() ||
@@ -111,8 +111,8 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
         mu_.Lock();
         return;
       }
-    } else if (role == NodeRole::kServer && complete_ && !ShutdownLocked() &&
-               requested_rank >= 0 && requested_rank < group_size && !address.empty()) {
+    } else if (role == NodeRole::kServer && complete_ && !ShutdownLocked() && requested_rank >= 0 &&
+               requested_rank < group_size && !address.empty()) {
       replaced = ReplaceServer(requested_rank, address, hostname, now);
     }
     if (replaced.has_value()) {
@@ -126,26 +126,26 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
       error = absl::DeadlineExceededError(
           "the job's registration window has closed (some nodes never came); restart the job");
     } else if (registered >= group_size) {
-      error = absl::FailedPreconditionError(absl::StrCat(
-          "the job already has all its ", Plural(group_size, std::string(RoleName(role))),
-          "; a ", RoleName(role), " from ", hostname.empty() ? "an unnamed host" : hostname,
-          " cannot join"));
+      error = absl::FailedPreconditionError(
+          absl::StrCat("the job already has all its ",
+                       Plural(group_size, std::string(RoleName(role))), "; a ", RoleName(role),
+                       " from ", hostname.empty() ? "an unnamed host" : hostname, " cannot join"));
     } else if (requested_rank < -1 || requested_rank >= group_size) {
-      error = absl::InvalidArgumentError(absl::StrCat(
-          RoleName(role), " asked for rank ", requested_rank, " but ranks are 0..",
-          group_size - 1, " (or -1 for any)"));
+      error = absl::InvalidArgumentError(absl::StrCat(RoleName(role), " asked for rank ",
+                                                      requested_rank, " but ranks are 0..",
+                                                      group_size - 1, " (or -1 for any)"));
     } else if (role == NodeRole::kServer && address.empty()) {
       error = absl::InvalidArgumentError("a server must register the address it serves on");
     } else if (role == NodeRole::kWorker && !mode.empty() && !mode_.empty() && mode != mode_) {
-      error = absl::FailedPreconditionError(absl::StrCat(
-          "a worker from ", hostname.empty() ? "an unnamed host" : hostname, " asked for ", mode,
-          " but the job runs ", mode_));
+      error = absl::FailedPreconditionError(
+          absl::StrCat("a worker from ", hostname.empty() ? "an unnamed host" : hostname,
+                       " asked for ", mode, " but the job runs ", mode_));
     } else {
       for (const auto& [id, rank] : requested_rank_) {
         if (requested_rank >= 0 && rank == requested_rank && nodes_[id].role == role) {
           error = absl::InvalidArgumentError(absl::StrCat(
-              RoleName(role), " rank ", requested_rank, " is already taken by node ", id,
-              " at ", nodes_[id].address.empty() ? nodes_[id].hostname : nodes_[id].address));
+              RoleName(role), " rank ", requested_rank, " is already taken by node ", id, " at ",
+              nodes_[id].address.empty() ? nodes_[id].hostname : nodes_[id].address));
         }
       }
     }
@@ -168,9 +168,8 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
         // waited for the others is not silence.
         for (auto& [id, node] : nodes_) node.last_heartbeat = std::max(node.last_heartbeat, now);
         completed.swap(pending_registrations_);
-        spdlog::info("the job is assembled: {} and {}, {}",
-                     Plural(options_.num_servers, "server"), Plural(options_.num_workers, "worker"),
-                     mode_.empty() ? "dist_sync" : mode_);
+        spdlog::info("the job is assembled: {} and {}, {}", Plural(options_.num_servers, "server"),
+                     Plural(options_.num_workers, "worker"), mode_.empty() ? "dist_sync" : mode_);
       }
     }
   }
@@ -270,8 +269,7 @@ void SchedulerCore::Barrier(uint64_t node_id, int group, absl::Time now, Barrier
     } else if ((group & ~kGroupAll) != 0 || !InGroup(it->second.role, group)) {
       error = absl::InvalidArgumentError(
           absl::StrCat(RoleName(it->second.role), " ", it->second.rank,
-                       " cannot enter a barrier over group ", group, " (", GroupName(group),
-                       ")"));
+                       " cannot enter a barrier over group ", group, " (", GroupName(group), ")"));
     } else if (it->second.left) {
       error = absl::FailedPreconditionError(
           absl::StrCat("worker ", it->second.rank, " (node ", node_id,
@@ -287,12 +285,13 @@ void SchedulerCore::Barrier(uint64_t node_id, int group, absl::Time now, Barrier
         barrier.entered.push_back(node_id);
         barrier.done.push_back(std::move(done));
         if (LivingEntered(barrier) == LivingSize(group)) {
-          spdlog::info("barrier over the {} passed: {} nodes; the last to enter was {} {} after "
-                       "{}", GroupName(group), barrier.entered.size(),
-                       std::string(RoleName(it->second.role)), it->second.rank,
-                       absl::FormatDuration(absl::Trunc(
-                           now - (barrier.deadline - options_.barrier_timeout),
-                           absl::Milliseconds(1))));
+          spdlog::info(
+              "barrier over the {} passed: {} nodes; the last to enter was {} {} after "
+              "{}",
+              GroupName(group), barrier.entered.size(), std::string(RoleName(it->second.role)),
+              it->second.rank,
+              absl::FormatDuration(absl::Trunc(now - (barrier.deadline - options_.barrier_timeout),
+                                               absl::Milliseconds(1))));
           released.swap(barrier.done);
           barriers_.erase(group & (kGroupServers | kGroupWorkers));
         }
@@ -319,8 +318,7 @@ std::string SchedulerCore::MissingFromBarrier(int group, const PendingBarrier& b
   return absl::StrJoin(missing, ", ");
 }
 
-absl::StatusOr<bool> SchedulerCore::Heartbeat(uint64_t node_id, absl::Time now,
-                                              ServerLoad load) {
+absl::StatusOr<bool> SchedulerCore::Heartbeat(uint64_t node_id, absl::Time now, ServerLoad load) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(node_id);
   if (it == nodes_.end()) {
@@ -342,8 +340,8 @@ absl::StatusOr<bool> SchedulerCore::Heartbeat(uint64_t node_id, absl::Time now,
                                  node.address, ", node ", node_id, ")");
       loss.restored =
           load.restored_round >= 0
-              ? absl::StrCat("restarted from checkpoint ", load.restored_checkpoint,
-                             " at round ", load.restored_round)
+              ? absl::StrCat("restarted from checkpoint ", load.restored_checkpoint, " at round ",
+                             load.restored_round)
               : std::string("restarted without a checkpoint (every value it held is lost)");
       loss.restored_round = node.restored_round;
       loss.reported_round = std::max<int64_t>(node.replaced_round, 0);
@@ -415,8 +413,8 @@ bool SchedulerCore::servers_released_or_gone(absl::Time now, absl::Duration gone
   absl::ReaderMutexLock lock(&mu_);
   int done = 0;
   for (const auto& [id, node] : nodes_) {
-    done += node.role == NodeRole::kServer &&
-            (node.released || now - node.last_heartbeat > gone_after);
+    done +=
+        node.role == NodeRole::kServer && (node.released || now - node.last_heartbeat > gone_after);
   }
   return done == options_.num_servers;
 }
@@ -449,8 +447,8 @@ absl::Status SchedulerCore::Finish(uint64_t node_id, absl::Time now, std::string
         node.failed = true;
         node.failure = failure;
         if (failure_.empty()) {
-          failure_ = absl::StrCat("worker ", node.rank, " (node ", node_id, " on ",
-                                  node.hostname, ") failed: ", failure);
+          failure_ = absl::StrCat("worker ", node.rank, " (node ", node_id, " on ", node.hostname,
+                                  ") failed: ", failure);
         }
         // The job cannot go on without it (no round would complete): it fails now, and the
         // workers still running hear why instead of waiting for their deadlines.
@@ -472,16 +470,15 @@ absl::Status SchedulerCore::DeadWorkers(absl::Time now) const {
     if (node.role != NodeRole::kWorker || node.finished || node.left) continue;
     const absl::Duration quiet = now - node.last_heartbeat;
     if (quiet <= options_.heartbeat_timeout) continue;
-    dead.push_back(absl::StrCat("worker ", node.rank, " (node ", id, " on ", node.hostname,
-                                ") has sent no heartbeat for ",
-                                absl::FormatDuration(absl::Trunc(quiet, absl::Milliseconds(100))),
-                                " (heartbeat timeout ",
-                                absl::FormatDuration(options_.heartbeat_timeout), "): it is dead"));
+    dead.push_back(absl::StrCat(
+        "worker ", node.rank, " (node ", id, " on ", node.hostname, ") has sent no heartbeat for ",
+        absl::FormatDuration(absl::Trunc(quiet, absl::Milliseconds(100))), " (heartbeat timeout ",
+        absl::FormatDuration(options_.heartbeat_timeout), "): it is dead"));
   }
   if (dead.empty()) return absl::OkStatus();
   if (options_.elastic && left_workers_ > 0) {
-    dead.push_back(absl::StrCat("no other worker is left (", left_workers_,
-                                " left the elastic job before)"));
+    dead.push_back(
+        absl::StrCat("no other worker is left (", left_workers_, " left the elastic job before)"));
   }
   return absl::AbortedError(absl::StrJoin(dead, "; "));
 }
@@ -494,8 +491,9 @@ void SchedulerCore::FailJob(std::string reason, absl::Time now) {
     if (options_.heartbeat_timeout != absl::InfiniteDuration() &&
         quiet > options_.heartbeat_timeout) {
       node.failed = true;
-      node.failure = absl::StrCat("died: no heartbeat for ",
-                                  absl::FormatDuration(absl::Trunc(quiet, absl::Milliseconds(100))));
+      node.failure =
+          absl::StrCat("died: no heartbeat for ",
+                       absl::FormatDuration(absl::Trunc(quiet, absl::Milliseconds(100))));
     }
   }
   if (failure_.empty()) failure_ = reason;
@@ -533,10 +531,9 @@ absl::Status SchedulerCore::WorkersLost(absl::Time now) const {
     if (node.role != NodeRole::kWorker || node.finished || node.left) continue;
     const absl::Duration quiet = now - node.last_heartbeat;
     if (quiet <= options_.workers_lost_timeout) return absl::OkStatus();
-    silent.push_back(absl::StrCat("worker ", node.rank, " (node ", id, " on ", node.hostname,
-                                  ") last heard ",
-                                  absl::FormatDuration(absl::Trunc(quiet, absl::Seconds(1))),
-                                  " ago"));
+    silent.push_back(
+        absl::StrCat("worker ", node.rank, " (node ", id, " on ", node.hostname, ") last heard ",
+                     absl::FormatDuration(absl::Trunc(quiet, absl::Seconds(1))), " ago"));
   }
   if (silent.empty()) return absl::OkStatus();
   return absl::DeadlineExceededError(absl::StrCat(
@@ -552,9 +549,9 @@ void SchedulerCore::ExpireDeadlines(absl::Time now) {
     absl::MutexLock lock(&mu_);
     if (!complete_ && !pending_registrations_.empty() &&
         now > first_registration_ + options_.register_timeout) {
-      const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
-          "waited ", absl::FormatDuration(options_.register_timeout),
-          " for the job's nodes to register: ", MissingNodes()));
+      const absl::Status status = absl::DeadlineExceededError(
+          absl::StrCat("waited ", absl::FormatDuration(options_.register_timeout),
+                       " for the job's nodes to register: ", MissingNodes()));
       for (PendingRegistration& pending : pending_registrations_) {
         failed_registrations.emplace_back(std::move(pending.done), status);
       }
@@ -567,10 +564,10 @@ void SchedulerCore::ExpireDeadlines(absl::Time now) {
         ++it;
         continue;
       }
-      const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
-          "barrier over ", GroupName(it->first), " waited ",
-          absl::FormatDuration(options_.barrier_timeout), "; still missing: ",
-          MissingFromBarrier(it->first, it->second)));
+      const absl::Status status = absl::DeadlineExceededError(
+          absl::StrCat("barrier over ", GroupName(it->first), " waited ",
+                       absl::FormatDuration(options_.barrier_timeout),
+                       "; still missing: ", MissingFromBarrier(it->first, it->second)));
       for (BarrierDone& done : it->second.done) {
         failed_barriers.emplace_back(std::move(done), status);
       }

@@ -88,7 +88,7 @@ struct ServerEntry {
 struct ClusterView {
   int num_servers = 0;
   int num_workers = 0;
-  std::vector<ServerEntry> servers;  // In rank order.
+  std::vector<ServerEntry> servers;       // In rank order.
   std::vector<uint64_t> worker_node_ids;  // In rank order.
   int64_t big_value_bound = 0;
   int64_t chunk_bytes = 0;
@@ -344,9 +344,8 @@ class SchedulerCore {
   }
   // HoldReplacement parks a registration for the rank of server `holder`, which heartbeats say
   // is alive, as a PendingReplacement (ExpireDeadlines retries it), logging what it waits for.
-  void HoldReplacement(const NodeInfo& holder, int rank, std::string address,
-                       std::string hostname, absl::Time now, RegisterDone done)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HoldReplacement(const NodeInfo& holder, int rank, std::string address, std::string hostname,
+                       absl::Time now, RegisterDone done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RetryReplacements gives each pending replacement its rank once its holder counts as dead,
   // moving the registration into `*replaced`, or fails it once past its deadline (or when the
   // job is over) into `*failed`.
@@ -357,13 +356,14 @@ class SchedulerCore {
   // HeardFrom: server `node` counts as alive - not declared dead, not being replaced, and
   // heard from within two heartbeat intervals.
   bool HeardFrom(const NodeInfo& node, absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return !node.dead && !node.joining && now - node.last_heartbeat <= 2 * options_.heartbeat_interval;
+    return !node.dead && !node.joining &&
+           now - node.last_heartbeat <= 2 * options_.heartbeat_interval;
   }
   // ServerOfRank returns the registered server of `rank`, or null.
   const NodeInfo* ServerOfRank(int rank) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // (The analysis cannot see that the const overload's mu_ is this one's.)
-  NodeInfo* ServerOfRank(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_)
-      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  NodeInfo* ServerOfRank(int rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return const_cast<NodeInfo*>(std::as_const(*this).ServerOfRank(rank));
   }
   // TakeOverRank replaces node `old` by a new node of its role and rank at `address` (a new
@@ -415,7 +415,7 @@ class SchedulerCore {
   int left_workers_ ABSL_GUARDED_BY(mu_) = 0;
   std::string mode_ ABSL_GUARDED_BY(mu_);
   std::string shutdown_reason_ ABSL_GUARDED_BY(mu_);  // Set by RequestShutdown.
-  std::string failure_ ABSL_GUARDED_BY(mu_);  // Set by FailJob or a failed worker's Finish.
+  std::string failure_ ABSL_GUARDED_BY(mu_);          // Set by FailJob or a failed worker's Finish.
   std::vector<LostUpdates> data_loss_ ABSL_GUARDED_BY(mu_);
   // The view epoch published (CompleteJoin) and the last one given to a joining server.
   uint64_t view_epoch_ ABSL_GUARDED_BY(mu_) = 0;

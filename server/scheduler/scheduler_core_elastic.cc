@@ -30,9 +30,10 @@ void SchedulerCore::LeaveLocked(NodeInfo* node, const std::string& why,
       ++it;
       continue;
     }
-    spdlog::info("barrier over {} nodes passed: worker {} left the job and every other node "
-                 "has entered",
-                 LivingEntered(it->second), node->rank);
+    spdlog::info(
+        "barrier over {} nodes passed: worker {} left the job and every other node "
+        "has entered",
+        LivingEntered(it->second), node->rank);
     for (BarrierDone& done : it->second.done) released->push_back(std::move(done));
     it = barriers_.erase(it);
   }
@@ -56,15 +57,15 @@ std::vector<std::string> SchedulerCore::DropDeadWorkers(absl::Time now) {
     // names them and the scheduler fails the job.
     if (dead.empty() || Remaining() == static_cast<int>(dead.size())) return lines;
     for (NodeInfo* node : dead) {
-      const std::string quiet = absl::FormatDuration(
-          absl::Trunc(now - node->last_heartbeat, absl::Milliseconds(100)));
+      const std::string quiet =
+          absl::FormatDuration(absl::Trunc(now - node->last_heartbeat, absl::Milliseconds(100)));
       LeaveLocked(node, absl::StrCat("died: no heartbeat for ", quiet), &released);
-      lines.push_back(absl::StrCat(
-          "worker ", node->rank, " (node ", node->node_id, " on ", node->hostname,
-          ") has sent no heartbeat for ", quiet, " (heartbeat timeout ",
-          absl::FormatDuration(options_.heartbeat_timeout),
-          "): it is dead and has left the job, which goes on with the ", Remaining(), " of ",
-          options_.num_workers, " workers that remain (elastic)"));
+      lines.push_back(
+          absl::StrCat("worker ", node->rank, " (node ", node->node_id, " on ", node->hostname,
+                       ") has sent no heartbeat for ", quiet, " (heartbeat timeout ",
+                       absl::FormatDuration(options_.heartbeat_timeout),
+                       "): it is dead and has left the job, which goes on with the ", Remaining(),
+                       " of ", options_.num_workers, " workers that remain (elastic)"));
     }
   }
   for (BarrierDone& release : released) release(absl::OkStatus());

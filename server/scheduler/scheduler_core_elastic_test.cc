@@ -1,10 +1,9 @@
 // SchedulerCore in elastic jobs: dead and failed workers leave the job, barriers count the
 // living, the job ends when every worker has finished or left and fails only when none is left.
+#include <catch2/catch.hpp>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -42,12 +41,13 @@ Job MakeJob(int workers, bool elastic) {
   job.core->Register(NodeRole::kServer, 0, "127.0.0.1:1", "s", kStart,
                      [](absl::StatusOr<Registration> r) { REQUIRE(r.ok()); });
   for (int w = 0; w < workers; ++w) {
-    job.core->Register(NodeRole::kWorker, w, "", absl::StrCat("host", w), kStart,
-                       [&job, w](absl::StatusOr<Registration> r) {
-                         REQUIRE(r.ok());
-                         job.ids[w] = r->node_id;
-                       },
-                       "dist_sync");
+    job.core->Register(
+        NodeRole::kWorker, w, "", absl::StrCat("host", w), kStart,
+        [&job, w](absl::StatusOr<Registration> r) {
+          REQUIRE(r.ok());
+          job.ids[w] = r->node_id;
+        },
+        "dist_sync");
   }
   REQUIRE(job.core->view().ok());
   return job;
@@ -69,9 +69,10 @@ const NodeInfo& Node(const std::vector<NodeInfo>& nodes, uint64_t id) {
   return nodes.front();
 }
 
-TEST_CASE("SchedulerCore elastic: a barrier waiting for a worker that dies passes once every "
-          "living worker has entered",
-          "[scheduler][elastic]") {
+TEST_CASE(
+    "SchedulerCore elastic: a barrier waiting for a worker that dies passes once every "
+    "living worker has entered",
+    "[scheduler][elastic]") {
   Job job = MakeJob(3, true);
   SchedulerCore& core = *job.core;
   // Worker 2 enters the first barrier, then dies; worker 0 enters. The barrier must not count
@@ -119,8 +120,7 @@ TEST_CASE("SchedulerCore elastic: a barrier waiting for a worker that dies passe
   for (const NodeInfo& node : core.Nodes()) {
     if (node.role == NodeRole::kServer) server = node.node_id;
   }
-  core.Barrier(server, kGroupServers | kGroupWorkers, kStart + absl::Seconds(4),
-               all[1].Callback());
+  core.Barrier(server, kGroupServers | kGroupWorkers, kStart + absl::Seconds(4), all[1].Callback());
   REQUIRE(all[0].done);
   REQUIRE(all[1].done);
   CHECK(all[0].status.ok());

@@ -26,26 +26,26 @@ absl::StatusOr<Registration> SchedulerCore::JoinServer(int requested_rank,
   NodeInfo* old = ServerOfRank(rank);
   if (old == nullptr) return absl::NotFoundError("no server of that rank");
   if (old->joining) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "server rank ", rank, " is already being replaced by the server at ", old->address,
-        " (node ", old->node_id, "), which is copying its shards"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("server rank ", rank, " is already being replaced by the server at ",
+                     old->address, " (node ", old->node_id, "), which is copying its shards"));
   }
   const absl::Duration silent = now - old->last_heartbeat;
   if (!old->dead && silent <= 2 * options_.heartbeat_interval) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "server rank ", rank, " at ", old->address, " (node ", old->node_id,
-        ") is alive (last heartbeat ", absl::FormatDuration(silent),
-        " ago); a server joins a running job only in place of a dead one"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("server rank ", rank, " at ", old->address, " (node ", old->node_id,
+                     ") is alive (last heartbeat ", absl::FormatDuration(silent),
+                     " ago); a server joins a running job only in place of a dead one"));
   }
   // The shards it holds: its own (other copy on the next rank) and the previous rank's.
   for (const int other : {(rank + 1) % n, (rank + n - 1) % n}) {
     const NodeInfo* copy = ServerOfRank(other);
     if (copy != nullptr && other != rank && copy->dead) {
       const int shard = other == (rank + 1) % n ? rank : other;
-      return absl::FailedPreconditionError(absl::StrCat(
-          "server rank ", rank, " cannot be replaced: shard ", shard,
-          " has no living copy to copy from (server ", other, " at ", copy->address,
-          " is dead too: ", copy->death, ")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("server rank ", rank, " cannot be replaced: shard ", shard,
+                       " has no living copy to copy from (server ", other, " at ", copy->address,
+                       " is dead too: ", copy->death, ")"));
     }
   }
   const std::string death =

@@ -1,10 +1,10 @@
 // SchedulerCore: a server restarted into the running job (ReplaceServer) and the data loss
 // the workers are told of.
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <utility>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "server/scheduler/scheduler_core.h"
@@ -41,14 +41,13 @@ void SchedulerCore::HoldReplacement(const NodeInfo& holder, int rank, std::strin
       absl::FormatDuration(absl::Trunc(now - holder.last_heartbeat, absl::Milliseconds(1))),
       absl::FormatDuration(ReplacementWait()),
       absl::FormatDuration(2 * options_.heartbeat_interval));
-  pending_replacements_.push_back(PendingReplacement{rank, std::move(address),
-                                                     std::move(hostname),
+  pending_replacements_.push_back(PendingReplacement{rank, std::move(address), std::move(hostname),
                                                      now + ReplacementWait(), std::move(done)});
 }
 
-void SchedulerCore::RetryReplacements(
-    absl::Time now, std::vector<std::pair<RegisterDone, Registration>>* replaced,
-    std::vector<std::pair<RegisterDone, absl::Status>>* failed) {
+void SchedulerCore::RetryReplacements(absl::Time now,
+                                      std::vector<std::pair<RegisterDone, Registration>>* replaced,
+                                      std::vector<std::pair<RegisterDone, absl::Status>>* failed) {
   for (auto it = pending_replacements_.begin(); it != pending_replacements_.end();) {
     PendingReplacement& pending = *it;
     if (ShutdownLocked()) {

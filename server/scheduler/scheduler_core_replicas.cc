@@ -20,8 +20,8 @@ absl::StatusOr<bool> SchedulerCore::DeclareServerDead(int rank, std::string reas
     // Once the job is over its servers exit on their own: one gone is not a failure.
     if (ShutdownLocked()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("the job is over (", shutdown_reason_.empty() ? "every worker finished"
-                                                                     : shutdown_reason_,
+          absl::StrCat("the job is over (",
+                       shutdown_reason_.empty() ? "every worker finished" : shutdown_reason_,
                        "): its servers are exiting"));
     }
     if (rank < 0 || rank >= options_.num_servers) {
@@ -39,16 +39,17 @@ absl::StatusOr<bool> SchedulerCore::DeclareServerDead(int rank, std::string reas
       if (node.rank == (rank + 1) % n) next = &node;
       if (node.rank == (rank + n - 1) % n) previous = &node;
     }
-    if (dead == nullptr) return absl::InvalidArgumentError(absl::StrCat("no server of rank ", rank));
+    if (dead == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat("no server of rank ", rank));
     if (dead->dead) return false;
     dead->dead = true;
     dead->death = reason;
     for (const NodeInfo* other : {next, previous}) {
       if (other != nullptr && other->dead) {
         const int shard = other == next ? rank : other->rank;
-        lost = absl::StrCat("shard ", shard, " is lost: both its copies are dead (server ",
-                            rank, " at ", dead->address, ": ", reason, "; server ",
-                            other->rank, " at ", other->address, ": ", other->death, ")");
+        lost = absl::StrCat("shard ", shard, " is lost: both its copies are dead (server ", rank,
+                            " at ", dead->address, ": ", reason, "; server ", other->rank, " at ",
+                            other->address, ": ", other->death, ")");
         break;
       }
     }

@@ -1,11 +1,10 @@
 #include "server/scheduler/scheduler_core.h"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <numeric>
 #include <set>
 #include <thread>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -187,8 +186,7 @@ TEST_CASE("SchedulerCore: a shutdown answers the registrations and barriers stil
   std::vector<std::unique_ptr<BarrierOutcome>> entered;
   for (int i = 1; i < 3; ++i) {
     entered.push_back(std::make_unique<BarrierOutcome>());
-    core->Barrier(outcomes[i]->result->node_id, kGroupWorkers, kStart,
-                  entered.back()->Callback());
+    core->Barrier(outcomes[i]->result->node_id, kGroupWorkers, kStart, entered.back()->Callback());
   }
   REQUIRE_FALSE(entered[0]->done.HasBeenNotified());
   core->RequestShutdown("kvctl shutdown");
@@ -311,8 +309,8 @@ TEST_CASE("SchedulerCore: a job whose unfinished workers all went silent is aban
   const Registration& w1 = *outcomes[2]->result;
   const Registration& w2 = *outcomes[3]->result;
   auto named = [](const absl::Status& status, const Registration& worker) {
-    return status.message().find(absl::StrCat("worker ", worker.rank, " (node ",
-                                              worker.node_id)) != absl::string_view::npos;
+    return status.message().find(absl::StrCat("worker ", worker.rank, " (node ", worker.node_id)) !=
+           absl::string_view::npos;
   };
 
   REQUIRE(core->Heartbeat(w0.node_id, kStart + absl::Minutes(4)).ok());
@@ -392,9 +390,9 @@ TEST_CASE("SchedulerCore: progress names the missing ranks, then the nodes a bar
   std::vector<std::unique_ptr<BarrierOutcome>> barriers;
   for (auto& outcome : outcomes) {
     const Registration& r = outcome->result.value();
-    const bool worker = r.view.worker_node_ids.end() !=
-                        std::find(r.view.worker_node_ids.begin(), r.view.worker_node_ids.end(),
-                                  r.node_id);
+    const bool worker =
+        r.view.worker_node_ids.end() !=
+        std::find(r.view.worker_node_ids.begin(), r.view.worker_node_ids.end(), r.node_id);
     if (!worker || r.rank == late) continue;
     barriers.push_back(std::make_unique<BarrierOutcome>());
     core->Barrier(r.node_id, kGroupWorkers, kStart, barriers.back()->Callback());
@@ -419,9 +417,10 @@ std::unique_ptr<SchedulerCore> MakeReplicatedCore(int servers, int workers) {
   return SchedulerCore::Create(options).value();
 }
 
-TEST_CASE("SchedulerCore: replicas need 2 servers; a dead server is declared once; both copies "
-          "of a shard dead fail the job, naming it",
-          "[scheduler][replicas]") {
+TEST_CASE(
+    "SchedulerCore: replicas need 2 servers; a dead server is declared once; both copies "
+    "of a shard dead fail the job, naming it",
+    "[scheduler][replicas]") {
   SchedulerOptions one;
   one.replicas = 2;
   CHECK(absl::IsInvalidArgument(SchedulerCore::Create(one).status()));
@@ -470,9 +469,10 @@ absl::StatusOr<Registration> JoinAs(SchedulerCore* core, int rank, const std::st
   return outcome.result;
 }
 
-TEST_CASE("SchedulerCore: a replacement server takes a dead server's rank back; the view "
-          "moves to its epoch once it is loaded",
-          "[scheduler][replicas]") {
+TEST_CASE(
+    "SchedulerCore: a replacement server takes a dead server's rank back; the view "
+    "moves to its epoch once it is loaded",
+    "[scheduler][replicas]") {
   TestRng rng;
   INFO(rng.Describe());
   const int servers = static_cast<int>(rng.Int(2, 5));
@@ -532,9 +532,10 @@ TEST_CASE("SchedulerCore: a replacement server takes a dead server's rank back; 
   CHECK(extra.status().message().find("already has all its") != absl::string_view::npos);
 }
 
-TEST_CASE("SchedulerCore: a server restarted before its old process counts as dead waits, "
-          "then takes the rank; one whose rank stays alive is refused",
-          "[scheduler][rejoin]") {
+TEST_CASE(
+    "SchedulerCore: a server restarted before its old process counts as dead waits, "
+    "then takes the rank; one whose rank stays alive is refused",
+    "[scheduler][rejoin]") {
   TestRng rng;
   INFO(rng.Describe());
   const int servers = static_cast<int>(rng.Int(1, 4));
@@ -602,9 +603,10 @@ TEST_CASE("SchedulerCore: a server restarted before its old process counts as de
   CHECK(absl::IsAborted(third.result.status()));
 }
 
-TEST_CASE("SchedulerCore: a silent server is replaced; a failed join is told why; a shard "
-          "without a living copy cannot be copied",
-          "[scheduler][replicas]") {
+TEST_CASE(
+    "SchedulerCore: a silent server is replaced; a failed join is told why; a shard "
+    "without a living copy cannot be copied",
+    "[scheduler][replicas]") {
   TestRng rng;
   INFO(rng.Describe());
   auto core = MakeReplicatedCore(3, 1);
@@ -640,7 +642,6 @@ TEST_CASE("SchedulerCore: a silent server is replaced; a failed join is told why
   // Both copies of shard `next` (servers next and after) are dead: the job failed.
   CHECK(core->job_failure().find(absl::StrCat("shard ", next, " is lost")) != std::string::npos);
 }
-
 
 }  // namespace
 }  // namespace kvstore

@@ -6,7 +6,6 @@
 #include <algorithm>
 
 #include "absl/random/random.h"
-
 #include "absl/strings/str_cat.h"
 #include "common/advertise.h"
 #include "common/grpc_channel.h"
@@ -21,31 +20,29 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
     return absl::InvalidArgumentError(absl::StrCat("port ", options.port, " is not in 0..65535"));
   }
   if (options.max_request_bytes < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("max_request_bytes must be positive, not ",
-                                                   options.max_request_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_request_bytes must be positive, not ", options.max_request_bytes));
   }
   if (options.advertise_host.empty()) options.advertise_host = options.host;
   if (IsWildcardHost(options.advertise_host)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the scheduler would advertise the wildcard address ", options.advertise_host,
-        ", which no node can connect to: set --advertise_host (or DMLC_NODE_HOST, "
-        "DMLC_INTERFACE)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the scheduler would advertise the wildcard address ", options.advertise_host,
+                     ", which no node can connect to: set --advertise_host (or DMLC_NODE_HOST, "
+                     "DMLC_INTERFACE)"));
   }
   std::unique_ptr<SchedulerDaemon> daemon(new SchedulerDaemon(std::move(options)));
   ASSIGN_OR_RETURN(daemon->core_, SchedulerCore::Create(daemon->options_.job));
   const TlsOptions& tls = daemon->options_.security.tls;
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> to_servers,
                    ChannelCredentialsFor(tls));
-  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
-                   ServerCredentialsFor(tls));
-  daemon->service_ = std::make_unique<SchedulerService>(
-      daemon->core_.get(), daemon->options_.command_timeout, daemon->options_.security.secret,
-      std::move(to_servers));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, ServerCredentialsFor(tls));
+  daemon->service_ =
+      std::make_unique<SchedulerService>(daemon->core_.get(), daemon->options_.command_timeout,
+                                         daemon->options_.security.secret, std::move(to_servers));
   CheckpointCoordinatorOptions checkpoints = daemon->options_.checkpoints;
   if (checkpoints.job_id.empty()) {
     absl::BitGen random;
-    checkpoints.job_id = absl::StrCat(
-        absl::Hex(absl::Uniform<uint64_t>(random), absl::kZeroPad16));
+    checkpoints.job_id = absl::StrCat(absl::Hex(absl::Uniform<uint64_t>(random), absl::kZeroPad16));
   }
   SchedulerCore* core = daemon->core_.get();
   CommandFanOut* commands = daemon->service_->commands();
@@ -70,10 +67,10 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   ServerJoiner* joiner = daemon->joiner_.get();
   daemon->service_->SetJoinHandler(
       [coordinator, joiner](Registration registration, std::string address) {
-        coordinator->RunExclusive([joiner, registration = std::move(registration),
-                                   address = std::move(address)] {
-          joiner->Join(registration, address).IgnoreError();
-        });
+        coordinator->RunExclusive(
+            [joiner, registration = std::move(registration), address = std::move(address)] {
+              joiner->Join(registration, address).IgnoreError();
+            });
       });
   grpc::ServerBuilder builder;
   ServerLimits limits = ServerLimits::ForRequests(daemon->options_.max_request_bytes);
@@ -88,17 +85,15 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   if (daemon->options_.metrics_port >= 0) {
     daemon->service_->SetBarrierWait(daemon->registry_.AddHistogram(
         "kvstore_scheduler_barrier_wait_seconds",
-        "Time a node waited in a barrier, from its entry to the release.", {},
-        LatencyBounds()));
+        "Time a node waited in a barrier, from its entry to the release.", {}, LatencyBounds()));
   }
   daemon->server_ = builder.BuildAndStart();
   if (daemon->server_ == nullptr || daemon->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("scheduler cannot listen on ", listen));
   }
   // The scheduler serves registrations as soon as it listens.
-  daemon->health_thread_ = NamedThread("kv-health", [d = daemon.get()] {
-    d->health_->Serve(d->health_cq_.get());
-  });
+  daemon->health_thread_ =
+      NamedThread("kv-health", [d = daemon.get()] { d->health_->Serve(d->health_cq_.get()); });
   daemon->health_->SetServing(true);
   daemon->health_->Set(kJobHealthService, false);
   if (daemon->options_.metrics_port >= 0) {
@@ -114,8 +109,7 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
     spdlog::info("scheduler advertised to the job as {}", daemon->address());
   }
   spdlog::info("scheduler listening on {} ({}) for {} servers and {} workers", bound,
-               tls.transport(), daemon->options_.job.num_servers,
-               daemon->options_.job.num_workers);
+               tls.transport(), daemon->options_.job.num_servers, daemon->options_.job.num_workers);
   daemon->ticker_ = std::thread([d = daemon.get()] {
     const absl::Status status = d->Tick();
     // Stopped by its owner (Cancelled): nothing to explain, and the owner may be exiting (a
@@ -189,15 +183,14 @@ void SchedulerDaemon::Watch(absl::Time now) {
       const bool dead = !node.finished && now - node.last_heartbeat > dead_after;
       bool& was_dead = dead_[node.node_id];
       if (dead && !was_dead) {
-        spdlog::warn("scheduler: {} {} (node {}, {}) is dead: no heartbeat for {}",
-                     node.role == NodeRole::kServer ? "server" : "worker", node.rank,
-                     node.node_id, node.address.empty() ? node.hostname : node.address,
-                     absl::FormatDuration(absl::Trunc(now - node.last_heartbeat,
-                                                      absl::Milliseconds(100))));
+        spdlog::warn(
+            "scheduler: {} {} (node {}, {}) is dead: no heartbeat for {}",
+            node.role == NodeRole::kServer ? "server" : "worker", node.rank, node.node_id,
+            node.address.empty() ? node.hostname : node.address,
+            absl::FormatDuration(absl::Trunc(now - node.last_heartbeat, absl::Milliseconds(100))));
       } else if (!dead && was_dead) {
         spdlog::info("scheduler: {} {} (node {}) is alive again",
-                     node.role == NodeRole::kServer ? "server" : "worker", node.rank,
-                     node.node_id);
+                     node.role == NodeRole::kServer ? "server" : "worker", node.rank, node.node_id);
       }
       was_dead = dead;
     }
@@ -228,11 +221,11 @@ void SchedulerDaemon::AddCollectors() {
     for (const NodeInfo& node : nodes) {
       const std::string role = node.role == NodeRole::kServer ? "server" : "worker";
       ++(node.role == NodeRole::kServer ? servers : workers);
-      const char* state = !assembled                                    ? "registering"
-                          : node.left                                   ? "left"
-                          : node.finished                               ? "finished"
+      const char* state = !assembled                                            ? "registering"
+                          : node.left                                           ? "left"
+                          : node.finished                                       ? "finished"
                           : node.dead || now - node.last_heartbeat > dead_after ? "dead"
-                                                                        : "alive";
+                                                                                : "alive";
       ++counts[{role, state}];
     }
     counts[{"server", "missing"}] = options_.job.num_servers - servers;

@@ -12,14 +12,13 @@
 
 #include <grpcpp/server.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
-#include <map>
-
 #include "common/grpc_health.h"
 #include "common/metrics_http.h"
 #include "common/metrics_registry.h"

@@ -17,8 +17,7 @@ ABSL_FLAG(std::string, advertise_host, "",
           "should say); empty: DMLC_PS_ROOT_URI, else DMLC_NODE_HOST, else the address of the "
           "interface DMLC_INTERFACE names, else --host unless it is a wildcard, else this host's "
           "name resolved.");
-ABSL_FLAG(int, port, -1,
-          "Port to listen on; 0 lets the OS choose; -1: DMLC_PS_ROOT_PORT, else 0.");
+ABSL_FLAG(int, port, -1, "Port to listen on; 0 lets the OS choose; -1: DMLC_PS_ROOT_PORT, else 0.");
 ABSL_FLAG(std::string, port_file, "", "If set, the bound port is written to this file.");
 ABSL_FLAG(int, num_servers, 0, "Number of kvservers; 0: DMLC_NUM_SERVER, else 1.");
 ABSL_FLAG(int, num_workers, 0, "Number of workers; 0: DMLC_NUM_WORKER, else 1.");

@@ -8,25 +8,25 @@
 // Prometheus metrics (docs/operations.md). `--help` lists the
 // flags, `--version` prints the version. Exits 0 when the job is over, non-zero with a one-line
 // reason otherwise.
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
 
-#include <spdlog/spdlog.h>
-
 #include "absl/flags/flag.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/advertise.h"
 #include "common/environment.h"
-#include "common/security_flags.h"
 #include "common/flags_usage.h"
 #include "common/logging.h"
+#include "common/security_flags.h"
 #include "common/status_macros.h"
 #include "common/stop_signals.h"
-#include "server/scheduler/scheduler_flags.h"
 #include "server/scheduler/scheduler_daemon.h"
+#include "server/scheduler/scheduler_flags.h"
 
 namespace kvstore {
 namespace {

@@ -1,20 +1,19 @@
 #include "server/scheduler/scheduler_service.h"
 
 #include <grpcpp/client_context.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <utility>
 #include <vector>
 
-#include <spdlog/spdlog.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "common/status_macros.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/server_commands.h"
 #include "common/server_methods.h"
+#include "common/status_macros.h"
 #include "common/wire_frame.h"
 
 namespace kvstore {
@@ -55,9 +54,8 @@ std::optional<absl::string_view> Metadata(const grpc::CallbackServerContext& con
 // finishes the call when `done` runs: with the serialized response, or the error.
 template <typename Request, typename Response, typename Handle>
 grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context,
-                                const grpc::ByteBuffer* raw_request,
-                                grpc::ByteBuffer* raw_response, const char* method,
-                                Handle handle) {
+                                const grpc::ByteBuffer* raw_request, grpc::ByteBuffer* raw_response,
+                                const char* method, Handle handle) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   struct Call {
     Request request;
@@ -70,11 +68,10 @@ grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context,
         absl::StrCat("malformed ", method, " request: ", parsed.message()))));
     return reactor;
   }
-  handle(call->request, &call->response,
-         [reactor, raw_response, call](absl::Status status) {
-           if (status.ok()) *raw_response = EncodeMessage(call->response);
-           reactor->Finish(ToGrpcStatus(status));
-         });
+  handle(call->request, &call->response, [reactor, raw_response, call](absl::Status status) {
+    if (status.ok()) *raw_response = EncodeMessage(call->response);
+    reactor->Finish(ToGrpcStatus(status));
+  });
   return reactor;
 }
 
@@ -90,13 +87,13 @@ SchedulerService::SchedulerService(SchedulerCore* core, absl::Duration command_t
   if (!secret.empty()) {
     job_token_ = JobToken(secret);
     node_key_ = NodeKey::Random();
-    signer_ = std::make_unique<RequestSigner>(kSchedulerNodeId,
-                                              node_key_->TokenFor(kSchedulerNodeId));
+    signer_ =
+        std::make_unique<RequestSigner>(kSchedulerNodeId, node_key_->TokenFor(kSchedulerNodeId));
   }
 }
 
-absl::Status SchedulerService::Check(const grpc::CallbackServerContext& context,
-                                     Allowed allowed, uint64_t node_id) const {
+absl::Status SchedulerService::Check(const grpc::CallbackServerContext& context, Allowed allowed,
+                                     uint64_t node_id) const {
   if (!job_token_.has_value()) return absl::OkStatus();
   const bool job_allowed = allowed != Allowed::kSelf;
   if (job_allowed) {
@@ -109,9 +106,9 @@ absl::Status SchedulerService::Check(const grpc::CallbackServerContext& context,
       const std::optional<ParsedCredential> parsed = ParseNodeCredential(*credential);
       if (parsed && TokensEqual(parsed->token, node_key_->TokenFor(parsed->node_id))) {
         if (parsed->node_id != node_id) {
-          return absl::PermissionDeniedError(absl::StrCat(
-              "the request names node ", node_id, " but its credential is node ",
-              parsed->node_id, "'s"));
+          return absl::PermissionDeniedError(absl::StrCat("the request names node ", node_id,
+                                                          " but its credential is node ",
+                                                          parsed->node_id, "'s"));
         }
         if (allowed == Allowed::kJobOrWorker) {
           for (const NodeInfo& node : core_->Nodes()) {
@@ -131,8 +128,7 @@ absl::Status SchedulerService::Check(const grpc::CallbackServerContext& context,
           "the call carries no valid job token (made from the job's secret file)");
     case Allowed::kSelf:
       return absl::UnauthenticatedError(absl::StrCat(
-          "the call carries no valid node token for node ", node_id,
-          " (issued at registration)"));
+          "the call carries no valid node token for node ", node_id, " (issued at registration)"));
     default:
       return absl::UnauthenticatedError(
           "the call carries neither a valid job token (made from the job's secret file) nor a "
@@ -228,15 +224,14 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
                                                       grpc::ByteBuffer* response) {
   return Serve<proto::HeartbeatRequest, proto::HeartbeatResponse>(
       context, request, response, "Heartbeat",
-      [this, context](const proto::HeartbeatRequest& request,
-                      proto::HeartbeatResponse* response, Done done) {
+      [this, context](const proto::HeartbeatRequest& request, proto::HeartbeatResponse* response,
+                      Done done) {
         absl::Status status = Check(*context, Allowed::kSelf, request.node_id());
         if (!status.ok()) return done(status);
-        const absl::StatusOr<bool> over =
-            core_->Heartbeat(request.node_id(), absl::Now(),
-                             ServerLoad{request.num_keys(), request.num_bytes(),
-                                        request.max_round(), request.restored_round(),
-                                        request.restored_checkpoint()});
+        const absl::StatusOr<bool> over = core_->Heartbeat(
+            request.node_id(), absl::Now(),
+            ServerLoad{request.num_keys(), request.num_bytes(), request.max_round(),
+                       request.restored_round(), request.restored_checkpoint()});
         if (over.ok()) response->set_shutdown(*over);
         for (LostUpdates& loss : core_->data_loss()) {
           proto::LostUpdates* lost = response->add_data_loss();
@@ -284,16 +279,15 @@ grpc::ServerUnaryReactor* SchedulerService::Barrier(grpc::CallbackServerContext*
         const absl::Status status = Check(*context, Allowed::kSelf, request.node_id());
         if (!status.ok()) return done(status);
         if (barrier_wait_ == nullptr) {
-          return core_->Barrier(request.node_id(), request.group(), absl::Now(),
-                                std::move(done));
+          return core_->Barrier(request.node_id(), request.group(), absl::Now(), std::move(done));
         }
         const absl::Time entered = absl::Now();
-        core_->Barrier(request.node_id(), request.group(), entered,
-                       [done = std::move(done), entered, wait = barrier_wait_](
-                           absl::Status status) {
-                         if (status.ok()) wait->ObserveDuration(absl::Now() - entered);
-                         done(std::move(status));
-                       });
+        core_->Barrier(
+            request.node_id(), request.group(), entered,
+            [done = std::move(done), entered, wait = barrier_wait_](absl::Status status) {
+              if (status.ok()) wait->ObserveDuration(absl::Now() - entered);
+              done(std::move(status));
+            });
       });
 }
 
@@ -321,13 +315,15 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
   if (request.head() >= kCommandCutBegin && request.head() <= kCommandCopyIn) {
     // The steps of checkpoint sets and shard copies: sent by the scheduler itself, in order.
     return done(absl::InvalidArgumentError(absl::StrCat(
-        "command head ", request.head(), " is a step of the scheduler's own checkpoints and "
-        "shard copies (heads ", kCommandCutBegin, "-", kCommandCopyIn,
+        "command head ", request.head(),
+        " is a step of the scheduler's own checkpoints and "
+        "shard copies (heads ",
+        kCommandCutBegin, "-", kCommandCopyIn,
         "); it is not sent on request (a checkpoint is head ", kCommandCheckpoint, ")")));
   }
   if (absl::StatusOr<ClusterView> view = core_->view(); !view.ok()) return done(view.status());
-  auto answer = [response, done = std::move(done)](
-                    absl::StatusOr<std::vector<std::string>> replies) {
+  auto answer = [response,
+                 done = std::move(done)](absl::StatusOr<std::vector<std::string>> replies) {
     if (!replies.ok()) return done(replies.status());
     for (std::string& reply : *replies) response->add_replies(std::move(reply));
     done(absl::OkStatus());
@@ -360,20 +356,20 @@ void SchedulerService::Send(const std::string& address, bool backup, int head,
   auto call = std::make_shared<Call>();
   call->request = Signed(ServerMethod::kCommand, backup, address, EncodeMessage(command));
   call->context.set_deadline(GrpcDeadline(absl::Now() + command_timeout_));
-  ServerStub(address)->UnaryCall(
-      &call->context, GrpcMethodPath(ServerMethod::kCommand, backup), grpc::StubOptions(),
-      &call->request, &call->reply, [call, done = std::move(done)](grpc::Status grpc_status) {
-        absl::Status result = FromGrpcStatus(grpc_status);
-        proto::ServerCommandResponse reply;
-        if (result.ok()) result = DecodeMessage(call->reply, &reply);
-        if (!result.ok()) return done(result);
-        done(std::move(*reply.mutable_reply()));
-      });
+  ServerStub(address)->UnaryCall(&call->context, GrpcMethodPath(ServerMethod::kCommand, backup),
+                                 grpc::StubOptions(), &call->request, &call->reply,
+                                 [call, done = std::move(done)](grpc::Status grpc_status) {
+                                   absl::Status result = FromGrpcStatus(grpc_status);
+                                   proto::ServerCommandResponse reply;
+                                   if (result.ok()) result = DecodeMessage(call->reply, &reply);
+                                   if (!result.ok()) return done(result);
+                                   done(std::move(*reply.mutable_reply()));
+                                 });
 }
 
-grpc::ServerUnaryReactor* SchedulerService::ServerUnreachable(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
-    grpc::ByteBuffer* response) {
+grpc::ServerUnaryReactor* SchedulerService::ServerUnreachable(grpc::CallbackServerContext* context,
+                                                              const grpc::ByteBuffer* request,
+                                                              grpc::ByteBuffer* response) {
   return Serve<proto::ServerUnreachableRequest, proto::ServerUnreachableResponse>(
       context, request, response, "ServerUnreachable",
       [this, context](const proto::ServerUnreachableRequest& request,
@@ -420,15 +416,15 @@ void SchedulerService::HandleServerUnreachable(const proto::ServerUnreachableReq
           return done(absl::OkStatus());
         }
         const std::string reason =
-            absl::StrCat("nothing answers at ", address, " (", result.message(),
-                         "; worker node ", request.node_id(), " saw: ", request.error(), ")");
-        const absl::StatusOr<bool> declared =
-            core_->DeclareServerDead(rank, reason, absl::Now());
+            absl::StrCat("nothing answers at ", address, " (", result.message(), "; worker node ",
+                         request.node_id(), " saw: ", request.error(), ")");
+        const absl::StatusOr<bool> declared = core_->DeclareServerDead(rank, reason, absl::Now());
         if (!declared.ok()) return done(declared.status());
         if (*declared) {
-          spdlog::error("scheduler: server {} is dead: {}; its shard is served by its backup "
-                        "on the next rank from now on",
-                        rank, reason);
+          spdlog::error(
+              "scheduler: server {} is dead: {}; its shard is served by its backup "
+              "on the next rank from now on",
+              rank, reason);
         }
         response->set_dead(true);
         response->set_reason(absl::StrCat("server ", rank, " is dead: ", reason));
@@ -494,14 +490,12 @@ grpc::ServerUnaryReactor* SchedulerService::Shutdown(grpc::CallbackServerContext
                                                      grpc::ByteBuffer* response) {
   return Serve<proto::ShutdownRequest, proto::ShutdownResponse>(
       context, request, response, "Shutdown",
-      [this, context](const proto::ShutdownRequest& request, proto::ShutdownResponse*,
-                      Done done) {
+      [this, context](const proto::ShutdownRequest& request, proto::ShutdownResponse*, Done done) {
         absl::Status status = Check(*context, Allowed::kJobOrWorker, request.node_id());
         if (status.ok()) status = CheckCaller(request.node_id());
         if (status.ok()) {
-          core_->RequestShutdown(request.reason().empty()
-                                     ? "shutdown requested by a controller"
-                                     : request.reason());
+          core_->RequestShutdown(request.reason().empty() ? "shutdown requested by a controller"
+                                                          : request.reason());
         }
         done(status);
       });

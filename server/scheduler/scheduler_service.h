@@ -32,10 +32,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/job_auth.h"
+#include "common/metrics_registry.h"
 #include "common/request_signature.h"
 #include "common/server_methods.h"
 #include "proto/kvstore.grpc.pb.h"
-#include "common/metrics_registry.h"
 #include "server/scheduler/checkpoint_coordinator.h"
 #include "server/scheduler/command_fan_out.h"
 #include "server/scheduler/scheduler_core.h"
@@ -57,8 +57,7 @@ class SchedulerService final : public RawSchedulerService, private ServerCommand
   // `core` must outlive the service. Commands to servers time out after `command_timeout` and
   // travel over `server_credentials` (common/grpc_channel.h; null: plaintext). With `secret`
   // empty, no call is checked.
-  SchedulerService(SchedulerCore* core, absl::Duration command_timeout,
-                   const std::string& secret,
+  SchedulerService(SchedulerCore* core, absl::Duration command_timeout, const std::string& secret,
                    std::shared_ptr<grpc::ChannelCredentials> server_credentials = nullptr);
 
   // SetBarrierWait makes every passed barrier observed in `histogram` (seconds from a node's
@@ -99,9 +98,7 @@ class SchedulerService final : public RawSchedulerService, private ServerCommand
   // SetCheckpointCoordinator makes checkpoint commands (head 4) run as checkpoint sets through
   // `coordinator` (server/scheduler/checkpoint_coordinator.h), which must outlive the service.
   // Call it before serving.
-  void SetCheckpointCoordinator(CheckpointCoordinator* coordinator) {
-    coordinator_ = coordinator;
-  }
+  void SetCheckpointCoordinator(CheckpointCoordinator* coordinator) { coordinator_ = coordinator; }
   // SetJoinHandler makes every replacement server's registration (Registration::join_epoch,
   // a job with replicas) handed to `join` with the server's address, once answered; the
   // daemon runs a ServerJoiner for it. Call it before serving.

@@ -16,7 +16,6 @@
 namespace kvstore {
 namespace {
 
-
 absl::Status Step(absl::string_view step, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(step, ": ", status.message()));
 }
@@ -36,18 +35,17 @@ absl::StatusOr<int64_t> ServerJoiner::BeginCopy(int shard, const std::string& id
   return round;
 }
 
-absl::StatusOr<std::string> ServerJoiner::TakeCopy(int shard, const std::string& id,
-                                                   int64_t round, uint64_t epoch,
-                                                   absl::Time deadline) {
+absl::StatusOr<std::string> ServerJoiner::TakeCopy(int shard, const std::string& id, int64_t round,
+                                                   uint64_t epoch, absl::Time deadline) {
   const std::string what = absl::StrCat("copying shard ", shard);
   absl::StatusOr<std::string> reply =
       to_shard_(shard, kCommandCopyOut, absl::StrCat("cut ", id, " ", round, " ", epoch));
   if (!reply.ok()) return Step(what, reply.status());
   if (absl::StartsWith(*reply, "copied ")) return reply;
   if (absl::Now() > deadline) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        what, ": its keys did not reach round ", round, " within ",
-        absl::FormatDuration(cut_timeout_), ": ", *reply));
+    return absl::DeadlineExceededError(absl::StrCat(what, ": its keys did not reach round ", round,
+                                                    " within ", absl::FormatDuration(cut_timeout_),
+                                                    ": ", *reply));
   }
   return std::string();  // Not yet.
 }
@@ -63,8 +61,8 @@ absl::Status ServerJoiner::MoveCopy(int shard, const std::string& id, int64_t ro
   }
   absl::StatusOr<std::string> reply;
   for (uint64_t offset = 0; offset < bytes; offset += kPageBytes) {
-    reply = to_shard_(shard, kCommandCopyOut,
-                      absl::StrCat("read ", id, " ", offset, " ", kPageBytes));
+    reply =
+        to_shard_(shard, kCommandCopyOut, absl::StrCat("read ", id, " ", offset, " ", kPageBytes));
     if (!reply.ok()) return Step(what, reply.status());
     reply = to_address_(address, backup, kCommandCopyIn, absl::StrCat("append\n", *reply));
     if (!reply.ok()) return Step(absl::StrCat(what, " into the new server"), reply.status());
@@ -83,10 +81,11 @@ absl::Status ServerJoiner::Join(const Registration& registration, const std::str
   const absl::Time started = absl::Now();
   // The shard the new server holds as primary, then the one it backs up.
   const std::vector<std::pair<int, bool>> shards = {{rank, false}, {(rank + n - 1) % n, true}};
-  spdlog::info("join: server {} at {} (node {}) replaces the dead server of rank {}: copying "
-               "shard {} from server {} and shard {} from server {}",
-               rank, address, registration.node_id, rank, rank, (rank + 1) % n,
-               shards[1].first, shards[1].first);
+  spdlog::info(
+      "join: server {} at {} (node {}) replaces the dead server of rank {}: copying "
+      "shard {} from server {} and shard {} from server {}",
+      rank, address, registration.node_id, rank, rank, (rank + 1) % n, shards[1].first,
+      shards[1].first);
   // The new server serves once it has set itself up after registering.
   absl::Status status;
   for (;;) {
@@ -138,14 +137,14 @@ absl::Status ServerJoiner::Join(const Registration& registration, const std::str
   pause_(false);
   if (!status.ok()) {
     core_->FailJoin(registration.node_id, std::string(status.message()));
-    spdlog::error("join: server {} at {} could not join: {}; its shards stay with their "
-                  "other copies",
-                  rank, address, status.ToString());
+    spdlog::error(
+        "join: server {} at {} could not join: {}; its shards stay with their "
+        "other copies",
+        rank, address, status.ToString());
     return status;
   }
   spdlog::info("join: server {} at {} serves shards {} and {} again, view epoch {} ({})", rank,
-               address, rank, shards[1].first, epoch,
-               absl::FormatDuration(absl::Now() - started));
+               address, rank, shards[1].first, epoch, absl::FormatDuration(absl::Now() - started));
   return absl::OkStatus();
 }
 

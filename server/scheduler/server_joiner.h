@@ -74,8 +74,8 @@ class ServerJoiner {
                                        uint64_t epoch, absl::Time deadline);
   // MoveCopy sends the copy `copied` describes into the new server's engine (`backup`) and
   // loads it there.
-  absl::Status MoveCopy(int shard, const std::string& id, int64_t round,
-                        const std::string& copied, const std::string& address, bool backup);
+  absl::Status MoveCopy(int shard, const std::string& id, int64_t round, const std::string& copied,
+                        const std::string& address, bool backup);
 
   SchedulerCore* const core_;
   const ShardCall to_shard_;

@@ -63,8 +63,8 @@ JobSecurity MakeJobSecurity(const char* argv0, const std::string& tmp, const std
     std::filesystem::create_directories(security.certificates);
     testing::ProcessOptions quiet;
     quiet.log_path = security.certificates + "/make-certs.log";
-    auto maker = Process::Start("make-certs.sh", {"/bin/bash", script, security.certificates,
-                                                  "127.0.0.1"}, quiet);
+    auto maker = Process::Start("make-certs.sh",
+                                {"/bin/bash", script, security.certificates, "127.0.0.1"}, quiet);
     const absl::StatusOr<int> code =
         maker.ok() ? (*maker)->Wait(absl::Seconds(60)) : maker.status();
     if (!code.ok() || *code != 0) {
@@ -98,7 +98,6 @@ std::unique_ptr<Process> StartDaemon(const std::string& name, std::vector<std::s
   return *std::move(daemon);
 }
 
-
 }  // namespace
 
 std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers, const JobSpec& spec) {
@@ -108,33 +107,33 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers, const
       absl::StrCat(getpid(), "-", servers, "s", workers, "w", spec.observe ? "-observe" : "");
   const std::string port_file = absl::StrCat(tmp, "/kvbench-port-", tag);
   unlink(port_file.c_str());
-  const std::string scheduler =
-      Binary(spec.scheduler, argv0, "server/scheduler/scheduler");
+  const std::string scheduler = Binary(spec.scheduler, argv0, "server/scheduler/scheduler");
   const std::string kvserver = Binary(spec.kvserver, argv0, "server/kvserver");
   job->security = MakeJobSecurity(argv0, tmp, tag, spec.secret, spec.tls);
   const std::string log_level = spec.observe ? "--log_level=info" : "--log_level=warn";
   const std::string metrics_port = spec.observe ? "--metrics_port=0" : "--metrics_port=-1";
   job->daemons.push_back(StartDaemon(
       "scheduler",
-      std::vector<std::string>{scheduler, "--port=0", "--port_file=" + port_file,
-                               absl::StrCat("--num_servers=", servers),
-                               absl::StrCat("--num_workers=", workers),
-                               "--register_timeout=60s", log_level, metrics_port,
-                               absl::StrCat("--replicas=", spec.replicas),
-                               absl::StrCat("--signed_payloads=", spec.signed_payloads),
-                               spec.chunk_bytes > 0
-                                   ? absl::StrCat("--chunk_bytes=", spec.chunk_bytes)
-                                   : log_level},
+      std::vector<std::string>{
+          scheduler, "--port=0", "--port_file=" + port_file,
+          absl::StrCat("--num_servers=", servers), absl::StrCat("--num_workers=", workers),
+          "--register_timeout=60s", log_level, metrics_port,
+          absl::StrCat("--replicas=", spec.replicas),
+          absl::StrCat("--signed_payloads=", spec.signed_payloads),
+          spec.chunk_bytes > 0 ? absl::StrCat("--chunk_bytes=", spec.chunk_bytes) : log_level},
       absl::StrCat(tmp, "/kvbench-scheduler-", tag, ".log"), job->security));
   const absl::StatusOr<int> reported =
       job->daemons.back()->WaitForPortFile(port_file, absl::Seconds(30));
   if (!reported.ok()) Die(absl::StrCat(scheduler, ": ", reported.status().ToString()));
   const int port = *reported;
   for (int s = 0; s < servers; ++s) {
-    std::vector<std::string> argv = {
-        kvserver, absl::StrCat("--scheduler=127.0.0.1:", port), absl::StrCat("--rank=", s),
-        "--updater=sum",
-        absl::StrCat("--serving_threads=", spec.serving_threads), log_level, metrics_port};
+    std::vector<std::string> argv = {kvserver,
+                                     absl::StrCat("--scheduler=127.0.0.1:", port),
+                                     absl::StrCat("--rank=", s),
+                                     "--updater=sum",
+                                     absl::StrCat("--serving_threads=", spec.serving_threads),
+                                     log_level,
+                                     metrics_port};
     if (!spec.serving_poll.empty()) argv.push_back("--serving_poll=" + spec.serving_poll);
     job->daemons.push_back(StartDaemon(absl::StrCat("server ", s), std::move(argv),
                                        absl::StrCat(tmp, "/kvbench-server", s, "-", tag, ".log"),

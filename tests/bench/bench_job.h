@@ -7,8 +7,8 @@
 #define KVSTORE_TESTS_BENCH_BENCH_JOB_H_
 
 #include <algorithm>
-#include <filesystem>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <random>
@@ -84,7 +84,8 @@ class Crew {
     first_start_ = absl::InfiniteFuture();
     last_end_ = absl::InfinitePast();
     ++generation_;
-    mu_.Await(absl::Condition(+[](int* p) { return *p == 0; }, &pending_));
+    mu_.Await(absl::Condition(
+        +[](int* p) { return *p == 0; }, &pending_));
     return absl::ToDoubleSeconds(last_end_ - first_start_);
   }
 
@@ -120,7 +121,6 @@ class Crew {
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };
-
 
 struct JobSecurity {
   std::string secret_file;   // Empty: the daemons run --insecure.

@@ -79,12 +79,10 @@ int Main() {
     results.push_back(Time(std::string("encode_") + type, reps, [&] {
       Quantize(params, grad.data(), residual.data(), n, codes.data());
     }));
-    results.push_back(Time(std::string("decode_") + type, reps, [&] {
-      Dequantize(params, codes.data(), n, out.data());
-    }));
-    results.push_back(Time(std::string("decode_add_") + type, reps, [&] {
-      DequantizeAdd(params, codes.data(), n, out.data());
-    }));
+    results.push_back(Time(std::string("decode_") + type, reps,
+                           [&] { Dequantize(params, codes.data(), n, out.data()); }));
+    results.push_back(Time(std::string("decode_add_") + type, reps,
+                           [&] { DequantizeAdd(params, codes.data(), n, out.data()); }));
     wire.emplace_back(type, static_cast<double>(CompressedBytes(params.type, n)) / bytes);
   }
   // Keep the outputs observable so no loop is optimised away.
@@ -98,10 +96,11 @@ int Main() {
     for (size_t i = 1; i < results.size(); ++i) {
       const Result& r = results[i];
       const double gbps = bytes / r.median_s / 1e9;
-      std::printf("%s{\"name\": \"%s\", \"bytes\": %zu, \"median_s\": %.6g, \"min_s\": %.6g, "
-                  "\"max_s\": %.6g, \"gbps\": %.4f, \"ceiling_gbps\": %.4f, \"ratio\": %.4f}",
-                  i > 1 ? ", " : "", r.name.c_str(), bytes, r.median_s, r.min_s, r.max_s, gbps,
-                  memcpy_gbps, gbps / memcpy_gbps);
+      std::printf(
+          "%s{\"name\": \"%s\", \"bytes\": %zu, \"median_s\": %.6g, \"min_s\": %.6g, "
+          "\"max_s\": %.6g, \"gbps\": %.4f, \"ceiling_gbps\": %.4f, \"ratio\": %.4f}",
+          i > 1 ? ", " : "", r.name.c_str(), bytes, r.median_s, r.min_s, r.max_s, gbps, memcpy_gbps,
+          gbps / memcpy_gbps);
     }
     std::printf("], \"wire_bytes_per_byte\": {");
     for (size_t i = 0; i < wire.size(); ++i) {
@@ -110,9 +109,8 @@ int Main() {
     std::printf("}, \"checksum\": %.3f}\n", checksum);
     return 0;
   }
-  std::printf("gradient: %lld float32 (%.1f MiB), %d reps, seed %llu\n",
-              static_cast<long long>(n), bytes / 1048576.0, reps,
-              static_cast<unsigned long long>(seed));
+  std::printf("gradient: %lld float32 (%.1f MiB), %d reps, seed %llu\n", static_cast<long long>(n),
+              bytes / 1048576.0, reps, static_cast<unsigned long long>(seed));
   std::printf("memcpy (1 thread): %.2f GB/s\n", memcpy_gbps);
   std::printf("%-16s %10s %22s %9s %8s\n", "case", "median ms", "min-max ms", "GB/s", "ratio");
   for (size_t i = 1; i < results.size(); ++i) {

@@ -71,7 +71,8 @@ int Main() {
     for (int64_t bytes = 1 << 20; bytes <= cpu_max; bytes *= 4) {
       const int64_t n = bytes / 4;
       std::vector<Tensor> views;
-      for (const Tensor& t : inputs) views.push_back(Tensor::Borrow(t.data(), DType::kFloat32, {n}));
+      for (const Tensor& t : inputs)
+        views.push_back(Tensor::Borrow(t.data(), DType::kFloat32, {n}));
       Tensor dst = Tensor::Borrow(out.data(), DType::kFloat32, {n});
       const double s = Median(reps, [&] { (void)SumInto(views, &dst); });
       cases.push_back(Case{absl::StrCat("cpu_sum_k", k, "_", bytes >> 20, "MB"), (k + 1) * bytes, s,
@@ -86,15 +87,17 @@ int Main() {
   std::string gpu_error;
   if (devices > 0) {
     gpu_error = gpu::cuda::DeviceName(0, &device_name);
-    if (gpu_error.empty()) gpu_error = gpu::cuda::CopyBandwidth(0, size_t{256} << 20, reps, &copy_gbps);
+    if (gpu_error.empty())
+      gpu_error = gpu::cuda::CopyBandwidth(0, size_t{256} << 20, reps, &copy_gbps);
     const int64_t gpu_max = int64_t{absl::GetFlag(FLAGS_gpu_max_mb)} << 20;
     for (int k : {2, 4, 8}) {
       for (int64_t bytes = 1 << 20; bytes <= gpu_max && gpu_error.empty(); bytes *= 2) {
         double s = 0;
-        gpu_error = gpu::cuda::SumSeconds(0, k, gpu::cuda::ElementType::kFloat32, bytes / 4, reps, &s);
+        gpu_error =
+            gpu::cuda::SumSeconds(0, k, gpu::cuda::ElementType::kFloat32, bytes / 4, reps, &s);
         if (gpu_error.empty()) {
-          cases.push_back(Case{absl::StrCat("gpu_sum_k", k, "_", bytes >> 20, "MB"), (k + 1) * bytes, s,
-                               copy_gbps});
+          cases.push_back(Case{absl::StrCat("gpu_sum_k", k, "_", bytes >> 20, "MB"),
+                               (k + 1) * bytes, s, copy_gbps});
         }
       }
     }
@@ -107,12 +110,14 @@ int Main() {
     for (size_t i = 0; i < cases.size(); ++i) {
       const Case& c = cases[i];
       const double gbps = c.bytes / c.median_s / 1e9;
-      std::printf("%s{\"name\": \"%s\", \"bytes\": %lld, \"median_s\": %.6g, \"gbps\": %.4f, "
-                  "\"ceiling_gbps\": %.4f, \"ratio\": %.4f}",
-                  i ? ", " : "", c.name.c_str(), static_cast<long long>(c.bytes), c.median_s, gbps,
-                  c.ceiling_gbps, gbps / c.ceiling_gbps);
+      std::printf(
+          "%s{\"name\": \"%s\", \"bytes\": %lld, \"median_s\": %.6g, \"gbps\": %.4f, "
+          "\"ceiling_gbps\": %.4f, \"ratio\": %.4f}",
+          i ? ", " : "", c.name.c_str(), static_cast<long long>(c.bytes), c.median_s, gbps,
+          c.ceiling_gbps, gbps / c.ceiling_gbps);
     }
-    std::printf("]%s}\n", devices == 0 ? absl::StrCat(", \"no_gpu\": \"", reason, "\"").c_str() : "");
+    std::printf("]%s}\n",
+                devices == 0 ? absl::StrCat(", \"no_gpu\": \"", reason, "\"").c_str() : "");
   } else {
     std::printf("CPU memcpy (1 thread, read + written): %.2f GB/s\n", cpu_ceiling);
     if (devices > 0) {

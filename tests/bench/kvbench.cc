@@ -18,9 +18,9 @@
 // one repetition (a push+pull counts it once); gbps = bytes / median; ratio = gbps /
 // ceiling_gbps. With several workers a repetition lasts from the earliest worker's start to
 // the latest worker's end, the workers' threads released untimed (as ps-lite's benchmark
-// times its workers after a barrier). Beside them, once per run: the raw 4 KB exchange with both ends pinned to one
-// CPU and to two (raw_4KB_one_cpu_us, raw_4KB_two_cpus_us), the two values an unpinned
-// ceiling of a small exchange lands near.
+// times its workers after a barrier). Beside them, once per run: the raw 4 KB exchange with both
+// ends pinned to one CPU and to two (raw_4KB_one_cpu_us, raw_4KB_two_cpus_us), the two values an
+// unpinned ceiling of a small exchange lands near.
 //
 // With the job secret by default (--secret=false: none, the daemons run --insecure); --tls puts
 // every link of the job on TLS (tests/bench/kvbench_security.sh compares the three). --observe
@@ -54,8 +54,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
@@ -98,8 +98,7 @@ ABSL_FLAG(bool, interleave_observe, false,
 ABSL_FLAG(int, replicas, 1, "The scheduler's --replicas (2: only the 2-server cases run).");
 ABSL_FLAG(bool, signed_payloads, false,
           "The scheduler's --signed_payloads: request signatures cover payloads too.");
-ABSL_FLAG(int, reps, 0,
-          "Timed repetitions of every case (0: the case's own, fewer with --quick).");
+ABSL_FLAG(int, reps, 0, "Timed repetitions of every case (0: the case's own, fewer with --quick).");
 ABSL_FLAG(int, raw_echo_port, 0, "Internal: run as the echo process of a raw-socket ceiling.");
 
 namespace kvstore::bench {
@@ -163,8 +162,8 @@ class RawLink {
         getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
       Die("raw socket ceiling: cannot listen on 127.0.0.1");
     }
-    auto echo = Process::Start(
-        "raw socket echo", {argv0, absl::StrCat("--raw_echo_port=", ntohs(addr.sin_port))});
+    auto echo = Process::Start("raw socket echo",
+                               {argv0, absl::StrCat("--raw_echo_port=", ntohs(addr.sin_port))});
     if (!echo.ok()) Die(absl::StrCat("raw socket ceiling: ", echo.status().ToString()));
     echo_ = *std::move(echo);
     pollfd waiting{listener, POLLIN, 0};
@@ -402,9 +401,15 @@ class Bench {
         std::vector<std::unique_ptr<KVStore>>* kv = &jobs[0]->workers;
         auto once = [&](int w) {
           switch (op) {
-            case 0: Check((*kv)[w]->Push(key, values[w]), op_names[op]); break;
-            case 1: Check((*kv)[w]->Pull(key, &outs[w]), op_names[op]); break;
-            case 2: Check((*kv)[w]->PushPull(key, values[w], &outs[w]), op_names[op]); break;
+            case 0:
+              Check((*kv)[w]->Push(key, values[w]), op_names[op]);
+              break;
+            case 1:
+              Check((*kv)[w]->Pull(key, &outs[w]), op_names[op]);
+              break;
+            case 2:
+              Check((*kv)[w]->PushPull(key, values[w], &outs[w]), op_names[op]);
+              break;
           }
           Check((*kv)[w]->WaitAll(), op_names[op]);
         };

@@ -119,7 +119,10 @@ class Scale {
         values.push_back(RandomTensor(rng_, elements));
         outs.push_back(Tensor::Zeros(DType::kFloat32, {static_cast<int64_t>(elements)}));
       }
-      Time("pushpull_16MB", workers, servers, flag_reps > 0 ? flag_reps : quick ? 3 : 10,
+      Time("pushpull_16MB", workers, servers,
+           flag_reps > 0 ? flag_reps
+           : quick       ? 3
+                         : 10,
            16.0 * kMB, /*both_ways=*/true, job->daemons, crew, [&](int w) {
              Check(kv[w]->PushPull(key, values[w], &outs[w]), "pushpull 16 MB");
              Check(kv[w]->WaitAll(), "pushpull 16 MB");
@@ -139,7 +142,10 @@ class Scale {
         }
       }
       crew.Run([&](int w) { Check(kv[w]->Init(keys, views[w]), "init 100k keys"); });
-      Time("push_100kx16B", workers, servers, flag_reps > 0 ? flag_reps : quick ? 5 : 20,
+      Time("push_100kx16B", workers, servers,
+           flag_reps > 0 ? flag_reps
+           : quick       ? 5
+                         : 20,
            16.0 * n, /*both_ways=*/false, job->daemons, crew, [&](int w) {
              Check(kv[w]->Push(keys, views[w]), "push 100k keys");
              Check(kv[w]->WaitAll(), "push 100k keys");
@@ -164,8 +170,8 @@ class Scale {
       std::fputs(out.c_str(), stdout);
       return;
     }
-    std::printf("%-16s %3s %3s %10s %14s %10s %12s\n", "case", "w", "s", "median_ms",
-                "GB/s/worker", "GB/s job", "cpu_s/GB");
+    std::printf("%-16s %3s %3s %10s %14s %10s %12s\n", "case", "w", "s", "median_ms", "GB/s/worker",
+                "GB/s job", "cpu_s/GB");
     for (const Row& r : rows_) {
       std::printf("%-16s %3d %3d %10.2f %14.3f %10.3f %12.3f\n", r.name.c_str(), r.workers,
                   r.servers, r.median_s * 1e3, r.gbps_per_worker, r.gbps_total, r.cpu_s_per_gb);
@@ -217,10 +223,8 @@ int main(int argc, char** argv) {
   uint64_t seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   if (seed == 0) seed = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
   std::fprintf(stderr, "kvscale: seed %llu\n", static_cast<unsigned long long>(seed));
-  const std::vector<int> workers =
-      kvstore::bench::Counts(absl::GetFlag(FLAGS_workers), "workers");
-  const std::vector<int> servers =
-      kvstore::bench::Counts(absl::GetFlag(FLAGS_servers), "servers");
+  const std::vector<int> workers = kvstore::bench::Counts(absl::GetFlag(FLAGS_workers), "workers");
+  const std::vector<int> servers = kvstore::bench::Counts(absl::GetFlag(FLAGS_servers), "servers");
   kvstore::bench::Scale scale(argv[0], seed);
   for (int s : servers) {
     for (int w : workers) scale.RunJob(w, s);

@@ -35,9 +35,9 @@ namespace {
 int TrafficBytes(const std::string& name, const OptimizerConfig& c) {
   const std::map<std::string, int> arrays = {
       // {read arrays, written arrays} flattened: w and g read, w written, plus state.
-      {"test", 2 + 1},         {"sgd", 3 + 2},      {"nag", 3 + 2},      {"adam", 4 + 3},
-      {"adamw", 4 + 3},        {"adagrad", 3 + 2},  {"rmsprop", 3 + 2},  {"adadelta", 4 + 3},
-      {"adamax", 4 + 3},       {"nadam", 4 + 3},    {"ftrl", 4 + 3},     {"signum", 3 + 2},
+      {"test", 2 + 1},         {"sgd", 3 + 2},      {"nag", 3 + 2},     {"adam", 4 + 3},
+      {"adamw", 4 + 3},        {"adagrad", 3 + 2},  {"rmsprop", 3 + 2}, {"adadelta", 4 + 3},
+      {"adamax", 4 + 3},       {"nadam", 4 + 3},    {"ftrl", 4 + 3},    {"signum", 3 + 2},
       {"lamb", 4 + 3 + 2 + 1}, {"lars", 3 + 2 + 2},
   };
   (void)c;
@@ -108,11 +108,12 @@ int Main() {
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       const double gbps = r.bytes / r.median_s / 1e9;
-      std::printf("%s{\"name\": \"%s\", \"bytes\": %lld, \"median_s\": %.6g, \"min_s\": %.6g, "
-                  "\"max_s\": %.6g, \"gbps\": %.4f, \"ceiling_gbps\": %.4f, \"ratio\": %.4f, "
-                  "\"elements_per_s\": %.4g}",
-                  i ? ", " : "", r.name.c_str(), static_cast<long long>(r.bytes), r.median_s,
-                  r.min_s, r.max_s, gbps, memcpy_gbps, gbps / memcpy_gbps, n / r.median_s);
+      std::printf(
+          "%s{\"name\": \"%s\", \"bytes\": %lld, \"median_s\": %.6g, \"min_s\": %.6g, "
+          "\"max_s\": %.6g, \"gbps\": %.4f, \"ceiling_gbps\": %.4f, \"ratio\": %.4f, "
+          "\"elements_per_s\": %.4g}",
+          i ? ", " : "", r.name.c_str(), static_cast<long long>(r.bytes), r.median_s, r.min_s,
+          r.max_s, gbps, memcpy_gbps, gbps / memcpy_gbps, n / r.median_s);
     }
     std::printf("]}\n");
     return 0;
@@ -123,9 +124,9 @@ int Main() {
               "GB/s", "ratio");
   for (const Result& r : results) {
     const double gbps = r.bytes / r.median_s / 1e9;
-    std::printf("%-10s %9.2f %9.2f - %8.2f %7lld %9.2f %8.2f\n", r.name.c_str(),
-                r.median_s * 1e3, r.min_s * 1e3, r.max_s * 1e3,
-                static_cast<long long>(r.bytes / n), gbps, gbps / memcpy_gbps);
+    std::printf("%-10s %9.2f %9.2f - %8.2f %7lld %9.2f %8.2f\n", r.name.c_str(), r.median_s * 1e3,
+                r.min_s * 1e3, r.max_s * 1e3, static_cast<long long>(r.bytes / n), gbps,
+                gbps / memcpy_gbps);
   }
   return 0;
 }

@@ -3,11 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"

@@ -7,14 +7,13 @@
 // be made. Every namespace is deleted at the end, whatever happens.
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "tests/cluster/cluster_util.h"
@@ -98,9 +97,10 @@ class Network {
   std::vector<std::string> created_;
 };
 
-TEST_CASE("Several hosts: scheduler, 2 kvservers and 2 workers in 5 network namespaces bind "
-          "0.0.0.0, advertise their own 10.77.0.x and train over TLS without loopback",
-          "[netns][advertise]") {
+TEST_CASE(
+    "Several hosts: scheduler, 2 kvservers and 2 workers in 5 network namespaces bind "
+    "0.0.0.0, advertise their own 10.77.0.x and train over TLS without loopback",
+    "[netns][advertise]") {
   Network net;
   const std::string error = net.Build();
   if (!error.empty()) {
@@ -118,8 +118,7 @@ TEST_CASE("Several hosts: scheduler, 2 kvservers and 2 workers in 5 network name
   const std::string certs = absl::StrCat(TempDir(), "/netns-certs-", getpid());
   std::string names;
   for (int i = 0; i < Network::kNodes; ++i) names += " " + Network::address(i);
-  REQUIRE(Sh(absl::StrCat("bash ", Runfile("deploy/make-certs.sh"), " ", certs, names), &out) ==
-          0);
+  REQUIRE(Sh(absl::StrCat("bash ", Runfile("deploy/make-certs.sh"), " ", certs, names), &out) == 0);
   const Variables tls = {{"KV_TLS_CA", certs + "/ca.pem"},
                          {"KV_TLS_CERT", certs + "/node.pem"},
                          {"KV_TLS_KEY", certs + "/node.key"}};
@@ -130,13 +129,13 @@ TEST_CASE("Several hosts: scheduler, 2 kvservers and 2 workers in 5 network name
 
   const std::string port_file = absl::StrCat(TempDir(), "/netns-", getpid(), ".port");
   std::remove(port_file.c_str());
-  std::unique_ptr<Process> scheduler = StartProcess(
-      "scheduler",
-      net.In(0, {Runfile("server/scheduler/scheduler"), "--host=0.0.0.0",
-                 absl::StrCat("--advertise_host=", Network::address(0)), "--port=0",
-                 absl::StrCat("--port_file=", port_file), "--num_servers=2", "--num_workers=2",
-                 "--register_timeout=40s"}),
-      with({}));
+  std::unique_ptr<Process> scheduler =
+      StartProcess("scheduler",
+                   net.In(0, {Runfile("server/scheduler/scheduler"), "--host=0.0.0.0",
+                              absl::StrCat("--advertise_host=", Network::address(0)), "--port=0",
+                              absl::StrCat("--port_file=", port_file), "--num_servers=2",
+                              "--num_workers=2", "--register_timeout=40s"}),
+                   with({}));
   const absl::StatusOr<int> port = scheduler->WaitForPortFile(port_file, absl::Seconds(20));
   INFO(port.status().ToString() << "\n" << scheduler->output());
   REQUIRE(port.ok());
@@ -144,28 +143,28 @@ TEST_CASE("Several hosts: scheduler, 2 kvservers and 2 workers in 5 network name
   // kvserver 0 advertises its interface's address (DMLC_INTERFACE), kvserver 1 the address
   // DMLC_NODE_HOST names; both bind every interface.
   std::vector<std::unique_ptr<Process>> servers;
-  servers.push_back(StartProcess(
-      "kvserver 0",
-      net.In(1, {Runfile("server/kvserver"), "--host=0.0.0.0",
-                 absl::StrCat("--scheduler=", scheduler_address), "--rank=0"}),
-      with({{"DMLC_INTERFACE", net.interface(1)}})));
-  servers.push_back(StartProcess(
-      "kvserver 1",
-      net.In(2, {Runfile("server/kvserver"), "--host=0.0.0.0",
-                 absl::StrCat("--scheduler=", scheduler_address), "--rank=1"}),
-      with({{"DMLC_NODE_HOST", Network::address(2)}})));
+  servers.push_back(
+      StartProcess("kvserver 0",
+                   net.In(1, {Runfile("server/kvserver"), "--host=0.0.0.0",
+                              absl::StrCat("--scheduler=", scheduler_address), "--rank=0"}),
+                   with({{"DMLC_INTERFACE", net.interface(1)}})));
+  servers.push_back(
+      StartProcess("kvserver 1",
+                   net.In(2, {Runfile("server/kvserver"), "--host=0.0.0.0",
+                              absl::StrCat("--scheduler=", scheduler_address), "--rank=1"}),
+                   with({{"DMLC_NODE_HOST", Network::address(2)}})));
   std::vector<std::unique_ptr<Process>> workers;
   for (int w = 0; w < 2; ++w) {
-    workers.push_back(StartProcess(
-        absl::StrCat("worker ", w),
-        net.In(3 + w, {Runfile("tests/cluster/role_job"), "naive", "12"}),
-        with({{"DMLC_ROLE", "worker"},
-              {"DMLC_PS_ROOT_URI", Network::address(0)},
-              {"DMLC_PS_ROOT_PORT", absl::StrCat(*port)},
-              {"DMLC_WORKER_ID", absl::StrCat(w)},
-              {"DMLC_NUM_WORKER", "2"},
-              {"DMLC_NUM_SERVER", "2"},
-              {"KV_TEST_SEED", absl::StrCat(TestSeed())}})));
+    workers.push_back(
+        StartProcess(absl::StrCat("worker ", w),
+                     net.In(3 + w, {Runfile("tests/cluster/role_job"), "naive", "12"}),
+                     with({{"DMLC_ROLE", "worker"},
+                           {"DMLC_PS_ROOT_URI", Network::address(0)},
+                           {"DMLC_PS_ROOT_PORT", absl::StrCat(*port)},
+                           {"DMLC_WORKER_ID", absl::StrCat(w)},
+                           {"DMLC_NUM_WORKER", "2"},
+                           {"DMLC_NUM_SERVER", "2"},
+                           {"KV_TEST_SEED", absl::StrCat(TestSeed())}})));
   }
   for (int w = 0; w < 2; ++w) {
     ExpectExit(*workers[w], 0, 60);
@@ -190,22 +189,26 @@ TEST_CASE("Several hosts: scheduler, 2 kvservers and 2 workers in 5 network name
 
 TEST_CASE("Advertise: a daemon refuses to advertise a wildcard address, naming the source",
           "[advertise]") {
-  std::unique_ptr<Process> server = StartProcess(
-      "kvserver", {Runfile("server/kvserver"), "--scheduler=127.0.0.1:9", "--insecure",
-                   "--advertise_host=0.0.0.0"}, {});
+  std::unique_ptr<Process> server =
+      StartProcess("kvserver",
+                   {Runfile("server/kvserver"), "--scheduler=127.0.0.1:9", "--insecure",
+                    "--advertise_host=0.0.0.0"},
+                   {});
   ExpectExit(*server, 1, 20);
   CHECK(Contains(server->output(), "--advertise_host is the wildcard address \"0.0.0.0\""));
-  std::unique_ptr<Process> scheduler = StartProcess(
-      "scheduler", {Runfile("server/scheduler/scheduler"), "--port=0", "--insecure"},
-      {{"DMLC_NODE_HOST", "::"}});
+  std::unique_ptr<Process> scheduler =
+      StartProcess("scheduler", {Runfile("server/scheduler/scheduler"), "--port=0", "--insecure"},
+                   {{"DMLC_NODE_HOST", "::"}});
   ExpectExit(*scheduler, 1, 20);
   CHECK(Contains(scheduler->output(), "DMLC_NODE_HOST is the wildcard address \"::\""));
   std::unique_ptr<Process> missing = StartProcess(
-      "kvserver", {Runfile("server/kvserver"), "--scheduler=127.0.0.1:9", "--insecure",
-                   "--host=0.0.0.0"}, {{"DMLC_INTERFACE", "nosuchif0"}});
+      "kvserver",
+      {Runfile("server/kvserver"), "--scheduler=127.0.0.1:9", "--insecure", "--host=0.0.0.0"},
+      {{"DMLC_INTERFACE", "nosuchif0"}});
   ExpectExit(*missing, 1, 20);
-  CHECK(Contains(missing->output(), "network interface \"nosuchif0\" (DMLC_INTERFACE) has no "
-                                    "address; interfaces with one: "));
+  CHECK(Contains(missing->output(),
+                 "network interface \"nosuchif0\" (DMLC_INTERFACE) has no "
+                 "address; interfaces with one: "));
 }
 
 }  // namespace

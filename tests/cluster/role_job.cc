@@ -141,9 +141,10 @@ absl::Status Train(KVStore* kv, uint64_t seed, int steps, const std::string& mod
     return absl::InternalError(
         absl::StrCat("worker ", rank, ": loss did not fall (", first_loss, " -> ", last_loss, ")"));
   }
-  std::printf("worker %d: %d steps of dist_sync match the float64 reference (max diff %.2g, "
-              "loss %.4f -> %.4f)\n",
-              rank, steps, diff, first_loss, last_loss);
+  std::printf(
+      "worker %d: %d steps of dist_sync match the float64 reference (max diff %.2g, "
+      "loss %.4f -> %.4f)\n",
+      rank, steps, diff, first_loss, last_loss);
   return kv->Barrier();
 }
 
@@ -160,7 +161,8 @@ absl::Status AsyncWithoutUpdater(KVStore* kv) {
       std::string(refused.message()).find("\"weight\"") == std::string::npos) {
     return absl::InternalError(absl::StrCat(
         "a dist_async push with no updater should be FAILED_PRECONDITION naming \"weight\", "
-        "got: ", refused.ToString()));
+        "got: ",
+        refused.ToString()));
   }
   std::printf("worker %d: refused as expected: %s\n", kv->rank(), refused.ToString().c_str());
   RETURN_IF_ERROR(kv->Barrier());
@@ -182,8 +184,8 @@ absl::Status AsyncWithoutUpdater(KVStore* kv) {
   // 1.5 - 1.0 * 0.5 per worker.
   const double expected = 1.5 - 0.5 * kv->num_workers();
   if (std::abs(out.data_as<float>()[0] - expected) > 1e-6) {
-    return absl::InternalError(absl::StrCat("after SetOptimizer: ", out.data_as<float>()[0],
-                                            ", expected ", expected));
+    return absl::InternalError(
+        absl::StrCat("after SetOptimizer: ", out.data_as<float>()[0], ", expected ", expected));
   }
   std::printf("worker %d: after SetOptimizer the pushes applied\n", kv->rank());
   return absl::OkStatus();
@@ -205,7 +207,9 @@ int Main(int argc, char** argv) {
   }
   const bool worker = KVStore::IsWorkerNode();
   std::printf("role_job %s: this process is a %s\n", mode.c_str(),
-              worker ? "worker" : KVStore::IsServerNode() ? "server" : "scheduler");
+              worker                    ? "worker"
+              : KVStore::IsServerNode() ? "server"
+                                        : "scheduler");
   std::fflush(stdout);
   auto store = KVStore::Create(mode == "async_no_updater" ? "dist_async" : "dist_sync");
   if (!store.ok()) {
@@ -217,8 +221,8 @@ int Main(int argc, char** argv) {
   if (mode == "aware" && !worker) {
     status = kv->RunServer([](int head, absl::string_view body) -> absl::StatusOr<std::string> {
       if (head == 16 && body == "ping") return std::string("pong");
-      return absl::InvalidArgumentError(absl::StrCat("role_job controller: unknown command ",
-                                                     head, " ", std::string(body)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("role_job controller: unknown command ", head, " ", std::string(body)));
     });
     std::printf("role_job: RunServer returned %s\n", status.ToString().c_str());
   } else if (mode == "async_no_updater") {

@@ -2,12 +2,11 @@
 // tests/cluster/role_job as the scheduler, 2 servers and 2 workers (DMLC_ROLE per process);
 // the workers train and match a float64 replay. Also the role predicates, InitPSEnv, and
 // dist_async without an updater across real processes.
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "client/kvstore.h"
@@ -17,17 +16,17 @@ namespace kvstore::testing {
 namespace {
 
 std::unique_ptr<Process> LaunchSameCommand(const std::string& mode, int steps) {
-  return StartProcess(
-      absl::StrCat("launch-", mode),
-      {"/usr/bin/env", "python3", Runfile("deploy/launch.py"), "-n", "2", "-s", "2",
-       "--same-command", "--timeout", "90", "--", Runfile("tests/cluster/role_job"), mode,
-       absl::StrCat(steps)},
-      {{"KV_TEST_SEED", absl::StrCat(TestSeed())}});
+  return StartProcess(absl::StrCat("launch-", mode),
+                      {"/usr/bin/env", "python3", Runfile("deploy/launch.py"), "-n", "2", "-s", "2",
+                       "--same-command", "--timeout", "90", "--", Runfile("tests/cluster/role_job"),
+                       mode, absl::StrCat(steps)},
+                      {{"KV_TEST_SEED", absl::StrCat(TestSeed())}});
 }
 
-TEST_CASE("Role API: one program for every role; servers run RunServer with the program's "
-          "controller; workers match the float64 reference",
-          "[role][launcher]") {
+TEST_CASE(
+    "Role API: one program for every role; servers run RunServer with the program's "
+    "controller; workers match the float64 reference",
+    "[role][launcher]") {
   std::unique_ptr<Process> launcher = LaunchSameCommand("aware", 20);
   ExpectExit(*launcher, 0, 90);
   const std::string out = launcher->output();
@@ -43,9 +42,10 @@ TEST_CASE("Role API: one program for every role; servers run RunServer with the 
   CHECK(Contains(out, "[scheduler] role_job: RunServer returned OK"));
 }
 
-TEST_CASE("Role API: a program that ignores its role serves from its first store call and "
-          "exits 0 when the job ends",
-          "[role][launcher]") {
+TEST_CASE(
+    "Role API: a program that ignores its role serves from its first store call and "
+    "exits 0 when the job ends",
+    "[role][launcher]") {
   std::unique_ptr<Process> launcher = LaunchSameCommand("naive", 15);
   ExpectExit(*launcher, 0, 90);
   const std::string out = launcher->output();
@@ -58,9 +58,10 @@ TEST_CASE("Role API: a program that ignores its role serves from its first store
   CHECK(!Contains(out, "RunServer returned"));
 }
 
-TEST_CASE("dist_async across processes: a push with no updater is FAILED_PRECONDITION naming "
-          "the key; after SetOptimizer it applies",
-          "[role][async]") {
+TEST_CASE(
+    "dist_async across processes: a push with no updater is FAILED_PRECONDITION naming "
+    "the key; after SetOptimizer it applies",
+    "[role][async]") {
   std::unique_ptr<Process> launcher = LaunchSameCommand("async_no_updater", 1);
   ExpectExit(*launcher, 0, 90);
   const std::string out = launcher->output();
@@ -72,8 +73,7 @@ TEST_CASE("dist_async across processes: a push with no updater is FAILED_PRECOND
   CHECK(Contains(out, "key \"weight\": dist_async push, but no updater is set"));
 }
 
-TEST_CASE("Role API: the predicates read DMLC_ROLE, InitPSEnv sets the environment",
-          "[role]") {
+TEST_CASE("Role API: the predicates read DMLC_ROLE, InitPSEnv sets the environment", "[role]") {
   REQUIRE(KVStore::InitPSEnv({{"DMLC_ROLE", "server"}}).ok());
   CHECK(KVStore::IsServerNode());
   CHECK(!KVStore::IsWorkerNode());
@@ -104,10 +104,10 @@ TEST_CASE("Role API: the predicates read DMLC_ROLE, InitPSEnv sets the environme
 
 TEST_CASE("Role API: a server process without a job secret is refused, naming the variable",
           "[role]") {
-  REQUIRE(KVStore::InitPSEnv({{"DMLC_ROLE", "server"},
-                              {"DMLC_PS_ROOT_URI", "127.0.0.1"},
-                              {"DMLC_PS_ROOT_PORT", "9"}})
-              .ok());
+  REQUIRE(
+      KVStore::InitPSEnv(
+          {{"DMLC_ROLE", "server"}, {"DMLC_PS_ROOT_URI", "127.0.0.1"}, {"DMLC_PS_ROOT_PORT", "9"}})
+          .ok());
   unsetenv("KV_SECRET_FILE");
   unsetenv("KV_INSECURE");
   auto store = KVStore::Create("dist_sync");

@@ -3,10 +3,9 @@
 // few seconds; the scheduler ends the job, logs one line and exits 0. Real processes.
 #include <signal.h>
 
+#include <catch2/catch.hpp>
 #include <memory>
 #include <string>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -34,16 +33,15 @@ Job StartJob(int workers) {
   INFO(port.status().ToString() << "\n" << job.scheduler->output());
   REQUIRE(port.ok());
   job.port = *port;
-  job.server = StartProcess("kvserver",
-                            {Runfile("server/kvserver"),
-                             absl::StrCat("--scheduler=127.0.0.1:", job.port), "--rank=0"},
-                            {});
+  job.server = StartProcess(
+      "kvserver",
+      {Runfile("server/kvserver"), absl::StrCat("--scheduler=127.0.0.1:", job.port), "--rank=0"},
+      {});
   return job;
 }
 
 std::unique_ptr<Process> StartWorker(const Job& job, int steps) {
-  return StartProcess("worker",
-                      {Runfile("tests/cluster/role_job"), "naive", absl::StrCat(steps)},
+  return StartProcess("worker", {Runfile("tests/cluster/role_job"), "naive", absl::StrCat(steps)},
                       {{"DMLC_ROLE", "worker"},
                        {"DMLC_PS_ROOT_URI", "127.0.0.1"},
                        {"DMLC_PS_ROOT_PORT", absl::StrCat(job.port)},
@@ -52,9 +50,10 @@ std::unique_ptr<Process> StartWorker(const Job& job, int steps) {
                        {"KV_TEST_SEED", absl::StrCat(TestSeed())}});
 }
 
-TEST_CASE("Signals: SIGTERM or SIGINT stops a kvserver serving a training worker; it exits 0 "
-          "within 5 s with one line",
-          "[signals]") {
+TEST_CASE(
+    "Signals: SIGTERM or SIGINT stops a kvserver serving a training worker; it exits 0 "
+    "within 5 s with one line",
+    "[signals]") {
   const int signal = GENERATE(SIGTERM, SIGINT);
   const std::string name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
   INFO(name);
@@ -83,10 +82,11 @@ TEST_CASE("Signals: SIGTERM or SIGINT stops a kvserver serving a training worker
   }
 }
 
-TEST_CASE("Signals: SIGTERM or SIGINT on the scheduler ends a running job: the kvserver hears "
-          "it and exits 0, the scheduler logs one line and exits 0, the worker stops with an "
-          "error",
-          "[signals]") {
+TEST_CASE(
+    "Signals: SIGTERM or SIGINT on the scheduler ends a running job: the kvserver hears "
+    "it and exits 0, the scheduler logs one line and exits 0, the worker stops with an "
+    "error",
+    "[signals]") {
   const int signal = GENERATE(SIGTERM, SIGINT);
   const std::string name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
   INFO(name);
@@ -100,9 +100,9 @@ TEST_CASE("Signals: SIGTERM or SIGINT on the scheduler ends a running job: the k
   ExpectExit(*job.server, 0, 15);
   INFO(absl::FormatDuration(absl::Now() - sent));
   CHECK(absl::Now() - sent < absl::Seconds(12));
-  CHECK(Contains(job.scheduler->output(),
-                 absl::StrCat("scheduler: got ", name,
-                              "; ended the job and stopped serving, exiting")));
+  CHECK(Contains(
+      job.scheduler->output(),
+      absl::StrCat("scheduler: got ", name, "; ended the job and stopped serving, exiting")));
   CHECK(Contains(job.server->output(), "the job is over, exiting"));
   // The worker learns that the job is over from its next heartbeat and stops with an error.
   const absl::StatusOr<int> code = worker->Wait(absl::Seconds(60));

@@ -9,14 +9,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -66,8 +65,8 @@ class Sshd {
     std::error_code ignored;
     std::filesystem::create_directories("/run/sshd", ignored);  // Privilege separation.
     for (const char* key : {"host_key", "user_key"}) {
-      const std::string command = absl::StrCat("ssh-keygen -q -t ed25519 -N '' -f ", dir_, "/",
-                                               key, " > /dev/null 2>&1");
+      const std::string command =
+          absl::StrCat("ssh-keygen -q -t ed25519 -N '' -f ", dir_, "/", key, " > /dev/null 2>&1");
       if (std::system(command.c_str()) != 0) return "ssh-keygen failed";
     }
     std::filesystem::copy_file(dir_ + "/user_key.pub", dir_ + "/authorized_keys");
@@ -79,24 +78,25 @@ class Sshd {
                            "KbdInteractiveAuthentication no\nPubkeyAuthentication yes\n",
                            "PermitRootLogin prohibit-password\nUsePAM no\nPidFile ", dir_,
                            "/sshd.pid\nLogLevel VERBOSE\n"));
-    process_ = StartProcess("sshd",
-                            {"/usr/sbin/sshd", "-D", "-e", "-f", dir_ + "/sshd_config"}, {});
+    process_ =
+        StartProcess("sshd", {"/usr/sbin/sshd", "-D", "-e", "-f", dir_ + "/sshd_config"}, {});
     if (!process_->WaitForOutput(absl::StrCat("Server listening on 127.0.0.2 port ", port_),
                                  absl::Seconds(10))) {
       return absl::StrCat("sshd did not start: ", process_->output());
     }
-    WriteFile(dir_ + "/hostfile",
-              absl::StrCat("# the two hosts of the job\n127.0.0.1:", port_, "\n127.0.0.2:", port_,
-                           "\n"));
+    WriteFile(dir_ + "/hostfile", absl::StrCat("# the two hosts of the job\n127.0.0.1:", port_,
+                                               "\n127.0.0.2:", port_, "\n"));
     return "";
   }
 
   // LauncherArgs: launch.py's ssh options.
   std::vector<std::string> LauncherArgs() const {
-    return {"--launcher", "ssh", "-H", dir_ + "/hostfile", "--ssh-arg=-F",
-            "--ssh-arg=/dev/null", "--ssh-arg=-i", absl::StrCat("--ssh-arg=", dir_, "/user_key"),
-            "--ssh-arg=-o", "--ssh-arg=IdentitiesOnly=yes", "--ssh-arg=-o",
-            absl::StrCat("--ssh-arg=UserKnownHostsFile=", dir_, "/known_hosts")};
+    return {"--launcher",   "ssh",
+            "-H",           dir_ + "/hostfile",
+            "--ssh-arg=-F", "--ssh-arg=/dev/null",
+            "--ssh-arg=-i", absl::StrCat("--ssh-arg=", dir_, "/user_key"),
+            "--ssh-arg=-o", "--ssh-arg=IdentitiesOnly=yes",
+            "--ssh-arg=-o", absl::StrCat("--ssh-arg=UserKnownHostsFile=", dir_, "/known_hosts")};
   }
   // logins counts the public-key logins sshd has accepted so far.
   int logins() const {
@@ -126,8 +126,9 @@ int Running(const std::string& marker) {
 std::vector<std::string> Launch(const Sshd& sshd, bool same_command,
                                 const std::string& steps = "10",
                                 const std::string& timeout = "60") {
-  std::vector<std::string> argv = {"/usr/bin/env", "python3", Runfile("deploy/launch.py"),
-                                   "-n", "2", "-s", "2", "--timeout", timeout};
+  std::vector<std::string> argv = {
+      "/usr/bin/env", "python3", Runfile("deploy/launch.py"), "-n", "2", "-s", "2",
+      "--timeout",    timeout};
   const std::vector<std::string> ssh = sshd.LauncherArgs();
   argv.insert(argv.end(), ssh.begin(), ssh.end());
   if (same_command) {
@@ -140,9 +141,10 @@ std::vector<std::string> Launch(const Sshd& sshd, bool same_command,
   return argv;
 }
 
-TEST_CASE("ssh launcher: servers and workers start through a real sshd on two addresses, "
-          "train, and match the float64 reference",
-          "[ssh][launcher]") {
+TEST_CASE(
+    "ssh launcher: servers and workers start through a real sshd on two addresses, "
+    "train, and match the float64 reference",
+    "[ssh][launcher]") {
   Sshd sshd;
   const std::string error = sshd.Start();
   if (!error.empty()) {
@@ -153,9 +155,8 @@ TEST_CASE("ssh launcher: servers and workers start through a real sshd on two ad
   const bool same_command = GENERATE(false, true);
   INFO((same_command ? "--same-command" : "kvserver binaries"));
   const int before = sshd.logins();
-  std::unique_ptr<Process> launcher =
-      StartProcess("launch-ssh", Launch(sshd, same_command),
-                   {{"KV_TEST_SEED", absl::StrCat(TestSeed())}});
+  std::unique_ptr<Process> launcher = StartProcess("launch-ssh", Launch(sshd, same_command),
+                                                   {{"KV_TEST_SEED", absl::StrCat(TestSeed())}});
   ExpectExit(*launcher, 0, 90);
   const std::string out = launcher->output();
   INFO(out);

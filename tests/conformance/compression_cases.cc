@@ -1,10 +1,9 @@
 // Gradient compression (SetGradientCompression) through the SDK: MXNet's residual sequences,
 // random multi-device pushes against a reference built from the rules, and refused parameters.
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "tests/conformance/store_under_test.h"
 #include "tests/test_util.h"
@@ -27,8 +26,7 @@ double PushAndPull(KVStore& kv, const Key& key, const Shape& shape, float value,
   return first;
 }
 
-TEST_CASE("Compression: 2bit residual sequence of MXNet's tests (threshold 0.5)",
-          "[compression]") {
+TEST_CASE("Compression: 2bit residual sequence of MXNet's tests (threshold 0.5)", "[compression]") {
   auto kv = NewStore();
   const Shape shape = {5, 7};  // Split over servers and chunks in the dist test binary.
   REQUIRE(kv->Init(21, Tensor::Full(DType::kFloat32, shape, 1)).ok());
@@ -62,10 +60,10 @@ TEST_CASE("Compression: MXNet's 4-device sequence: 0.4, 0.2, 0.2, 0.2 then -0.5 
   const Shape shape = {4, 4};
   REQUIRE(kv->Init(3, Tensor::Zeros(DType::kFloat32, shape)).ok());
   REQUIRE(kv->SetUpdater([](const Key&, const Tensor& merged, Tensor* stored) {
-                for (int64_t i = 0; i < stored->num_elements(); ++i) {
-                  stored->SetFromDouble(i, stored->GetAsDouble(i) + 2 * merged.GetAsDouble(i));
-                }
-              }).ok());
+              for (int64_t i = 0; i < stored->num_elements(); ++i) {
+                stored->SetFromDouble(i, stored->GetAsDouble(i) + 2 * merged.GetAsDouble(i));
+              }
+            }).ok());
   REQUIRE(kv->SetGradientCompression({"2bit", 0.5}).ok());
   CHECK(PushAndPull(*kv, 3, shape, 0.4f, 4) == 0.0);
   CHECK(PushAndPull(*kv, 3, shape, 0.2f, 4) == 4.0);
@@ -136,8 +134,7 @@ TEST_CASE("Compression: random multi-device pushes match the reference", "[compr
     auto kv = NewStore();
     const bool two_bit = trial % 2 == 0;
     const double threshold = two_bit ? rng.Uniform(0.1, 1.5) : rng.Uniform(-0.5, 0.5);
-    const CompressionParams params =
-        *MakeCompressionParams(two_bit ? "2bit" : "1bit", threshold);
+    const CompressionParams params = *MakeCompressionParams(two_bit ? "2bit" : "1bit", threshold);
     INFO("trial " << trial << " " << params.ToString() << " " << kv->type());
     const std::vector<Key> keys = {7, 8};
     const std::vector<Shape> shapes = {rng.AnyShape(2, 40), {static_cast<int64_t>(rng.Int(1, 70))}};
@@ -217,9 +214,8 @@ TEST_CASE("Compression: PushPull pushes the codes and returns the decoded update
   REQUIRE(kv->Init(6, Tensor::Zeros(DType::kFloat32, {40})).ok());
   REQUIRE(kv->SetGradientCompression({"2bit", 0.25}).ok());
   // The residual carries 0.15 after the first push, so the second one crosses the threshold.
-  for (const auto& [push, expected] : std::vector<std::pair<float, double>>{{0.15f, 0.0},
-                                                                           {0.15f, 0.25},
-                                                                           {-0.3f, -0.25}}) {
+  for (const auto& [push, expected] :
+       std::vector<std::pair<float, double>>{{0.15f, 0.0}, {0.15f, 0.25}, {-0.3f, -0.25}}) {
     Tensor value = Tensor::Full(DType::kFloat32, {40}, push);
     // The output is the pushed tensor itself, as MXNet's pushpull allows.
     REQUIRE(kv->PushPull(6, value, &value).ok());

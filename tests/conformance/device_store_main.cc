@@ -4,8 +4,8 @@
 namespace kvstore::testing {
 
 const StoreUnderTest& GetStoreUnderTest() {
-  static const StoreUnderTest* store = new StoreUnderTest{
-      "device", /*function_updater=*/true, [] { return KVStore::Create("device"); }};
+  static const StoreUnderTest* store = new StoreUnderTest{"device", /*function_updater=*/true,
+                                                          [] { return KVStore::Create("device"); }};
   return *store;
 }
 

@@ -1,10 +1,9 @@
 // Calls with long lists of small keys (which distributed stores send as key groups: one packed
 // array per server), in any order with calls on single keys, against a float64 reference.
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "common/partitioner.h"
 #include "common/reduce.h"
@@ -89,8 +88,8 @@ ManyKeys Init(TestRng& rng, KVStore& kv, int n, bool big) {
   if (GetStoreUnderTest().function_updater && rng.Int(0, 1) == 1) {
     m.accumulate = true;
     REQUIRE(kv.SetUpdater([](const Key&, const Tensor& received, Tensor* stored) {
-      REQUIRE(AddInto(received, stored).ok());
-    }).ok());
+                REQUIRE(AddInto(received, stored).ok());
+              }).ok());
   }
   return m;
 }
@@ -467,9 +466,14 @@ TEST_CASE("Many keys: an undefined value refuses the call, naming its key", "[gr
     INFO("call " << call);
     absl::Status status;
     switch (call) {
-      case 0: status = kv->Push(m.keys, values); break;
-      case 1: status = kv->PushPull(m.keys, values, Pointers(outs)); break;
-      default: status = kv->Push(m.keys[bad], values[bad]);  // Alone.
+      case 0:
+        status = kv->Push(m.keys, values);
+        break;
+      case 1:
+        status = kv->PushPull(m.keys, values, Pointers(outs));
+        break;
+      default:
+        status = kv->Push(m.keys[bad], values[bad]);  // Alone.
     }
     REQUIRE(absl::IsInvalidArgument(status));
     REQUIRE_THAT(std::string(status.message()), Catch::Contains("key " + m.keys[bad].Quoted()));
@@ -578,8 +582,7 @@ TEST_CASE("Many keys: a list long enough to be checked on two threads", "[groups
         listed[at] = rng.RandomTensor(dtype, wrong);
         const absl::Status status = kv->Push(keys, listed);
         REQUIRE(absl::IsInvalidArgument(status));
-        REQUIRE_THAT(std::string(status.message()),
-                     Catch::Contains("key " + m.keys[at].Quoted()));
+        REQUIRE_THAT(std::string(status.message()), Catch::Contains("key " + m.keys[at].Quoted()));
         m = before;
         break;
       }

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <memory>
 
-#include "tests/in_process/in_process_job.h"
 #include "tests/conformance/store_under_test.h"
+#include "tests/in_process/in_process_job.h"
 
 namespace kvstore::testing {
 namespace {

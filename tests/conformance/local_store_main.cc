@@ -4,8 +4,8 @@
 namespace kvstore::testing {
 
 const StoreUnderTest& GetStoreUnderTest() {
-  static const StoreUnderTest* store = new StoreUnderTest{
-      "local", /*function_updater=*/true, [] { return KVStore::Create("local"); }};
+  static const StoreUnderTest* store = new StoreUnderTest{"local", /*function_updater=*/true,
+                                                          [] { return KVStore::Create("local"); }};
   return *store;
 }
 

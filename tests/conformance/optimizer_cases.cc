@@ -2,14 +2,13 @@
 // process, or on the servers) and gives the same bits as the optimizer library applied to the
 // same gradients here; the library itself is checked against float64 references in
 // common/store/optimizer_test.
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "common/store/optimizer.h"
@@ -39,8 +38,7 @@ TEST_CASE("Optimizers: SetOptimizer runs each optimizer in the store", "[optimiz
     const Shape shape = name == "lamb" || name == "lars" ? Shape{3} : rng.AnyShape(2, 12);
     // Half types go through the servers' float32 master copies (multi-precision); pulls
     // return the stored dtype.
-    const DType dtype =
-        name == "lamb" || name == "lars" ? DType::kFloat32 : rng.AnyFloatDType();
+    const DType dtype = name == "lamb" || name == "lars" ? DType::kFloat32 : rng.AnyFloatDType();
     INFO(DTypeName(dtype) << ShapeToString(shape));
     const Tensor init = rng.RandomTensor(dtype, shape);
     REQUIRE(kv->Init("w", init).ok());
@@ -63,8 +61,7 @@ TEST_CASE("Optimizers: SetOptimizer runs each optimizer in the store", "[optimiz
   }
 }
 
-TEST_CASE("Optimizers: MXNet's test optimizer adds rescale_grad times the pushes",
-          "[optimizer]") {
+TEST_CASE("Optimizers: MXNet's test optimizer adds rescale_grad times the pushes", "[optimizer]") {
   // MXNet's distributed tests: with the `test` optimizer and rescale_grad = rate, pushing
   // ones on 2 devices adds 2 * rate per push.
   auto kv = NewStore();
@@ -138,7 +135,8 @@ TEST_CASE("Optimizers: SaveOptimizerStates and LoadOptimizerStates continue bit-
   REQUIRE(first->SetOptimizer(config).ok());
   std::vector<std::vector<Tensor>> grads(7);
   for (auto& g : grads) {
-    g = {rng.RandomTensor(DType::kFloat32, shapes[0]), rng.RandomTensor(DType::kFloat32, shapes[1])};
+    g = {rng.RandomTensor(DType::kFloat32, shapes[0]),
+         rng.RandomTensor(DType::kFloat32, shapes[1])};
   }
   std::vector<Tensor> at_save = {Tensor::Zeros(DType::kFloat32, shapes[0]),
                                  Tensor::Zeros(DType::kFloat32, shapes[1])};
@@ -210,9 +208,9 @@ TEST_CASE("Optimizers: Checkpoint is for stores with servers", "[optimizer][stat
     for (int server = 0; server < GetStoreUnderTest().num_servers; ++server) {
       CHECK(std::ifstream(StatePath(absl::StrCat("abs/run/server-", server, ".ckpt"))).good());
     }
-    for (const std::string& dir : {(root.parent_path() / "elsewhere").string(),
-                                   (root / "x" / ".." / ".." / "elsewhere").string(),
-                                   std::string("../elsewhere")}) {
+    for (const std::string& dir :
+         {(root.parent_path() / "elsewhere").string(),
+          (root / "x" / ".." / ".." / "elsewhere").string(), std::string("../elsewhere")}) {
       const absl::Status refused = kv->Checkpoint(dir);
       INFO(refused.ToString());
       CHECK(absl::IsInvalidArgument(refused));

@@ -1,9 +1,8 @@
 // Row-sparse values through the SDK: the Perl reference's row_sparse_pull example, random
 // multi-device pushes and pulls against a dense float64 reference, and refused requests.
 #include <algorithm>
-#include <vector>
-
 #include <catch2/catch.hpp>
+#include <vector>
 
 #include "client/dist_store.h"
 #include "tests/conformance/store_under_test.h"
@@ -196,8 +195,8 @@ TEST_CASE("RowSparse: bad requests are refused and change nothing", "[row_sparse
   status = kv->Push(9, wrong_shape);
   REQUIRE(absl::IsInvalidArgument(status));
   REQUIRE(Mentions(status, "(4, 3)"));
-  REQUIRE(absl::IsNotFound(kv->Push(99, *RowSparse::Create(
-                                            shape, {0}, Tensor::Zeros(DType::kFloat32, {1, 2})))));
+  REQUIRE(absl::IsNotFound(
+      kv->Push(99, *RowSparse::Create(shape, {0}, Tensor::Zeros(DType::kFloat32, {1, 2})))));
 
   RowSparse out = RowSparse::Empty(DType::kFloat32, shape);
   status = kv->RowSparsePull(9, &out, {0, 4});
@@ -210,9 +209,8 @@ TEST_CASE("RowSparse: bad requests are refused and change nothing", "[row_sparse
   RowSparse* none = nullptr;
   REQUIRE(absl::IsInvalidArgument(kv->RowSparsePull(9, none, {0})));
   std::vector<RowSparse*> two = {&out, &out};
-  REQUIRE(absl::IsInvalidArgument(
-      kv->RowSparsePull(9, absl::MakeConstSpan(two),
-                        std::vector<std::vector<int64_t>>{{0}, {1}, {2}})));
+  REQUIRE(absl::IsInvalidArgument(kv->RowSparsePull(
+      9, absl::MakeConstSpan(two), std::vector<std::vector<int64_t>>{{0}, {1}, {2}})));
   REQUIRE(kv->WaitAll().ok());
 
   // Nothing changed.

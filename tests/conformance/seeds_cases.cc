@@ -1,9 +1,8 @@
 // Every example of the seed documents (MXNet's KVStore tutorial and notebook, the Perl API
 // reference, the C++ class reference), with its printed output asserted exactly.
+#include <catch2/catch.hpp>
 #include <sstream>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "tests/conformance/store_under_test.h"
 
@@ -176,8 +175,7 @@ TEST_CASE("Seeds: the Perl reference's push and pull examples print 8, 4, 1, 4 a
   }
 }
 
-TEST_CASE("Seeds: the Perl _set_updater example prints update on key: 3 and 6",
-          "[seeds][perl]") {
+TEST_CASE("Seeds: the Perl _set_updater example prints update on key: 3 and 6", "[seeds][perl]") {
   if (!GetStoreUnderTest().function_updater) return;
   auto kv = NewStore();
   REQUIRE(kv->Init(3, OnesTimes(4)).ok());

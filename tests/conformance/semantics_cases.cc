@@ -1,8 +1,7 @@
 // Error cases and randomised cases of the store semantics, checked against a float64 reference.
+#include <catch2/catch.hpp>
 #include <map>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "tests/conformance/store_under_test.h"
 #include "tests/test_util.h"
@@ -55,13 +54,12 @@ TEST_CASE("Semantics: errors name the key and leave the store unchanged", "[erro
     REQUIRE(Mentions(status, "float32"));
   }
   SECTION("values pushed together for one key must agree") {
-    REQUIRE(absl::IsInvalidArgument(
-        kv->Push(4, {init4, Tensor::Full(DType::kFloat32, {2, 2}, 1)})));
+    REQUIRE(
+        absl::IsInvalidArgument(kv->Push(4, {init4, Tensor::Full(DType::kFloat32, {2, 2}, 1)})));
   }
   SECTION("a good key beside a bad one in one push is not applied") {
-    REQUIRE(absl::IsInvalidArgument(
-        kv->Push({3, 4}, {rng.RandomTensor(DType::kFloat32, {2, 3}),
-                          Tensor::Full(DType::kFloat32, {5}, 1)})));
+    REQUIRE(absl::IsInvalidArgument(kv->Push({3, 4}, {rng.RandomTensor(DType::kFloat32, {2, 3}),
+                                                      Tensor::Full(DType::kFloat32, {5}, 1)})));
   }
   SECTION("int and string keys cannot be mixed") {
     const auto status = kv->Init("weight", init4);
@@ -113,9 +111,9 @@ TEST_CASE("Semantics: random pushes and pulls match a float64 reference", "[rand
     std::vector<std::vector<double>> reference(num_keys);
     std::vector<Tensor> initial;
     for (int k = 0; k < num_keys; ++k) {
-      keys.push_back(string_keys ? Key("param" + std::to_string(rng.Int(0, 1 << 20)) + "_" +
-                                       std::to_string(k))
-                                 : Key(rng.Int(-1000000, 1000000) * 16 + k));
+      keys.push_back(
+          string_keys ? Key("param" + std::to_string(rng.Int(0, 1 << 20)) + "_" + std::to_string(k))
+                      : Key(rng.Int(-1000000, 1000000) * 16 + k));
       dtypes[k] = rng.AnyDType();
       shapes[k] = rng.AnyShape();
       initial.push_back(rng.RandomTensor(dtypes[k], shapes[k]));

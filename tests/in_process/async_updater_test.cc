@@ -3,7 +3,6 @@
 // set one - and changes nothing. Once a worker sets an updater, pushes apply. Real DistStores
 // in an in-process job, values checked against a float64 reference.
 #include <catch2/catch.hpp>
-
 #include <memory>
 #include <string>
 #include <thread>
@@ -38,9 +37,10 @@ DistOptions Timeouts() {
   return options;
 }
 
-TEST_CASE("dist_async: a push with no updater on the servers is FAILED_PRECONDITION naming "
-          "the key; after SendCommandToServers(0, \"sum\") pushes apply",
-          "[async][updater]") {
+TEST_CASE(
+    "dist_async: a push with no updater on the servers is FAILED_PRECONDITION naming "
+    "the key; after SendCommandToServers(0, \"sum\") pushes apply",
+    "[async][updater]") {
   TestRng rng;
   INFO(rng.Describe());
   std::unique_ptr<InProcessJob> job = StartJob(1, "");

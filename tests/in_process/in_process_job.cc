@@ -6,10 +6,10 @@
 #include "client/dist_store.h"
 #include "common/named_thread.h"
 #include "common/status_macros.h"
-#include "server/core/checkpoint_root.h"
 #include "common/store/optimizer.h"
-#include "server/core/server_backend.h"
 #include "common/store/sgd_updater.h"
+#include "server/core/checkpoint_root.h"
+#include "server/core/server_backend.h"
 #include "server/scheduler/scheduler_core.h"
 
 namespace kvstore {
@@ -28,8 +28,8 @@ struct Waiting {
   // Wait returns the outcome, or DeadlineExceeded saying what was waited for.
   T Wait(absl::Time deadline, const std::string& what) {
     if (done.WaitForNotificationWithDeadline(deadline)) return outcome;
-    return absl::DeadlineExceededError(absl::StrCat("no answer from the in-process scheduler ",
-                                                    what, " before the deadline"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("no answer from the in-process scheduler ", what, " before the deadline"));
   }
 };
 
@@ -52,8 +52,7 @@ class InProcessJob::Link final : public SchedulerLink {
           waiting->done.Notify();
         },
         mode);
-    ASSIGN_OR_RETURN(Registration registration,
-                     waiting->Wait(deadline, "while the job assembles"));
+    ASSIGN_OR_RETURN(Registration registration, waiting->Wait(deadline, "while the job assembles"));
     {
       absl::MutexLock lock(&job_->mu_);
       RETURN_IF_ERROR(job_->setup_error_);
@@ -103,9 +102,9 @@ class InProcessJob::Link final : public SchedulerLink {
           backend == nullptr ? absl::UnavailableError("the server is not set up yet")
                              : backend->controller->Run(head, body);
       if (!reply.ok()) {
-        return absl::Status(reply.status().code(),
-                            absl::StrCat("server ", r, " at ", ServerAddressOf(r), ": ",
-                                         reply.status().message()));
+        return absl::Status(
+            reply.status().code(),
+            absl::StrCat("server ", r, " at ", ServerAddressOf(r), ": ", reply.status().message()));
       }
       replies.push_back(*std::move(reply));
     }
@@ -147,30 +146,31 @@ absl::StatusOr<std::unique_ptr<InProcessJob>> InProcessJob::Start(InProcessJobOp
   for (int r = 0; r < job->options_.num_servers; ++r) {
     // Runs once the last worker has registered, on its thread, before any worker returns
     // from Register: the servers are set up when their workers learn of them.
-    job->core_->Register(
-        NodeRole::kServer, r, ServerAddressOf(r), "in-process", absl::Now(),
-        [raw](absl::StatusOr<Registration> registration) {
-          if (!registration.ok()) return;  // The workers' registrations fail alike.
-          const ClusterView& view = registration->view;
-          BackendSpec spec;
-          spec.rank = registration->rank;
-          spec.num_servers = view.num_servers;
-          spec.mode = view.mode;
-          spec.chunk_bytes = view.chunk_bytes;
-          spec.worker_node_ids = view.worker_node_ids;
-          spec.updater = raw->options_.updater;
-          spec.updater_config = raw->options_.updater_config;
-          spec.registry = &raw->registry_;
-          spec.checkpoint_root = raw->checkpoint_root_;
-          absl::StatusOr<std::shared_ptr<ServerBackend>> backend = MakeServerBackend(spec);
-          absl::MutexLock lock(&raw->mu_);
-          raw->server_node_ids_.push_back(registration->node_id);
-          if (backend.ok()) {
-            raw->servers_[registration->rank]->SetBackend(*std::move(backend));
-          } else if (raw->setup_error_.ok()) {
-            raw->setup_error_ = backend.status();
-          }
-        });
+    job->core_->Register(NodeRole::kServer, r, ServerAddressOf(r), "in-process", absl::Now(),
+                         [raw](absl::StatusOr<Registration> registration) {
+                           if (!registration.ok())
+                             return;  // The workers' registrations fail alike.
+                           const ClusterView& view = registration->view;
+                           BackendSpec spec;
+                           spec.rank = registration->rank;
+                           spec.num_servers = view.num_servers;
+                           spec.mode = view.mode;
+                           spec.chunk_bytes = view.chunk_bytes;
+                           spec.worker_node_ids = view.worker_node_ids;
+                           spec.updater = raw->options_.updater;
+                           spec.updater_config = raw->options_.updater_config;
+                           spec.registry = &raw->registry_;
+                           spec.checkpoint_root = raw->checkpoint_root_;
+                           absl::StatusOr<std::shared_ptr<ServerBackend>> backend =
+                               MakeServerBackend(spec);
+                           absl::MutexLock lock(&raw->mu_);
+                           raw->server_node_ids_.push_back(registration->node_id);
+                           if (backend.ok()) {
+                             raw->servers_[registration->rank]->SetBackend(*std::move(backend));
+                           } else if (raw->setup_error_.ok()) {
+                             raw->setup_error_ = backend.status();
+                           }
+                         });
   }
   job->maintainer_ = NamedThread("kv-job", [raw] { raw->Maintain(); });
   return job;
@@ -197,17 +197,18 @@ absl::StatusOr<std::unique_ptr<KVStore>> InProcessJob::NewWorker(const std::stri
       type != "dist_device_sync") {
     return absl::InvalidArgumentError(absl::StrCat(
         "an in-process job's workers are of a distributed type (dist_sync, dist_async, "
-        "dist_sync_device), not \"", type, "\""));
+        "dist_sync_device), not \"",
+        type, "\""));
   }
   std::vector<const InProcessServer*> servers;
   for (const auto& server : servers_) servers.push_back(server.get());
   ASSIGN_OR_RETURN(
       std::unique_ptr<DistStore> store,
-      DistStore::Connect(type, options, std::make_unique<Link>(this),
-                         [servers](const JobView&)
-                             -> absl::StatusOr<std::unique_ptr<ServerTransport>> {
-                           return std::make_unique<InProcessServerTransport>(servers);
-                         }));
+      DistStore::Connect(
+          type, options, std::make_unique<Link>(this),
+          [servers](const JobView&) -> absl::StatusOr<std::unique_ptr<ServerTransport>> {
+            return std::make_unique<InProcessServerTransport>(servers);
+          }));
   return std::unique_ptr<KVStore>(std::move(store));
 }
 

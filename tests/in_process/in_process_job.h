@@ -29,10 +29,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "tests/in_process/in_process_transport.h"
 #include "client/kvstore.h"
 #include "common/partitioner.h"
 #include "common/store/updater.h"
+#include "tests/in_process/in_process_transport.h"
 
 namespace kvstore {
 

@@ -4,7 +4,6 @@
 #include "tests/in_process/in_process_job.h"
 
 #include <catch2/catch.hpp>
-
 #include <memory>
 #include <thread>
 #include <vector>
@@ -134,8 +133,7 @@ TEST_CASE("InProcessJob: 16 workers in dist_sync pull the sum of every worker's 
       for (size_t k = 0; k < keys.size(); ++k) {
         const double diff = testing::MaxAbsDiff(testing::ToDoubles(outs[k]), expected[r][k]);
         if (!(diff <= tolerance)) {
-          return absl::StrCat("worker ", w, " round ", r, " key ", keys[k].key, ": off by ",
-                              diff);
+          return absl::StrCat("worker ", w, " round ", r, " key ", keys[k].key, ": off by ", diff);
         }
       }
     }

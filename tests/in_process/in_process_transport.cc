@@ -53,15 +53,14 @@ struct InProcessServerTransport::Completions {
     while (true) {
       const absl::Time first = pending.empty() ? absl::InfiniteFuture() : pending.begin()->first;
       const auto ready = [this, first]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-        return closed || !answered.empty() ||
-               (!pending.empty() && pending.begin()->first < first);
+        return closed || !answered.empty() || (!pending.empty() && pending.begin()->first < first);
       };
       if (answered.empty() && !closed && first > absl::Now()) {
         mu.AwaitWithDeadline(absl::Condition(&ready), first);
       }
       if (closed && answered.empty()) break;
       std::vector<std::pair<std::shared_ptr<Call>, absl::Status>> batch(answered.begin(),
-                                                                       answered.end());
+                                                                        answered.end());
       answered.clear();
       const absl::Time now = absl::Now();
       while (!pending.empty() && pending.begin()->first <= now) {
@@ -113,8 +112,7 @@ void InProcessServerTransport::Send(int s, ServerMethod method,
 }
 
 absl::Status InProcessServerTransport::Probe(int s, ServerMethod method,
-                                             const grpc::ByteBuffer& request,
-                                             absl::Time deadline) {
+                                             const grpc::ByteBuffer& request, absl::Time deadline) {
   struct Outcome {
     grpc::ByteBuffer response;
     absl::Status status;

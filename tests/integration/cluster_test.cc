@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -10,8 +11,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -22,7 +21,6 @@
 
 namespace kvstore::testing {
 namespace {
-
 
 // FreshCheckpointRoot makes an empty directory for the kvservers' --checkpoint_root and returns
 // its canonical path, the one the servers name in their replies and errors.
@@ -60,8 +58,7 @@ class Cluster {
                                          absl::StrCat("--scheduler=127.0.0.1:", port_),
                                          absl::StrCat("--rank=", i)};
       server.insert(server.end(), server_args.begin(), server_args.end());
-      servers_.push_back(
-          StartProcess(absl::StrCat("server ", i), server, Env("server", i)));
+      servers_.push_back(StartProcess(absl::StrCat("server ", i), server, Env("server", i)));
     }
   }
 
@@ -75,8 +72,7 @@ class Cluster {
 
   Process& AddWorker(int rank, std::vector<std::string> args) {
     args.insert(args.begin(), Runfile("tests/integration/test_worker"));
-    workers_list_.push_back(
-        StartProcess(absl::StrCat("worker ", rank), args, Env("worker", rank)));
+    workers_list_.push_back(StartProcess(absl::StrCat("worker ", rank), args, Env("worker", rank)));
     return *workers_list_.back();
   }
 
@@ -138,8 +134,7 @@ TEST_CASE("Cluster: a 400 MiB value through init, pull, push and pushpull; no ex
   cluster.ExpectCleanExit();
   const long server_kib = cluster.server(0).peak_rss_kib();
   const long worker_kib = cluster.worker(0).peak_rss_kib();
-  INFO("peak RSS: server " << server_kib / 1024 << " MiB, worker " << worker_kib / 1024
-                           << " MiB");
+  INFO("peak RSS: server " << server_kib / 1024 << " MiB, worker " << worker_kib / 1024 << " MiB");
   REQUIRE(server_kib > mib * 1024);  // The server did hold the value.
   REQUIRE(server_kib < (mib + mib / 4 + 128) * 1024);
   REQUIRE(worker_kib > 3 * mib * 1024);
@@ -238,9 +233,7 @@ TEST_CASE("Cluster: a damaged checkpoint stops the restoring server, naming the 
   std::string bytes = ReadTextFile(path);
   REQUIRE(bytes.size() > 100);
   bytes[bytes.size() / 2] ^= 0x40;
-  {
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-  }
+  { std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes; }
   Cluster cluster(1, 1, {}, {"--checkpoint_root=" + dir, "--restore=run"});
   cluster.AddWorker(0, {"train", "7", "2", "2", "0", "run", "-", "restored"});
   Cluster::ExpectExit(cluster.server(0), 1);
@@ -318,8 +311,10 @@ TEST_CASE("Cluster: checkpoints stay below --checkpoint_root; escapes are refuse
   // A kvserver asked to restore from outside the root stops at once, naming both.
   for (const Escape& escape : escapes) {
     std::unique_ptr<Process> server =
-        StartProcess("kvserver", {Runfile("server/kvserver"), "--scheduler=127.0.0.1:1",
-                                  server_root, "--restore=" + escape.dir}, {});
+        StartProcess("kvserver",
+                     {Runfile("server/kvserver"), "--scheduler=127.0.0.1:1", server_root,
+                      "--restore=" + escape.dir},
+                     {});
     Cluster::ExpectExit(*server, 1);
     const std::string output = server->output();
     INFO("kvserver --restore=" << escape.dir << ": " << output);
@@ -337,8 +332,7 @@ TEST_CASE("Cluster: checkpoints stay below --checkpoint_root; escapes are refuse
   CHECK(not_root() == after);
 }
 
-TEST_CASE("Cluster: a kvserver built with its own updater and controller",
-          "[cluster][extension]") {
+TEST_CASE("Cluster: a kvserver built with its own updater and controller", "[cluster][extension]") {
   Cluster cluster(1, 1, {}, {}, "examples/custom_kvserver");
   Process& worker = cluster.AddWorker(0, {"clipped_sum"});
   REQUIRE(worker.WaitForOutput("READY", absl::Seconds(60)));
@@ -485,11 +479,21 @@ TEST_CASE("Cluster: a worker that never comes makes the others fail, naming what
 
 TEST_CASE("Launcher: runs a job with prefixed output, exits with the workers' status",
           "[cluster][launcher]") {
-  const std::vector<std::string> launch = {
-      "/usr/bin/env", "python3", Runfile("deploy/launch.py"), "-n", "2", "-s", "2",
-      "--scheduler", Runfile("server/scheduler/scheduler"), "--kvserver",
-      Runfile("server/kvserver"), "--timeout", "120", "--scheduler-arg=--big_value_bound=100",
-      "--"};
+  const std::vector<std::string> launch = {"/usr/bin/env",
+                                           "python3",
+                                           Runfile("deploy/launch.py"),
+                                           "-n",
+                                           "2",
+                                           "-s",
+                                           "2",
+                                           "--scheduler",
+                                           Runfile("server/scheduler/scheduler"),
+                                           "--kvserver",
+                                           Runfile("server/kvserver"),
+                                           "--timeout",
+                                           "120",
+                                           "--scheduler-arg=--big_value_bound=100",
+                                           "--"};
   SECTION("a clean job exits 0") {
     std::vector<std::string> argv = launch;
     argv.insert(argv.end(), {Runfile("tests/integration/test_worker"), "rounds", "dist_sync", "2"});

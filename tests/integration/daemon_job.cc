@@ -6,11 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
 #include <utility>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -104,17 +103,12 @@ DaemonJob::DaemonJob(std::vector<std::string> scheduler_args,
   static int jobs = 0;
   const std::string port_file =
       absl::StrCat(TestTempDir(), "/scheduler-port-", getpid(), "-", jobs++);
-  std::vector<std::string> scheduler = {RuntimeFile("server/scheduler/scheduler"),
-                                        "--port=0",
-                                        "--port_file=" + port_file,
-                                        "--num_servers=1",
-                                        "--num_workers=1",
-                                        "--heartbeat_interval=100ms",
-                                        "--register_timeout=30s",
-                                        "--secret_file=" + secret_file,
+  std::vector<std::string> scheduler = {RuntimeFile("server/scheduler/scheduler"), "--port=0",
+                                        "--port_file=" + port_file, "--num_servers=1",
+                                        "--num_workers=1", "--heartbeat_interval=100ms",
+                                        "--register_timeout=30s", "--secret_file=" + secret_file,
                                         // The limit the tests' oversized requests exceed.
-                                        "--max_request_bytes=4194304",
-                                        "--log_level=warn"};
+                                        "--max_request_bytes=4194304", "--log_level=warn"};
   scheduler.insert(scheduler.end(), scheduler_args.begin(), scheduler_args.end());
   scheduler_ = Started("scheduler", std::move(scheduler));
   const absl::StatusOr<int> port = scheduler_->WaitForPortFile(port_file, absl::Seconds(20));

@@ -6,14 +6,13 @@
 #include <grpcpp/client_context.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <fstream>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -72,23 +71,25 @@ int PortOf(const std::string& address) {
   return port;
 }
 
-TEST_CASE("Exposure: the scheduler and the kvserver each listen only on the port they "
-          "advertise",
-          "[security][exposure]") {
+TEST_CASE(
+    "Exposure: the scheduler and the kvserver each listen only on the port they "
+    "advertise",
+    "[security][exposure]") {
   DaemonJob job({}, {});
   for (const Daemon daemon : {Daemon::kScheduler, Daemon::kServer}) {
     const std::string address = job.address(daemon);
     const std::set<int> ports = ListeningPorts(job.process(daemon).pid());
-    INFO(job.process(daemon).name() << " advertises " << address << "; listens on "
-                                    << ports.size() << " ports");
+    INFO(job.process(daemon).name()
+         << " advertises " << address << "; listens on " << ports.size() << " ports");
     CHECK(ports == std::set<int>{PortOf(address)});
   }
   REQUIRE(job.Finish().ok());
 }
 
-TEST_CASE("Exposure: every kvserver method, Backup methods included, answers an unsigned "
-          "request UNAUTHENTICATED and nothing else",
-          "[security][exposure]") {
+TEST_CASE(
+    "Exposure: every kvserver method, Backup methods included, answers an unsigned "
+    "request UNAUTHENTICATED and nothing else",
+    "[security][exposure]") {
   DaemonJob job({}, {});
   std::unique_ptr<grpc::GenericStub> stub = job.Connection(Daemon::kServer);
   proto::PullRequest pull;
@@ -103,11 +104,10 @@ TEST_CASE("Exposure: every kvserver method, Backup methods included, answers an 
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
       absl::Notification done;
       grpc::Status status;
-      stub->UnaryCall(&context, method, grpc::StubOptions(), &request, &reply,
-                      [&](grpc::Status s) {
-                        status = std::move(s);
-                        done.Notify();
-                      });
+      stub->UnaryCall(&context, method, grpc::StubOptions(), &request, &reply, [&](grpc::Status s) {
+        status = std::move(s);
+        done.Notify();
+      });
       done.WaitForNotification();
       INFO(method << ": " << status.error_code() << " " << status.error_message());
       CHECK(status.error_code() == grpc::StatusCode::UNAUTHENTICATED);
@@ -117,11 +117,10 @@ TEST_CASE("Exposure: every kvserver method, Backup methods included, answers an 
   }
   // The same methods signed by the job's worker: its Backup methods now say why they refuse.
   const absl::Status backup =
-      job.Call(Daemon::kServer, GrpcMethodPath(ServerMethod::kPull, true),
-               [&] {
-                 grpc::Slice slice(bytes);
-                 return grpc::ByteBuffer(&slice, 1);
-               }());
+      job.Call(Daemon::kServer, GrpcMethodPath(ServerMethod::kPull, true), [&] {
+        grpc::Slice slice(bytes);
+        return grpc::ByteBuffer(&slice, 1);
+      }());
   INFO(backup.ToString());
   CHECK(absl::IsFailedPrecondition(backup));
   CHECK(absl::StrContains(backup.message(), "no backup shard"));

@@ -17,6 +17,7 @@
 //
 // KV_FUZZ_REQUESTS sets the number of requests (default 100,000; see docs/security.md,
 // "Fuzzing", for a long run) and KV_FUZZ_SEED replays a seed; the seed is printed.
+#include <catch2/catch.hpp>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
@@ -24,8 +25,6 @@
 #include <map>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"

@@ -2,9 +2,8 @@
 // and two kvservers in this process, over 127.0.0.1). Values pushed from several GPUs are
 // summed on the GPU; pulls land on every output's GPU. Checked against a float64 CPU reference.
 // Reported skipped where no GPU (or no CUDA build) exists.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -64,7 +63,8 @@ void CheckStore(KVStore& kv, int devices, TestRng& rng) {
       REQUIRE(kv.Push(key, values).ok());
       std::vector<Tensor> outs;
       std::vector<Tensor*> out_ptrs;
-      for (int d = 0; d < devices; ++d) outs.push_back(OnDevice(Tensor::Full(dtype, shape, -77), d));
+      for (int d = 0; d < devices; ++d)
+        outs.push_back(OnDevice(Tensor::Full(dtype, shape, -77), d));
       for (Tensor& t : outs) out_ptrs.push_back(&t);
       REQUIRE(kv.Pull(key, out_ptrs).ok());
       REQUIRE(kv.WaitAll().ok());

@@ -4,13 +4,12 @@
 // and stays up with flat memory; the scheduler refuses requests above 4 MiB, and floods of
 // concurrent requests, over the limit or under it, leave its memory bounded.
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"

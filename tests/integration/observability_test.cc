@@ -3,11 +3,12 @@
 // scheduler, two kvservers and two workers, each a process of its own - and its HTTP API must
 // report exactly the pushes the workers made; the daemons' gRPC health states follow the job
 // (NOT_SERVING while registering, SERVING after); `kvctl status` exits 3 once a node is dead.
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <httplib.h>
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -20,9 +21,6 @@
 #include <string>
 #include <vector>
 
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -30,12 +28,11 @@
 #include "absl/time/clock.h"
 #include "tests/job_secret.h"
 #include "tests/process.h"
-#include "tests/test_util.h"
 #include "tests/test_files.h"
+#include "tests/test_util.h"
 
 namespace kvstore::testing {
 namespace {
-
 
 Variables Joined(Variables a, const Variables& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -93,27 +90,24 @@ int Kvctl(std::vector<std::string> args, std::string* output) {
 
 // Job: a scheduler and `servers` kvservers with metrics on OS-chosen ports.
 struct Job {
-  Job(int servers, int workers, const std::string& server0_trace = "")
-      : num_workers(workers) {
+  Job(int servers, int workers, const std::string& server0_trace = "") : num_workers(workers) {
     const std::string port_file = absl::StrCat(TempDir(), "/port-", getpid(), "-", ++jobs);
-    scheduler = StartProcess("scheduler", {Runfile("server/scheduler/scheduler"), "--port=0",
-                                    "--port_file=" + port_file,
-                                    absl::StrCat("--num_servers=", servers),
-                                    absl::StrCat("--num_workers=", workers),
-                                    "--heartbeat_interval=100ms", "--register_timeout=60s",
-                                    "--metrics_port=0"});
+    scheduler = StartProcess(
+        "scheduler",
+        {Runfile("server/scheduler/scheduler"), "--port=0", "--port_file=" + port_file,
+         absl::StrCat("--num_servers=", servers), absl::StrCat("--num_workers=", workers),
+         "--heartbeat_interval=100ms", "--register_timeout=60s", "--metrics_port=0"});
     const absl::StatusOr<int> bound = scheduler->WaitForPortFile(port_file, absl::Seconds(20));
     INFO(bound.status().ToString() << "\n" << scheduler->output());
     REQUIRE(bound.ok());
     port = *bound;
     for (int i = 0; i < servers; ++i) {
-      this->servers.push_back(StartProcess(absl::StrCat("server ", i),
-                                    {Runfile("server/kvserver"),
-                                     absl::StrCat("--scheduler=127.0.0.1:", port),
-                                     absl::StrCat("--rank=", i), "--metrics_port=0"},
-                                    i == 0 && !server0_trace.empty()
-                                        ? Variables{{"KV_TRACE_FILE", server0_trace}}
-                                        : Variables{}));
+      this->servers.push_back(StartProcess(
+          absl::StrCat("server ", i),
+          {Runfile("server/kvserver"), absl::StrCat("--scheduler=127.0.0.1:", port),
+           absl::StrCat("--rank=", i), "--metrics_port=0"},
+          i == 0 && !server0_trace.empty() ? Variables{{"KV_TRACE_FILE", server0_trace}}
+                                           : Variables{}));
     }
   }
 
@@ -157,10 +151,10 @@ class Prometheus {
       REQUIRE(config.good());
     }
     port_ = FreePort();
-    process_ = StartProcess("prometheus", {"/usr/bin/prometheus", "--config.file=" + dir +
-                                    "/prometheus.yml", "--storage.tsdb.path=" + dir + "/data",
-                                    absl::StrCat("--web.listen-address=127.0.0.1:", port_),
-                                    "--log.level=warn"});
+    process_ = StartProcess(
+        "prometheus", {"/usr/bin/prometheus", "--config.file=" + dir + "/prometheus.yml",
+                       "--storage.tsdb.path=" + dir + "/data",
+                       absl::StrCat("--web.listen-address=127.0.0.1:", port_), "--log.level=warn"});
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
     client_->set_connection_timeout(2, 0);
     client_->set_read_timeout(5, 0);
@@ -177,11 +171,11 @@ class Prometheus {
 
   // Valid is OK when Prometheus accepts `query` (it may have no result), else names the error.
   absl::Status Valid(const std::string& query) {
-    auto response = client_->Get("/api/v1/query", httplib::Params{{"query", query}},
-                                 httplib::Headers{});
+    auto response =
+        client_->Get("/api/v1/query", httplib::Params{{"query", query}}, httplib::Headers{});
     if (!response) return absl::UnavailableError("no answer from Prometheus");
-    if (response->status == 200 && response->body.find("\"status\":\"success\"") !=
-                                       std::string::npos) {
+    if (response->status == 200 &&
+        response->body.find("\"status\":\"success\"") != std::string::npos) {
       return absl::OkStatus();
     }
     return absl::InvalidArgumentError(absl::StrCat(query, ": ", response->body));
@@ -189,8 +183,8 @@ class Prometheus {
 
   // Query returns the value of the instant query `query`, or nothing when it has no result yet.
   std::optional<double> Query(const std::string& query) {
-    auto response = client_->Get("/api/v1/query", httplib::Params{{"query", query}},
-                                 httplib::Headers{});
+    auto response =
+        client_->Get("/api/v1/query", httplib::Params{{"query", query}}, httplib::Headers{});
     if (!response || response->status != 200) return std::nullopt;
     std::smatch found;
     if (!std::regex_search(response->body, found,
@@ -267,21 +261,20 @@ TEST_CASE("Observability: Prometheus scrapes a running job; its push count is th
   REQUIRE(Kvctl({"health", job.ServerAddress(0)}, &output) == 1);
   CHECK(output.find("NOT_SERVING") != std::string::npos);
   REQUIRE(Kvctl({"health", absl::StrCat("127.0.0.1:", job.port)}, &output) == 0);
-  CHECK(Kvctl({"--service=kvstore.job", "health", absl::StrCat("127.0.0.1:", job.port)},
-              &output) == 1);
+  CHECK(Kvctl({"--service=kvstore.job", "health", absl::StrCat("127.0.0.1:", job.port)}, &output) ==
+        1);
 
   const std::string release = absl::StrCat(TempDir(), "/release-", getpid());
   std::filesystem::remove(release);
   std::vector<std::unique_ptr<Process>> workers;
   for (int w = 0; w < 2; ++w) {
-    workers.push_back(StartProcess(absl::StrCat("worker ", w),
-                            {Runfile("tests/integration/metrics_worker"),
-                             absl::StrCat(rng.seed()), absl::StrCat(keys),
-                             absl::StrCat(rounds), release},
-                            Joined(job.WorkerEnv(w),
-                                   w == 0 ? Variables{{"KV_METRICS_PORT", "0"},
-                                                      {"KV_TRACE_FILE", worker_trace}}
-                                          : Variables{{"KV_METRICS_PORT", "0"}})));
+    workers.push_back(StartProcess(
+        absl::StrCat("worker ", w),
+        {Runfile("tests/integration/metrics_worker"), absl::StrCat(rng.seed()), absl::StrCat(keys),
+         absl::StrCat(rounds), release},
+        Joined(job.WorkerEnv(w),
+               w == 0 ? Variables{{"KV_METRICS_PORT", "0"}, {"KV_TRACE_FILE", worker_trace}}
+                      : Variables{{"KV_METRICS_PORT", "0"}})));
   }
   for (auto& worker : workers) {
     targets.push_back(absl::StrCat(
@@ -323,8 +316,7 @@ TEST_CASE("Observability: Prometheus scrapes a running job; its push count is th
   CHECK(prometheus.QueryUntil("sum(kvstore_server_errors_total{method=\"push\"})", 0) == 0);
   // One dist_sync round per key and round (each key is one chunk on one server), each with a
   // last worker.
-  CHECK(prometheus.QueryUntil("sum(kvstore_server_rounds_total)", keys * rounds) ==
-        keys * rounds);
+  CHECK(prometheus.QueryUntil("sum(kvstore_server_rounds_total)", keys * rounds) == keys * rounds);
   CHECK(prometheus.QueryUntil("sum(kvstore_server_round_last_worker_total)", keys * rounds) ==
         keys * rounds);
   CHECK(prometheus.QueryUntil("sum(kvstore_server_round_wait_seconds_count)", keys * rounds) ==
@@ -344,14 +336,12 @@ TEST_CASE("Observability: Prometheus scrapes a running job; its push count is th
   {
     std::ifstream in(Runfile("deploy/grafana-dashboard.json"));
     REQUIRE(in.good());
-    const std::string text((std::istreambuf_iterator<char>(in)),
-                           std::istreambuf_iterator<char>());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     google::protobuf::Struct dashboard;
     REQUIRE(google::protobuf::util::JsonStringToMessage(text, &dashboard).ok());
     int queries = 0;
     for (const auto& panel : dashboard.fields().at("panels").list_value().values()) {
-      for (const auto& target :
-           panel.struct_value().fields().at("targets").list_value().values()) {
+      for (const auto& target : panel.struct_value().fields().at("targets").list_value().values()) {
         const std::string expr = Field(target.struct_value(), "expr");
         REQUIRE(!expr.empty());
         const absl::Status valid = prometheus.Valid(expr);
@@ -366,8 +356,8 @@ TEST_CASE("Observability: Prometheus scrapes a running job; its push count is th
             if (absl::EndsWith(metric, suffix)) metric.resize(metric.size() - strlen(suffix));
           }
           INFO(metric);
-          CHECK(prometheus.Query(absl::StrCat("count({__name__=~\"", metric,
-                                              "(_bucket)?\"})")).value_or(0) > 0);
+          CHECK(prometheus.Query(absl::StrCat("count({__name__=~\"", metric, "(_bucket)?\"})"))
+                    .value_or(0) > 0);
           rest = name.suffix();
         }
         ++queries;
@@ -376,8 +366,8 @@ TEST_CASE("Observability: Prometheus scrapes a running job; its push count is th
     CHECK(queries >= 15);
   }
 
-  const std::optional<double> server0_rounds = prometheus.Query(absl::StrCat(
-      "kvstore_server_rounds_total{instance=\"", targets[1], "\"}"));
+  const std::optional<double> server0_rounds =
+      prometheus.Query(absl::StrCat("kvstore_server_rounds_total{instance=\"", targets[1], "\"}"));
   REQUIRE(server0_rounds.has_value());
 
   std::ofstream(release).put('\n');
@@ -443,7 +433,7 @@ TEST_CASE("Observability: health follows the job; kvctl status exits 3 once a no
   const std::string release = absl::StrCat(TempDir(), "/never-", getpid());
   std::unique_ptr<Process> worker =
       StartProcess("worker", {Runfile("tests/integration/metrics_worker"), "7", "1", "1", release},
-            job.WorkerEnv(0));
+                   job.WorkerEnv(0));
   REQUIRE(worker->WaitForOutput("DONE", absl::Seconds(60)));
   REQUIRE(Kvctl({"health", server}, &output) == 0);
   REQUIRE(Kvctl({"status", "--scheduler=" + scheduler}, &output) == 0);
@@ -478,9 +468,9 @@ TEST_CASE("Observability: a kvserver given a port where no scheduler listens say
           "[observability][logs]") {
   const int nobody = FreePort();
   const absl::Time started = absl::Now();
-  std::unique_ptr<Process> server =
-      StartProcess("server", {Runfile("server/kvserver"), absl::StrCat("--scheduler=127.0.0.1:", nobody),
-                       "--register_timeout=7s"});
+  std::unique_ptr<Process> server = StartProcess(
+      "server", {Runfile("server/kvserver"), absl::StrCat("--scheduler=127.0.0.1:", nobody),
+                 "--register_timeout=7s"});
   // A progress line names the address and the reason while it retries, then it fails with
   // them.
   REQUIRE(server->WaitForOutput("is not reachable yet", absl::Seconds(10)));
@@ -488,8 +478,8 @@ TEST_CASE("Observability: a kvserver given a port where no scheduler listens say
   CHECK(absl::Now() - started < absl::Seconds(20));
   const std::string log = server->output();
   INFO(log);
-  CHECK(log.find(absl::StrCat("the scheduler at 127.0.0.1:", nobody,
-                              " is not reachable yet")) != std::string::npos);
+  CHECK(log.find(absl::StrCat("the scheduler at 127.0.0.1:", nobody, " is not reachable yet")) !=
+        std::string::npos);
   CHECK(log.find("Connection refused") != std::string::npos);
   CHECK(log.find(absl::StrCat("the scheduler at 127.0.0.1:", nobody, " was not reachable")) !=
         std::string::npos);

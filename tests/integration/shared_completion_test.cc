@@ -5,14 +5,13 @@
 // one connection to each server (the default for a job of several workers).
 #include <dirent.h>
 
+#include <catch2/catch.hpp>
 #include <fstream>
-#include <sstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"

@@ -293,8 +293,7 @@ grpc::Status RawCall(grpc::GenericStub& stub, const char* method, const grpc::By
   if (!credential.empty() && !to_server) context.AddMetadata(kNodeTokenKey, credential);
   absl::Notification done;
   grpc::Status status;
-  stub.UnaryCall(&context, method, grpc::StubOptions(), &sent, reply,
-                 [&](grpc::Status s) {
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &sent, reply, [&](grpc::Status s) {
     status = s;
     done.Notify();
   });
@@ -358,8 +357,8 @@ absl::Status BadInput(KVStore& kv, uint64_t node_id, const std::string& server,
   const std::vector<Case> cases = {
       {"garbage bytes", call("/kvstore.proto.KVServer/Push", grpc::ByteBuffer(&garbage_slice, 1)),
        absl::StatusCode::kInvalidArgument},
-      {"payload shorter than its header says", push(node_id, {6}, DType::kFloat32, 6, 1 << 20, other),
-       absl::StatusCode::kInvalidArgument},
+      {"payload shorter than its header says",
+       push(node_id, {6}, DType::kFloat32, 6, 1 << 20, other), absl::StatusCode::kInvalidArgument},
       {"wrong shape", push(node_id, {2, 3}, DType::kFloat32, 6, 24, other),
        absl::StatusCode::kInvalidArgument},
       {"wrong dtype", push(node_id, {6}, DType::kInt32, 6, 24, other),
@@ -393,7 +392,8 @@ absl::Status BadInput(KVStore& kv, uint64_t node_id, const std::string& server,
                        call("/kvstore.proto.KVServer/Command", EncodeMessage(command)),
                        absl::StatusCode::kPermissionDenied});
     sent_signer = nullptr;
-    attacks.push_back({"a push without a signature", push(node_id, {6}, DType::kFloat32, 6, 24, zeros),
+    attacks.push_back({"a push without a signature",
+                       push(node_id, {6}, DType::kFloat32, 6, 24, zeros),
                        absl::StatusCode::kUnauthenticated});
     RequestSigner forged(node_id, JobToken(NewSecret()));
     sent_signer = &forged;
@@ -459,8 +459,8 @@ absl::Status BadInput(KVStore& kv, uint64_t node_id, const std::string& server,
   }
   for (const std::vector<Case>* list : {&cases, static_cast<const std::vector<Case>*>(&attacks)}) {
     for (const Case& c : *list) {
-      RETURN_IF_ERROR(Expect(c.status.code() == c.code,
-                             absl::StrCat(c.name, ": got ", c.status.ToString())));
+      RETURN_IF_ERROR(
+          Expect(c.status.code() == c.code, absl::StrCat(c.name, ": got ", c.status.ToString())));
       std::printf("refused %s: %s\n", c.name, c.status.ToString().c_str());
     }
   }
@@ -478,8 +478,7 @@ absl::Status SchedulerAttacks(const std::string& address, uint64_t node_id,
   auto call = [&](const char* method, const google::protobuf::MessageLite& message,
                   const std::string& sent_credential) {
     grpc::ByteBuffer reply;
-    return FromGrpcStatus(
-        RawCall(stub, method, EncodeMessage(message), sent_credential, &reply));
+    return FromGrpcStatus(RawCall(stub, method, EncodeMessage(message), sent_credential, &reply));
   };
   proto::RegisterRequest fake_server;
   fake_server.set_role(proto::SERVER);
@@ -503,27 +502,26 @@ absl::Status SchedulerAttacks(const std::string& address, uint64_t node_id,
       {"a registration without the job token",
        call("/kvstore.proto.Scheduler/Register", fake_server, ""),
        absl::StatusCode::kUnauthenticated},
-      {"a registration with a node token", call("/kvstore.proto.Scheduler/Register", fake_server,
-                                                credential),
+      {"a registration with a node token",
+       call("/kvstore.proto.Scheduler/Register", fake_server, credential),
        absl::StatusCode::kUnauthenticated},
       {"a shutdown without a credential", call("/kvstore.proto.Scheduler/Shutdown", shutdown, ""),
        absl::StatusCode::kUnauthenticated},
       {"an updater command without a credential",
-       call("/kvstore.proto.Scheduler/Command", command, ""),
-       absl::StatusCode::kUnauthenticated},
+       call("/kvstore.proto.Scheduler/Command", command, ""), absl::StatusCode::kUnauthenticated},
       {"a status request without a credential",
        call("/kvstore.proto.Scheduler/ClusterStatus", status, ""),
        absl::StatusCode::kUnauthenticated},
-      {"a heartbeat for another node", call("/kvstore.proto.Scheduler/Heartbeat",
-                                            other_heartbeat, credential),
+      {"a heartbeat for another node",
+       call("/kvstore.proto.Scheduler/Heartbeat", other_heartbeat, credential),
        absl::StatusCode::kPermissionDenied},
-      {"a barrier entered as another node", call("/kvstore.proto.Scheduler/Barrier",
-                                                 other_barrier, credential),
+      {"a barrier entered as another node",
+       call("/kvstore.proto.Scheduler/Barrier", other_barrier, credential),
        absl::StatusCode::kPermissionDenied},
   };
   for (const Case& c : cases) {
-    RETURN_IF_ERROR(Expect(c.status.code() == c.code,
-                           absl::StrCat(c.name, ": got ", c.status.ToString())));
+    RETURN_IF_ERROR(
+        Expect(c.status.code() == c.code, absl::StrCat(c.name, ": got ", c.status.ToString())));
     std::printf("refused %s: %s\n", c.name, c.status.ToString().c_str());
   }
   // Bytes that do not parse: INVALID_ARGUMENT with a message, not an empty UNIMPLEMENTED.
@@ -621,9 +619,9 @@ absl::Status Compressed(KVStore& kv, const std::string& type, uint64_t seed) {
     for (size_t k = 0; k < keys.size(); ++k) {
       for (int64_t i = 0; i < sizes[k]; ++i) {
         if (outs[k].GetAsDouble(i) != expected[k][i]) {
-          return absl::InternalError(absl::StrCat(
-              "round ", round, " key ", keys[k], " element ", i, ": pulled ",
-              outs[k].GetAsDouble(i), ", expected ", expected[k][i]));
+          return absl::InternalError(absl::StrCat("round ", round, " key ", keys[k], " element ", i,
+                                                  ": pulled ", outs[k].GetAsDouble(i),
+                                                  ", expected ", expected[k][i]));
         }
       }
     }
@@ -677,16 +675,15 @@ absl::Status RowSparseRounds(KVStore& kv, uint64_t seed) {
     for (int64_t i = 0; i < rows * row; ++i) {
       if (dense.GetAsDouble(i) != expected[i]) {
         return absl::InternalError(absl::StrCat("round ", round, " element ", i, ": pulled ",
-                                                dense.GetAsDouble(i), ", expected ",
-                                                expected[i]));
+                                                dense.GetAsDouble(i), ", expected ", expected[i]));
       }
     }
     const Tensor pulled = out.ToDense();
     for (int64_t r : out.row_ids()) {
       for (int64_t e = 0; e < row; ++e) {
         if (pulled.GetAsDouble(r * row + e) != expected[r * row + e]) {
-          return absl::InternalError(absl::StrCat("round ", round, " row ", r,
-                                                  ": row-sparse pull differs from the sum"));
+          return absl::InternalError(
+              absl::StrCat("round ", round, " row ", r, ": row-sparse pull differs from the sum"));
         }
       }
     }
@@ -766,16 +763,16 @@ absl::Status Train(KVStore& kv, char** args, int count) {
 absl::Status ClippedSum(KVStore& kv) {
   RETURN_IF_ERROR(kv.Init(9, Tensor::Zeros(DType::kFloat32, {4})));
   RETURN_IF_ERROR(kv.SendCommandToServers(0, "clipped_sum limit=0.5"));
-  ASSIGN_OR_RETURN(const Tensor push, Tensor::FromValues(DType::kFloat32, {4}, {2, -2, 0.25, -0.1}));
+  ASSIGN_OR_RETURN(const Tensor push,
+                   Tensor::FromValues(DType::kFloat32, {4}, {2, -2, 0.25, -0.1}));
   for (int step = 1; step <= 2; ++step) {
     RETURN_IF_ERROR(kv.Push(9, push));
     Tensor out = Tensor::Zeros(DType::kFloat32, {4});
     RETURN_IF_ERROR(kv.Pull(9, &out));
     RETURN_IF_ERROR(kv.WaitAll());
-    ASSIGN_OR_RETURN(const Tensor want,
-                     Tensor::FromValues(DType::kFloat32, {4},
-                                        {0.5 * step, -0.5 * step, 0.25 * step,
-                                         static_cast<double>(-0.1f) * step}));
+    ASSIGN_OR_RETURN(const Tensor want, Tensor::FromValues(DType::kFloat32, {4},
+                                                           {0.5 * step, -0.5 * step, 0.25 * step,
+                                                            static_cast<double>(-0.1f) * step}));
     RETURN_IF_ERROR(ExpectEqual(out, want, absl::StrCat("clipped_sum step ", step)));
   }
   std::printf("READY\n");
@@ -791,8 +788,7 @@ absl::Status ClippedSum(KVStore& kv) {
 absl::Status Run(int argc, char** argv) {
   if (argc < 2) return absl::InvalidArgumentError("usage: test_worker SCENARIO [ARGS]");
   const std::string scenario = argv[1];
-  const std::string mode =
-      scenario == "rounds" && argc > 2 ? argv[2] : std::string("dist_sync");
+  const std::string mode = scenario == "rounds" && argc > 2 ? argv[2] : std::string("dist_sync");
   ASSIGN_OR_RETURN(DistOptions options, DistOptions::FromEnvironment());
   options.rpc_timeout = absl::Seconds(30);
   options.barrier_timeout = absl::Seconds(60);
@@ -871,12 +867,12 @@ absl::Status Run(int argc, char** argv) {
       if (node.role() == proto::SERVER && node.rank() == 0) server = node.address();
     }
     RETURN_IF_ERROR(Expect(!server.empty(), "the scheduler lists no server 0"));
-    RETURN_IF_ERROR(BadInput(*kv, dist->node_id(), server, dist->signer(), token,
-                             dist->signed_payloads()));
+    RETURN_IF_ERROR(
+        BadInput(*kv, dist->node_id(), server, dist->signer(), token, dist->signed_payloads()));
     if (credential.empty()) return absl::OkStatus();
-    RETURN_IF_ERROR(SchedulerAttacks(
-        absl::StrCat(options.scheduler_host, ":", options.scheduler_port), dist->node_id(),
-        credential));
+    RETURN_IF_ERROR(
+        SchedulerAttacks(absl::StrCat(options.scheduler_host, ":", options.scheduler_port),
+                         dist->node_id(), credential));
     // The job went on: the key is intact, and a barrier and a pull still work.
     RETURN_IF_ERROR(kv->Barrier());
     Tensor out = Tensor::Zeros(DType::kFloat32, {6});

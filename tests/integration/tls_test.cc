@@ -7,14 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <memory>
 #include <regex>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -125,10 +124,10 @@ class TlsJob {
     const std::string port_file = Scratch(absl::StrCat("port-", ++jobs_));
     std::vector<std::string> scheduler = daemon_flags;
     scheduler.insert(scheduler.end(), scheduler_flags.begin(), scheduler_flags.end());
-    scheduler.insert(scheduler.begin(), {Path("server/scheduler/scheduler"), "--port=0",
-                                         "--port_file=" + port_file, "--heartbeat_interval=100ms",
-                                         absl::StrCat("--num_servers=", servers),
-                                         absl::StrCat("--num_workers=", workers)});
+    scheduler.insert(scheduler.begin(),
+                     {Path("server/scheduler/scheduler"), "--port=0", "--port_file=" + port_file,
+                      "--heartbeat_interval=100ms", absl::StrCat("--num_servers=", servers),
+                      absl::StrCat("--num_workers=", workers)});
     scheduler_ = Run("scheduler", scheduler, env_);
     const absl::StatusOr<int> port = scheduler_->WaitForPortFile(port_file, absl::Seconds(20));
     INFO(port.status().ToString() << "\n" << scheduler_->output());
@@ -158,9 +157,8 @@ class TlsJob {
   // the job's variables changed by `changes`; returns its exit code and sets `output`.
   int Kvctl(std::vector<std::string> args, const Variables& changes, std::string* output,
             const std::string& address = "") {
-    args.insert(args.begin(),
-                {Path("client/kvctl/kvctl"), "--timeout=5s",
-                 "--scheduler=" + (address.empty() ? address_ : address)});
+    args.insert(args.begin(), {Path("client/kvctl/kvctl"), "--timeout=5s",
+                               "--scheduler=" + (address.empty() ? address_ : address)});
     std::unique_ptr<Process> kvctl = Run("kvctl", args, Joined(env_, changes));
     const int code = ExitCode(*kvctl);
     *output = kvctl->output();
@@ -227,8 +225,10 @@ bool Refused(const std::string& output) {
   return output.find("failed to connect to all addresses") != std::string::npos;
 }
 
-TEST_CASE("TLS: a job over TLS trains end to end; kvctl over TLS sees it, a plaintext one is "
-          "refused", "[tls]") {
+TEST_CASE(
+    "TLS: a job over TLS trains end to end; kvctl over TLS sees it, a plaintext one is "
+    "refused",
+    "[tls]") {
   TlsJob job(JobCertificates(), 2, 2, {}, {"--big_value_bound=100"});
   // The scheduler's log names the transport, and kvctl over TLS sees both servers register.
   REQUIRE(job.scheduler().WaitForOutput("(TLS)", absl::Seconds(10)));
@@ -246,8 +246,10 @@ TEST_CASE("TLS: a job over TLS trains end to end; kvctl over TLS sees it, a plai
   job.ExpectCleanExit();
 }
 
-TEST_CASE("TLS: with --tls_mutual the job works; a client without a certificate, or with one "
-          "from another CA, is refused", "[tls][mutual]") {
+TEST_CASE(
+    "TLS: with --tls_mutual the job works; a client without a certificate, or with one "
+    "from another CA, is refused",
+    "[tls][mutual]") {
   TlsJob job(JobCertificates(), 1, 1, {"--tls_mutual"});
   REQUIRE(job.scheduler().WaitForOutput("(mutual TLS)", absl::Seconds(10)));
   std::string output;
@@ -281,10 +283,10 @@ TEST_CASE("TLS: a client that trusts another CA refuses the job's daemons", "[tl
   CHECK(Refused(output));
   CHECK(output.find("certificate verify failed") != std::string::npos);
   // So does a kvserver: it cannot join the job, whose own server can.
-  std::unique_ptr<Process> impostor =
-      Run("impostor", {Path("server/kvserver"), "--register_timeout=2s",
-                       "--scheduler=" + job.scheduler_address()},
-          Joined(job.env(), OtherCertificates().Env()));
+  std::unique_ptr<Process> impostor = Run(
+      "impostor",
+      {Path("server/kvserver"), "--register_timeout=2s", "--scheduler=" + job.scheduler_address()},
+      Joined(job.env(), OtherCertificates().Env()));
   CHECK(ExitCode(*impostor) == 1);
   CHECK(impostor->output().find("registering with the scheduler") != std::string::npos);
   output = job.StatusShowing("1 nodes");
@@ -313,8 +315,10 @@ class HeldPort {
   int port_ = 0;
 };
 
-TEST_CASE("TLS: a daemon bound to 0.0.0.0 without TLS refuses to start, before binding, "
-          "unless --insecure", "[tls][insecure]") {
+TEST_CASE(
+    "TLS: a daemon bound to 0.0.0.0 without TLS refuses to start, before binding, "
+    "unless --insecure",
+    "[tls][insecure]") {
   const Variables secret = {{"KV_SECRET_FILE", WriteJobSecret(TempDir())}};
   const HeldPort held;
   const std::string taken = absl::StrCat("--port=", held.port());
@@ -333,24 +337,24 @@ TEST_CASE("TLS: a daemon bound to 0.0.0.0 without TLS refuses to start, before b
   }
   SECTION("with --insecure it serves, and says so in its log") {
     const std::string port_file = Scratch("insecure-port");
-    std::unique_ptr<Process> scheduler =
-        Run("scheduler", {Path("server/scheduler/scheduler"), "--host=0.0.0.0", "--port=0",
-                          "--port_file=" + port_file, "--insecure"},
-            Joined(secret, kPlaintext));
+    std::unique_ptr<Process> scheduler = Run("scheduler",
+                                             {Path("server/scheduler/scheduler"), "--host=0.0.0.0",
+                                              "--port=0", "--port_file=" + port_file, "--insecure"},
+                                             Joined(secret, kPlaintext));
     REQUIRE(scheduler->WaitForPortFile(port_file, absl::Seconds(20)).ok());
     CHECK(scheduler->WaitForOutput("without TLS (--insecure)", absl::Seconds(10)));
   }
   SECTION("with TLS it serves; a client over TLS reaches it") {
     const std::string port_file = Scratch("tls-port");
-    std::unique_ptr<Process> scheduler =
-        Run("scheduler", {Path("server/scheduler/scheduler"), "--host=0.0.0.0", "--port=0",
-                          "--port_file=" + port_file},
-            Joined(secret, JobCertificates().Env()));
+    std::unique_ptr<Process> scheduler = Run("scheduler",
+                                             {Path("server/scheduler/scheduler"), "--host=0.0.0.0",
+                                              "--port=0", "--port_file=" + port_file},
+                                             Joined(secret, JobCertificates().Env()));
     const absl::StatusOr<int> port = scheduler->WaitForPortFile(port_file, absl::Seconds(20));
     REQUIRE(port.ok());
     std::unique_ptr<Process> kvctl =
-        Run("kvctl", {Path("client/kvctl/kvctl"), absl::StrCat("--scheduler=127.0.0.1:", *port),
-                      "status"},
+        Run("kvctl",
+            {Path("client/kvctl/kvctl"), absl::StrCat("--scheduler=127.0.0.1:", *port), "status"},
             Joined(secret, JobCertificates().Env()));
     REQUIRE(ExitCode(*kvctl) == 0);
   }
@@ -361,8 +365,7 @@ TEST_CASE("Launcher: --tls-mutual runs a job over mutual TLS", "[tls][launcher]"
       "launch",
       {"/usr/bin/env", "python3", Path("deploy/launch.py"), "-n", "1", "-s", "1", "--tls-mutual",
        "--scheduler", Path("server/scheduler/scheduler"), "--kvserver", Path("server/kvserver"),
-       "--timeout", "120", "--", Path("tests/integration/test_worker"), "rounds", "dist_sync",
-       "2"},
+       "--timeout", "120", "--", Path("tests/integration/test_worker"), "rounds", "dist_sync", "2"},
       kPlaintext);
   REQUIRE(ExitCode(*launcher) == 0);
   const std::string output = launcher->output();

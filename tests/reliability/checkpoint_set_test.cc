@@ -1,7 +1,10 @@
 // Checkpoint sets on real processes: every checkpoint taken during training is one cut (every
 // key of every server at one round), restores, and is refused whole when partial, mixed or
 // damaged; a refused checkpoint leaves nothing behind.
+#include "server/core/checkpoint_set.h"
+
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -10,15 +13,12 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/state_file.h"
 #include "proto/kvstore.pb.h"
 #include "server/core/checkpoint_root.h"
-#include "server/core/checkpoint_set.h"
 #include "server/core/server_backend.h"
 #include "tests/reliability/job.h"
 #include "tests/reliability/sum_reference.h"
@@ -112,9 +112,8 @@ int64_t CheckParts(const std::vector<StoredPart>& parts,
       const double got = part.data.GetAsDouble(j);
       const double expected = it->second[part.layout.offset + j];
       if (got != expected) {
-        FAIL(what << ": key " << part.layout.key.int_key() << " element "
-                  << part.layout.offset + j << " holds " << got << ", the reference "
-                  << expected);
+        FAIL(what << ": key " << part.layout.key.int_key() << " element " << part.layout.offset + j
+                  << " holds " << got << ", the reference " << expected);
       }
       ++checked;
     }
@@ -292,29 +291,53 @@ TEST_CASE("Checkpoint sets: partial, mixed and damaged directories are refused, 
   struct Case {
     std::string name;
     std::vector<std::pair<std::string, std::string>> files;  // from (below root), to name
-    int rank;                 // The server that restores.
-    std::string file, why;    // What the refusal names.
+    int rank;                                                // The server that restores.
+    std::string file, why;                                   // What the refusal names.
   };
   const std::vector<Case> cases = {
-      {"mixed", {{"a/MANIFEST", "MANIFEST"}, {"a/server-0.ckpt", "server-0.ckpt"},
-                 {"b/server-1.ckpt", "server-1.ckpt"}},
-       0, "server-1.ckpt", "does not match"},
-      {"mixed1", {{"a/MANIFEST", "MANIFEST"}, {"a/server-0.ckpt", "server-0.ckpt"},
-                  {"b/server-1.ckpt", "server-1.ckpt"}},
-       1, "server-1.ckpt", "mixes files of two checkpoints"},
-      {"no_manifest", {{"a/server-0.ckpt", "server-0.ckpt"}, {"a/server-1.ckpt", "server-1.ckpt"}},
-       0, "MANIFEST", "is missing"},
-      {"partial", {{"a/MANIFEST", "MANIFEST"}, {"a/server-0.ckpt", "server-0.ckpt"}},
-       1, "server-1.ckpt", "the set is partial"},
-      {"foreign_manifest", {{"b/MANIFEST", "MANIFEST"}, {"a/server-0.ckpt", "server-0.ckpt"},
-                            {"a/server-1.ckpt", "server-1.ckpt"}},
-       0, "server-0.ckpt", "does not match"},
-      {"stray", {{"a/MANIFEST", "MANIFEST"}, {"a/server-0.ckpt", "server-0.ckpt"},
-                 {"a/server-1.ckpt", "server-1.ckpt"}, {"b/server-1.ckpt", "server-2.ckpt"}},
-       0, "server-2.ckpt", "is not part of checkpoint"},
+      {"mixed",
+       {{"a/MANIFEST", "MANIFEST"},
+        {"a/server-0.ckpt", "server-0.ckpt"},
+        {"b/server-1.ckpt", "server-1.ckpt"}},
+       0,
+       "server-1.ckpt",
+       "does not match"},
+      {"mixed1",
+       {{"a/MANIFEST", "MANIFEST"},
+        {"a/server-0.ckpt", "server-0.ckpt"},
+        {"b/server-1.ckpt", "server-1.ckpt"}},
+       1,
+       "server-1.ckpt",
+       "mixes files of two checkpoints"},
+      {"no_manifest",
+       {{"a/server-0.ckpt", "server-0.ckpt"}, {"a/server-1.ckpt", "server-1.ckpt"}},
+       0,
+       "MANIFEST",
+       "is missing"},
+      {"partial",
+       {{"a/MANIFEST", "MANIFEST"}, {"a/server-0.ckpt", "server-0.ckpt"}},
+       1,
+       "server-1.ckpt",
+       "the set is partial"},
+      {"foreign_manifest",
+       {{"b/MANIFEST", "MANIFEST"},
+        {"a/server-0.ckpt", "server-0.ckpt"},
+        {"a/server-1.ckpt", "server-1.ckpt"}},
+       0,
+       "server-0.ckpt",
+       "does not match"},
+      {"stray",
+       {{"a/MANIFEST", "MANIFEST"},
+        {"a/server-0.ckpt", "server-0.ckpt"},
+        {"a/server-1.ckpt", "server-1.ckpt"},
+        {"b/server-1.ckpt", "server-2.ckpt"}},
+       0,
+       "server-2.ckpt",
+       "is not part of checkpoint"},
   };
   for (const Case& c : cases) {
-    for (const auto& [from, to] : c.files) CopyFile(root + "/" + from, root + "/" + c.name + "/" + to);
+    for (const auto& [from, to] : c.files)
+      CopyFile(root + "/" + from, root + "/" + c.name + "/" + to);
     const Restored restored = Restore(root, c.name, c.rank, 2, kWorkers);
     INFO(c.name << ": " << restored.status.ToString());
     CHECK(!restored.status.ok());
@@ -325,7 +348,8 @@ TEST_CASE("Checkpoint sets: partial, mixed and damaged directories are refused, 
   CopyFile(root + "/a/MANIFEST", root + "/damaged/MANIFEST");
   CopyFile(root + "/a/server-0.ckpt", root + "/damaged/server-0.ckpt");
   {
-    std::fstream manifest(root + "/damaged/MANIFEST", std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream manifest(root + "/damaged/MANIFEST",
+                          std::ios::in | std::ios::out | std::ios::binary);
     manifest.seekp(30);
     manifest.put('\x7f');
   }
@@ -380,9 +404,10 @@ TEST_CASE("Checkpoint sets: a checkpoint refused by one server leaves nothing; t
   Job::ExpectExit(job.scheduler(), 0);
 }
 
-TEST_CASE("Checkpoint sets: a write that fails on one server (file size limit, as a full disk) "
-          "leaves nothing; training goes on",
-          "[reliability][checkpoint]") {
+TEST_CASE(
+    "Checkpoint sets: a write that fails on one server (file size limit, as a full disk) "
+    "leaves nothing; training goes on",
+    "[reliability][checkpoint]") {
   const uint64_t seed = TestSeed();
   constexpr int kWorkers = 2, kLast = 150;
   const std::string base = FreshDirectory("full");

@@ -12,8 +12,8 @@
 
 namespace kvstore::testing {
 
-absl::StatusOr<ElasticReference> ElasticReference::Create(uint64_t seed, int workers,
-                                                          int victim, int64_t last) {
+absl::StatusOr<ElasticReference> ElasticReference::Create(uint64_t seed, int workers, int victim,
+                                                          int64_t last) {
   if (victim < 0 || victim >= workers || last < 1 || last > 62) {
     return absl::InvalidArgumentError(absl::StrCat("an elastic reference needs a victim among ",
                                                    workers, " workers and 1..62 rounds, got ",
@@ -67,12 +67,12 @@ absl::Status ElasticReference::Check(int64_t round,
       if (mask == 0) {
         std::vector<std::string> sums;
         for (int64_t r = 0; r <= round; ++r) sums.push_back(absl::StrCat(victim_sums_[k][i][r]));
-        return absl::DataLossError(absl::StrCat(
-            "round ", round, " key ", keys[k].key, " element ", i, ": pulled ", got,
-            "; the other workers' pushes and the initial value make ", others_[k][i],
-            ", and no K makes up the difference ", residual, " with worker ", victim_,
-            "'s pushes of rounds 1..K (those sums for K = 0..", round, ": ",
-            absl::StrJoin(sums, " "), ")"));
+        return absl::DataLossError(
+            absl::StrCat("round ", round, " key ", keys[k].key, " element ", i, ": pulled ", got,
+                         "; the other workers' pushes and the initial value make ", others_[k][i],
+                         ", and no K makes up the difference ", residual, " with worker ", victim_,
+                         "'s pushes of rounds 1..K (those sums for K = 0..", round, ": ",
+                         absl::StrJoin(sums, " "), ")"));
       }
     }
   }

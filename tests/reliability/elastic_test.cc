@@ -6,6 +6,7 @@
 // deploy/launch.py --elastic runs such a job to its end. Every process's exit status is
 // checked: the job succeeds with the workers that remain.
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -13,8 +14,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -62,9 +61,10 @@ std::vector<Unit> RoundUnits(int servers) {
   return units;
 }
 
-TEST_CASE("Elastic: a worker killed mid-training leaves the job; the others train on to the "
-          "end, every value exact",
-          "[reliability][elastic]") {
+TEST_CASE(
+    "Elastic: a worker killed mid-training leaves the job; the others train on to the "
+    "end, every value exact",
+    "[reliability][elastic]") {
   const uint64_t seed = TestSeed();
   std::mt19937_64 rng(seed);
   constexpr int kWorkers = 3;
@@ -168,16 +168,16 @@ TEST_CASE("Elastic: a worker killed mid-training leaves the job; the others trai
               static_cast<long long>(completed + 1), at_next);
 }
 
-TEST_CASE("Elastic: a barrier waiting for a worker that dies passes once every living worker "
-          "has entered",
-          "[reliability][elastic]") {
+TEST_CASE(
+    "Elastic: a barrier waiting for a worker that dies passes once every living worker "
+    "has entered",
+    "[reliability][elastic]") {
   const uint64_t seed = TestSeed();
   std::mt19937_64 rng(seed);
   constexpr int kWorkers = 3;
   const int victim = static_cast<int>(rng() % kWorkers);
   const int rounds = 3 + static_cast<int>(rng() % 5);
-  std::printf("worker %d dies while the others wait in a barrier after round %d\n", victim,
-              rounds);
+  std::printf("worker %d dies while the others wait in a barrier after round %d\n", victim, rounds);
   Job job({{}, {}}, kWorkers, {"--heartbeat_timeout=1s", "--elastic"});
   for (int w = 0; w < kWorkers; ++w) {
     if (w == victim) {
@@ -221,23 +221,42 @@ TEST_CASE("Elastic: a barrier waiting for a worker that dies passes once every l
   CHECK(absl::StrContains(job.scheduler().output(), "it is dead and has left the job"));
 }
 
-TEST_CASE("Elastic: deploy/launch.py --elastic keeps the job running when a worker dies and "
-          "exits 0 with the others",
-          "[reliability][elastic][launcher]") {
+TEST_CASE(
+    "Elastic: deploy/launch.py --elastic keeps the job running when a worker dies and "
+    "exits 0 with the others",
+    "[reliability][elastic][launcher]") {
   const uint64_t seed = TestSeed();
   std::mt19937_64 rng(seed);
   const int victim = static_cast<int>(rng() % 3);
   const int crash_after = 2 + static_cast<int>(rng() % 5);
   std::printf("worker %d kills itself after round %d\n", victim, crash_after);
   const std::vector<std::string> argv = {
-      "/usr/bin/env", "python3", Runfile("deploy/launch.py"), "-n", "3", "-s", "2", "--elastic",
-      "--scheduler", Runfile("server/scheduler/scheduler"), "--kvserver",
-      Runfile("server/kvserver"), "--timeout", "60",
+      "/usr/bin/env",
+      "python3",
+      Runfile("deploy/launch.py"),
+      "-n",
+      "3",
+      "-s",
+      "2",
+      "--elastic",
+      "--scheduler",
+      Runfile("server/scheduler/scheduler"),
+      "--kvserver",
+      Runfile("server/kvserver"),
+      "--timeout",
+      "60",
       absl::StrCat("--scheduler-arg=--big_value_bound=", kBigValueBound),
       absl::StrCat("--scheduler-arg=--chunk_bytes=", kChunkBytes),
-      "--scheduler-arg=--heartbeat_interval=100ms", "--scheduler-arg=--heartbeat_timeout=1s",
-      "--server-arg=--updater=sum", "--", Runfile("tests/reliability/sum_worker"),
-      absl::StrCat(seed), "1", "12", "50", absl::StrCat("elastic=", victim, ":-"),
+      "--scheduler-arg=--heartbeat_interval=100ms",
+      "--scheduler-arg=--heartbeat_timeout=1s",
+      "--server-arg=--updater=sum",
+      "--",
+      Runfile("tests/reliability/sum_worker"),
+      absl::StrCat(seed),
+      "1",
+      "12",
+      "50",
+      absl::StrCat("elastic=", victim, ":-"),
       absl::StrCat("crash=", victim, ":", crash_after)};
   std::unique_ptr<Process> launcher = StartProcess("launch", argv, {});
   Job::ExpectExit(*launcher, 0);
@@ -248,8 +267,8 @@ TEST_CASE("Elastic: deploy/launch.py --elastic keeps the job running when a work
                            " was killed by signal 9; the job goes on without it (--elastic)")));
   for (int w = 0; w < 3; ++w) {
     if (w == victim) continue;
-    CHECK(absl::StrContains(output, absl::StrCat("[worker ", w, "] worker ", w,
-                                                 ": rounds 1..12 checked (elastic")));
+    CHECK(absl::StrContains(
+        output, absl::StrCat("[worker ", w, "] worker ", w, ": rounds 1..12 checked (elastic")));
   }
   CHECK(absl::StrContains(output, "it is dead and has left the job"));
 }

@@ -2,13 +2,12 @@
 // (the seed is printed): a dead worker fails the others within the heartbeat timeout, naming
 // it, the key and the round; every daemon of a failed job exits non-zero; kvctl shows the
 // worker as failed; a lost scheduler is reported as that.
+#include <catch2/catch.hpp>
 #include <functional>
 #include <random>
 #include <regex>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -48,9 +47,10 @@ void CheckLostRounds(const std::string& output) {
   CHECK(!absl::StrContains(output, "(at least)"));
 }
 
-TEST_CASE("Failures: a worker killed mid-training fails the others within the heartbeat "
-          "timeout, naming it",
-          "[reliability][failures]") {
+TEST_CASE(
+    "Failures: a worker killed mid-training fails the others within the heartbeat "
+    "timeout, naming it",
+    "[reliability][failures]") {
   const uint64_t seed = TestSeed();
   std::mt19937_64 rng(seed);
   constexpr int kWorkers = 3;
@@ -107,8 +107,8 @@ TEST_CASE("Failures: a worker whose last wait failed finishes as failed; every d
   // failed, so the job fails and every daemon still running exits non-zero.
   Job job({{}, {}}, 2, {"--heartbeat_timeout=inf"});
   for (int w = 0; w < 2; ++w) job.AddWorker(w, {absl::StrCat(seed), "1", "100000", "2"});
-  REQUIRE(job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"),
-                                      absl::Seconds(60)));
+  REQUIRE(
+      job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"), absl::Seconds(60)));
   job.server(1).Kill();
   for (int w = 0; w < 2; ++w) {
     Job::ExpectExit(job.worker(w), 1);
@@ -130,8 +130,8 @@ TEST_CASE("Failures: a scheduler killed mid-training is reported as lost by serv
   const int kill_after = 3 + static_cast<int>(rng() % 20);
   Job job({{"--scheduler_lost_timeout=2s"}, {"--scheduler_lost_timeout=2s"}}, 2);
   for (int w = 0; w < 2; ++w) job.AddWorker(w, {absl::StrCat(seed), "1", "100000", "2"});
-  REQUIRE(job.worker(1).WaitForOutput(absl::StrCat("round ", kill_after, " ok"),
-                                      absl::Seconds(60)));
+  REQUIRE(
+      job.worker(1).WaitForOutput(absl::StrCat("round ", kill_after, " ok"), absl::Seconds(60)));
   job.scheduler().Kill();
   for (int s = 0; s < 2; ++s) {
     Job::ExpectExit(job.server(s), 1);
@@ -195,18 +195,20 @@ void RestartIntoRunningJob(const std::string& name, std::vector<std::string> sch
   CHECK(!absl::StrContains(job.scheduler().output(), "every worker finished"));
 }
 
-TEST_CASE("Failures: a kvserver killed and restarted with --restore rejoins the running job; "
-          "the workers are told DATA_LOSS naming it and the rounds lost",
-          "[reliability][failures][rejoin]") {
+TEST_CASE(
+    "Failures: a kvserver killed and restarted with --restore rejoins the running job; "
+    "the workers are told DATA_LOSS naming it and the rounds lost",
+    "[reliability][failures][rejoin]") {
   // Heartbeats every 100 ms: 500 ms later the old process has long counted as dead.
   RestartIntoRunningJob("rejoin", {"--heartbeat_timeout=inf"}, absl::Milliseconds(500),
                         [](Job&, Process&) {});
 }
 
-TEST_CASE("Failures: a kvserver restarted at once (as systemd does) waits for its old process "
-          "to count as dead, takes its rank, and the job fails everywhere with the true rounds "
-          "lost",
-          "[reliability][failures][rejoin]") {
+TEST_CASE(
+    "Failures: a kvserver restarted at once (as systemd does) waits for its old process "
+    "to count as dead, takes its rank, and the job fails everywhere with the true rounds "
+    "lost",
+    "[reliability][failures][rejoin]") {
   // Heartbeats every second: the old process counts as dead after 2 s of silence, and the
   // restart comes well before that.
   RestartIntoRunningJob(

@@ -2,12 +2,11 @@
 
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -17,9 +16,7 @@
 #include "tests/test_files.h"
 
 namespace kvstore::testing {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 std::string FreshDirectory(const std::string& name) {
   const std::filesystem::path dir =
@@ -71,8 +68,7 @@ Job::~Job() {
   scheduler_->Kill();
 }
 
-std::vector<std::pair<std::string, std::string>> Job::Env(const std::string& role,
-                                                          int rank) const {
+std::vector<std::pair<std::string, std::string>> Job::Env(const std::string& role, int rank) const {
   return {{"DMLC_ROLE", role},
           {"DMLC_PS_ROOT_URI", "127.0.0.1"},
           {"DMLC_PS_ROOT_PORT", absl::StrCat(port_)},
@@ -93,9 +89,9 @@ Process& Job::StartServer(int rank, std::vector<std::string> args) {
     }
   }
   if (!fsize_kib.empty()) {
-    argv.insert(argv.begin(), {"/bin/bash", "-c",
-                               absl::StrCat("trap '' XFSZ; ulimit -f ", fsize_kib,
-                                            "; exec \"$0\" \"$@\"")});
+    argv.insert(argv.begin(),
+                {"/bin/bash", "-c",
+                 absl::StrCat("trap '' XFSZ; ulimit -f ", fsize_kib, "; exec \"$0\" \"$@\"")});
   }
   if (servers_[rank] != nullptr) retired_.push_back(std::move(servers_[rank]));
   servers_[rank] = StartProcess(absl::StrCat("server ", rank), argv, Env("server", rank));

@@ -3,11 +3,10 @@
 // worker's every pull equals the float64 reference of a run without the kill - and stalls the
 // workers for well under a second; the job then ends as a success. Both copies of a shard
 // dead fails the job, naming the shard.
+#include <catch2/catch.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -59,8 +58,8 @@ void KillOneServer(int servers) {
   for (int w = 0; w < kWorkers; ++w) {
     job.AddWorker(w, {absl::StrCat(seed), "1", absl::StrCat(kRounds), "5"});
   }
-  REQUIRE(job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"),
-                                      absl::Seconds(60)));
+  REQUIRE(
+      job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"), absl::Seconds(60)));
   absl::SleepFor(absl::Microseconds(delay_us));
   job.server(victim).Kill();
   // kvctl shows the server as failed, and why, while the job trains on.
@@ -118,14 +117,16 @@ void ReplaceOneServer(int servers) {
   const int victim = static_cast<int>(rng() % servers);
   const int second = (victim + 1) % servers;  // Held the other copy of the victim's shard.
   const int kill_after = 3 + static_cast<int>(rng() % 20);
-  std::printf("%d servers: killing server %d after round %d, replacing it, then killing "
-              "server %d\n", servers, victim, kill_after, second);
+  std::printf(
+      "%d servers: killing server %d after round %d, replacing it, then killing "
+      "server %d\n",
+      servers, victim, kill_after, second);
   Job job(std::vector<std::vector<std::string>>(servers), kWorkers, {"--replicas=2"});
   for (int w = 0; w < kWorkers; ++w) {
     job.AddWorker(w, {absl::StrCat(seed), "1", absl::StrCat(kRounds), "5"});
   }
-  REQUIRE(job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"),
-                                      absl::Seconds(60)));
+  REQUIRE(
+      job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"), absl::Seconds(60)));
   job.server(victim).Kill();
   REQUIRE(job.scheduler().WaitForOutput(absl::StrCat("server ", victim, " is dead"),
                                         absl::Seconds(10)));
@@ -162,15 +163,17 @@ void ReplaceOneServer(int servers) {
   Job::ExpectExit(job.scheduler(), 0);
 }
 
-TEST_CASE("Replicas: a replacement kvserver of 2 takes a dead server's rank back and holds "
-          "its shards",
-          "[reliability][replicas]") {
+TEST_CASE(
+    "Replicas: a replacement kvserver of 2 takes a dead server's rank back and holds "
+    "its shards",
+    "[reliability][replicas]") {
   ReplaceOneServer(2);
 }
 
-TEST_CASE("Replicas: a replacement kvserver of 3 takes a dead server's rank back and holds "
-          "its shards",
-          "[reliability][replicas]") {
+TEST_CASE(
+    "Replicas: a replacement kvserver of 3 takes a dead server's rank back and holds "
+    "its shards",
+    "[reliability][replicas]") {
   ReplaceOneServer(3);
 }
 
@@ -183,11 +186,11 @@ TEST_CASE("Replicas: both copies of a shard dead fails the job, naming the shard
   const int kill_after = 3 + static_cast<int>(rng() % 20);
   Job job({{}, {}, {}}, 2, {"--replicas=2"});
   for (int w = 0; w < 2; ++w) job.AddWorker(w, {absl::StrCat(seed), "1", "100000", "5"});
-  REQUIRE(job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"),
-                                      absl::Seconds(60)));
+  REQUIRE(
+      job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"), absl::Seconds(60)));
   job.server(first).Kill();
-  REQUIRE(job.scheduler().WaitForOutput(absl::StrCat("server ", first, " is dead"),
-                                        absl::Seconds(10)));
+  REQUIRE(
+      job.scheduler().WaitForOutput(absl::StrCat("server ", first, " is dead"), absl::Seconds(10)));
   job.server(second).Kill();
   for (int w = 0; w < 2; ++w) {
     Job::ExpectExit(job.worker(w), 1);
@@ -202,9 +205,10 @@ TEST_CASE("Replicas: both copies of a shard dead fails the job, naming the shard
                           absl::StrCat("shard ", first, " is lost: both its copies are dead")));
 }
 
-TEST_CASE("Replicas: a checkpoint after a failover writes the dead server's shard from its "
-          "backup; restored, training goes on exactly",
-          "[reliability][replicas]") {
+TEST_CASE(
+    "Replicas: a checkpoint after a failover writes the dead server's shard from its "
+    "backup; restored, training goes on exactly",
+    "[reliability][replicas]") {
   const uint64_t seed = TestSeed();
   std::mt19937_64 rng(seed);
   constexpr int kServers = 3, kWorkers = 2;
@@ -220,8 +224,8 @@ TEST_CASE("Replicas: a checkpoint after a failover writes the dead server's shar
     for (int w = 0; w < kWorkers; ++w) {
       job.AddWorker(w, {absl::StrCat(seed), "1", "100000", "2"});
     }
-    REQUIRE(job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"),
-                                        absl::Seconds(60)));
+    REQUIRE(
+        job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"), absl::Seconds(60)));
     job.server(victim).Kill();
     REQUIRE(job.scheduler().WaitForOutput(absl::StrCat("server ", victim, " is dead"),
                                           absl::Seconds(10)));

@@ -3,12 +3,11 @@
 // job restarted from the newest whole set and trained to the end, every pull checked against the
 // float64 reference and every exit status checked. Sets left incomplete by the kill must be
 // refused, naming a file.
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -22,9 +21,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST_CASE("Soak: checkpoints while training, a kvserver killed at random, the job restarted "
-          "from the newest whole set, exact to the end",
-          "[reliability][soak]") {
+TEST_CASE(
+    "Soak: checkpoints while training, a kvserver killed at random, the job restarted "
+    "from the newest whole set, exact to the end",
+    "[reliability][soak]") {
   const uint64_t seed = TestSeed();
   std::mt19937_64 rng(seed);
   constexpr int kWorkers = 3, kServers = 2;
@@ -40,15 +40,15 @@ TEST_CASE("Soak: checkpoints while training, a kvserver killed at random, the jo
       job.AddWorker(w, {absl::StrCat(seed), "1", "100000", "3"});
     }
     for (int i = 0; i < 5; ++i) {
-      REQUIRE(job.worker(0).WaitForOutput(absl::StrCat("round ", 5 + 7 * i, " ok"),
-                                          absl::Seconds(60)));
+      REQUIRE(
+          job.worker(0).WaitForOutput(absl::StrCat("round ", 5 + 7 * i, " ok"), absl::Seconds(60)));
       int code = 0;
       const std::string output = job.Kvctl({"checkpoint", absl::StrCat("explicit/", i)}, &code);
       INFO(output);
       REQUIRE(code == 0);
     }
-    REQUIRE(job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"),
-                                        absl::Seconds(60)));
+    REQUIRE(
+        job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"), absl::Seconds(60)));
     job.server(victim).Kill();
     // Without the server the job fails: every worker and daemon exits non-zero, none hangs.
     for (int w = 0; w < kWorkers; ++w) Job::ExpectExit(job.worker(w), 1);
@@ -94,8 +94,7 @@ TEST_CASE("Soak: checkpoints while training, a kvserver killed at random, the jo
   }
   INFO("sets: " << sets.size());
   REQUIRE(!chosen.empty());
-  std::printf("restarting from %s at round %lld\n", chosen.c_str(),
-              static_cast<long long>(round));
+  std::printf("restarting from %s at round %lld\n", chosen.c_str(), static_cast<long long>(round));
   REQUIRE(round >= 7);
   Job job({{"--checkpoint_root=" + roots[0], "--restore=" + chosen},
            {"--checkpoint_root=" + roots[1], "--restore=" + chosen}},

@@ -140,9 +140,8 @@ absl::Status Run(int argc, char** argv) {
       RETURN_IF_ERROR(kv->Push(keys, values));
       RETURN_IF_ERROR(kv->Pull(keys, out_ptrs));
       RETURN_IF_ERROR(kv->WaitAll());
-      RETURN_IF_ERROR(reference.Check(round, [&](size_t k, int64_t i) {
-        return outs[k].GetAsDouble(i);
-      }));
+      RETURN_IF_ERROR(
+          reference.Check(round, [&](size_t k, int64_t i) { return outs[k].GetAsDouble(i); }));
       std::printf("round %lld ok\n", static_cast<long long>(round));
       std::fflush(stdout);
       if (rank == crash_rank && round == crash_round) std::raise(SIGKILL);
@@ -159,7 +158,8 @@ absl::Status Run(int argc, char** argv) {
     for (size_t k = 0; k < sum_keys.size(); ++k) {
       for (int64_t i = 0; i < sum_keys[k].elements; ++i) {
         values[k].SetFromDouble(i, Gradient(seed, sum_keys[k].key, rank, round, i));
-        for (int w = 0; w < workers; ++w) want[k][i] += Gradient(seed, sum_keys[k].key, w, round, i);
+        for (int w = 0; w < workers; ++w)
+          want[k][i] += Gradient(seed, sum_keys[k].key, w, round, i);
       }
     }
     RETURN_IF_ERROR(kv->Push(keys, values));
@@ -168,9 +168,9 @@ absl::Status Run(int argc, char** argv) {
     for (size_t k = 0; k < sum_keys.size(); ++k) {
       for (int64_t i = 0; i < sum_keys[k].elements; ++i) {
         if (outs[k].GetAsDouble(i) != want[k][i]) {
-          return absl::DataLossError(absl::StrCat(
-              "round ", round, " key ", sum_keys[k].key, " element ", i, ": pulled ",
-              outs[k].GetAsDouble(i), ", the float64 reference is ", want[k][i]));
+          return absl::DataLossError(
+              absl::StrCat("round ", round, " key ", sum_keys[k].key, " element ", i, ": pulled ",
+                           outs[k].GetAsDouble(i), ", the float64 reference is ", want[k][i]));
         }
       }
     }
