@@ -139,8 +139,15 @@ class Controller {
   // CutRound reads the "ID ROUND" leading a cut step's fields: the round, once ID is the
   // checkpoint being cut here; InvalidArgument or FailedPrecondition otherwise.
   absl::StatusOr<int64_t> CutRound(const std::vector<std::string>& fields);
-  // RunCopy runs commands 14 and 15 (controller_copy.cc).
+  // RunCopy runs commands 14 and 15 (controller_copy.cc): CopyIn (15: "append", "load"), and
+  // the copy-out steps of 14: CopyOutCut ("cut": snapshot once every key reached the round,
+  // refuse older views' writes from then on), CopyOutRead ("read") and CopyOutEnd ("end",
+  // "abort": drop the copy; abort also ends the cut and accepts older views again).
   absl::StatusOr<std::string> RunCopy(int head, absl::string_view body);
+  absl::StatusOr<std::string> CopyIn(absl::string_view body);
+  absl::StatusOr<std::string> CopyOutCut(absl::string_view body);
+  absl::StatusOr<std::string> CopyOutRead(absl::string_view body);
+  absl::StatusOr<std::string> CopyOutEnd(const std::string& verb, absl::string_view body);
   // RestoreShard restores `checkpoint` (checked against the job) into the engine; `what`
   // names where it came from in errors (a file's path).
   absl::Status RestoreShard(const proto::ShardCheckpoint& checkpoint, const std::string& what);

@@ -25,118 +25,125 @@ absl::StatusOr<uint64_t> Number(const std::string& field, absl::string_view what
 }  // namespace
 
 absl::StatusOr<std::string> Controller::RunCopy(int head, absl::string_view body) {
-  if (head == kCommandCopyIn) {
-    if (absl::ConsumePrefix(&body, "append\n")) {
-      absl::MutexLock lock(&cut_mu_);
-      copy_in_.append(body.data(), body.size());
-      return absl::StrCat("received ", copy_in_.size());
-    }
-    ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 3, "load BYTES CRC32"));
-    if (f[0] != "load") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("copy-in command \"", f[0], "\" is not append or load"));
-    }
-    ASSIGN_OR_RETURN(const uint64_t bytes, Number(f[1], "a byte count"));
-    ASSIGN_OR_RETURN(const uint64_t crc, Number(f[2], "a CRC-32"));
-    std::string copy;
-    {
-      absl::MutexLock lock(&cut_mu_);
-      copy.swap(copy_in_);
-    }
-    const std::string what = absl::StrCat("the copy of shard ", rank_);
-    if (copy.size() != bytes || Crc32(copy) != crc) {
-      return absl::DataLossError(absl::StrCat(what, ": received ", copy.size(),
-                                              " bytes with CRC-32 ", Crc32(copy), ", sent ", bytes,
-                                              " with ", crc));
-    }
-    if (engine_->stats().num_keys > 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(what, ": this server already holds ", engine_->stats().num_keys,
-                       " keys; a copy is loaded into an empty server only"));
-    }
-    proto::ShardCheckpoint checkpoint;
-    if (!checkpoint.ParseFromString(copy)) {
-      return absl::DataLossError(absl::StrCat(what, ": does not parse"));
-    }
-    RETURN_IF_ERROR(RestoreShard(checkpoint, what));
-    return absl::StrCat("loaded ", checkpoint.values_size(), " keys");
-  }
-
+  if (head == kCommandCopyIn) return CopyIn(body);
   const std::string verb(body.substr(0, body.find(' ')));
-  if (verb == "cut") {
-    ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 4, "cut ID ROUND EPOCH"));
-    ASSIGN_OR_RETURN(const int64_t round, CutRound({f[1], f[2]}));
-    ASSIGN_OR_RETURN(const uint64_t epoch, Number(f[3], "a view epoch"));
-    const std::string lagging = engine_->CutLagging();
-    if (!lagging.empty()) return absl::StrCat("waiting: ", lagging);
-    ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->Snapshot());
-    // From here on writes routed by an older view would miss the new copy: refused, the held
-    // pushes too; their senders send them again to both copies once they know the new view.
-    const uint64_t before = engine_->view_floor();
-    engine_->SetViewFloor(epoch, /*reads_too=*/false);
-    engine_->EndCut(StaleViewError(epoch - 1, epoch));
-    proto::ShardCheckpoint checkpoint = MakeCheckpoint(snapshot);
-    checkpoint.set_checkpoint_id(f[1]);
-    checkpoint.set_round(engine_->sync() ? round : -1);
-    for (int i = 0; i < checkpoint.values_size(); ++i) {
-      for (int64_t r : snapshot.parts[i].chunk_rounds) {
-        checkpoint.mutable_values(i)->add_chunk_rounds(r);
-      }
-    }
-    for (const AppliedRequests& node : engine_->Applied()) {
-      proto::AppliedRequestIds* ids = checkpoint.add_applied();
-      ids->set_node_id(node.node_id);
-      for (uint64_t id : node.request_ids) ids->add_request_ids(id);
-    }
-    absl::MutexLock lock(&cut_mu_);
-    if (cut_id_ == f[1]) cut_id_.clear();
-    copy_id_ = f[1];
-    copy_floor_before_ = before;
-    copy_out_ = checkpoint.SerializeAsString();
-    return absl::StrCat("copied ", copy_out_.size(), " ", Crc32(copy_out_));
-  }
-  if (verb == "read") {
-    ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 4, "read ID OFFSET LENGTH"));
-    ASSIGN_OR_RETURN(const uint64_t offset, Number(f[2], "an offset"));
-    ASSIGN_OR_RETURN(const uint64_t length, Number(f[3], "a length"));
-    absl::MutexLock lock(&cut_mu_);
-    if (copy_id_ != f[1]) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("no copy ", f[1], " is held here (", copy_id_, " is)"));
-    }
-    if (offset > copy_out_.size()) {
-      return absl::OutOfRangeError(
-          absl::StrCat("offset ", offset, " is past the copy's ", copy_out_.size(), " bytes"));
-    }
-    return copy_out_.substr(offset, length);
-  }
-  if (verb == "end" || verb == "abort") {
-    ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 2, "end|abort ID"));
-    bool ended_cut = false;
-    bool copied = false;
-    uint64_t floor_before = 0;
-    {
-      absl::MutexLock lock(&cut_mu_);
-      if (copy_id_ == f[1]) {
-        copied = true;
-        floor_before = copy_floor_before_;
-        copy_id_.clear();
-        std::string().swap(copy_out_);
-      }
-      if (verb == "abort" && cut_id_ == f[1]) {
-        cut_id_.clear();
-        ended_cut = true;
-      }
-    }
-    if (verb == "abort") {
-      // The join failed: its view is never published, so what it refused is accepted again.
-      if (copied) engine_->SetViewFloor(floor_before, false);
-      if (ended_cut) engine_->EndCut();
-    }
-    return verb == "end" ? std::string("ended") : std::string("aborted");
-  }
+  if (verb == "cut") return CopyOutCut(body);
+  if (verb == "read") return CopyOutRead(body);
+  if (verb == "end" || verb == "abort") return CopyOutEnd(verb, body);
   return absl::InvalidArgumentError(
       absl::StrCat("copy-out command \"", verb, "\" is not cut, read, end or abort"));
+}
+
+absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
+  if (absl::ConsumePrefix(&body, "append\n")) {
+    absl::MutexLock lock(&cut_mu_);
+    copy_in_.append(body.data(), body.size());
+    return absl::StrCat("received ", copy_in_.size());
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 3, "load BYTES CRC32"));
+  if (f[0] != "load") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("copy-in command \"", f[0], "\" is not append or load"));
+  }
+  ASSIGN_OR_RETURN(const uint64_t bytes, Number(f[1], "a byte count"));
+  ASSIGN_OR_RETURN(const uint64_t crc, Number(f[2], "a CRC-32"));
+  std::string copy;
+  {
+    absl::MutexLock lock(&cut_mu_);
+    copy.swap(copy_in_);
+  }
+  const std::string what = absl::StrCat("the copy of shard ", rank_);
+  if (copy.size() != bytes || Crc32(copy) != crc) {
+    return absl::DataLossError(absl::StrCat(what, ": received ", copy.size(), " bytes with CRC-32 ",
+                                            Crc32(copy), ", sent ", bytes, " with ", crc));
+  }
+  if (engine_->stats().num_keys > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": this server already holds ", engine_->stats().num_keys,
+                     " keys; a copy is loaded into an empty server only"));
+  }
+  proto::ShardCheckpoint checkpoint;
+  if (!checkpoint.ParseFromString(copy)) {
+    return absl::DataLossError(absl::StrCat(what, ": does not parse"));
+  }
+  RETURN_IF_ERROR(RestoreShard(checkpoint, what));
+  return absl::StrCat("loaded ", checkpoint.values_size(), " keys");
+}
+
+absl::StatusOr<std::string> Controller::CopyOutCut(absl::string_view body) {
+  ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 4, "cut ID ROUND EPOCH"));
+  ASSIGN_OR_RETURN(const int64_t round, CutRound({f[1], f[2]}));
+  ASSIGN_OR_RETURN(const uint64_t epoch, Number(f[3], "a view epoch"));
+  const std::string lagging = engine_->CutLagging();
+  if (!lagging.empty()) return absl::StrCat("waiting: ", lagging);
+  ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->Snapshot());
+  // From here on writes routed by an older view would miss the new copy: refused, the held
+  // pushes too; their senders send them again to both copies once they know the new view.
+  const uint64_t before = engine_->view_floor();
+  engine_->SetViewFloor(epoch, /*reads_too=*/false);
+  engine_->EndCut(StaleViewError(epoch - 1, epoch));
+  proto::ShardCheckpoint checkpoint = MakeCheckpoint(snapshot);
+  checkpoint.set_checkpoint_id(f[1]);
+  checkpoint.set_round(engine_->sync() ? round : -1);
+  for (int i = 0; i < checkpoint.values_size(); ++i) {
+    for (int64_t r : snapshot.parts[i].chunk_rounds) {
+      checkpoint.mutable_values(i)->add_chunk_rounds(r);
+    }
+  }
+  for (const AppliedRequests& node : engine_->Applied()) {
+    proto::AppliedRequestIds* ids = checkpoint.add_applied();
+    ids->set_node_id(node.node_id);
+    for (uint64_t id : node.request_ids) ids->add_request_ids(id);
+  }
+  absl::MutexLock lock(&cut_mu_);
+  if (cut_id_ == f[1]) cut_id_.clear();
+  copy_id_ = f[1];
+  copy_floor_before_ = before;
+  copy_out_ = checkpoint.SerializeAsString();
+  return absl::StrCat("copied ", copy_out_.size(), " ", Crc32(copy_out_));
+}
+
+absl::StatusOr<std::string> Controller::CopyOutRead(absl::string_view body) {
+  ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 4, "read ID OFFSET LENGTH"));
+  ASSIGN_OR_RETURN(const uint64_t offset, Number(f[2], "an offset"));
+  ASSIGN_OR_RETURN(const uint64_t length, Number(f[3], "a length"));
+  absl::MutexLock lock(&cut_mu_);
+  if (copy_id_ != f[1]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no copy ", f[1], " is held here (", copy_id_, " is)"));
+  }
+  if (offset > copy_out_.size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("offset ", offset, " is past the copy's ", copy_out_.size(), " bytes"));
+  }
+  return copy_out_.substr(offset, length);
+}
+
+absl::StatusOr<std::string> Controller::CopyOutEnd(const std::string& verb,
+                                                   absl::string_view body) {
+  ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 2, "end|abort ID"));
+  bool ended_cut = false;
+  bool copied = false;
+  uint64_t floor_before = 0;
+  {
+    absl::MutexLock lock(&cut_mu_);
+    if (copy_id_ == f[1]) {
+      copied = true;
+      floor_before = copy_floor_before_;
+      copy_id_.clear();
+      std::string().swap(copy_out_);
+    }
+    if (verb == "abort" && cut_id_ == f[1]) {
+      cut_id_.clear();
+      ended_cut = true;
+    }
+  }
+  if (verb == "abort") {
+    // The join failed: its view is never published, so what it refused is accepted again.
+    if (copied) engine_->SetViewFloor(floor_before, false);
+    if (ended_cut) engine_->EndCut();
+  }
+  return verb == "end" ? std::string("ended") : std::string("aborted");
 }
 
 }  // namespace kvstore
