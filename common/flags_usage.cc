@@ -41,9 +41,10 @@ std::vector<char*> InitFlags(int argc, char* argv[], absl::string_view usage,
   const std::string own_file(Path(flags_file));
   const std::string program(Basename(argc > 0 ? argv[0] : ""));
   absl::FlagsUsageConfig config;
-  // A program's own flags, and the security flags every program shares.
+  // A program's own flags, and the security and daemon flags the programs share.
   config.contains_help_flags = [own_file](absl::string_view file) {
-    return Path(file) == own_file || Path(file) == "common/security_flags.cc";
+    return Path(file) == own_file || Path(file) == "common/security_flags.cc" ||
+           Path(file) == "common/daemon_flags.cc";
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   config.contains_helppackage_flags = [own_file](absl::string_view file) {

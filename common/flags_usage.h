@@ -28,7 +28,8 @@ inline constexpr char kVersion[] = "0.1.0";
 //
 // `usage` says what the program does and how to call it; Abseil prints it after "PROGRAM: ".
 // The built-in usage flags print to stdout and exit 0:
-//   --help, --helpshort  `usage`, then the flags defined in `flags_file`;
+//   --help, --helpshort  `usage`, then the flags defined in `flags_file`, and the shared ones
+//                        (common/security_flags.cc, common/daemon_flags.cc) it links;
 //   --helppackage        `usage`, then the flags defined in `flags_file`'s folder;
 //   --helpfull           `usage`, then every flag of the binary, Abseil's own included;
 //   --help=SUBSTRING     the flags whose name, help or file contains SUBSTRING;

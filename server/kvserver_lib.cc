@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/advertise.h"
+#include "common/daemon_flags.h"
 #include "common/environment.h"
 #include "common/flags_usage.h"
 #include "common/logging.h"
@@ -65,12 +66,6 @@ ABSL_FLAG(int64_t, memory_budget_bytes, 0,
           "The most bytes this server holds (values, plus a few hundred bytes per key and chunk, "
           "and key groups); an Init beyond it is refused with RESOURCE_EXHAUSTED. 0: half of the "
           "machine's physical memory.");
-ABSL_FLAG(int, metrics_port, -1,
-          "Serve Prometheus metrics at http://HOST:PORT/metrics on this port (HOST: --host); 0: "
-          "a port the OS chooses (logged); -1: no metrics.");
-ABSL_FLAG(std::string, log_level, "",
-          "trace, debug, info, warn, error or off; empty: KV_LOG_LEVEL, else PS_VERBOSE (1: "
-          "debug, 2: trace), else info.");
 
 namespace kvstore {
 
@@ -101,7 +96,7 @@ absl::Status Run(const KVServerCustomizer& customize) {
   options.serving_poll = absl::GetFlag(FLAGS_serving_poll);
   options.max_value_bytes = absl::GetFlag(FLAGS_max_value_bytes);
   options.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget_bytes);
-  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.metrics_port = MetricsPortFlag();
   if (customize) RETURN_IF_ERROR(customize(&options));
   ASSIGN_OR_RETURN(auto daemon, KVServerDaemon::Start(std::move(options)));
   // SIGTERM / SIGINT: stop serving (calls still running get 2 s, then are cancelled), exit 0.
@@ -128,9 +123,8 @@ int KVServerMain(int argc, char** argv, const KVServerCustomizer& customize) {
   // one in a global graph (measured: 10% of the CPU of a 100,000-key push).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const absl::StatusOr<JobEnvironment> env = ReadJobEnvironment();  // Run reports its error.
-  const absl::Status logging =
-      InitLogging({"kvserver", ChooseLogLevel(absl::GetFlag(FLAGS_log_level),
-                                              env.ok() ? env->log_level : std::nullopt)});
+  const absl::Status logging = InitLogging(
+      {"kvserver", ChooseLogLevel(LogLevelFlag(), env.ok() ? env->log_level : std::nullopt)});
   if (!logging.ok()) {
     std::fprintf(stderr, "kvserver: %s\n", std::string(logging.message()).c_str());
     return 2;

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/daemon_flags.h"
 #include "common/security_flags.h"
 #include "common/status_macros.h"
 
@@ -58,12 +59,6 @@ ABSL_FLAG(int64_t, max_request_bytes, kvstore::SchedulerDaemonOptions::kDefaultM
           "The largest request the scheduler accepts, in bytes; a bigger one is refused with "
           "RESOURCE_EXHAUSTED. Raise it when workers load optimizer states bigger than this "
           "(LoadOptimizerStates sends them through the scheduler).");
-ABSL_FLAG(int, metrics_port, -1,
-          "Serve Prometheus metrics at http://HOST:PORT/metrics on this port (HOST: --host); 0: "
-          "a port the OS chooses (logged); -1: no metrics.");
-ABSL_FLAG(std::string, log_level, "",
-          "trace, debug, info, warn, error or off; empty: KV_LOG_LEVEL, else PS_VERBOSE (1: "
-          "debug, 2: trace), else info.");
 ABSL_FLAG(std::string, checkpoint_every, "",
           "Periodic checkpoints: N (every N dist_sync rounds) or a duration (30s, 5m); empty: "
           "none. Each is one cut of every server, into --checkpoint_prefix/ckpt-NNNNNN below "
@@ -103,7 +98,7 @@ absl::StatusOr<SchedulerDaemonOptions> SchedulerOptionsFromFlags(const JobEnviro
   options.job.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.job.signed_payloads = absl::GetFlag(FLAGS_signed_payloads);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
-  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.metrics_port = MetricsPortFlag();
   const std::string every = absl::GetFlag(FLAGS_checkpoint_every);
   if (!every.empty() && !absl::SimpleAtoi(every, &options.checkpoints.every_rounds) &&
       !absl::ParseDuration(every, &options.checkpoints.every_time)) {
@@ -124,6 +119,5 @@ absl::StatusOr<SchedulerDaemonOptions> SchedulerOptionsFromFlags(const JobEnviro
 }
 
 std::string SchedulerPortFileFlag() { return absl::GetFlag(FLAGS_port_file); }
-std::string SchedulerLogLevelFlag() { return absl::GetFlag(FLAGS_log_level); }
 
 }  // namespace kvstore

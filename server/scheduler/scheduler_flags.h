@@ -24,9 +24,8 @@ DaemonCommandLine SchedulerCommandLineFromFlags();
 // value cannot work.
 absl::StatusOr<SchedulerDaemonOptions> SchedulerOptionsFromFlags(const JobEnvironment& env);
 
-// --port_file and --log_level.
+// --port_file.
 std::string SchedulerPortFileFlag();
-std::string SchedulerLogLevelFlag();
 
 }  // namespace kvstore
 

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/advertise.h"
+#include "common/daemon_flags.h"
 #include "common/environment.h"
 #include "common/flags_usage.h"
 #include "common/logging.h"
@@ -80,8 +81,8 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const absl::StatusOr<kvstore::JobEnvironment> env = kvstore::ReadJobEnvironment();
   const absl::Status logging = kvstore::InitLogging(
-      {"scheduler", kvstore::ChooseLogLevel(kvstore::SchedulerLogLevelFlag(),
-                                            env.ok() ? env->log_level : std::nullopt)});
+      {"scheduler",
+       kvstore::ChooseLogLevel(kvstore::LogLevelFlag(), env.ok() ? env->log_level : std::nullopt)});
   if (!logging.ok()) {
     std::fprintf(stderr, "scheduler: %s\n", std::string(logging.message()).c_str());
     return 2;
