@@ -42,7 +42,8 @@ def dtype_name(array: Any) -> Optional[str]:
     return name
 
 
-def _library(array: Any) -> str:
+def library(array: Any) -> str:
+    """The top-level module of an array's type: "numpy", "torch", "cupy", ..."""
     return type(array).__module__.split(".")[0]
 
 
@@ -55,13 +56,13 @@ def converted(array: Any, to: str, like: Any = None) -> Any:
     """A copy of `array` in dtype `to`, in the library (and on the device) of `like` (default
     `array` itself)."""
     like = array if like is None else like
-    if _library(like) == "torch" or to == "bfloat16":
+    if library(like) == "torch" or to == "bfloat16":
         import torch
-        source = array if _library(array) == "torch" else torch.from_numpy(
+        source = array if library(array) == "torch" else torch.from_numpy(
             np.ascontiguousarray(array))
-        device = like.device if _library(like) == "torch" else "cpu"
+        device = like.device if library(like) == "torch" else "cpu"
         return source.detach().to(device=device, dtype=_torch_dtype(to)).contiguous()
-    if _library(array) == "torch":
+    if library(array) == "torch":
         source = array.detach().cpu()
         if dtype_name(source) == "bfloat16":
             source = source.float()
@@ -74,15 +75,15 @@ def converted(array: Any, to: str, like: Any = None) -> Any:
 def empty_like(array: Any, dtype: str) -> Any:
     """An uninitialised C-contiguous array of `array`'s shape in `dtype`, in `array`'s library
     and on its device (PyTorch for a bfloat16 NumPy output)."""
-    library = _library(array)
-    if library == "torch" or dtype == "bfloat16":
+    kind = library(array)
+    if kind == "torch" or dtype == "bfloat16":
         import torch
-        device = array.device if library == "torch" else "cpu"
+        device = array.device if kind == "torch" else "cpu"
         return torch.empty(tuple(array.shape), dtype=_torch_dtype(dtype), device=device)
-    if library == "cupy":
+    if kind == "cupy":
         import cupy
         return cupy.empty(array.shape, dtype=dtype)
-    if library == "numpy":
+    if kind == "numpy":
         return np.empty(array.shape, dtype=dtype)
     raise InvalidArgumentError(
         f"cannot pull into a {type(array).__name__} of dtype {dtype_name(array)} from a "
@@ -91,20 +92,20 @@ def empty_like(array: Any, dtype: str) -> Any:
 
 def cast_into(out: Any, source: Any) -> None:
     """Writes `source` into `out`, converting to `out`'s dtype."""
-    library = _library(out)
-    if library == "torch":
+    kind = library(out)
+    if kind == "torch":
         import torch
-        if _library(source) != "torch":
+        if library(source) != "torch":
             source = torch.from_numpy(np.ascontiguousarray(source))
         with torch.no_grad():
             out.copy_(source)
         return
-    if _library(source) == "torch":
+    if library(source) == "torch":
         source = source.detach().cpu()
         if dtype_name(source) == "bfloat16":
             source = source.float()
         source = source.numpy()
-    if library == "numpy":
+    if kind == "numpy":
         np.copyto(out, source, casting="unsafe")
     else:
         out[...] = source.astype(out.dtype)

@@ -14,23 +14,15 @@ try:
 except ImportError:  # The package imports without NumPy; NumPy values and row ids need it.
     np = None
 
+from ._dtypes import converted, dtype_name, library
 from ._errors import InvalidArgumentError
 
 __all__ = ["RowSparseArray"]
 
 
-def _library(array: Any) -> str:
-    return type(array).__module__.split(".")[0]
-
-
-def _dtype_name(array: Any) -> str:
-    name = str(array.dtype)
-    return name[6:] if name.startswith("torch.") else name
-
-
 def _zeros(shape: Tuple[int, ...], dtype: str, like: Any = None) -> Any:
     """Zeros of `dtype` in `like`'s library (NumPy by default; PyTorch for bfloat16)."""
-    if (like is not None and _library(like) == "torch") or dtype == "bfloat16":
+    if (like is not None and library(like) == "torch") or dtype == "bfloat16":
         import torch
         return torch.zeros(shape, dtype=getattr(torch, dtype))
     return np.zeros(shape, dtype=dtype)
@@ -91,7 +83,7 @@ class RowSparseArray:
     def from_dense(cls, array: Any) -> "RowSparseArray":
         """The rows of a dense array that hold any non-zero element (MXNet's
         ``tostype('row_sparse')``)."""
-        if _library(array) == "torch":
+        if library(array) == "torch":
             dense = array.detach().cpu()
             flat = dense.reshape(dense.shape[0], -1) if dense.dim() > 1 else dense.reshape(-1, 1)
             rows = (flat != 0).any(dim=1).nonzero().reshape(-1)
@@ -158,7 +150,7 @@ class RowSparseArray:
 
     def todense(self) -> Any:
         """The full value as a dense array of `data`'s library; repeated ids are summed."""
-        if _library(self._data) == "torch":
+        if library(self._data) == "torch":
             import torch
             dense = torch.zeros(self._shape, dtype=self._data.dtype)
             dense.index_add_(0, torch.from_numpy(self._indices), self._data)
@@ -170,8 +162,8 @@ class RowSparseArray:
     def asnumpy(self) -> np.ndarray:
         """The full value as a NumPy array (MXNet's ``asnumpy``)."""
         dense = self.todense()
-        if _library(dense) == "torch":
-            return dense.float().numpy() if _dtype_name(dense) == "bfloat16" else dense.numpy()
+        if library(dense) == "torch":
+            return dense.float().numpy() if dtype_name(dense) == "bfloat16" else dense.numpy()
         return dense
 
     def tostype(self, stype: str) -> Any:
@@ -184,10 +176,9 @@ class RowSparseArray:
 
     def _assign(self, indices: np.ndarray, data: Any) -> None:
         """Holds the rows a row_sparse_pull returned, in this value's dtype and library."""
-        from ._dtypes import converted
-        if _dtype_name(data) != _dtype_name(self._data):
-            data = converted(data, _dtype_name(self._data), like=self._data)
-        elif _library(self._data) == "torch" and _library(data) != "torch":
+        if dtype_name(data) != dtype_name(self._data):
+            data = converted(data, dtype_name(self._data), like=self._data)
+        elif library(self._data) == "torch" and library(data) != "torch":
             import torch
             data = torch.from_numpy(np.ascontiguousarray(data))
         self._data = data
@@ -195,7 +186,7 @@ class RowSparseArray:
 
     def __repr__(self) -> str:
         return (f"<kvstore.RowSparseArray shape={self._shape} rows={len(self._indices)} "
-                f"dtype={_dtype_name(self._data)}>")
+                f"dtype={dtype_name(self._data)}>")
 
 
 def is_row_sparse(value: Any) -> bool:
@@ -205,8 +196,8 @@ def is_row_sparse(value: Any) -> bool:
     if np is not None and isinstance(value, np.ndarray):
         return False
     if getattr(value, "is_sparse", False) is True:
-        return _library(value) == "torch"
-    return _library(value) == "scipy" and hasattr(value, "tocsr")
+        return library(value) == "torch"
+    return library(value) == "scipy" and hasattr(value, "tocsr")
 
 
 def as_row_sparse(value: Any) -> Optional[RowSparseArray]:
@@ -214,10 +205,10 @@ def as_row_sparse(value: Any) -> Optional[RowSparseArray]:
     matrix; None for any other (dense) value."""
     if isinstance(value, RowSparseArray):
         return value
-    library = _library(value)
-    if library == "torch" and getattr(value, "is_sparse", False):
+    kind = library(value)
+    if kind == "torch" and getattr(value, "is_sparse", False):
         return RowSparseArray.from_torch(value)
-    if library == "scipy" and hasattr(value, "tocsr"):
+    if kind == "scipy" and hasattr(value, "tocsr"):
         return RowSparseArray.from_scipy(value)
     return None
 
@@ -243,7 +234,7 @@ def is_id_array(x: Any) -> bool:
 def _flat_ids(ids: Any, what: str) -> np.ndarray:
     """`ids` flattened into an int64 array; integral floats are taken (MXNet's default NDArray
     dtype is float32), anything else refused naming `what`."""
-    if _library(ids) == "torch":
+    if library(ids) == "torch":
         ids = ids.detach().cpu().numpy()
     elif isinstance(ids, (int, np.integer)) and not isinstance(ids, bool):
         ids = [ids]

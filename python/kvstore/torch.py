@@ -309,13 +309,12 @@ def local_rank(ctx: Optional[Context] = None) -> int:
 
 
 def _scale(tensor: torch.Tensor, op: str, n: int) -> None:
+    """Divides a sum over `n` workers by `n` for op Average (an op checked by _check_op)."""
     if op == Average and n > 1:
         if tensor.is_floating_point():
             tensor.div_(n)
         else:
             tensor.floor_divide_(n)
-    elif op not in (Average, Sum):
-        raise InvalidArgumentError(f"kvstore.torch: op is Average or Sum, not {op!r}")
 
 
 def push_pull_async(tensor: torch.Tensor, name: str, average: Optional[bool] = None,

@@ -17,12 +17,12 @@ Run outside a job, it starts one with deploy/launch.py and runs itself as the wo
 """
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
+
+from staged_package import staged_package
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MB = 1 << 20
@@ -80,13 +80,7 @@ def main():
     if args.worker:
         worker(args)
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        os.makedirs(os.path.join(tmp, "kvstore"))
-        for f in os.listdir(os.path.join(ROOT, "python/kvstore")):
-            if f.endswith(".py"):
-                shutil.copy(os.path.join(ROOT, "python/kvstore", f), os.path.join(tmp, "kvstore"))
-        shutil.copy(args.module, os.path.join(tmp, "kvstore/_kvstore.so"))
-        env = dict(os.environ, PYTHONPATH=tmp)
+    with staged_package(ROOT, args.module) as env:
         cmd = [sys.executable, os.path.join(ROOT, "deploy/launch.py"), "-n", "1", "-s", "1",
                "--scheduler", os.path.join(ROOT, "bazel-bin/server/scheduler/scheduler"),
                "--kvserver", os.path.join(ROOT, "bazel-bin/server/kvserver"),

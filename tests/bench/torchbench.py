@@ -24,12 +24,12 @@ CPU-bound machine, not a network (docs/benchmarks.md says which machine gave whi
 """
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
+
+from staged_package import staged_package
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INTEGRATIONS = ["kvt-opt", "kvt-hook", "ddp-gloo"]
@@ -190,13 +190,7 @@ def main():
     if args.worker:
         worker(args)
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        os.makedirs(os.path.join(tmp, "kvstore"))
-        for f in os.listdir(os.path.join(ROOT, "python/kvstore")):
-            if f.endswith(".py"):
-                shutil.copy(os.path.join(ROOT, "python/kvstore", f), os.path.join(tmp, "kvstore"))
-        shutil.copy(args.module, os.path.join(tmp, "kvstore/_kvstore.so"))
-        env = dict(os.environ, PYTHONPATH=tmp)
+    with staged_package(ROOT, args.module) as env:
         for n in args.workers:
             cmd = [sys.executable, os.path.join(ROOT, "deploy/launch.py"), "-n", str(n),
                    "-s", str(n), "--scheduler", args.scheduler, "--kvserver", args.kvserver,
