@@ -42,6 +42,9 @@ PACKAGES=(
   openssh-server
   openssh-client
   util-linux
+  # the style checks of the test command: clang's thread-safety analysis, clang-format
+  clang
+  clang-format
   # observability: the metrics endpoint (cpp-httplib) and the Prometheus test
   libcpp-httplib-dev
   libbrotli-dev

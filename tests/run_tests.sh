@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs what is needed, builds everything and runs every test. Prints a per-target summary
-# and, last, one line "N passed, N failed[, N skipped]" counting test cases; exits non-zero when
-# anything failed.
+# Installs what is needed, builds everything and runs every test, then the two checks that hold
+# the code's style: clang's thread-safety analysis of the libraries (tests/thread_safety_build.sh)
+# and the formatting (tests/format_check.sh), each counted as one test case. Prints a per-target
+# summary and, last, one line "N passed, N failed[, N skipped]" counting test cases; exits
+# non-zero when anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/install-deps.sh || exit 1
@@ -40,6 +42,9 @@ if [ "$bazel_rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
   echo "bazel test exited with status $bazel_rc (build error?)"
   failed=1
 fi
+for check in tests/thread_safety_build.sh tests/format_check.sh; do
+  if bash "$check"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+done
 echo
 if [ "$skipped" -gt 0 ]; then
   echo "$passed passed, $failed failed, $skipped skipped"
