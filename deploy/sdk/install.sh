@@ -19,6 +19,7 @@
 #   PREFIX/LIBDIR/libkvstore.so.VERSION, with links libkvstore.so.MAJOR (the soname) and
 #     libkvstore.so.
 #   PREFIX/LIBDIR/pkgconfig/kvstore.pc              pkg-config --cflags --libs kvstore
+#   PREFIX/LIBDIR/pkgconfig/kvstore-c.pc            the same for C programs (client/c_api.h)
 #   PREFIX/LIBDIR/cmake/KVStore/KVStoreConfig.cmake find_package(KVStore) -> KVStore::kvstore
 #   PREFIX/LIBDIR/cmake/KVStore/KVStoreConfigVersion.cmake
 # The headers use Abseil (status, statusor, strings, time, span, hash): both files declare it, so
@@ -26,8 +27,10 @@
 # Exits 0 on success, 2 on a usage error, 1 when a file is missing or cannot be written.
 set -euo pipefail
 
-# The public headers: client/kvstore.h and every project header it includes, transitively.
+# The public headers: client/kvstore.h and every project header it includes, transitively, and
+# the C API's client/c_api.h.
 HEADERS=(
+  client/c_api.h
   client/kvstore.h
   common/compression.h
   common/key.h
@@ -82,6 +85,7 @@ substitute() {
   chmod 644 "$2"
 }
 substitute "$here/kvstore.pc.in" "$lib_dir/pkgconfig/kvstore.pc"
+substitute "$here/kvstore-c.pc.in" "$lib_dir/pkgconfig/kvstore-c.pc"
 substitute "$here/KVStoreConfig.cmake.in" "$lib_dir/cmake/KVStore/KVStoreConfig.cmake"
 substitute "$here/KVStoreConfigVersion.cmake.in" "$lib_dir/cmake/KVStore/KVStoreConfigVersion.cmake"
 echo "install.sh: KVStore SDK $version installed in $prefix"

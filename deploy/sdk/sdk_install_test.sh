@@ -9,7 +9,10 @@
 #      prefix is moved and refuses a request for a newer major version;
 #   4. both run as the two workers of a job of real daemons (scheduler and 2 kvservers from
 #      Bazel, deploy/launch.py, job secret in KV_SECRET_FILE) and check every pulled value
-#      against float64 sums (seed printed; KV_TEST_SEED repeats a run).
+#      against float64 sums (seed printed; KV_TEST_SEED repeats a run);
+#   5. the C API: client/c_api.h compiles as C99 alone, and examples/c_worker (C, built with
+#      pkg-config kvstore-c) runs as the two workers of another such job, checking its values
+#      against float64 sums.
 # Prints "test cases: N | N passed | N failed" (tests/run_tests.sh counts it).
 set -uo pipefail
 
@@ -37,6 +40,7 @@ fi
 problems=()
 for f in include/kvstore/client/kvstore.h include/kvstore/common/tensor.h \
          "lib/libkvstore.so.$version" lib/libkvstore.so.0 lib/libkvstore.so \
+         include/kvstore/client/c_api.h lib/pkgconfig/kvstore-c.pc \
          lib/pkgconfig/kvstore.pc lib/cmake/KVStore/KVStoreConfig.cmake \
          lib/cmake/KVStore/KVStoreConfigVersion.cmake; do
   [ -e "$prefix/$f" ] || problems+=("missing $f")
@@ -47,8 +51,9 @@ grep -qi 'tcmalloc' <<<"$dynamic" && problems+=("libkvstore.so needs tcmalloc")
 symbols=$(nm -DC --defined-only "$prefix/lib/libkvstore.so")
 grep -q 'kvstore::KVStore::Create(' <<<"$symbols" ||
   problems+=("libkvstore.so does not export kvstore::KVStore::Create")
+grep -q ' T kv_create@@KVSTORE_0$' <<<"$symbols" || problems+=("libkvstore.so does not export the C API's kv_create")
 # Only the SDK's own symbols are exported (libkvstore.lds): no gRPC, Abseil or std instance.
-foreign=$(grep -vE ' (kvstore::|(typeinfo|typeinfo name|vtable|VTT) for kvstore::|(non-virtual |virtual )?thunk to kvstore::|KVSTORE_0$)' <<<"$symbols" | head -n 3)
+foreign=$(grep -vE ' (kvstore::|(typeinfo|typeinfo name|vtable|VTT) for kvstore::|(non-virtual |virtual )?thunk to kvstore::|KVSTORE_0$|kv_[a-z0-9_]+@@KVSTORE_0$)' <<<"$symbols" | head -n 3)
 [ -z "$foreign" ] || problems+=("libkvstore.so exports symbols outside namespace kvstore: $foreign")
 if [ ${#problems[@]} -eq 0 ]; then pass "install: files, soname, no tcmalloc, only namespace kvstore exported"; else fail "install: ${problems[*]}"; fi
 
@@ -126,10 +131,12 @@ else
   pc_bin=""
 fi
 
+# The job secret of both jobs.
+secret="$tmp/job.secret"
+(umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$secret")
+
 # 4. Run both as the workers of one job; worker 0 is the CMake build, worker 1 the pkg-config one.
 if [ -n "$cmake_bin" ] && [ -n "$pc_bin" ]; then
-  secret="$tmp/job.secret"
-  (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$secret")
   cat > "$tmp/worker.sh" <<WORKER
 #!/bin/sh
 if [ "\$DMLC_WORKER_ID" = 0 ]; then exec "$cmake_bin" $seed 3; else exec "$pc_bin" $seed 3; fi
@@ -148,5 +155,30 @@ WORKER
   fi
 else
   fail "job: not run, a build failed"
+fi
+
+# 5. The C API from C: the header alone as strict C99, then a C worker built with pkg-config
+# kvstore-c, two of them as the workers of a job.
+c_bin="$tmp/c/c_worker"
+mkdir -p "$tmp/c"
+if echo '#include "client/c_api.h"' | gcc -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only \
+     -I"$prefix/include/kvstore" -x c - 2>"$tmp/c/header.log" &&
+   flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs kvstore-c 2>&1) &&
+   gcc -std=c99 -pedantic -Wall -Wextra -Werror -O2 examples/c_worker/c_worker.c -o "$c_bin" \
+     $flags -lm -Wl,-rpath,"$prefix/lib" 2>"$tmp/c/build.log"; then
+  pass "C API: c_api.h compiles as C99 alone; the C worker builds with pkg-config kvstore-c"
+  KV_SECRET_FILE="$secret" timeout -k 5 50 python3 deploy/launch.py -n 2 -s 2 \
+      --scheduler server/scheduler/scheduler --kvserver server/kvserver --timeout 40 \
+      -- "$c_bin" "$seed" 3 >"$tmp/c/job.log" 2>&1
+  rc=$?
+  grep -E 'c_worker|launch.py' "$tmp/c/job.log" | head -n 20
+  matched=$(grep -c 'rounds match the float64 sums' "$tmp/c/job.log")
+  if [ "$rc" -eq 0 ] && [ "$matched" -eq 2 ]; then
+    pass "C API job: 2 C workers match the float64 reference"
+  else
+    fail "C API job exited $rc with $matched of 2 workers matching: $(tail -n 30 "$tmp/c/job.log")"
+  fi
+else
+  fail "C API build: $(cat "$tmp/c/header.log" "$tmp/c/build.log" 2>/dev/null | head -n 20) $flags"
 fi
 finish
