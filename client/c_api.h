@@ -19,8 +19,9 @@
  * - Status: functions returning int return KV_OK (0) or one of the kv_code values (Abseil's
  *   status codes, same numbers). On an error, kv_last_error() returns the message - naming the
  *   key, shape, dtype, peer, file or limit - and nothing was applied.
- * - Errors are per thread: kv_last_error() returns the message of the last failed call made on
- *   the calling thread ("" when none failed); the pointer is valid until the thread's next call.
+ * - Errors are per thread: every function returning a status sets the calling thread's
+ *   kv_last_error() / kv_last_error_code() (a success clears them to "" and KV_OK); the pointer
+ *   is valid until the thread's next such call.
  * - Buffers are the caller's: a kv_tensor describes memory the caller owns. Distributed stores
  *   ("dist_sync", "dist_async") return from kv_push, kv_pull, kv_pushpull and
  *   kv_row_sparse_pull once the operation is queued: the caller keeps values and outputs alive
@@ -131,9 +132,9 @@ typedef void (*kv_controller_fn)(int head, const char* body, size_t body_len, vo
 
 /* --- Errors and versions ------------------------------------------------------------------ */
 
-/* The message of the calling thread's last failed call; "" when none failed. */
+/* The message of the calling thread's last status-returning call; "" when it succeeded. */
 const char* kv_last_error(void);
-/* The code of the calling thread's last failed call; KV_OK when none failed. */
+/* The code of that call; KV_OK when it succeeded. */
 int kv_last_error_code(void);
 /* KV_C_API_VERSION of the library. */
 int kv_api_version(void);

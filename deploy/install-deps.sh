@@ -31,6 +31,9 @@ PACKAGES=(
   python3-sklearn
   python3-pip
   python3-venv
+  # The Perl module AI::KVStore (perl/): FFI to the C API, PDL piddles as values
+  libffi-platypus-perl
+  pdl
   # deployment: the SDK's CMake package test, Slurm, systemd units, Kubernetes manifests
   cmake
   slurm-wlm
