@@ -11,8 +11,8 @@
 #      Bazel, deploy/launch.py, job secret in KV_SECRET_FILE) and check every pulled value
 #      against float64 sums (seed printed; KV_TEST_SEED repeats a run);
 #   5. the C API: client/c_api.h compiles as C99 alone, and examples/c_worker (C, built with
-#      pkg-config kvstore-c) runs as the two workers of another such job, checking its values
-#      against float64 sums.
+#      CMake's KVStore::c and with pkg-config kvstore-c) runs as the two workers of another such
+#      job, checking its values against float64 sums.
 # Prints "test cases: N | N passed | N failed" (tests/run_tests.sh counts it).
 set -uo pipefail
 
@@ -157,28 +157,37 @@ else
   fail "job: not run, a build failed"
 fi
 
-# 5. The C API from C: the header alone as strict C99, then a C worker built with pkg-config
-# kvstore-c, two of them as the workers of a job.
+# 5. The C API from C: the header alone as strict C99, then the C worker built with CMake
+# (KVStore::c) and with pkg-config kvstore-c, the two builds as the workers of a job.
 c_bin="$tmp/c/c_worker"
 mkdir -p "$tmp/c"
+cp -rL examples/c_worker "$tmp/c_src"
 if echo '#include "client/c_api.h"' | gcc -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only \
      -I"$prefix/include/kvstore" -x c - 2>"$tmp/c/header.log" &&
    flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs kvstore-c 2>&1) &&
-   gcc -std=c99 -pedantic -Wall -Wextra -Werror -O2 examples/c_worker/c_worker.c -o "$c_bin" \
-     $flags -lm -Wl,-rpath,"$prefix/lib" 2>"$tmp/c/build.log"; then
-  pass "C API: c_api.h compiles as C99 alone; the C worker builds with pkg-config kvstore-c"
+   gcc -std=c99 -pedantic -Wall -Wextra -Werror -O2 "$tmp/c_src/c_worker.c" -o "$c_bin" \
+     $flags -lm -Wl,-rpath,"$prefix/lib" 2>"$tmp/c/build.log" &&
+   cmake -S "$tmp/c_src" -B "$tmp/c_build" -DCMAKE_PREFIX_PATH="$prefix" \
+     -DCMAKE_C_FLAGS="-pedantic -Wall -Wextra -Werror" >>"$tmp/c/build.log" 2>&1 &&
+   cmake --build "$tmp/c_build" -j 2 >>"$tmp/c/build.log" 2>&1; then
+  pass "C API: c_api.h compiles as C99 alone; the C worker builds with CMake (KVStore::c) and pkg-config kvstore-c"
+  cat > "$tmp/c/worker.sh" <<WORKER
+#!/bin/sh
+if [ "\$DMLC_WORKER_ID" = 0 ]; then exec "$tmp/c_build/c_worker" $seed 3; else exec "$c_bin" $seed 3; fi
+WORKER
+  chmod +x "$tmp/c/worker.sh"
   KV_SECRET_FILE="$secret" timeout -k 5 50 python3 deploy/launch.py -n 2 -s 2 \
       --scheduler server/scheduler/scheduler --kvserver server/kvserver --timeout 40 \
-      -- "$c_bin" "$seed" 3 >"$tmp/c/job.log" 2>&1
+      -- "$tmp/c/worker.sh" >"$tmp/c/job.log" 2>&1
   rc=$?
   grep -E 'c_worker|launch.py' "$tmp/c/job.log" | head -n 20
   matched=$(grep -c 'rounds match the float64 sums' "$tmp/c/job.log")
   if [ "$rc" -eq 0 ] && [ "$matched" -eq 2 ]; then
-    pass "C API job: 2 C workers match the float64 reference"
+    pass "C API job: 2 C workers (CMake and pkg-config builds) match the float64 reference"
   else
     fail "C API job exited $rc with $matched of 2 workers matching: $(tail -n 30 "$tmp/c/job.log")"
   fi
 else
-  fail "C API build: $(cat "$tmp/c/header.log" "$tmp/c/build.log" 2>/dev/null | head -n 20) $flags"
+  fail "C API build: $(cat "$tmp/c/header.log" "$tmp/c/build.log" 2>/dev/null | tail -n 20) $flags"
 fi
 finish
