@@ -57,9 +57,11 @@ absl::StatusOr<std::unique_ptr<ServerEngine>> ServerEngine::Create(
 }
 
 ServerEngine::ServerEngine(ServerEngineOptions options, std::unique_ptr<Updater> updater)
-    : options_(std::move(options)), updater_(std::move(updater)) {
-  senders_.insert(options_.worker_node_ids.begin(), options_.worker_node_ids.end());
-  senders_.insert(kSchedulerNodeId);
+    : options_(std::move(options)),
+      workers_(options_.worker_node_ids),
+      applied_(options_.dedup_window),
+      budget_(options_.memory_budget_bytes),
+      updater_(std::move(updater)) {
   updater_chosen_ = options_.updater_chosen || options_.sync;
 }
 
@@ -110,10 +112,7 @@ ShardStore::Stats ServerEngine::stats() const {
   return ShardStore::Stats{static_cast<int64_t>(parts_.size()), num_bytes_};
 }
 
-int64_t ServerEngine::held_bytes() const {
-  absl::ReaderMutexLock lock(&mu_);
-  return held_bytes_;
-}
+int64_t ServerEngine::held_bytes() const { return budget_.held(); }
 
 int64_t ServerEngine::PartHeldBytes(const ValueSlice& slice) const {
   const auto element = static_cast<int64_t>(DTypeSize(slice.dtype));
@@ -127,29 +126,6 @@ int64_t ServerEngine::PartHeldBytes(const ValueSlice& slice) const {
                                   : chunks * kChunkOverheadBytes;
   return SaturatingAdd(SaturatingAdd(slice.count * element, kPartOverheadBytes + key_bytes),
                        chunk_bytes);
-}
-
-absl::Status ServerEngine::CheckBudget(int64_t bytes, absl::string_view what) const {
-  if (bytes <= options_.memory_budget_bytes - held_bytes_) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(what, " would take this server's memory (",
-                                                   held_bytes_, " bytes held) over its budget of ",
-                                                   options_.memory_budget_bytes, " bytes"));
-}
-
-absl::Status ServerEngine::CheckSender(uint64_t node_id) const {
-  if (senders_.contains(node_id)) {
-    if (!any_dropped_.load()) return absl::OkStatus();
-    absl::ReaderMutexLock lock(&dropped_mu_);
-    if (!dropped_.contains(node_id)) return absl::OkStatus();
-    const auto& workers = options_.worker_node_ids;
-    const size_t rank = std::find(workers.begin(), workers.end(), node_id) - workers.begin();
-    return absl::PermissionDeniedError(absl::StrCat(
-        "node id ", node_id, " (worker ", rank,
-        ") has left the job: the scheduler dropped it (it died or failed) and the job goes on "
-        "without it (elastic); its requests are refused"));
-  }
-  return absl::PermissionDeniedError(absl::StrCat(
-      "node id ", node_id, " is not a worker of this job (the scheduler never issued it)"));
 }
 
 absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue> values,
@@ -204,7 +180,7 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
           absl::StrCat("key ", key.Quoted(), " is already initialised"));
     }
     needed = SaturatingAdd(needed, PartHeldBytes(value.slice));
-    RETURN_IF_ERROR(CheckBudget(
+    RETURN_IF_ERROR(budget_.Check(
         needed, absl::StrCat("key ", key.Quoted(), ": a ", DTypeName(value.slice.dtype),
                              ShapeToString(value.slice.shape), " part of ", value.slice.count,
                              " elements (with the call's other values, ", needed, " bytes)")));
@@ -239,7 +215,7 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
       part->unfilled = part->chunks.size();
     }
     num_bytes_ += static_cast<int64_t>(static_cast<size_t>(slice.count) * element);
-    held_bytes_ += PartHeldBytes(slice);
+    budget_.Add(PartHeldBytes(slice));
     parts_.emplace(slice.key, std::move(part));
   }
   if (!values.empty()) int_keys_ = values.front().slice.key.is_int();
@@ -363,7 +339,7 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
       error = absl::AbortedError(absl::StrCat("the job failed: ", failed_reason_));
     }
     // Dropped since the check above: it must not join a round that no longer waits for it.
-    if (error.ok() && any_dropped_.load()) error = CheckSender(node_id);
+    if (error.ok() && workers_.any_dropped()) error = CheckSender(node_id);
     if (sender.ok() && error.ok() && HoldForCut(chunks)) {
       HoldPush(node_id, request_id, values, std::move(done));
       return;
@@ -404,7 +380,7 @@ std::shared_ptr<ServerEngine::PushCall> ServerEngine::BeginPush(uint64_t node_id
                                                                 absl::Span<Chunk* const> chunks,
                                                                 Done* done, absl::Status* error) {
   NodeRequests& requests = requests_[node_id];
-  if (requests.applied.contains(request_id)) {
+  if (applied_.Contains(node_id, request_id)) {
     *error = absl::OkStatus();  // A retry of an applied push.
     return nullptr;
   }
@@ -465,21 +441,10 @@ void ServerEngine::EndPush(const std::shared_ptr<PushCall>& call, bool empty,
 
 void ServerEngine::FinishCall(PushCall* call, std::vector<Done>* finished) {
   if (!rounds()) --pushes_in_flight_;
-  RecordApplied(call->node_id, call->request_id);
+  requests_[call->node_id].pending.erase(call->request_id);
+  applied_.Record(call->node_id, call->request_id);
   for (Done& d : call->done) finished->push_back(std::move(d));
   call->done.clear();
-}
-
-void ServerEngine::RecordApplied(uint64_t node_id, uint64_t request_id) {
-  NodeRequests& requests = requests_[node_id];
-  requests.pending.erase(request_id);
-  if (requests.applied.insert(request_id).second) {
-    requests.applied_order.push_back(request_id);
-    while (requests.applied_order.size() > options_.dedup_window) {
-      requests.applied.erase(requests.applied_order.front());
-      requests.applied_order.pop_front();
-    }
-  }
 }
 
 absl::StatusOr<std::vector<Tensor>> ServerEngine::Pull(uint64_t node_id,

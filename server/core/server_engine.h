@@ -60,13 +60,15 @@
 #include "common/store/updater.h"
 #include "common/tensor.h"
 #include "server/core/byte_chunks.h"
+#include "server/core/cut_gate.h"
+#include "server/core/job_workers.h"
+#include "server/core/memory_budget.h"
+#include "server/core/recent_request_ids.h"
 #include "server/core/round_observer.h"
 #include "server/core/spare_buffer.h"
+#include "server/core/view_floor.h"
 
 namespace kvstore {
-
-// The scheduler's node id; it may send commands and data like a worker.
-inline constexpr uint64_t kSchedulerNodeId = 1;
 
 // ValueSlice: which part of which value a request refers to.
 struct ValueSlice {
@@ -96,13 +98,6 @@ struct StoredPart {
   // The dist_sync rounds each chunk of the part has completed, in element order (Snapshot
   // fills it; Restore applies it when given, for a copy that carries on from the same round).
   std::vector<int64_t> chunk_rounds;
-};
-
-// AppliedRequests: the request ids of one node's pushes an engine has applied (deduplication),
-// oldest first.
-struct AppliedRequests {
-  uint64_t node_id = 0;
-  std::vector<uint64_t> request_ids;
 };
 
 // EngineSnapshot: what a checkpoint holds of an engine.
@@ -281,9 +276,11 @@ class ServerEngine {
   // View epochs (common/view_epoch.h): SetViewFloor makes the engine refuse, with
   // StaleViewError, writes routed by a view older than `epoch` - every request with
   // `reads_too` - as CheckView(epoch of the request, whether it writes) says. 0: none refused.
-  void SetViewFloor(uint64_t epoch, bool reads_too);
-  absl::Status CheckView(uint64_t request_epoch, bool write) const;
-  uint64_t view_floor() const { return view_floor_.load(std::memory_order_acquire); }
+  void SetViewFloor(uint64_t epoch, bool reads_too) { view_floor_.Set(epoch, reads_too); }
+  absl::Status CheckView(uint64_t request_epoch, bool write) const {
+    return view_floor_.Check(request_epoch, write);
+  }
+  uint64_t view_floor() const { return view_floor_.epoch(); }
   // Applied / LoadApplied: the request ids applied per node (deduplication), for a copy of the
   // engine that must not apply them again.
   std::vector<AppliedRequests> Applied() const;
@@ -305,7 +302,7 @@ class ServerEngine {
   // rounds (chunks) completed.
   int64_t DropWorkers(absl::Span<const uint64_t> node_ids);
   // dropped_workers returns how many workers DropWorkers has dropped.
-  size_t dropped_workers() const { return dropped_count_.load(); }
+  size_t dropped_workers() const { return workers_.dropped(); }
   // MaxRoundStarted returns what BeginCut would, without freezing anything.
   int64_t MaxRoundStarted() const;
   // cut_active is true between BeginCut and EndCut.
@@ -336,7 +333,7 @@ class ServerEngine {
 
   // CheckSender returns PermissionDenied naming `node_id` unless it is a worker of this job or
   // the scheduler, and has not been dropped (DropWorkers).
-  absl::Status CheckSender(uint64_t node_id) const;
+  absl::Status CheckSender(uint64_t node_id) const { return workers_.CheckSender(node_id); }
 
   // A chunk updated while a pull still holds its buffer moves to another buffer (copy on
   // write); the previous one is kept for the chunk's next such update while the spares of the
@@ -440,8 +437,6 @@ class ServerEngine {
   struct NodeRequests {
     absl::flat_hash_map<uint64_t, std::shared_ptr<const Group>> groups;
     std::deque<uint64_t> group_order;  // Registration order, for dropping the oldest.
-    std::deque<uint64_t> applied_order;
-    absl::flat_hash_set<uint64_t> applied;
     absl::flat_hash_map<uint64_t, std::shared_ptr<PushCall>> pending;
   };
 
@@ -471,10 +466,6 @@ class ServerEngine {
   // PartHeldBytes returns what a part of `slice`'s layout counts against the memory budget
   // (the slice is valid: CheckSlice).
   int64_t PartHeldBytes(const ValueSlice& slice) const;
-  // CheckBudget refuses `bytes` more when they would take held_bytes_ over the budget, naming
-  // `what` would take them.
-  absl::Status CheckBudget(int64_t bytes, absl::string_view what) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // CheckRound refuses a second push of `chunk` by `node_id` in one open dist_sync round.
   absl::Status CheckRound(const Key& key, const Chunk& chunk, uint64_t node_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -512,7 +503,6 @@ class ServerEngine {
   static absl::Status ApplyPieces(const Key& key, Chunk* chunk, const IncomingValue& value,
                                   Updater* updater);
   static Tensor& Writable(Chunk* chunk);
-  void RecordApplied(uint64_t node_id, uint64_t request_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<Updater> updater() const;
   // EndRound closes `chunk`'s open round, if any, once its waiting pushes have been answered
   // (or queued to be): it is counted and observed, and its contributors and calls forgotten.
@@ -544,14 +534,18 @@ class ServerEngine {
                       const std::shared_ptr<Updater>& updater, Done* done) ABSL_LOCKS_EXCLUDED(mu_);
 
   const ServerEngineOptions options_;
-  absl::flat_hash_set<uint64_t> senders_;
+  // Who may send, and which workers left the job (changed under mu_ too: DropWorkers).
+  JobWorkers workers_;
+  // The request ids applied per node (deduplication; recorded under mu_).
+  RecentRequestIds applied_;
+  // What the engine holds against its budget (checked and added under mu_).
+  MemoryBudget budget_;
   mutable absl::Mutex updater_mu_;
   std::shared_ptr<Updater> updater_ ABSL_GUARDED_BY(updater_mu_);
   mutable absl::Mutex mu_;
   std::optional<bool> int_keys_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Key, std::unique_ptr<Part>> parts_ ABSL_GUARDED_BY(mu_);
   int64_t num_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, NodeRequests> requests_ ABSL_GUARDED_BY(mu_);
   // Chunks whose dist_sync round has started and not completed, and an updater waiting for
   // their number to reach zero.
@@ -567,24 +561,11 @@ class ServerEngine {
   absl::Status CheckUpdaterChosen(const Key& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pushes registered and not yet finished, outside dist_sync rounds (a cut waits for them).
   int64_t pushes_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  // The cut under way: none, frozen (BeginCut), or limited to cut_round_ (LimitCut); the
-  // pushes it holds, to run again when it lets them go on.
-  enum class CutPhase { kNone, kFrozen, kLimited };
-  CutPhase cut_phase_ ABSL_GUARDED_BY(mu_) = CutPhase::kNone;
-  int64_t cut_round_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Time cut_limited_at_ ABSL_GUARDED_BY(mu_);  // When LimitCut set cut_round_.
-  // Held pushes: run with OK (applied), or answered with the status (refused).
-  std::vector<std::function<void(absl::Status)>> held_ ABSL_GUARDED_BY(mu_);
-  std::atomic<uint64_t> view_floor_{0};
-  std::atomic<bool> floor_reads_{false};
+  // The cut under way and the pushes it holds.
+  CutGate cut_ ABSL_GUARDED_BY(mu_);
+  ViewFloor view_floor_;
   // Set by FailRounds: every later push fails with it.
   std::string failed_reason_ ABSL_GUARDED_BY(mu_);
-  // Workers dropped by DropWorkers (changed under mu_ too, so a check under mu_ holds until
-  // mu_ is released), and their number; any_dropped_ spares CheckSender the lock until one is.
-  mutable absl::Mutex dropped_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  absl::flat_hash_set<uint64_t> dropped_ ABSL_GUARDED_BY(dropped_mu_);
-  std::atomic<size_t> dropped_count_{0};
-  std::atomic<bool> any_dropped_{false};
 };
 
 }  // namespace kvstore

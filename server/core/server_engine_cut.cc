@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/view_epoch.h"
+#include "common/status_macros.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_internal.h"
 
@@ -29,13 +29,11 @@ void ServerEngine::SplitAllGroupRounds() {
 }
 
 bool ServerEngine::HoldForCut(absl::Span<Chunk* const> chunks) const {
-  if (cut_phase_ == CutPhase::kNone) return false;
+  if (!cut_.active()) return false;
   // dist_async has no rounds: the cut is a point in time, every push waits for it.
   if (!options_.sync) return true;
   for (const Chunk* chunk : chunks) {
-    if (!chunk->contributors.empty()) continue;  // Joins a round already open: goes on.
-    if (cut_phase_ == CutPhase::kFrozen) return true;
-    if (chunk->rounds_done >= cut_round_) return true;  // Would start a round past the cut.
+    if (cut_.Holds(!chunk->contributors.empty(), chunk->rounds_done)) return true;
   }
   return false;
 }
@@ -58,7 +56,7 @@ void ServerEngine::HoldPush(uint64_t node_id, uint64_t request_id,
     copy.bytes = {absl::Span<const uint8_t>(held->storage.back().data(), size)};
     held->values.push_back(std::move(copy));
   }
-  held_.push_back(
+  cut_.Hold(
       [this, node_id, request_id, held, done = std::move(done)](absl::Status refusal) mutable {
         if (!refusal.ok()) return done(std::move(refusal));
         Push(node_id, request_id, held->values, std::move(done));
@@ -71,8 +69,8 @@ void ServerEngine::HoldGroupPush(uint64_t node_id, uint64_t request_id, uint64_t
   for (const auto& piece : bytes) size += piece.size();
   auto storage = std::make_shared<std::vector<uint8_t>>(size);
   if (size > 0) GatherBytes(bytes, storage->data());
-  held_.push_back([this, node_id, request_id, group_id, storage, ack,
-                   done = std::move(done)](absl::Status refusal) mutable {
+  cut_.Hold([this, node_id, request_id, group_id, storage, ack,
+             done = std::move(done)](absl::Status refusal) mutable {
     if (!refusal.ok()) return done(std::move(refusal));
     const ByteChunks copy = {absl::Span<const uint8_t>(storage->data(), storage->size())};
     PushGroup(node_id, request_id, group_id, copy, std::move(done), ack);
@@ -94,20 +92,16 @@ int64_t ServerEngine::MaxRoundStartedLocked() const {
 
 absl::StatusOr<int64_t> ServerEngine::BeginCut() {
   absl::MutexLock lock(&mu_);
-  if (cut_phase_ != CutPhase::kNone) {
-    return absl::FailedPreconditionError(
-        "a checkpoint is already being cut on this server; one at a time");
-  }
-  cut_phase_ = CutPhase::kFrozen;
+  RETURN_IF_ERROR(cut_.Begin());
   SplitAllGroupRounds();
   return MaxRoundStartedLocked();
 }
 
 absl::Status ServerEngine::LimitCut(int64_t round) {
-  std::vector<std::function<void(absl::Status)>> release;
+  std::vector<CutGate::Held> release;
   {
     absl::MutexLock lock(&mu_);
-    if (cut_phase_ == CutPhase::kNone) {
+    if (!cut_.active()) {
       return absl::FailedPreconditionError("no checkpoint is being cut on this server");
     }
     if (options_.sync) {
@@ -122,10 +116,8 @@ absl::Status ServerEngine::LimitCut(int64_t round) {
         }
       }
     }
-    cut_phase_ = CutPhase::kLimited;
-    cut_round_ = round;
-    cut_limited_at_ = absl::Now();
-    if (options_.sync) release.swap(held_);  // Run again: those below the cut go on.
+    // dist_sync runs the held pushes again: those below the cut go on.
+    release = cut_.Limit(round, absl::Now(), /*release_held=*/options_.sync);
   }
   for (auto& push : release) push(absl::OkStatus());
   return absl::OkStatus();
@@ -133,7 +125,7 @@ absl::Status ServerEngine::LimitCut(int64_t round) {
 
 std::string ServerEngine::CutLagging() const {
   absl::MutexLock lock(&mu_);
-  if (cut_phase_ != CutPhase::kLimited) return "the cut's round is not set yet";
+  if (cut_.phase() != CutGate::Phase::kLimited) return "the cut's round is not set yet";
   if (pushes_in_flight_ > 0) return absl::StrCat(pushes_in_flight_, " pushes being applied");
   // Rounds of whole key groups every worker has joined (BeginCut split the others).
   if (open_group_rounds_ > 0) {
@@ -143,16 +135,16 @@ std::string ServerEngine::CutLagging() const {
   // A key behind the cut's round catches up while its workers go on (its next round is below
   // the cut, so it is not held). One pushed less often than the others may never do so: after
   // kCutCatchUp it is cut at the last round it completed, which it then holds on restore.
-  const bool catching_up = absl::Now() - cut_limited_at_ < kCutCatchUp;
+  const bool catching_up = cut_.CatchingUp(absl::Now(), kCutCatchUp);
   for (const auto& [key, part] : parts_) {
     for (const auto& chunk : part->chunks) {
       const bool open = !chunk->contributors.empty();
-      const bool behind = chunk->rounds_done != 0 && chunk->rounds_done != cut_round_;
+      const bool behind = chunk->rounds_done != 0 && chunk->rounds_done != cut_.round();
       if (open || (behind && catching_up)) {
         return absl::StrCat("key ", key.Quoted(), " elements ",
                             ElementRange(chunk->offset, chunk->count), " has completed round ",
                             chunk->rounds_done, open ? " (the next one open)" : "",
-                            " of the cut's ", cut_round_);
+                            " of the cut's ", cut_.round());
       }
     }
   }
@@ -160,41 +152,26 @@ std::string ServerEngine::CutLagging() const {
 }
 
 void ServerEngine::EndCut(absl::Status refusal) {
-  std::vector<std::function<void(absl::Status)>> release;
+  std::vector<CutGate::Held> release;
   {
     absl::MutexLock lock(&mu_);
-    cut_phase_ = CutPhase::kNone;
-    release.swap(held_);
+    release = cut_.End();
   }
   for (auto& push : release) push(refusal);
 }
 
-void ServerEngine::SetViewFloor(uint64_t epoch, bool reads_too) {
-  floor_reads_.store(reads_too, std::memory_order_release);
-  view_floor_.store(epoch, std::memory_order_release);
-}
-
-absl::Status ServerEngine::CheckView(uint64_t request_epoch, bool write) const {
-  const uint64_t floor = view_floor_.load(std::memory_order_acquire);
-  if (request_epoch >= floor || (!write && !floor_reads_.load(std::memory_order_acquire))) {
-    return absl::OkStatus();
-  }
-  return StaleViewError(request_epoch, floor);
-}
-
 bool ServerEngine::cut_active() const {
   absl::MutexLock lock(&mu_);
-  return cut_phase_ != CutPhase::kNone;
+  return cut_.active();
 }
 
 void ServerEngine::FailRounds(const std::string& reason) {
   std::vector<std::pair<Done, absl::Status>> failed;
-  std::vector<std::function<void(absl::Status)>> held;
+  std::vector<CutGate::Held> held;
   {
     absl::MutexLock lock(&mu_);
     failed_reason_ = reason;
-    held.swap(held_);
-    cut_phase_ = CutPhase::kNone;
+    held = cut_.End();
     SplitAllGroupRounds();  // Their waiting pushes fail below, member by member.
     absl::flat_hash_set<PushCall*> seen;
     for (auto& [key, part] : parts_) {

@@ -28,28 +28,13 @@ int64_t ServerEngine::DropWorkers(absl::Span<const uint64_t> node_ids) {
   int64_t completed = 0;
   {
     absl::MutexLock lock(&mu_);
-    const std::vector<uint64_t>& workers = options_.worker_node_ids;
-    std::vector<uint64_t> dropping;
-    for (uint64_t id : node_ids) {
-      if (std::find(workers.begin(), workers.end(), id) == workers.end()) continue;
-      absl::ReaderMutexLock dropped_lock(&dropped_mu_);
-      if (!dropped_.contains(id) &&
-          std::find(dropping.begin(), dropping.end(), id) == dropping.end()) {
-        dropping.push_back(id);
-      }
-    }
+    const std::vector<uint64_t>& workers = workers_.ids();
+    const std::vector<uint64_t> dropping = workers_.Dropping(node_ids);
     if (dropping.empty()) return 0;
     // Open rounds of whole groups wait for every worker: they go member by member now (those
     // every worker has joined complete with their own pushes), and no new one opens.
     if (rounds()) SplitAllGroupRounds();
-    size_t dropped = 0;
-    {
-      absl::MutexLock dropped_lock(&dropped_mu_);
-      dropped_.insert(dropping.begin(), dropping.end());
-      dropped = dropped_.size();
-    }
-    dropped_count_.store(dropped);
-    any_dropped_.store(true);
+    const size_t dropped = workers_.MarkDropped(dropping);
     if (!rounds()) return 0;
     const std::shared_ptr<Updater> current = updater();
     for (auto& [key, part] : parts_) {

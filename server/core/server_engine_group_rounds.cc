@@ -146,8 +146,8 @@ bool ServerEngine::PushGroupRound(uint64_t node_id, uint64_t request_id,
     // A checkpoint's cut, a failed job and an elastic job that lost a worker work on rounds
     // member by member (server_engine_cut.cc, server_engine_drop.cc): so does every group push
     // meanwhile. Group rounds thus always wait for every worker of the job.
-    if (!group->group_rounds || cut_phase_ != CutPhase::kNone || !failed_reason_.empty() ||
-        any_dropped_.load()) {
+    if (!group->group_rounds || cut_.active() || !failed_reason_.empty() ||
+        workers_.any_dropped()) {
       return false;
     }
     const auto layout = std::make_tuple(group->arena_base, size, n);

@@ -53,16 +53,16 @@ absl::Status ServerEngine::RegisterGroup(uint64_t node_id, uint64_t group_id,
   NodeRequests& requests = requests_[node_id];
   const auto replaced = requests.groups.find(group_id);
   const int64_t freed = replaced != requests.groups.end() ? replaced->second->held_bytes : 0;
-  RETURN_IF_ERROR(CheckBudget(group->held_bytes - freed,
-                              absl::StrCat("key group ", group_id, " of ", members.size(),
-                                           " keys (", offset, " bytes packed)")));
-  held_bytes_ += group->held_bytes - freed;
+  RETURN_IF_ERROR(budget_.Check(group->held_bytes - freed,
+                                absl::StrCat("key group ", group_id, " of ", members.size(),
+                                             " keys (", offset, " bytes packed)")));
+  budget_.Add(group->held_bytes - freed);
   PlaceInArena(group.get(), members);
   auto [it, inserted] = requests.groups.insert_or_assign(group_id, std::move(group));
   if (inserted) {
     requests.group_order.push_back(group_id);
     while (requests.group_order.size() > kMaxGroupsPerNode) {
-      held_bytes_ -= requests.groups.at(requests.group_order.front())->held_bytes;
+      budget_.Add(-requests.groups.at(requests.group_order.front())->held_bytes);
       requests.groups.erase(requests.group_order.front());
       requests.group_order.pop_front();
     }
@@ -195,7 +195,7 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
       error = absl::AbortedError(absl::StrCat("the job failed: ", failed_reason_));
     }
     // Dropped since the check above: it must not join a round that no longer waits for it.
-    if (error.ok() && any_dropped_.load()) error = CheckSender(node_id);
+    if (error.ok() && workers_.any_dropped()) error = CheckSender(node_id);
     if (group != nullptr && error.ok() && HoldForCut(group->chunks)) {
       HoldGroupPush(node_id, request_id, group_id, bytes, std::move(done), ack);
       return;

@@ -115,7 +115,7 @@ absl::StatusOr<bool> ServerEngine::Merge(const Key& key, Chunk* chunk, const Inc
   }
   if (++chunk->arrived + chunk->excused < workers) return false;
   chunk->arrived = 0;
-  chunk->excused = dropped_count_.load();
+  chunk->excused = workers_.dropped();
   chunk->completing = true;
   RETURN_IF_ERROR(Apply(key, chunk, sum, updater.get()));
   return true;
@@ -149,7 +149,7 @@ absl::StatusOr<bool> ServerEngine::MergeCompressed(const Key& key, Chunk* chunk,
   }
   if (++chunk->arrived + chunk->excused < options_.worker_node_ids.size()) return false;
   chunk->arrived = 0;
-  chunk->excused = dropped_count_.load();
+  chunk->excused = workers_.dropped();
   chunk->completing = true;
   RETURN_IF_ERROR(Apply(key, chunk, sum, updater));
   return true;
@@ -182,7 +182,7 @@ absl::StatusOr<bool> ServerEngine::MergeSpan(const Key& key, Chunk* chunk, const
   }
   if (++chunk->arrived + chunk->excused < workers) return false;
   chunk->arrived = 0;
-  chunk->excused = dropped_count_.load();
+  chunk->excused = workers_.dropped();
   chunk->completing = true;
   if (updater->piecewise()) {
     Tensor& stored = Writable(chunk);

@@ -60,22 +60,10 @@ absl::Status ServerEngine::Restore(absl::Span<const StoredPart> parts) {
   return absl::OkStatus();
 }
 
-std::vector<AppliedRequests> ServerEngine::Applied() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<AppliedRequests> applied;
-  for (const auto& [node_id, requests] : requests_) {
-    if (requests.applied_order.empty()) continue;
-    applied.push_back({node_id, std::vector<uint64_t>(requests.applied_order.begin(),
-                                                      requests.applied_order.end())});
-  }
-  return applied;
-}
+std::vector<AppliedRequests> ServerEngine::Applied() const { return applied_.Export(); }
 
 void ServerEngine::LoadApplied(absl::Span<const AppliedRequests> applied) {
-  absl::MutexLock lock(&mu_);
-  for (const AppliedRequests& node : applied) {
-    for (uint64_t id : node.request_ids) RecordApplied(node.node_id, id);
-  }
+  applied_.Load(applied);
 }
 
 absl::StatusOr<UpdaterStateData> ServerEngine::SaveUpdaterState() const {
