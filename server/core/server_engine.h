@@ -431,6 +431,9 @@ class ServerEngine {
     };
     std::vector<Run> runs;
     bool group_rounds = false;  // In an arena, every member with bytes: may take group rounds.
+    // ApplyInPlace runs a piecewise updater over a push of the group straight from the
+    // received slices into its arena, once per run of one dtype. The arena's lock is held.
+    absl::Status ApplyInPlace(const ByteChunks& bytes, Updater* updater) const;
     mutable absl::Mutex reply_mu;
     mutable Tensor reply ABSL_GUARDED_BY(reply_mu);  // Reused by PullGroup.
   };
@@ -485,6 +488,14 @@ class ServerEngine {
   // none is in an arena yet and all are small), or none when they are placed otherwise.
   void PlaceInArena(Group* group, absl::Span<const ValueSlice> members)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FindPushedGroup checks the sender and finds the group a push names, with the push's size.
+  absl::Status FindPushedGroup(uint64_t node_id, uint64_t group_id, const ByteChunks& bytes,
+                               std::shared_ptr<const Group>* group) const ABSL_LOCKS_EXCLUDED(mu_);
+  // MergeMembers merges a group push member by member (Merge of each), adding the members
+  // whose round completed (or that were applied) to `*completed`; the first error.
+  absl::Status MergeMembers(const Group& group, const ByteChunks& bytes,
+                            const std::shared_ptr<Updater>& updater,
+                            std::vector<Chunk*>* completed);
   // FindGroup returns a node's registered group, FailedPrecondition naming it otherwise.
   absl::StatusOr<std::shared_ptr<const Group>> FindGroup(uint64_t node_id, uint64_t group_id) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -532,6 +543,17 @@ class ServerEngine {
   bool PushGroupRound(uint64_t node_id, uint64_t request_id,
                       const std::shared_ptr<const Group>& group, const ByteChunks& bytes,
                       const std::shared_ptr<Updater>& updater, Done* done) ABSL_LOCKS_EXCLUDED(mu_);
+  // JoinGroupRound registers a group push in its group's round (opening it when needed): false
+  // when the push must go member by member; true with `*call` and `*round` set, or with `*call`
+  // null when BeginPush answered it (`*error`, and `*done` still to run).
+  bool JoinGroupRound(uint64_t node_id, uint64_t request_id,
+                      const std::shared_ptr<const Group>& group, Done* done,
+                      std::shared_ptr<GroupRound>* round, std::shared_ptr<PushCall>* call,
+                      absl::Status* error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CloseGroupRound settles a group round whose updater has run: answers its pushes with
+  // `error`, counts the members' rounds and closes it.
+  void CloseGroupRound(const std::shared_ptr<GroupRound>& round, const Group& group,
+                       const absl::Status& error) ABSL_LOCKS_EXCLUDED(mu_);
 
   const ServerEngineOptions options_;
   // Who may send, and which workers left the job (changed under mu_ too: DropWorkers).

@@ -62,6 +62,12 @@ struct ServerEngine::GroupRound {
   bool Holds(const Chunk& chunk) const {
     return chunk.count > 0 && chunk.arena_offset >= base && chunk.arena_offset < base + size;
   }
+  // Add sums a push of `group` (laid out as this round's) into `sum`, under the arena's lock;
+  // true when it was the last of the `workers` pushes of the round (arrivals start over).
+  bool Add(const Group& group, const ByteChunks& bytes, size_t workers);
+  // ApplySum runs the updater over the round's `sum` into the members' stored values: once per
+  // run of one dtype for a piecewise updater, once per member otherwise. Under the arena's lock.
+  static absl::Status ApplySum(const Group& members, const uint8_t* sum, Updater* updater);
 };
 
 int64_t ServerEngine::GroupRounds() const {
@@ -134,124 +140,37 @@ bool ServerEngine::PushGroupRound(uint64_t node_id, uint64_t request_id,
                                   const std::shared_ptr<const Group>& group,
                                   const ByteChunks& bytes, const std::shared_ptr<Updater>& updater,
                                   Done* done) {
-  const size_t n = group->chunks.size();
-  const size_t size = group->offsets.back();
-  Arena& arena = *group->arena;
   std::shared_ptr<GroupRound> round;
   std::shared_ptr<PushCall> call;
   absl::Status error;
   Done refused;  // Run at once, outside the lock: an error, or a retry of an applied push.
   {
     absl::MutexLock lock(&mu_);
-    // A checkpoint's cut, a failed job and an elastic job that lost a worker work on rounds
-    // member by member (server_engine_cut.cc, server_engine_drop.cc): so does every group push
-    // meanwhile. Group rounds thus always wait for every worker of the job.
-    if (!group->group_rounds || cut_.active() || !failed_reason_.empty() ||
-        workers_.any_dropped()) {
-      return false;
-    }
-    const auto layout = std::make_tuple(group->arena_base, size, n);
-    auto it = arena.group_rounds.find(layout);
-    if (it != arena.group_rounds.end() && !it->second->contributors.empty()) {
-      const auto& contributors = it->second->contributors;
-      if (std::find(contributors.begin(), contributors.end(), node_id) != contributors.end()) {
-        error = absl::FailedPreconditionError(absl::StrCat(
-            "key ", group->keys[0].Quoted(), ": node ", node_id,
-            " pushed twice in one dist_sync round (the round still waits for other workers)"));
-      }
-    } else {
-      // A new round: no member may be in another round already.
-      for (const auto& [other, open] : arena.group_rounds) {
-        if (!open->contributors.empty() && open->base < group->arena_base + size &&
-            group->arena_base < open->base + open->size) {
-          return false;
-        }
-      }
-      if (open_rounds_ > open_group_rounds_) {
-        for (const Chunk* chunk : group->chunks) {
-          if (!chunk->contributors.empty()) return false;
-        }
-      }
-    }
-    call = BeginPush(node_id, request_id, {}, done, &error);
+    if (!JoinGroupRound(node_id, request_id, group, done, &round, &call, &error)) return false;
     if (call == nullptr) {
       refused = std::move(*done);
       *done = nullptr;
-    } else {
-      call->remaining = 1;
-      if (it == arena.group_rounds.end()) {
-        auto fresh = std::make_shared<GroupRound>();
-        fresh->base = group->arena_base;
-        fresh->size = size;
-        it = arena.group_rounds.emplace(layout, std::move(fresh)).first;
-      }
-      round = it->second;
-      if (round->contributors.empty()) {
-        round->group = group;
-        round->started = absl::Now();
-        ++open_rounds_;
-        ++open_group_rounds_;
-        ++arena.open_group_rounds;
-      }
-      round->contributors.push_back(node_id);
-      round->calls.push_back(call);
     }
   }
   if (call == nullptr) {
     if (refused) refused(error);
     return true;
   }
-
-  // The data: summed into the round's buffer, and the updater run when this push completes it.
-  const size_t workers = options_.worker_node_ids.size();
   bool split = false, complete = false;
   {
-    absl::MutexLock arena_lock(&arena.mu);
+    absl::MutexLock arena_lock(&group->arena->mu);
     split = round->split;
-    if (!split) {
-      uint8_t* sum = round->SumData();
-      if (round->arrived == 0) {
-        GatherBytes(bytes, sum);
-      } else {
-        for (const Group::Run& run : group->runs) {
-          const size_t element = DTypeSize(run.dtype);
-          ForEachPiece(SubRange(bytes, run.begin, run.end), element,
-                       [&](int64_t e, const void* piece, int64_t count) {
-                         AddRaw(run.dtype, piece,
-                                sum + run.begin + static_cast<size_t>(e) * element, count);
-                       });
-        }
-      }
-      if (++round->arrived == workers) {
-        round->arrived = 0;
-        complete = true;
-        const Group& members = *group;  // Laid out as every group of this round.
-        if (updater->piecewise()) {
-          auto* base = static_cast<uint8_t*>(arena.buffer.data()) + members.arena_base;
-          for (const Group::Run& run : members.runs) {
-            if (!error.ok()) break;
-            const size_t element = DTypeSize(run.dtype);
-            error = updater->UpdateSpan(members.keys[0], 0, run.dtype, sum + run.begin,
-                                        base + run.begin,
-                                        static_cast<int64_t>((run.end - run.begin) / element));
-          }
-        } else {
-          for (size_t i = 0; i < n && error.ok(); ++i) {
-            Chunk* chunk = members.chunks[i];
-            const Tensor received = Tensor::Borrow(sum + members.offsets[i], chunk->stored.dtype(),
-                                                   chunk->stored.shape());
-            error = Apply(members.keys[i], chunk, received, updater.get());
-          }
-        }
-      }
+    if (!split && round->Add(*group, bytes, options_.worker_node_ids.size())) {
+      complete = true;
+      error = GroupRound::ApplySum(*group, round->SumData(), updater.get());
     }
   }
   if (split) {
     // The round went member by member while this push was on its way: so does this push.
-    std::vector<uint8_t> gathered(size);
+    std::vector<uint8_t> gathered(group->offsets.back());
     GatherBytes(bytes, gathered.data());
     std::vector<Chunk*> completed;
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < group->chunks.size(); ++i) {
       absl::StatusOr<bool> merged =
           MergeSpan(group->keys[i], group->chunks[i], gathered.data() + group->offsets[i], updater);
       if (!merged.ok() && error.ok()) error = merged.status();
@@ -260,7 +179,110 @@ bool ServerEngine::PushGroupRound(uint64_t node_id, uint64_t request_id,
     EndPush(call, false, completed, error);
     return true;
   }
-  if (!complete) return true;
+  if (complete) CloseGroupRound(round, *group, error);
+  return true;
+}
+
+bool ServerEngine::JoinGroupRound(uint64_t node_id, uint64_t request_id,
+                                  const std::shared_ptr<const Group>& group, Done* done,
+                                  std::shared_ptr<GroupRound>* round,
+                                  std::shared_ptr<PushCall>* call, absl::Status* error) {
+  // A checkpoint's cut, a failed job and an elastic job that lost a worker work on rounds
+  // member by member (server_engine_cut.cc, server_engine_drop.cc): so does every group push
+  // meanwhile. Group rounds thus always wait for every worker of the job.
+  if (!group->group_rounds || cut_.active() || !failed_reason_.empty() || workers_.any_dropped()) {
+    return false;
+  }
+  Arena& arena = *group->arena;
+  const size_t size = group->offsets.back();
+  const auto layout = std::make_tuple(group->arena_base, size, group->chunks.size());
+  auto it = arena.group_rounds.find(layout);
+  if (it != arena.group_rounds.end() && !it->second->contributors.empty()) {
+    const auto& contributors = it->second->contributors;
+    if (std::find(contributors.begin(), contributors.end(), node_id) != contributors.end()) {
+      *error = absl::FailedPreconditionError(absl::StrCat(
+          "key ", group->keys[0].Quoted(), ": node ", node_id,
+          " pushed twice in one dist_sync round (the round still waits for other workers)"));
+    }
+  } else {
+    // A new round: no member may be in another round already.
+    for (const auto& [other, open] : arena.group_rounds) {
+      if (!open->contributors.empty() && open->base < group->arena_base + size &&
+          group->arena_base < open->base + open->size) {
+        return false;
+      }
+    }
+    if (open_rounds_ > open_group_rounds_) {
+      for (const Chunk* chunk : group->chunks) {
+        if (!chunk->contributors.empty()) return false;
+      }
+    }
+  }
+  *call = BeginPush(node_id, request_id, {}, done, error);
+  if (*call == nullptr) return true;
+  (*call)->remaining = 1;
+  if (it == arena.group_rounds.end()) {
+    auto fresh = std::make_shared<GroupRound>();
+    fresh->base = group->arena_base;
+    fresh->size = size;
+    it = arena.group_rounds.emplace(layout, std::move(fresh)).first;
+  }
+  *round = it->second;
+  if ((*round)->contributors.empty()) {
+    (*round)->group = group;
+    (*round)->started = absl::Now();
+    ++open_rounds_;
+    ++open_group_rounds_;
+    ++arena.open_group_rounds;
+  }
+  (*round)->contributors.push_back(node_id);
+  (*round)->calls.push_back(*call);
+  return true;
+}
+
+bool ServerEngine::GroupRound::Add(const Group& group, const ByteChunks& bytes, size_t workers) {
+  uint8_t* sum = SumData();
+  if (arrived == 0) {
+    GatherBytes(bytes, sum);
+  } else {
+    for (const Group::Run& run : group.runs) {
+      const size_t element = DTypeSize(run.dtype);
+      ForEachPiece(SubRange(bytes, run.begin, run.end), element,
+                   [&](int64_t e, const void* piece, int64_t count) {
+                     AddRaw(run.dtype, piece, sum + run.begin + static_cast<size_t>(e) * element,
+                            count);
+                   });
+    }
+  }
+  if (++arrived < workers) return false;
+  arrived = 0;
+  return true;
+}
+
+absl::Status ServerEngine::GroupRound::ApplySum(const Group& members, const uint8_t* sum,
+                                                Updater* updater) {
+  absl::Status error;
+  if (updater->piecewise()) {
+    auto* base = static_cast<uint8_t*>(members.arena->buffer.data()) + members.arena_base;
+    for (const Group::Run& run : members.runs) {
+      if (!error.ok()) break;
+      const size_t element = DTypeSize(run.dtype);
+      error = updater->UpdateSpan(members.keys[0], 0, run.dtype, sum + run.begin, base + run.begin,
+                                  static_cast<int64_t>((run.end - run.begin) / element));
+    }
+    return error;
+  }
+  for (size_t i = 0; i < members.chunks.size() && error.ok(); ++i) {
+    Chunk* chunk = members.chunks[i];
+    const Tensor received = Tensor::Borrow(const_cast<uint8_t*>(sum) + members.offsets[i],
+                                           chunk->stored.dtype(), chunk->stored.shape());
+    error = Apply(members.keys[i], chunk, received, updater);
+  }
+  return error;
+}
+
+void ServerEngine::CloseGroupRound(const std::shared_ptr<GroupRound>& round, const Group& group,
+                                   const absl::Status& error) {
   std::vector<Done> finished;
   {
     absl::MutexLock lock(&mu_);
@@ -268,7 +290,7 @@ bool ServerEngine::PushGroupRound(uint64_t node_id, uint64_t request_id,
       if (--waiting->remaining == 0) FinishCall(waiting.get(), &finished);
     }
     // Every member completed this round, as a round of its own would have.
-    for (Chunk* chunk : group->chunks) ++chunk->rounds_done;
+    for (Chunk* chunk : group.chunks) ++chunk->rounds_done;
     if (options_.round_observer) {
       options_.round_observer->RoundCompleted(round->contributors.back(),
                                               absl::Now() - round->started);
@@ -278,12 +300,11 @@ bool ServerEngine::PushGroupRound(uint64_t node_id, uint64_t request_id,
     round->group = nullptr;
     --open_rounds_;
     --open_group_rounds_;
-    --arena.open_group_rounds;
+    --group.arena->open_group_rounds;
     ++group_rounds_done_;
     SwapUpdaterIfIdle();
   }
   for (Done& d : finished) d(error);
-  return true;
 }
 
 }  // namespace kvstore

@@ -144,6 +144,22 @@ absl::StatusOr<std::shared_ptr<const ServerEngine::Group>> ServerEngine::FindGro
                    " on this server (a group is registered by sending its members with it)"));
 }
 
+absl::Status ServerEngine::FindPushedGroup(uint64_t node_id, uint64_t group_id,
+                                           const ByteChunks& bytes,
+                                           std::shared_ptr<const Group>* group) const {
+  RETURN_IF_ERROR(CheckSender(node_id));
+  absl::ReaderMutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(*group, FindGroup(node_id, group_id));
+  size_t received = 0;
+  for (const auto& chunk : bytes) received += chunk.size();
+  if (received != (*group)->offsets.back()) {
+    return absl::InvalidArgumentError(absl::StrCat(received, " bytes received for key group ",
+                                                   group_id, " of ", (*group)->chunks.size(),
+                                                   " keys (", (*group)->offsets.back(), " bytes)"));
+  }
+  return absl::OkStatus();
+}
+
 // Not analysed for locks: an in-place push takes its arena's lock either by TryLock under the
 // engine's lock (ordered acknowledgement) or after it, and releases it once applied - a
 // hand-off the analysis cannot follow across the two scopes. The arena's lock is asserted held
@@ -152,37 +168,20 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
                              const ByteChunks& bytes, Done done,
                              Ack ack) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const std::shared_ptr<Updater> current = updater();
-  absl::Status error = CheckSender(node_id);
   std::shared_ptr<const Group> group;
-  std::shared_ptr<PushCall> call;
-  // In place: applied straight into the group's arena. With Ack::kOrdered and an arena that
-  // is free, its lock is taken here and the call finished (its `done`s taken) before the update.
-  bool in_place = false;
-  bool arena_locked = false;
-  std::vector<Done> acked;
-  {
-    absl::MutexLock lock(&mu_);
-    if (error.ok()) {
-      absl::StatusOr<std::shared_ptr<const Group>> found = FindGroup(node_id, group_id);
-      error = found.status();
-      if (found.ok()) group = *std::move(found);
-    }
-    if (error.ok()) {
-      size_t received = 0;
-      for (const auto& chunk : bytes) received += chunk.size();
-      if (received != group->offsets.back()) {
-        error = absl::InvalidArgumentError(
-            absl::StrCat(received, " bytes received for key group ", group_id, " of ",
-                         group->chunks.size(), " keys (", group->offsets.back(), " bytes)"));
-      }
-    }
-  }
+  absl::Status error = FindPushedGroup(node_id, group_id, bytes, &group);
   // dist_sync with several workers: a group in an arena takes its group's round when it can
   // (server_engine_group_rounds.cc); otherwise its members go one by one, below.
   if (error.ok() && rounds() && group->arena != nullptr &&
       PushGroupRound(node_id, request_id, group, bytes, current, &done)) {
     return;
   }
+  std::shared_ptr<PushCall> call;
+  // In place: applied straight into the group's arena. With Ack::kOrdered and an arena that
+  // is free, its lock is taken here and the call finished (its `done`s taken) before the update.
+  bool in_place = false;
+  bool arena_locked = false;
+  std::vector<Done> acked;
   {
     absl::MutexLock lock(&mu_);
     for (size_t i = 0; rounds() && error.ok() && i < group->chunks.size(); ++i) {
@@ -215,21 +214,9 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
   for (Done& d : acked) d(absl::OkStatus());
 
   if (in_place) {
-    // Each push is applied as it arrives: one update per run of one dtype, straight from the
-    // received slices into the arena.
     if (!arena_locked) group->arena->mu.Lock();
     group->arena->mu.AssertHeld();
-    auto* base = static_cast<uint8_t*>(group->arena->buffer.data()) + group->arena_base;
-    for (const Group::Run& run : group->runs) {
-      const size_t element = DTypeSize(run.dtype);
-      ForEachPiece(SubRange(bytes, run.begin, run.end), element,
-                   [&](int64_t e, const void* piece, int64_t count) {
-                     if (!error.ok()) return;
-                     uint8_t* stored = base + run.begin + static_cast<size_t>(e) * element;
-                     error =
-                         current->UpdateSpan(group->keys[0], 0, run.dtype, piece, stored, count);
-                   });
-    }
+    error = group->ApplyInPlace(bytes, current.get());
     group->arena->mu.Unlock();
     if (!arena_locked) {
       EndPush(call, false, {}, error);
@@ -241,12 +228,36 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
     }
     return;
   }
-  // Walk the received slices once; a member split between two slices is gathered first.
   std::vector<Chunk*> completed;
+  error = MergeMembers(*group, bytes, current, &completed);
+  EndPush(call, group->chunks.empty(), completed, error);
+}
+
+absl::Status ServerEngine::Group::ApplyInPlace(const ByteChunks& bytes, Updater* updater) const {
+  // One update per run of one dtype, straight from the received slices into the arena.
+  absl::Status error;
+  auto* base = static_cast<uint8_t*>(arena->buffer.data()) + arena_base;
+  for (const Run& run : runs) {
+    const size_t element = DTypeSize(run.dtype);
+    ForEachPiece(SubRange(bytes, run.begin, run.end), element,
+                 [&](int64_t e, const void* piece, int64_t count) {
+                   if (!error.ok()) return;
+                   uint8_t* stored = base + run.begin + static_cast<size_t>(e) * element;
+                   error = updater->UpdateSpan(keys[0], 0, run.dtype, piece, stored, count);
+                 });
+  }
+  return error;
+}
+
+absl::Status ServerEngine::MergeMembers(const Group& group, const ByteChunks& bytes,
+                                        const std::shared_ptr<Updater>& updater,
+                                        std::vector<Chunk*>* completed) {
+  // Walk the received slices once; a member split between two slices is gathered first.
+  absl::Status error;
   std::vector<uint8_t> straddling;
   size_t slice = 0, slice_start = 0;
-  for (size_t i = 0; i < group->chunks.size(); ++i) {
-    const size_t begin = group->offsets[i], size = group->offsets[i + 1] - begin;
+  for (size_t i = 0; i < group.chunks.size(); ++i) {
+    const size_t begin = group.offsets[i], size = group.offsets[i + 1] - begin;
     while (slice < bytes.size() && slice_start + bytes[slice].size() <= begin && size > 0) {
       slice_start += bytes[slice].size();
       ++slice;
@@ -267,11 +278,11 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
       }
       data = straddling.data();
     }
-    absl::StatusOr<bool> merged = MergeSpan(group->keys[i], group->chunks[i], data, current);
+    absl::StatusOr<bool> merged = MergeSpan(group.keys[i], group.chunks[i], data, updater);
     if (!merged.ok() && error.ok()) error = merged.status();
-    if (!merged.ok() || *merged) completed.push_back(group->chunks[i]);
+    if (!merged.ok() || *merged) completed->push_back(group.chunks[i]);
   }
-  EndPush(call, group->chunks.empty(), completed, error);
+  return error;
 }
 
 absl::StatusOr<ServerEngine::PackedGroup> ServerEngine::PullGroup(uint64_t node_id,
