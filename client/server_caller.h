@@ -15,7 +15,7 @@
 // again, its copies' failures are dropped, and reads go to the other copy; if not, the call is
 // retried as above. Both copies of a shard dead: the call fails naming both.
 //
-// A replacement server may take a dead server's rank back (server/scheduler/server_joiner.h).
+// A replacement server may take a dead server's rank back (server/scheduler/core/server_joiner.h).
 // Every request carries the view epoch its copies were chosen by (common/view_epoch.h); the
 // heartbeats' answers bring new views (ApplyView: the servers' addresses, the dead ones). A
 // copy that refuses a request as routed by an old view names the epoch it needs: the caller

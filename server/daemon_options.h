@@ -31,7 +31,7 @@
 #include "common/daemon_security.h"
 #include "common/environment.h"
 #include "server/grpc/kvserver_daemon.h"
-#include "server/scheduler/scheduler_daemon.h"
+#include "server/scheduler/grpc/scheduler_daemon.h"
 
 namespace kvstore {
 

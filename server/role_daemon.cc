@@ -10,7 +10,7 @@
 #include "common/stop_signals.h"
 #include "server/daemon_options.h"
 #include "server/grpc/kvserver_daemon.h"
-#include "server/scheduler/scheduler_daemon.h"
+#include "server/scheduler/grpc/scheduler_daemon.h"
 
 namespace kvstore {
 namespace {

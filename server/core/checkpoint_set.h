@@ -4,7 +4,7 @@
 // `server-R.ckpt` (a ShardCheckpoint naming the job, the checkpoint id and the round it was
 // cut at) plus `MANIFEST` (a CheckpointManifest state file: job id, checkpoint id, round, the
 // job's shape, and each file's payload size and CRC-32). The scheduler's coordinator
-// (server/scheduler/checkpoint_coordinator.h) writes a set in three steps on every server:
+// (server/scheduler/core/checkpoint_coordinator.h) writes a set in three steps on every server:
 // the server file under a pending name (PendingFileName), then - once every server has written
 // its own - the rename of the pending file over `server-R.ckpt` and the manifest, written last
 // and atomically (common/state_file.h). The old manifest is removed before the first rename,

@@ -18,7 +18,7 @@
 //   6  kCommandLoadOptimizerStates  body: a serialized proto::UpdaterState; the server keeps
 //                          the parts of the keys it holds.
 //   7-12                   The steps of a checkpoint set, sent by the scheduler's coordinator
-//                          (server/scheduler/checkpoint_coordinator.h, checkpoint_set.h):
+//                          (server/scheduler/core/checkpoint_coordinator.h, checkpoint_set.h):
 //   7  kCommandCutBegin    body "ID": freeze (ServerEngine::BeginCut); replies the highest
 //                          round started.
 //   8  kCommandCutLimit    body "ID ROUND": ServerEngine::LimitCut(ROUND).

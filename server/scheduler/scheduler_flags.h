@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "common/environment.h"
 #include "server/daemon_options.h"
-#include "server/scheduler/scheduler_daemon.h"
+#include "server/scheduler/grpc/scheduler_daemon.h"
 
 namespace kvstore {
 

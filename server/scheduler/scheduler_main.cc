@@ -26,7 +26,7 @@
 #include "common/security_flags.h"
 #include "common/status_macros.h"
 #include "common/stop_signals.h"
-#include "server/scheduler/scheduler_daemon.h"
+#include "server/scheduler/grpc/scheduler_daemon.h"
 #include "server/scheduler/scheduler_flags.h"
 
 namespace kvstore {

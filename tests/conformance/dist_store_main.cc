@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "server/grpc/kvserver_daemon.h"
-#include "server/scheduler/scheduler_daemon.h"
+#include "server/scheduler/grpc/scheduler_daemon.h"
 #include "tests/conformance/store_under_test.h"
 
 namespace kvstore::testing {

@@ -10,7 +10,7 @@
 #include "common/store/sgd_updater.h"
 #include "server/core/checkpoint_root.h"
 #include "server/core/server_backend.h"
-#include "server/scheduler/scheduler_core.h"
+#include "server/scheduler/core/scheduler_core.h"
 
 namespace kvstore {
 namespace {

@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/kvstore.h"
 #include "server/grpc/kvserver_daemon.h"
-#include "server/scheduler/scheduler_daemon.h"
+#include "server/scheduler/grpc/scheduler_daemon.h"
 #include "tests/test_util.h"
 
 namespace kvstore::testing {

@@ -1,4 +1,4 @@
-#include "server/scheduler/command_fan_out.h"
+#include "server/scheduler/core/command_fan_out.h"
 
 #include <algorithm>
 #include <memory>

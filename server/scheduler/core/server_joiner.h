@@ -22,8 +22,8 @@
 //
 // Threading: Join blocks; run it on the checkpoint coordinator's thread (RunExclusive), so
 // that it never overlaps a checkpoint's cut.
-#ifndef KVSTORE_SERVER_SCHEDULER_SERVER_JOINER_H_
-#define KVSTORE_SERVER_SCHEDULER_SERVER_JOINER_H_
+#ifndef KVSTORE_SERVER_SCHEDULER_CORE_SERVER_JOINER_H_
+#define KVSTORE_SERVER_SCHEDULER_CORE_SERVER_JOINER_H_
 
 #include <cstdint>
 #include <functional>
@@ -31,7 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/scheduler/scheduler_core.h"
+#include "server/scheduler/core/scheduler_core.h"
 
 namespace kvstore {
 
@@ -86,4 +86,4 @@ class ServerJoiner {
 
 }  // namespace kvstore
 
-#endif  // KVSTORE_SERVER_SCHEDULER_SERVER_JOINER_H_
+#endif  // KVSTORE_SERVER_SCHEDULER_CORE_SERVER_JOINER_H_

@@ -20,8 +20,8 @@
 // after the core's lock is released.
 //
 // Threading: thread-safe. Time is passed in (`now`) so that callers own the clock.
-#ifndef KVSTORE_SERVER_SCHEDULER_SCHEDULER_CORE_H_
-#define KVSTORE_SERVER_SCHEDULER_SCHEDULER_CORE_H_
+#ifndef KVSTORE_SERVER_SCHEDULER_CORE_SCHEDULER_CORE_H_
+#define KVSTORE_SERVER_SCHEDULER_CORE_SCHEDULER_CORE_H_
 
 #include <cstdint>
 #include <functional>
@@ -428,4 +428,4 @@ class SchedulerCore {
 
 }  // namespace kvstore
 
-#endif  // KVSTORE_SERVER_SCHEDULER_SCHEDULER_CORE_H_
+#endif  // KVSTORE_SERVER_SCHEDULER_CORE_SCHEDULER_CORE_H_

@@ -7,8 +7,8 @@
 // exit (or `shutdown_grace` has passed), DeadlineExceeded naming the missing nodes when the job
 // has not assembled within register_timeout (counted from the first registration, and at the
 // latest from the start, so that a job nobody joins ends too).
-#ifndef KVSTORE_SERVER_SCHEDULER_SCHEDULER_DAEMON_H_
-#define KVSTORE_SERVER_SCHEDULER_SCHEDULER_DAEMON_H_
+#ifndef KVSTORE_SERVER_SCHEDULER_GRPC_SCHEDULER_DAEMON_H_
+#define KVSTORE_SERVER_SCHEDULER_GRPC_SCHEDULER_DAEMON_H_
 
 #include <grpcpp/server.h>
 
@@ -23,10 +23,10 @@
 #include "common/metrics_http.h"
 #include "common/metrics_registry.h"
 #include "common/security_options.h"
-#include "server/scheduler/checkpoint_coordinator.h"
-#include "server/scheduler/scheduler_core.h"
-#include "server/scheduler/scheduler_service.h"
-#include "server/scheduler/server_joiner.h"
+#include "server/scheduler/core/checkpoint_coordinator.h"
+#include "server/scheduler/core/scheduler_core.h"
+#include "server/scheduler/core/server_joiner.h"
+#include "server/scheduler/grpc/scheduler_service.h"
 
 namespace kvstore {
 
@@ -121,4 +121,4 @@ class SchedulerDaemon {
 
 }  // namespace kvstore
 
-#endif  // KVSTORE_SERVER_SCHEDULER_SCHEDULER_DAEMON_H_
+#endif  // KVSTORE_SERVER_SCHEDULER_GRPC_SCHEDULER_DAEMON_H_

@@ -1,4 +1,4 @@
-#include "server/scheduler/server_joiner.h"
+#include "server/scheduler/core/server_joiner.h"
 
 #include <spdlog/spdlog.h>
 

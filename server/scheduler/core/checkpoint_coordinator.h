@@ -22,8 +22,8 @@
 //
 // Threading: Request may be called from any thread (a gRPC reaction: it never blocks); `call`
 // runs on the coordinator's thread only.
-#ifndef KVSTORE_SERVER_SCHEDULER_CHECKPOINT_COORDINATOR_H_
-#define KVSTORE_SERVER_SCHEDULER_CHECKPOINT_COORDINATOR_H_
+#ifndef KVSTORE_SERVER_SCHEDULER_CORE_CHECKPOINT_COORDINATOR_H_
+#define KVSTORE_SERVER_SCHEDULER_CORE_CHECKPOINT_COORDINATOR_H_
 
 #include <deque>
 #include <functional>
@@ -35,7 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/scheduler/scheduler_core.h"
+#include "server/scheduler/core/scheduler_core.h"
 
 namespace kvstore {
 
@@ -113,4 +113,4 @@ class CheckpointCoordinator {
 
 }  // namespace kvstore
 
-#endif  // KVSTORE_SERVER_SCHEDULER_CHECKPOINT_COORDINATOR_H_
+#endif  // KVSTORE_SERVER_SCHEDULER_CORE_CHECKPOINT_COORDINATOR_H_

@@ -1,4 +1,4 @@
-#include "server/scheduler/checkpoint_coordinator.h"
+#include "server/scheduler/core/checkpoint_coordinator.h"
 
 #include <spdlog/spdlog.h>
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/scheduler/scheduler_core.h"
+#include "server/scheduler/core/scheduler_core.h"
 
 namespace kvstore {
 

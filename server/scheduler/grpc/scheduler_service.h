@@ -15,8 +15,8 @@
 //
 // Waiting calls (Register, Barrier) finish from the core's completion callbacks, so no reaction
 // blocks; Command finishes when the last server has answered.
-#ifndef KVSTORE_SERVER_SCHEDULER_SCHEDULER_SERVICE_H_
-#define KVSTORE_SERVER_SCHEDULER_SCHEDULER_SERVICE_H_
+#ifndef KVSTORE_SERVER_SCHEDULER_GRPC_SCHEDULER_SERVICE_H_
+#define KVSTORE_SERVER_SCHEDULER_GRPC_SCHEDULER_SERVICE_H_
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
@@ -36,9 +36,9 @@
 #include "common/request_signature.h"
 #include "common/server_methods.h"
 #include "proto/kvstore.grpc.pb.h"
-#include "server/scheduler/checkpoint_coordinator.h"
-#include "server/scheduler/command_fan_out.h"
-#include "server/scheduler/scheduler_core.h"
+#include "server/scheduler/core/checkpoint_coordinator.h"
+#include "server/scheduler/core/command_fan_out.h"
+#include "server/scheduler/core/scheduler_core.h"
 
 namespace kvstore {
 
@@ -96,7 +96,7 @@ class SchedulerService final : public RawSchedulerService, private ServerCommand
   static constexpr absl::Duration kUnreachableCheck = absl::Milliseconds(500);
 
   // SetCheckpointCoordinator makes checkpoint commands (head 4) run as checkpoint sets through
-  // `coordinator` (server/scheduler/checkpoint_coordinator.h), which must outlive the service.
+  // `coordinator` (server/scheduler/core/checkpoint_coordinator.h), which must outlive the service.
   // Call it before serving.
   void SetCheckpointCoordinator(CheckpointCoordinator* coordinator) { coordinator_ = coordinator; }
   // SetJoinHandler makes every replacement server's registration (Registration::join_epoch,
@@ -161,4 +161,4 @@ class SchedulerService final : public RawSchedulerService, private ServerCommand
 
 }  // namespace kvstore
 
-#endif  // KVSTORE_SERVER_SCHEDULER_SCHEDULER_SERVICE_H_
+#endif  // KVSTORE_SERVER_SCHEDULER_GRPC_SCHEDULER_SERVICE_H_

@@ -1,4 +1,4 @@
-#include "server/scheduler/scheduler_service.h"
+#include "server/scheduler/grpc/scheduler_service.h"
 
 #include <grpcpp/client_context.h>
 #include <spdlog/spdlog.h>

@@ -14,8 +14,8 @@
 // Threading: thread-safe. FanOut's `done` runs on the thread that delivered the last reply;
 // CallServer and CallAddress block (at most the channel's deadline): never call them from a
 // channel's callback.
-#ifndef KVSTORE_SERVER_SCHEDULER_COMMAND_FAN_OUT_H_
-#define KVSTORE_SERVER_SCHEDULER_COMMAND_FAN_OUT_H_
+#ifndef KVSTORE_SERVER_SCHEDULER_CORE_COMMAND_FAN_OUT_H_
+#define KVSTORE_SERVER_SCHEDULER_CORE_COMMAND_FAN_OUT_H_
 
 #include <functional>
 #include <string>
@@ -24,7 +24,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "server/scheduler/scheduler_core.h"
+#include "server/scheduler/core/scheduler_core.h"
 
 namespace kvstore {
 
@@ -74,4 +74,4 @@ class CommandFanOut {
 
 }  // namespace kvstore
 
-#endif  // KVSTORE_SERVER_SCHEDULER_COMMAND_FAN_OUT_H_
+#endif  // KVSTORE_SERVER_SCHEDULER_CORE_COMMAND_FAN_OUT_H_

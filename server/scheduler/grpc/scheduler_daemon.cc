@@ -1,4 +1,4 @@
-#include "server/scheduler/scheduler_daemon.h"
+#include "server/scheduler/grpc/scheduler_daemon.h"
 
 #include <grpcpp/server_builder.h>
 #include <spdlog/spdlog.h>

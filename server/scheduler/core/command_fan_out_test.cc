@@ -1,7 +1,7 @@
 // Tests of CommandFanOut: which server copies a command reaches, whose reply answers for a
 // shard, errors naming the server, and commands held while paused. The channel here is a table
 // of replies by address, answering on threads of its own as gRPC's would.
-#include "server/scheduler/command_fan_out.h"
+#include "server/scheduler/core/command_fan_out.h"
 
 #include <catch2/catch.hpp>
 #include <map>

@@ -1,4 +1,4 @@
-#include "server/scheduler/scheduler_core.h"
+#include "server/scheduler/core/scheduler_core.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
