@@ -34,9 +34,11 @@ int64_t HalfPhysicalMemory() {
   return static_cast<int64_t>(pages) / 2 * page_size;
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOptions options) {
+// CheckAndComplete checks a kvserver's options and fills in what they leave to defaults: the
+// built-in updaters and optimizers registered, the advertised host, the serving threads, the
+// memory budget. InvalidArgument naming the option otherwise.
+absl::Status CheckAndComplete(KVServerOptions* options_in) {
+  KVServerOptions& options = *options_in;
   if (options.scheduler_address.empty()) {
     return absl::InvalidArgumentError("a kvserver needs the scheduler's address");
   }
@@ -78,6 +80,13 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
         options.max_value_bytes, " and ", options.memory_budget_bytes));
   }
   if (options.memory_budget_bytes == 0) options.memory_budget_bytes = HalfPhysicalMemory();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOptions options) {
+  RETURN_IF_ERROR(CheckAndComplete(&options));
   ASSIGN_OR_RETURN(std::shared_ptr<const CheckpointRoot> checkpoint_root,
                    CheckpointRoot::Open(options.checkpoint_root));
   // A restore directory that would leave the root, or does not exist, stops the server now.
@@ -86,29 +95,7 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
   }
   std::unique_ptr<KVServerDaemon> daemon(new KVServerDaemon(std::move(options)));
   daemon->checkpoint_root_ = std::move(checkpoint_root);
-  grpc::ServerBuilder builder;
-  const int64_t max_request =
-      daemon->options_.max_value_bytes >
-              std::numeric_limits<int64_t>::max() - KVServerOptions::kRequestHeaderBytes
-          ? std::numeric_limits<int64_t>::max()
-          : daemon->options_.max_value_bytes + KVServerOptions::kRequestHeaderBytes;
-  const ServerLimits limits = ServerLimits::ForRequests(max_request);
-  ConfigureServer(&builder, limits);
-  const std::string listen = FormatHostPort(daemon->options_.host, daemon->options_.port);
-  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
-                   ServerCredentialsFor(daemon->options_.security.tls));
-  builder.AddListeningPort(listen, credentials, &daemon->port_);
-  builder.RegisterService(&daemon->service_);
-  // NOT_SERVING until registered (and restored).
-  daemon->health_ = std::make_unique<DaemonHealth>("kvstore.proto.KVServer");
-  daemon->health_->AddTo(&builder);
-  for (int i = 0; i < daemon->options_.serving_threads; ++i) {
-    daemon->cqs_.push_back(builder.AddCompletionQueue());
-  }
-  daemon->server_ = builder.BuildAndStart();
-  if (daemon->server_ == nullptr || daemon->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("kvserver cannot listen on ", listen));
-  }
+  ASSIGN_OR_RETURN(const ServerLimits limits, daemon->Listen());
   if (!daemon->options_.trace_file.empty()) {
     ASSIGN_OR_RETURN(daemon->trace_, TraceWriter::Open(daemon->options_.trace_file, "kvserver"));
   }
@@ -127,18 +114,46 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
       d->service_.Serve(cq, d->options_.serving_poll);
     }));
   }
-  const std::string bound = FormatHostPort(daemon->options_.host, daemon->port_);
-  spdlog::info("kvserver listening on {} ({}, {} serving threads)", bound,
-               daemon->options_.security.tls.transport(), daemon->serving_.size());
-  if (bound != daemon->address()) {
-    spdlog::info("kvserver advertised to the job as {}", daemon->address());
+  daemon->LogStartup(limits);
+  daemon->thread_ = std::thread([d = daemon.get()] { d->Run(); });
+  return daemon;
+}
+
+absl::StatusOr<ServerLimits> KVServerDaemon::Listen() {
+  grpc::ServerBuilder builder;
+  const int64_t max_request = options_.max_value_bytes > std::numeric_limits<int64_t>::max() -
+                                                             KVServerOptions::kRequestHeaderBytes
+                                  ? std::numeric_limits<int64_t>::max()
+                                  : options_.max_value_bytes + KVServerOptions::kRequestHeaderBytes;
+  const ServerLimits limits = ServerLimits::ForRequests(max_request);
+  ConfigureServer(&builder, limits);
+  const std::string listen = FormatHostPort(options_.host, options_.port);
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   ServerCredentialsFor(options_.security.tls));
+  builder.AddListeningPort(listen, credentials, &port_);
+  builder.RegisterService(&service_);
+  // NOT_SERVING until registered (and restored).
+  health_ = std::make_unique<DaemonHealth>("kvstore.proto.KVServer");
+  health_->AddTo(&builder);
+  for (int i = 0; i < options_.serving_threads; ++i) cqs_.push_back(builder.AddCompletionQueue());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("kvserver cannot listen on ", listen));
   }
+  return limits;
+}
+
+void KVServerDaemon::LogStartup(const ServerLimits& limits) const {
+  const std::string bound = FormatHostPort(options_.host, port_);
+  spdlog::info("kvserver listening on {} ({}, {} serving threads)", bound,
+               options_.security.tls.transport(), serving_.size());
+  if (bound != address()) spdlog::info("kvserver advertised to the job as {}", address());
   spdlog::info(
       "kvserver limits: values up to {} bytes, {} bytes held at most, requests up to "
       "{} bytes, {} bytes of gRPC buffers",
-      daemon->options_.max_value_bytes, daemon->options_.memory_budget_bytes,
-      limits.max_receive_bytes, limits.memory_quota_bytes);
-  const std::string& root = daemon->checkpoint_root_->path();
+      options_.max_value_bytes, options_.memory_budget_bytes, limits.max_receive_bytes,
+      limits.memory_quota_bytes);
+  const std::string& root = checkpoint_root_->path();
   if (root == "/") {
     spdlog::warn(
         "kvserver checkpoint root is /: checkpoints may go anywhere this user can "
@@ -146,8 +161,6 @@ absl::StatusOr<std::unique_ptr<KVServerDaemon>> KVServerDaemon::Start(KVServerOp
   } else {
     spdlog::info("kvserver checkpoint root {}", root);
   }
-  daemon->thread_ = std::thread([d = daemon.get()] { d->Run(); });
-  return daemon;
 }
 
 KVServerDaemon::~KVServerDaemon() {

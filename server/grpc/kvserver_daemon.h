@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/grpc_channel.h"
 #include "common/grpc_health.h"
 #include "common/metrics_http.h"
 #include "common/metrics_registry.h"
@@ -126,6 +127,12 @@ class KVServerDaemon {
 
  private:
   explicit KVServerDaemon(KVServerOptions options) : options_(std::move(options)) {}
+  // Listen builds and starts the gRPC server (NOT_SERVING until registered) on the options'
+  // host and port, with a completion queue per serving thread; returns its limits.
+  absl::StatusOr<ServerLimits> Listen();
+  // LogStartup logs where the server listens, what it advertises, its limits and its
+  // checkpoint root.
+  void LogStartup(const ServerLimits& limits) const;
   void Run();
   // RegisterAndServe runs the server's life in phases: Register with the scheduler, make the
   // engines (MakeBackends) and the request verifier, serve, then HeartbeatUntilOver.

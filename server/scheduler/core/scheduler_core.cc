@@ -82,99 +82,22 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
                              std::string hostname, absl::Time now, RegisterDone done,
                              std::string mode) {
   std::vector<PendingRegistration> completed;
-  absl::Status error;
+  std::optional<absl::StatusOr<Registration>> answer;
   {
     absl::MutexLock lock(&mu_);
-    const int group_size = role == NodeRole::kServer ? options_.num_servers : options_.num_workers;
-    int registered = 0;
-    for (const auto& [id, node] : nodes_) registered += node.role == role;
-    std::optional<Registration> replaced;
-    if (role == NodeRole::kServer && complete_ && !ShutdownLocked() && requested_rank >= 0 &&
-        requested_rank < group_size && !address.empty()) {
-      // A restart of the server of that rank may come before heartbeats tell that it died.
-      const NodeInfo* holder = ServerOfRank(requested_rank);
-      if (holder != nullptr && HeardFrom(*holder, now)) {
-        HoldReplacement(*holder, requested_rank, std::move(address), std::move(hostname), now,
-                        std::move(done));
-        return;
-      }
-    }
-    if (role == NodeRole::kServer && complete_ && !ShutdownLocked() && options_.replicas > 1 &&
-        requested_rank >= -1 && requested_rank < group_size && !address.empty()) {
-      // With replicas a dead server's shards live on: its replacement copies them.
-      absl::StatusOr<Registration> joined = JoinServer(requested_rank, address, hostname, now);
-      if (joined.ok()) {
-        replaced = *std::move(joined);
-      } else if (!absl::IsNotFound(joined.status())) {
-        mu_.Unlock();
-        done(joined.status());
-        mu_.Lock();
-        return;
-      }
-    } else if (role == NodeRole::kServer && complete_ && !ShutdownLocked() && requested_rank >= 0 &&
-               requested_rank < group_size && !address.empty()) {
-      replaced = ReplaceServer(requested_rank, address, hostname, now);
-    }
-    if (replaced.has_value()) {
-      // Outside the lock: `done` may call back.
-      mu_.Unlock();
-      done(*std::move(replaced));
-      mu_.Lock();
-      return;
-    }
-    if (registration_failed_) {
-      error = absl::DeadlineExceededError(
-          "the job's registration window has closed (some nodes never came); restart the job");
-    } else if (registered >= group_size) {
-      error = absl::FailedPreconditionError(
-          absl::StrCat("the job already has all its ",
-                       Plural(group_size, std::string(RoleName(role))), "; a ", RoleName(role),
-                       " from ", hostname.empty() ? "an unnamed host" : hostname, " cannot join"));
-    } else if (requested_rank < -1 || requested_rank >= group_size) {
-      error = absl::InvalidArgumentError(absl::StrCat(RoleName(role), " asked for rank ",
-                                                      requested_rank, " but ranks are 0..",
-                                                      group_size - 1, " (or -1 for any)"));
-    } else if (role == NodeRole::kServer && address.empty()) {
-      error = absl::InvalidArgumentError("a server must register the address it serves on");
-    } else if (role == NodeRole::kWorker && !mode.empty() && !mode_.empty() && mode != mode_) {
-      error = absl::FailedPreconditionError(
-          absl::StrCat("a worker from ", hostname.empty() ? "an unnamed host" : hostname,
-                       " asked for ", mode, " but the job runs ", mode_));
-    } else {
-      for (const auto& [id, rank] : requested_rank_) {
-        if (requested_rank >= 0 && rank == requested_rank && nodes_[id].role == role) {
-          error = absl::InvalidArgumentError(absl::StrCat(
-              RoleName(role), " rank ", requested_rank, " is already taken by node ", id, " at ",
-              nodes_[id].address.empty() ? nodes_[id].hostname : nodes_[id].address));
-        }
-      }
-    }
-    if (error.ok()) {
-      const uint64_t id = next_node_id_++;
-      nodes_[id] = NodeInfo{id, role, -1, std::move(address), std::move(hostname), now, false};
-      requested_rank_[id] = requested_rank;
-      if (role == NodeRole::kWorker && mode_.empty()) mode_ = std::move(mode);
-      if (first_registration_ == absl::InfiniteFuture()) first_registration_ = now;
-      pending_registrations_.push_back(PendingRegistration{id, std::move(done)});
-      const NodeInfo& added = nodes_[id];
-      spdlog::info("registered {} (node {}, {}{}, rank {}); {}", std::string(RoleName(role)), id,
-                   added.hostname.empty() ? "unnamed host" : added.hostname,
-                   added.address.empty() ? "" : " at " + added.address,
-                   requested_rank >= 0 ? absl::StrCat(requested_rank) : "any", MissingNodes());
-      if (static_cast<int>(nodes_.size()) == options_.num_servers + options_.num_workers) {
-        AssignRanks();
-        complete_ = true;
-        // A node heartbeats only once its registration is answered, which is now: the time it
-        // waited for the others is not silence.
-        for (auto& [id, node] : nodes_) node.last_heartbeat = std::max(node.last_heartbeat, now);
-        completed.swap(pending_registrations_);
-        spdlog::info("the job is assembled: {} and {}, {}", Plural(options_.num_servers, "server"),
-                     Plural(options_.num_workers, "worker"), mode_.empty() ? "dist_sync" : mode_);
+    if (!TakeRunningJobRank(role, requested_rank, address, hostname, now, &done, &answer)) {
+      const absl::Status error = CheckRegistration(role, requested_rank, address, hostname, mode);
+      if (error.ok()) {
+        AddNode(role, requested_rank, std::move(address), std::move(hostname), std::move(mode), now,
+                std::move(done), &completed);
+      } else {
+        answer = error;
       }
     }
   }
-  if (!error.ok()) {
-    done(error);
+  // Outside the lock: `done` may call back.
+  if (answer.has_value()) {
+    if (done) done(*std::move(answer));
     return;
   }
   if (completed.empty()) return;
@@ -187,6 +110,104 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
     }
     pending.done(Registration{pending.node_id, rank, cluster});
   }
+}
+
+bool SchedulerCore::TakeRunningJobRank(NodeRole role, int requested_rank, std::string& address,
+                                       std::string& hostname, absl::Time now, RegisterDone* done,
+                                       std::optional<absl::StatusOr<Registration>>* answer) {
+  const int group_size = options_.num_servers;
+  if (role != NodeRole::kServer || !complete_ || ShutdownLocked() || address.empty() ||
+      requested_rank < -1 || requested_rank >= group_size) {
+    return false;
+  }
+  if (requested_rank >= 0) {
+    // A restart of the server of that rank may come before heartbeats tell that it died.
+    const NodeInfo* holder = ServerOfRank(requested_rank);
+    if (holder != nullptr && HeardFrom(*holder, now)) {
+      HoldReplacement(*holder, requested_rank, std::move(address), std::move(hostname), now,
+                      std::move(*done));
+      *done = nullptr;
+      return true;
+    }
+  }
+  if (options_.replicas > 1) {
+    // With replicas a dead server's shards live on: its replacement copies them.
+    absl::StatusOr<Registration> joined = JoinServer(requested_rank, address, hostname, now);
+    if (absl::IsNotFound(joined.status())) return false;
+    *answer = std::move(joined);
+    return true;
+  }
+  if (requested_rank < 0) return false;
+  std::optional<Registration> replaced = ReplaceServer(requested_rank, address, hostname, now);
+  if (!replaced.has_value()) return false;
+  *answer = *std::move(replaced);
+  return true;
+}
+
+absl::Status SchedulerCore::CheckRegistration(NodeRole role, int requested_rank,
+                                              const std::string& address,
+                                              const std::string& hostname,
+                                              const std::string& mode) const {
+  const int group_size = role == NodeRole::kServer ? options_.num_servers : options_.num_workers;
+  int registered = 0;
+  for (const auto& [id, node] : nodes_) registered += node.role == role;
+  if (registration_failed_) {
+    return absl::DeadlineExceededError(
+        "the job's registration window has closed (some nodes never came); restart the job");
+  }
+  if (registered >= group_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job already has all its ", Plural(group_size, std::string(RoleName(role))), "; a ",
+        RoleName(role), " from ", hostname.empty() ? "an unnamed host" : hostname, " cannot join"));
+  }
+  if (requested_rank < -1 || requested_rank >= group_size) {
+    return absl::InvalidArgumentError(absl::StrCat(RoleName(role), " asked for rank ",
+                                                   requested_rank, " but ranks are 0..",
+                                                   group_size - 1, " (or -1 for any)"));
+  }
+  if (role == NodeRole::kServer && address.empty()) {
+    return absl::InvalidArgumentError("a server must register the address it serves on");
+  }
+  if (role == NodeRole::kWorker && !mode.empty() && !mode_.empty() && mode != mode_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a worker from ", hostname.empty() ? "an unnamed host" : hostname,
+                     " asked for ", mode, " but the job runs ", mode_));
+  }
+  absl::Status taken;
+  for (const auto& [id, rank] : requested_rank_) {
+    const NodeInfo& node = nodes_.at(id);
+    if (requested_rank >= 0 && rank == requested_rank && node.role == role) {
+      taken = absl::InvalidArgumentError(
+          absl::StrCat(RoleName(role), " rank ", requested_rank, " is already taken by node ", id,
+                       " at ", node.address.empty() ? node.hostname : node.address));
+    }
+  }
+  return taken;
+}
+
+void SchedulerCore::AddNode(NodeRole role, int requested_rank, std::string address,
+                            std::string hostname, std::string mode, absl::Time now,
+                            RegisterDone done, std::vector<PendingRegistration>* completed) {
+  const uint64_t id = next_node_id_++;
+  nodes_[id] = NodeInfo{id, role, -1, std::move(address), std::move(hostname), now, false};
+  requested_rank_[id] = requested_rank;
+  if (role == NodeRole::kWorker && mode_.empty()) mode_ = std::move(mode);
+  if (first_registration_ == absl::InfiniteFuture()) first_registration_ = now;
+  pending_registrations_.push_back(PendingRegistration{id, std::move(done)});
+  const NodeInfo& added = nodes_[id];
+  spdlog::info("registered {} (node {}, {}{}, rank {}); {}", std::string(RoleName(role)), id,
+               added.hostname.empty() ? "unnamed host" : added.hostname,
+               added.address.empty() ? "" : " at " + added.address,
+               requested_rank >= 0 ? absl::StrCat(requested_rank) : "any", MissingNodes());
+  if (static_cast<int>(nodes_.size()) != options_.num_servers + options_.num_workers) return;
+  AssignRanks();
+  complete_ = true;
+  // A node heartbeats only once its registration is answered, which is now: the time it waited
+  // for the others is not silence.
+  for (auto& [node_id, node] : nodes_) node.last_heartbeat = std::max(node.last_heartbeat, now);
+  completed->swap(pending_registrations_);
+  spdlog::info("the job is assembled: {} and {}, {}", Plural(options_.num_servers, "server"),
+               Plural(options_.num_workers, "worker"), mode_.empty() ? "dist_sync" : mode_);
 }
 
 void SchedulerCore::AssignRanks() {

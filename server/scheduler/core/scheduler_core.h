@@ -378,6 +378,25 @@ class SchedulerCore {
   absl::StatusOr<Registration> JoinServer(int requested_rank, const std::string& address,
                                           const std::string& hostname, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // TakeRunningJobRank handles a server registering into the assembled, running job: a restart
+  // for a rank whose server heartbeats say is alive is held (HoldReplacement; `*done` taken);
+  // with replicas, a replacement of a dead server joins (JoinServer); without, a restart takes
+  // a silent server's rank (ReplaceServer). True with `*answer` set (or `*done` taken) when it
+  // did one of them; false when the registration goes the ordinary way.
+  bool TakeRunningJobRank(NodeRole role, int requested_rank, std::string& address,
+                          std::string& hostname, absl::Time now, RegisterDone* done,
+                          std::optional<absl::StatusOr<Registration>>* answer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CheckRegistration refuses an ordinary registration: the window closed, the role full, a
+  // rank out of range or taken, a server without an address, a worker of another mode.
+  absl::Status CheckRegistration(NodeRole role, int requested_rank, const std::string& address,
+                                 const std::string& hostname, const std::string& mode) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // AddNode adds a checked registration; once every node has registered it assigns the ranks,
+  // marks the job complete and moves the registrations waiting into `*completed`.
+  void AddNode(NodeRole role, int requested_rank, std::string address, std::string hostname,
+               std::string mode, absl::Time now, RegisterDone done,
+               std::vector<PendingRegistration>* completed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // AssignRanks gives every node its rank once all have registered.
   void AssignRanks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int GroupSize(int group) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

@@ -32,65 +32,13 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   }
   std::unique_ptr<SchedulerDaemon> daemon(new SchedulerDaemon(std::move(options)));
   ASSIGN_OR_RETURN(daemon->core_, SchedulerCore::Create(daemon->options_.job));
-  const TlsOptions& tls = daemon->options_.security.tls;
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> to_servers,
-                   ChannelCredentialsFor(tls));
-  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, ServerCredentialsFor(tls));
+                   ChannelCredentialsFor(daemon->options_.security.tls));
   daemon->service_ =
       std::make_unique<SchedulerService>(daemon->core_.get(), daemon->options_.command_timeout,
                                          daemon->options_.security.secret, std::move(to_servers));
-  CheckpointCoordinatorOptions checkpoints = daemon->options_.checkpoints;
-  if (checkpoints.job_id.empty()) {
-    absl::BitGen random;
-    checkpoints.job_id = absl::StrCat(absl::Hex(absl::Uniform<uint64_t>(random), absl::kZeroPad16));
-  }
-  SchedulerCore* core = daemon->core_.get();
-  CommandFanOut* commands = daemon->service_->commands();
-  daemon->coordinator_ = std::make_unique<CheckpointCoordinator>(
-      checkpoints,
-      [commands](int rank, int head, const std::string& body) {
-        return commands->CallServer(rank, head, body);
-      },
-      [core] { return core->view(); }, [core] { return !core->shutdown_requested(); });
-  daemon->service_->SetCheckpointCoordinator(daemon->coordinator_.get());
-  // A replacement server's join cuts servers too: it runs between checkpoints.
-  daemon->joiner_ = std::make_unique<ServerJoiner>(
-      core,
-      [commands](int shard, int head, const std::string& body) {
-        return commands->CallServer(shard, head, body);
-      },
-      [commands](const std::string& address, bool backup, int head, const std::string& body) {
-        return commands->CallAddress(address, backup, head, body);
-      },
-      [commands](bool pause) { commands->Pause(pause); }, checkpoints.cut_timeout);
-  CheckpointCoordinator* coordinator = daemon->coordinator_.get();
-  ServerJoiner* joiner = daemon->joiner_.get();
-  daemon->service_->SetJoinHandler(
-      [coordinator, joiner](Registration registration, std::string address) {
-        coordinator->RunExclusive(
-            [joiner, registration = std::move(registration), address = std::move(address)] {
-              joiner->Join(registration, address).IgnoreError();
-            });
-      });
-  grpc::ServerBuilder builder;
-  ServerLimits limits = ServerLimits::ForRequests(daemon->options_.max_request_bytes);
-  limits.max_concurrent_calls = SchedulerDaemonOptions::kMaxCallsPerConnection;
-  ConfigureServer(&builder, limits);
-  const std::string listen = FormatHostPort(daemon->options_.host, daemon->options_.port);
-  builder.AddListeningPort(listen, credentials, &daemon->port_);
-  builder.RegisterService(daemon->service_.get());
-  daemon->health_ = std::make_unique<DaemonHealth>("kvstore.proto.Scheduler");
-  daemon->health_->AddTo(&builder);
-  daemon->health_cq_ = builder.AddCompletionQueue();
-  if (daemon->options_.metrics_port >= 0) {
-    daemon->service_->SetBarrierWait(daemon->registry_.AddHistogram(
-        "kvstore_scheduler_barrier_wait_seconds",
-        "Time a node waited in a barrier, from its entry to the release.", {}, LatencyBounds()));
-  }
-  daemon->server_ = builder.BuildAndStart();
-  if (daemon->server_ == nullptr || daemon->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("scheduler cannot listen on ", listen));
-  }
+  daemon->MakeCoordinators();
+  RETURN_IF_ERROR(daemon->Listen());
   // The scheduler serves registrations as soon as it listens.
   daemon->health_thread_ =
       NamedThread("kv-health", [d = daemon.get()] { d->health_->Serve(d->health_cq_.get()); });
@@ -109,22 +57,85 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
     spdlog::info("scheduler advertised to the job as {}", daemon->address());
   }
   spdlog::info("scheduler listening on {} ({}) for {} servers and {} workers", bound,
-               tls.transport(), daemon->options_.job.num_servers, daemon->options_.job.num_workers);
-  daemon->ticker_ = std::thread([d = daemon.get()] {
-    const absl::Status status = d->Tick();
-    // Stopped by its owner (Cancelled): nothing to explain, and the owner may be exiting (a
-    // daemon in static storage outlives spdlog's logger), so nothing is logged.
-    if (status.ok()) {
-      spdlog::info("scheduler: the job ended: {}", d->core_->shutdown_reason());
-    } else if (!absl::IsCancelled(status)) {
-      spdlog::error("scheduler: the job failed: {}", status.ToString());
-    }
-    d->health_->Stopping();
-    d->server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    d->status_ = status;
-    d->done_.Notify();
-  });
+               daemon->options_.security.tls.transport(), daemon->options_.job.num_servers,
+               daemon->options_.job.num_workers);
+  daemon->ticker_ = std::thread([d = daemon.get()] { d->RunTicker(); });
   return daemon;
+}
+
+void SchedulerDaemon::MakeCoordinators() {
+  CheckpointCoordinatorOptions checkpoints = options_.checkpoints;
+  if (checkpoints.job_id.empty()) {
+    absl::BitGen random;
+    checkpoints.job_id = absl::StrCat(absl::Hex(absl::Uniform<uint64_t>(random), absl::kZeroPad16));
+  }
+  SchedulerCore* core = core_.get();
+  CommandFanOut* commands = service_->commands();
+  coordinator_ = std::make_unique<CheckpointCoordinator>(
+      checkpoints,
+      [commands](int rank, int head, const std::string& body) {
+        return commands->CallServer(rank, head, body);
+      },
+      [core] { return core->view(); }, [core] { return !core->shutdown_requested(); });
+  service_->SetCheckpointCoordinator(coordinator_.get());
+  // A replacement server's join cuts servers too: it runs between checkpoints.
+  joiner_ = std::make_unique<ServerJoiner>(
+      core,
+      [commands](int shard, int head, const std::string& body) {
+        return commands->CallServer(shard, head, body);
+      },
+      [commands](const std::string& address, bool backup, int head, const std::string& body) {
+        return commands->CallAddress(address, backup, head, body);
+      },
+      [commands](bool pause) { commands->Pause(pause); }, checkpoints.cut_timeout);
+  CheckpointCoordinator* coordinator = coordinator_.get();
+  ServerJoiner* joiner = joiner_.get();
+  service_->SetJoinHandler([coordinator, joiner](Registration registration, std::string address) {
+    coordinator->RunExclusive(
+        [joiner, registration = std::move(registration), address = std::move(address)] {
+          joiner->Join(registration, address).IgnoreError();
+        });
+  });
+}
+
+absl::Status SchedulerDaemon::Listen() {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   ServerCredentialsFor(options_.security.tls));
+  grpc::ServerBuilder builder;
+  ServerLimits limits = ServerLimits::ForRequests(options_.max_request_bytes);
+  limits.max_concurrent_calls = SchedulerDaemonOptions::kMaxCallsPerConnection;
+  ConfigureServer(&builder, limits);
+  const std::string listen = FormatHostPort(options_.host, options_.port);
+  builder.AddListeningPort(listen, credentials, &port_);
+  builder.RegisterService(service_.get());
+  health_ = std::make_unique<DaemonHealth>("kvstore.proto.Scheduler");
+  health_->AddTo(&builder);
+  health_cq_ = builder.AddCompletionQueue();
+  if (options_.metrics_port >= 0) {
+    service_->SetBarrierWait(registry_.AddHistogram(
+        "kvstore_scheduler_barrier_wait_seconds",
+        "Time a node waited in a barrier, from its entry to the release.", {}, LatencyBounds()));
+  }
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("scheduler cannot listen on ", listen));
+  }
+  return absl::OkStatus();
+}
+
+void SchedulerDaemon::RunTicker() {
+  const absl::Status status = Tick();
+  // Stopped by its owner (Cancelled): nothing to explain, and the owner may be exiting (a
+  // daemon in static storage outlives spdlog's logger), so nothing is logged.
+  if (status.ok()) {
+    spdlog::info("scheduler: the job ended: {}", core_->shutdown_reason());
+  } else if (!absl::IsCancelled(status)) {
+    spdlog::error("scheduler: the job failed: {}", status.ToString());
+  }
+  health_->Stopping();
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  status_ = status;
+  done_.Notify();
 }
 
 SchedulerDaemon::~SchedulerDaemon() {

@@ -86,6 +86,13 @@ class SchedulerDaemon {
 
  private:
   explicit SchedulerDaemon(SchedulerDaemonOptions options) : options_(std::move(options)) {}
+  // MakeCoordinators makes the checkpoint coordinator and the server joiner, both driving the
+  // kvservers through the service's command fan-out, and hands them to the service.
+  void MakeCoordinators();
+  // Listen builds and starts the gRPC server with the service and the health service.
+  absl::Status Listen();
+  // RunTicker runs Tick until the job ends, then stops the server and records the status.
+  void RunTicker();
   absl::Status Tick();
   // AddCollectors adds the metrics read from the core at scrape time.
   void AddCollectors();
