@@ -59,9 +59,7 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
       });
 }
 
-absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
-    std::string type, const DistOptions& options, std::unique_ptr<SchedulerLink> link,
-    const TransportFactory& make_transport) {
+absl::Status DistStore::CheckOptions(const DistOptions& options) {
   if (!options.log_level.empty()) {
     const spdlog::level::level_enum level = spdlog::level::from_str(options.log_level);
     if (level == spdlog::level::off && options.log_level != "off") {
@@ -87,6 +85,33 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
     return absl::InvalidArgumentError(
         absl::StrCat("fusion_bytes must be >= 0, not ", options.fusion_bytes));
   }
+  return absl::OkStatus();
+}
+
+void DistStore::MakeCaller(const DistOptions& options) {
+  const JobView& view = membership_->view();
+  caller_ = std::make_unique<ServerCaller>(
+      transport_.get(), view.servers,
+      CallPolicy{options.rpc_timeout, options.max_retries, options.retry_backoff, view.replicas},
+      timer_.get());
+  if (view.replicas <= 1) return;
+  // With replicas, an unreachable server fails over to its shards' backups, routed by the
+  // scheduler's view.
+  Membership* membership = membership_.get();
+  ServerCaller* caller = caller_.get();
+  caller->set_failover_check([membership](int rank, const absl::Status& error) {
+    return membership->ServerUnreachable(rank, error);
+  });
+  caller->set_view_refresh([membership] { return membership->RefreshRouting(); });
+  membership->set_on_routing([caller](const JobState& state) {
+    caller->ApplyView(state.view_epoch, state.servers, state.dead_servers);
+  });
+}
+
+absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
+    std::string type, const DistOptions& options, std::unique_ptr<SchedulerLink> link,
+    const TransportFactory& make_transport) {
+  RETURN_IF_ERROR(CheckOptions(options));
   std::unique_ptr<DistStore> store(new DistStore(std::move(type), options));
   MembershipOptions membership;
   membership.requested_rank = options.requested_rank;
@@ -99,21 +124,7 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
   const JobView& view = store->membership_->view();
   ASSIGN_OR_RETURN(store->transport_, make_transport(view));
   store->timer_ = std::make_unique<Timer>();
-  store->caller_ = std::make_unique<ServerCaller>(
-      store->transport_.get(), view.servers,
-      CallPolicy{options.rpc_timeout, options.max_retries, options.retry_backoff, view.replicas},
-      store->timer_.get());
-  if (view.replicas > 1) {
-    Membership* membership = store->membership_.get();
-    ServerCaller* caller = store->caller_.get();
-    caller->set_failover_check([membership](int rank, const absl::Status& error) {
-      return membership->ServerUnreachable(rank, error);
-    });
-    caller->set_view_refresh([membership] { return membership->RefreshRouting(); });
-    membership->set_on_routing([caller](const JobState& state) {
-      caller->ApplyView(state.view_epoch, state.servers, state.dead_servers);
-    });
-  }
+  store->MakeCaller(options);
   const int servers = static_cast<int>(view.servers.size());
   ASSIGN_OR_RETURN(
       store->telemetry_,

@@ -136,6 +136,11 @@ class DistStore final : public KVStore {
   // CountingAcknowledged wraps the `done` of push operation `op` so that its success counts
   // one acknowledged push of each of its keys (KeyInfo::acknowledged_pushes).
   static OpDone CountingAcknowledged(const Op& op, OpDone done);
+  // CheckOptions refuses options out of range (naming the field) and applies the log level.
+  static absl::Status CheckOptions(const DistOptions& options);
+  // MakeCaller makes the caller to the joined job's servers, failing over to backups with
+  // replicas.
+  void MakeCaller(const DistOptions& options);
   CompressionParams compression() const;
 
   // Key groups (caller thread). GroupsUsable is false when a call of `n` keys cannot use a

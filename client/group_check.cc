@@ -69,6 +69,102 @@ BlockCheck CheckUniformBlock(size_t begin, size_t end, TensorAt tensor, Differs 
   if (keys_differ != 0) return BlockCheck::kOtherKeys;
   return kinds_differ != 0 ? BlockCheck::kMismatch : BlockCheck::kOk;
 }
+// BlockFindings: what the blocks of one check found - per block and part, the start the
+// block's pieces imply (blocks x parts, block-major) - and whether some tensor did not match
+// or some key was another group's.
+struct BlockFindings {
+  size_t parts = 0;
+  size_t block = 1;
+  std::vector<SeenPart> seen;
+  std::atomic<bool> mismatched{false};
+  std::atomic<bool> other_keys{false};
+};
+
+// Agree records into `into` the part start `base` implied by a piece of tensor `t`.
+void Agree(SeenPart& into, uintptr_t base, const Tensor& t) {
+  if (into.head == nullptr) {
+    into.head = &t;
+    into.base = base;
+  } else if (base != into.base || !t.SameBuffer(*into.head)) {
+    into.scattered = true;
+  }
+}
+
+// CheckUniformGroup checks a uniform group (one dtype and shape, a piece per key) block by
+// block with CheckUniformBlock: no piece, dtype or shape to read per key.
+template <typename TensorAt>
+void CheckUniformGroup(const GroupPlan& group, absl::Span<const Key> keys, TensorAt tensor,
+                       SplitLoop* split, BlockFindings* found) {
+  const DType dtype = group.dtypes[0];
+  const int64_t* dims = group.dims.data();
+  const size_t rank = group.dims_at[1];
+  const size_t bytes = group.uniform_bytes;
+  const std::vector<size_t>& first = group.part_first;
+  // Consecutive keys: key k is key0 + k, computed rather than read from int_keys.
+  const int64_t* expected = group.consecutive ? nullptr : group.int_keys.data();
+  const int64_t key0 = group.int_keys[0];
+  // A small shape is compared through the handle's code, without reading its dimensions.
+  const uint32_t code = ShapeCode(Shape(dims, dims + rank));
+  const Key* const key_list = keys.empty() ? nullptr : keys.data();
+  // A tensor of the group's small shape, dtype and device has this signature.
+  const uint64_t signature = Tensor::Signature(dtype, code, Device::CPU());
+  split->Run(group.pieces.size(), found->block, [&](size_t begin, size_t end) {
+    const size_t p =
+        static_cast<size_t>(std::upper_bound(first.begin(), first.end(), begin) - first.begin()) -
+        1;
+    SeenPart* mine = &found->seen[begin / found->block * found->parts];
+    // One instantiation per way of comparing keys and tensors, each a loop of its own.
+    auto run = [&](auto differs) {
+      if (key_list == nullptr) {
+        return CheckUniformBlock<KeyCompare::kNone>(begin, end, tensor, differs, key_list, expected,
+                                                    key0, bytes, first.data(), p, mine);
+      }
+      if (expected == nullptr) {
+        return CheckUniformBlock<KeyCompare::kConsecutive>(
+            begin, end, tensor, differs, key_list, expected, key0, bytes, first.data(), p, mine);
+      }
+      return CheckUniformBlock<KeyCompare::kListed>(begin, end, tensor, differs, key_list, expected,
+                                                    key0, bytes, first.data(), p, mine);
+    };
+    const BlockCheck result =
+        code != 0 ? run([signature](const Tensor& t) { return t.signature() ^ signature; })
+                  : run([dtype, dims, rank](const Tensor& t) {
+                      return static_cast<uint64_t>(!MatchesShape(t, dtype, dims, rank));
+                    });
+    if (result == BlockCheck::kOtherKeys) found->other_keys.store(true, std::memory_order_relaxed);
+    if (result == BlockCheck::kMismatch) found->mismatched.store(true, std::memory_order_relaxed);
+  });
+}
+
+// CheckPieces checks any group piece by piece (Matches and SameKey once per key).
+template <typename TensorAt>
+void CheckPieces(const GroupPlan& group, absl::Span<const Key> keys, TensorAt tensor,
+                 SplitLoop* split, BlockFindings* found) {
+  split->Run(group.pieces.size(), found->block, [&](size_t begin, size_t end) {
+    SeenPart* mine = &found->seen[begin / found->block * found->parts];
+    size_t checked = std::numeric_limits<size_t>::max();
+    for (size_t k = begin; k < end; ++k) {
+      const GroupPlan::Piece& piece = group.pieces[k];
+      const Tensor& t = tensor(piece.key);
+      if (piece.key != checked) {
+        if (!keys.empty() && !SameKey(group, piece.key, keys[piece.key])) {
+          found->other_keys.store(true, std::memory_order_relaxed);
+          return;
+        }
+        if (!Matches(group, piece.key, t)) {
+          found->mismatched.store(true, std::memory_order_relaxed);
+          return;
+        }
+        checked = piece.key;
+      }
+      SeenPart& part = mine[piece.part];
+      if (part.scattered) continue;
+      const uintptr_t data = reinterpret_cast<uintptr_t>(t.data());
+      Agree(part, data + piece.value_offset - piece.packed_offset, t);
+    }
+  });
+}
+
 // CheckGroupTensors checks the call's tensors (`tensor(i)` for key i) with Matches, and the
 // call's keys with SameKey unless `keys` is empty, and returns in `bases`, per part, where
 // its members already lie back to back in one buffer in the part's order (null where they
@@ -80,100 +176,30 @@ GroupCheck CheckGroupTensors(const GroupPlan& group, absl::Span<const Key> keys,
   // the part (its address less its offset in the part) in the same buffer. Each block of
   // pieces finds, per part, the start its pieces imply and whether they all agree; the blocks
   // are then merged in order.
-  const size_t parts = group.parts.size();
   const size_t n = group.pieces.size();
-  const size_t block = n >= kSplitCheckPieces ? kCheckBlock : std::max<size_t>(n, 1);
-  const size_t blocks = (n + block - 1) / block;
-  std::vector<SeenPart> seen(blocks * parts);
-  std::atomic<bool> mismatched{false};
-  std::atomic<bool> other_keys{false};
-  auto agree = [](SeenPart& into, uintptr_t base, const Tensor& t) {
-    if (into.head == nullptr) {
-      into.head = &t;
-      into.base = base;
-    } else if (base != into.base || !t.SameBuffer(*into.head)) {
-      into.scattered = true;
-    }
-  };
+  BlockFindings found;
+  found.parts = group.parts.size();
+  found.block = n >= kSplitCheckPieces ? kCheckBlock : std::max<size_t>(n, 1);
+  const size_t blocks = (n + found.block - 1) / found.block;
+  found.seen.resize(blocks * found.parts);
   if (group.uniform) {
-    // No piece, dtype or shape to read per key.
-    const DType dtype = group.dtypes[0];
-    const int64_t* dims = group.dims.data();
-    const size_t rank = group.dims_at[1];
-    const size_t bytes = group.uniform_bytes;
-    const std::vector<size_t>& first = group.part_first;
-    // Consecutive keys: key k is key0 + k, computed rather than read from int_keys.
-    const int64_t* expected = group.consecutive ? nullptr : group.int_keys.data();
-    const int64_t key0 = group.int_keys[0];
-    // A small shape is compared through the handle's code, without reading its dimensions.
-    const uint32_t code = ShapeCode(Shape(dims, dims + rank));
-    const Key* const key_list = keys.empty() ? nullptr : keys.data();
-    // A tensor of the group's small shape, dtype and device has this signature.
-    const uint64_t signature = Tensor::Signature(dtype, code, Device::CPU());
-    split->Run(n, block, [&](size_t begin, size_t end) {
-      const size_t p =
-          static_cast<size_t>(std::upper_bound(first.begin(), first.end(), begin) - first.begin()) -
-          1;
-      SeenPart* mine = &seen[begin / block * parts];
-      // One instantiation per way of comparing keys and tensors, each a loop of its own.
-      auto run = [&](auto differs) {
-        if (key_list == nullptr) {
-          return CheckUniformBlock<KeyCompare::kNone>(begin, end, tensor, differs, key_list,
-                                                      expected, key0, bytes, first.data(), p, mine);
-        }
-        if (expected == nullptr) {
-          return CheckUniformBlock<KeyCompare::kConsecutive>(
-              begin, end, tensor, differs, key_list, expected, key0, bytes, first.data(), p, mine);
-        }
-        return CheckUniformBlock<KeyCompare::kListed>(begin, end, tensor, differs, key_list,
-                                                      expected, key0, bytes, first.data(), p, mine);
-      };
-      const BlockCheck result =
-          code != 0 ? run([signature](const Tensor& t) { return t.signature() ^ signature; })
-                    : run([dtype, dims, rank](const Tensor& t) {
-                        return static_cast<uint64_t>(!MatchesShape(t, dtype, dims, rank));
-                      });
-      if (result == BlockCheck::kOtherKeys) other_keys.store(true, std::memory_order_relaxed);
-      if (result == BlockCheck::kMismatch) mismatched.store(true, std::memory_order_relaxed);
-    });
+    CheckUniformGroup(group, keys, tensor, split, &found);
   } else {
-    split->Run(n, block, [&](size_t begin, size_t end) {
-      SeenPart* mine = &seen[begin / block * parts];
-      size_t checked = std::numeric_limits<size_t>::max();
-      for (size_t k = begin; k < end; ++k) {
-        const GroupPlan::Piece& piece = group.pieces[k];
-        const Tensor& t = tensor(piece.key);
-        if (piece.key != checked) {
-          if (!keys.empty() && !SameKey(group, piece.key, keys[piece.key])) {
-            other_keys.store(true, std::memory_order_relaxed);
-            return;
-          }
-          if (!Matches(group, piece.key, t)) {
-            mismatched.store(true, std::memory_order_relaxed);
-            return;
-          }
-          checked = piece.key;
-        }
-        SeenPart& part = mine[piece.part];
-        if (part.scattered) continue;
-        const uintptr_t data = reinterpret_cast<uintptr_t>(t.data());
-        agree(part, data + piece.value_offset - piece.packed_offset, t);
-      }
-    });
+    CheckPieces(group, keys, tensor, split, &found);
   }
   // A block stops at its first key that differs (a uniform block looks at every key and
   // reports other keys first), so a tensor that did not match belongs to a key of the group's
   // list: with other keys the call is checked again against their group.
-  if (other_keys.load(std::memory_order_relaxed)) return GroupCheck::kOtherKeys;
-  if (mismatched.load(std::memory_order_relaxed)) return GroupCheck::kMismatch;
-  bases->assign(parts, nullptr);
-  for (size_t p = 0; p < parts; ++p) {
+  if (found.other_keys.load(std::memory_order_relaxed)) return GroupCheck::kOtherKeys;
+  if (found.mismatched.load(std::memory_order_relaxed)) return GroupCheck::kMismatch;
+  bases->assign(found.parts, nullptr);
+  for (size_t p = 0; p < found.parts; ++p) {
     SeenPart whole;
     for (size_t b = 0; b < blocks && !whole.scattered; ++b) {
-      const SeenPart& part = seen[b * parts + p];
+      const SeenPart& part = found.seen[b * found.parts + p];
       if (part.head == nullptr) continue;
       if (part.scattered) whole.scattered = true;
-      agree(whole, part.base, *part.head);
+      Agree(whole, part.base, *part.head);
     }
     if (!whole.scattered && whole.head != nullptr) {
       (*bases)[p] = reinterpret_cast<uint8_t*>(whole.base);

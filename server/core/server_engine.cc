@@ -136,22 +136,7 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
   int64_t needed = 0;  // What the new parts count against the memory budget.
   for (const IncomingValue& value : values) {
     const Key& key = value.slice.key;
-    if (value.compression.enabled()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("key ", key.Quoted(), ": Init values are never compressed"));
-    }
-    if (deferred) {
-      RETURN_IF_ERROR(CheckSlice(value.slice));
-      size_t received = 0;
-      for (const auto& bytes : value.bytes) received += bytes.size();
-      if (received != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "key ", key.Quoted(), ": a deferred Init carries no bytes (they follow in fills), got ",
-            received));
-      }
-    } else {
-      RETURN_IF_ERROR(CheckBytes(value));
-    }
+    RETURN_IF_ERROR(CheckInitBytes(value, deferred));
     const bool int_key = key.is_int();
     const bool expected = int_keys_.value_or(values.front().slice.key.is_int());
     if (int_key != expected) {
@@ -190,36 +175,62 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
     if (auto it = parts_.find(slice.key); it != parts_.end() && it->second->restored) {
       continue;  // The checkpoint's value stands.
     }
-    auto part = std::make_unique<Part>();
-    part->layout = slice;
     const size_t element = DTypeSize(slice.dtype);
-    part->chunk_elements = ChunkElements(element, options_.chunk_bytes);
-    const bool whole = slice.offset == 0 && slice.count == NumElementsOf(slice.shape);
-    for (const Slice& c :
-         ChunkSlice(Slice{0, slice.offset, slice.count}, element, options_.chunk_bytes)) {
-      auto chunk = std::make_unique<Chunk>();
-      chunk->offset = c.offset;
-      chunk->count = c.count;
-      ChunkLock chunk_lock(*chunk);
-      chunk->stored = Tensor::Zeros(slice.dtype,
-                                    whole && c.count == slice.count ? slice.shape : Shape{c.count});
-      if (!deferred) {
-        CopyBytes(value.bytes, static_cast<size_t>(c.offset - slice.offset) * element,
-                  chunk->stored.byte_size(), chunk->stored.data());
-      }
-      part->chunks.push_back(std::move(chunk));
-    }
-    if (deferred && !part->chunks.empty()) {
-      part->filling_node = node_id;
-      part->filled.assign(part->chunks.size(), false);
-      part->unfilled = part->chunks.size();
-    }
+    std::unique_ptr<Part> part = MakePart(value, deferred, node_id);
     num_bytes_ += static_cast<int64_t>(static_cast<size_t>(slice.count) * element);
     budget_.Add(PartHeldBytes(slice));
     parts_.emplace(slice.key, std::move(part));
   }
   if (!values.empty()) int_keys_ = values.front().slice.key.is_int();
   return absl::OkStatus();
+}
+
+absl::Status ServerEngine::CheckInitBytes(const IncomingValue& value, bool deferred) const {
+  const Key& key = value.slice.key;
+  if (value.compression.enabled()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key ", key.Quoted(), ": Init values are never compressed"));
+  }
+  if (!deferred) return CheckBytes(value);
+  RETURN_IF_ERROR(CheckSlice(value.slice));
+  size_t received = 0;
+  for (const auto& bytes : value.bytes) received += bytes.size();
+  if (received != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key ", key.Quoted(),
+                     ": a deferred Init carries no bytes (they follow in fills), got ", received));
+  }
+  return absl::OkStatus();
+}
+
+std::unique_ptr<ServerEngine::Part> ServerEngine::MakePart(const IncomingValue& value,
+                                                           bool deferred, uint64_t node_id) const {
+  const ValueSlice& slice = value.slice;
+  auto part = std::make_unique<Part>();
+  part->layout = slice;
+  const size_t element = DTypeSize(slice.dtype);
+  part->chunk_elements = ChunkElements(element, options_.chunk_bytes);
+  const bool whole = slice.offset == 0 && slice.count == NumElementsOf(slice.shape);
+  for (const Slice& c :
+       ChunkSlice(Slice{0, slice.offset, slice.count}, element, options_.chunk_bytes)) {
+    auto chunk = std::make_unique<Chunk>();
+    chunk->offset = c.offset;
+    chunk->count = c.count;
+    ChunkLock chunk_lock(*chunk);
+    chunk->stored =
+        Tensor::Zeros(slice.dtype, whole && c.count == slice.count ? slice.shape : Shape{c.count});
+    if (!deferred) {
+      CopyBytes(value.bytes, static_cast<size_t>(c.offset - slice.offset) * element,
+                chunk->stored.byte_size(), chunk->stored.data());
+    }
+    part->chunks.push_back(std::move(chunk));
+  }
+  if (deferred && !part->chunks.empty()) {
+    part->filling_node = node_id;
+    part->filled.assign(part->chunks.size(), false);
+    part->unfilled = part->chunks.size();
+  }
+  return part;
 }
 
 absl::Status ServerEngine::InitFill(uint64_t node_id, absl::Span<const IncomingValue> values) {

@@ -445,6 +445,12 @@ class ServerEngine {
 
   ServerEngine(ServerEngineOptions options, std::unique_ptr<Updater> updater);
 
+  // CheckInitBytes checks an Init value's bytes: none for a deferred Init (its slice checked),
+  // else CheckBytes; never compressed.
+  absl::Status CheckInitBytes(const IncomingValue& value, bool deferred) const;
+  // MakePart makes the part an Init value describes, cut in chunks holding its bytes (zeros,
+  // waiting for `node_id`'s fills, when deferred).
+  std::unique_ptr<Part> MakePart(const IncomingValue& value, bool deferred, uint64_t node_id) const;
   // FindPart returns the part of `slice`'s key after checking the dtype and shape.
   absl::StatusOr<const Part*> FindPart(const ValueSlice& slice, absl::string_view verb) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
