@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace kvstore {
 namespace {
@@ -36,6 +37,75 @@ absl::Status ReadInt(const Getenv& getenv, std::initializer_list<const char*> na
 
 }  // namespace
 
+namespace {
+
+// ReadNumbers reads the scheduler's port, the job's size, this node's rank (a worker started by
+// torchrun has RANK and WORLD_SIZE instead of MXNet's names), the replicas and the metrics port.
+absl::Status ReadNumbers(const Getenv& getenv, JobEnvironment* env) {
+  constexpr int kMaxCount = 1 << 16;
+  RETURN_IF_ERROR(
+      ReadInt(getenv, {"KV_SCHEDULER_PORT", "DMLC_PS_ROOT_PORT"}, 1, 65535, &env->scheduler_port));
+  RETURN_IF_ERROR(
+      ReadInt(getenv, {"KV_NUM_SERVERS", "DMLC_NUM_SERVER"}, 1, kMaxCount, &env->num_servers));
+  const bool worker = !env->role.has_value() || *env->role == "worker";
+  if (worker) {
+    RETURN_IF_ERROR(ReadInt(getenv, {"KV_NUM_WORKERS", "DMLC_NUM_WORKER", "WORLD_SIZE"}, 1,
+                            kMaxCount, &env->num_workers));
+    RETURN_IF_ERROR(
+        ReadInt(getenv, {"KV_RANK", "DMLC_WORKER_ID", "RANK"}, 0, kMaxCount, &env->rank));
+  } else {
+    RETURN_IF_ERROR(
+        ReadInt(getenv, {"KV_NUM_WORKERS", "DMLC_NUM_WORKER"}, 1, kMaxCount, &env->num_workers));
+    RETURN_IF_ERROR(
+        ReadInt(getenv, {"KV_RANK", *env->role == "server" ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID"},
+                0, kMaxCount, &env->rank));
+  }
+  RETURN_IF_ERROR(ReadInt(getenv, {"KV_REPLICAS"}, 1, 2, &env->replicas));
+  return ReadInt(getenv, {"KV_METRICS_PORT"}, 0, 65535, &env->metrics_port);
+}
+
+// ReadLogLevel reads KV_LOG_LEVEL, or ps-lite's PS_VERBOSE (0 quiet, 1 connection and control
+// messages, 2 every message).
+absl::Status ReadLogLevel(const Getenv& getenv, JobEnvironment* env) {
+  if (const auto level = Lookup(getenv, {"KV_LOG_LEVEL"})) {
+    static constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
+    if (std::find(std::begin(kLevels), std::end(kLevels), level->second) == std::end(kLevels)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment variable KV_LOG_LEVEL=\"", level->second,
+                       "\" is not trace, debug, info, warn, error or off"));
+    }
+    env->log_level = level->second;
+    return absl::OkStatus();
+  }
+  const auto verbose = Lookup(getenv, {"PS_VERBOSE"});
+  if (!verbose.has_value()) return absl::OkStatus();
+  static constexpr std::pair<const char*, const char*> kVerbose[] = {
+      {"0", "info"}, {"1", "debug"}, {"2", "trace"}};
+  for (const auto& [value, level] : kVerbose) {
+    if (verbose->second == value) {
+      env->log_level = level;
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("environment variable PS_VERBOSE=\"", verbose->second, "\" is not 0, 1 or 2"));
+}
+
+// ReadSwitch reads a variable that is 0 or 1 into `*out` (left as it is when unset).
+template <typename Out>
+absl::Status ReadSwitch(const Getenv& getenv, const char* name, Out* out) {
+  const auto value = Lookup(getenv, {name});
+  if (!value.has_value()) return absl::OkStatus();
+  if (value->second != "0" && value->second != "1") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment variable ", name, "=\"", value->second, "\" is not 0 or 1"));
+  }
+  *out = value->second == "1";
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv_or_null) {
   const Getenv getenv =
       getenv_or_null ? getenv_or_null : [](const char* name) { return std::getenv(name); };
@@ -51,61 +121,8 @@ absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv_or_null) 
   if (const auto host = Lookup(getenv, {"KV_SCHEDULER_HOST", "DMLC_PS_ROOT_URI"})) {
     env.scheduler_host = host->second;
   }
-  constexpr int kMaxCount = 1 << 16;
-  absl::Status status =
-      ReadInt(getenv, {"KV_SCHEDULER_PORT", "DMLC_PS_ROOT_PORT"}, 1, 65535, &env.scheduler_port);
-  if (status.ok()) {
-    status = ReadInt(getenv, {"KV_NUM_SERVERS", "DMLC_NUM_SERVER"}, 1, kMaxCount, &env.num_servers);
-  }
-  // A worker started by torchrun has RANK and WORLD_SIZE instead of MXNet's names.
-  const bool worker = !env.role.has_value() || *env.role == "worker";
-  if (status.ok()) {
-    status = worker ? ReadInt(getenv, {"KV_NUM_WORKERS", "DMLC_NUM_WORKER", "WORLD_SIZE"}, 1,
-                              kMaxCount, &env.num_workers)
-                    : ReadInt(getenv, {"KV_NUM_WORKERS", "DMLC_NUM_WORKER"}, 1, kMaxCount,
-                              &env.num_workers);
-  }
-  if (status.ok()) {
-    status = worker
-                 ? ReadInt(getenv, {"KV_RANK", "DMLC_WORKER_ID", "RANK"}, 0, kMaxCount, &env.rank)
-                 : ReadInt(getenv,
-                           {"KV_RANK", *env.role == "server" ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID"},
-                           0, kMaxCount, &env.rank);
-  }
-  if (status.ok()) {
-    status = ReadInt(getenv, {"KV_REPLICAS"}, 1, 2, &env.replicas);
-  }
-  if (status.ok()) {
-    status = ReadInt(getenv, {"KV_METRICS_PORT"}, 0, 65535, &env.metrics_port);
-  }
-  if (!status.ok()) return status;
-  if (const auto level = Lookup(getenv, {"KV_LOG_LEVEL"})) {
-    static constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
-    if (std::find(std::begin(kLevels), std::end(kLevels), level->second) == std::end(kLevels)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("environment variable KV_LOG_LEVEL=\"", level->second,
-                       "\" is not trace, debug, info, warn, error or off"));
-    }
-    env.log_level = level->second;
-  } else if (const auto verbose = Lookup(getenv, {"PS_VERBOSE"})) {
-    // ps-lite's PS_VERBOSE: 0 quiet, 1 connection and control messages, 2 every message.
-    if (verbose->second == "0") {
-      env.log_level = "info";
-    } else if (verbose->second == "1") {
-      env.log_level = "debug";
-    } else if (verbose->second == "2") {
-      env.log_level = "trace";
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("environment variable PS_VERBOSE=\"",
-                                                     verbose->second, "\" is not 0, 1 or 2"));
-    }
-  }
-  const std::pair<const char*, std::optional<std::string>*> paths[] = {
-      {"KV_SECRET_FILE", &env.secret_file},
-      {"KV_TLS_CA", &env.tls_ca},
-      {"KV_TLS_CERT", &env.tls_cert},
-      {"KV_TLS_KEY", &env.tls_key},
-      {"KV_TRACE_FILE", &env.trace_file}};
+  RETURN_IF_ERROR(ReadNumbers(getenv, &env));
+  RETURN_IF_ERROR(ReadLogLevel(getenv, &env));
   if (const auto value = Lookup(getenv, {"KV_NODE_HOST", "DMLC_NODE_HOST"})) {
     env.node_host = value->second;
   }
@@ -113,20 +130,14 @@ absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv_or_null) 
     env.interface = value->second;
   }
   if (const auto value = Lookup(getenv, {"KV_HOST"})) env.bind_host = value->second;
-  if (const auto value = Lookup(getenv, {"KV_INSECURE"})) {
-    if (value->second != "0" && value->second != "1") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("environment variable KV_INSECURE=\"", value->second, "\" is not 0 or 1"));
-    }
-    env.insecure = value->second == "1";
-  }
-  if (const auto value = Lookup(getenv, {"KV_ELASTIC"})) {
-    if (value->second != "0" && value->second != "1") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("environment variable KV_ELASTIC=\"", value->second, "\" is not 0 or 1"));
-    }
-    env.elastic = value->second == "1";
-  }
+  RETURN_IF_ERROR(ReadSwitch(getenv, "KV_INSECURE", &env.insecure));
+  RETURN_IF_ERROR(ReadSwitch(getenv, "KV_ELASTIC", &env.elastic));
+  const std::pair<const char*, std::optional<std::string>*> paths[] = {
+      {"KV_SECRET_FILE", &env.secret_file},
+      {"KV_TLS_CA", &env.tls_ca},
+      {"KV_TLS_CERT", &env.tls_cert},
+      {"KV_TLS_KEY", &env.tls_key},
+      {"KV_TRACE_FILE", &env.trace_file}};
   for (const auto& [name, field] : paths) {
     if (const auto value = Lookup(getenv, {name})) *field = value->second;
   }

@@ -45,6 +45,47 @@ const std::vector<std::string>& OptimizerNames() {
   return *names;
 }
 
+namespace {
+
+// ValidateSchedule checks a learning-rate schedule (none when its type is empty).
+absl::Status ValidateSchedule(const LrScheduleConfig& s) {
+  if (s.type.empty()) return absl::OkStatus();
+  if (s.warmup_steps < 0 || (s.warmup_mode != "linear" && s.warmup_mode != "constant")) {
+    return absl::InvalidArgumentError(
+        "lr_scheduler: warmup_steps must be >= 0 and warmup_mode \"linear\" or \"constant\"");
+  }
+  if (s.type == "factor") {
+    if (s.step < 1 || s.factor > 1 || s.factor <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("lr_scheduler factor: step must be >= 1 and factor in (0, 1], got step ",
+                       s.step, " factor ", s.factor));
+    }
+  } else if (s.type == "multifactor") {
+    if (s.steps.empty() || s.factor > 1 || s.factor <= 0) {
+      return absl::InvalidArgumentError(
+          "lr_scheduler multifactor: needs steps and a factor in (0, 1]");
+    }
+    for (size_t i = 0; i < s.steps.size(); ++i) {
+      if (s.steps[i] < 1 || (i > 0 && s.steps[i] <= s.steps[i - 1])) {
+        return absl::InvalidArgumentError(
+            "lr_scheduler multifactor: steps must be increasing and >= 1");
+      }
+    }
+  } else if (s.type == "poly" || s.type == "cosine") {
+    if (s.max_update <= s.warmup_steps) {
+      return absl::InvalidArgumentError(absl::StrCat("lr_scheduler ", s.type, ": max_update (",
+                                                     s.max_update, ") must exceed warmup_steps (",
+                                                     s.warmup_steps, ")"));
+    }
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unknown lr_scheduler \"", s.type,
+                                                   "\"; known: factor, multifactor, poly, cosine"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
   auto it = Accepted().find(c.name);
   if (it == Accepted().end()) {
@@ -106,40 +147,7 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
           absl::StrCat("optimizer ", c.name, ": ", field, " must be finite, got ", value));
     }
   }
-  const LrScheduleConfig& s = c.lr_scheduler;
-  if (s.type.empty()) return absl::OkStatus();
-  if (s.warmup_steps < 0 || (s.warmup_mode != "linear" && s.warmup_mode != "constant")) {
-    return absl::InvalidArgumentError(
-        "lr_scheduler: warmup_steps must be >= 0 and warmup_mode \"linear\" or \"constant\"");
-  }
-  if (s.type == "factor") {
-    if (s.step < 1 || s.factor > 1 || s.factor <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("lr_scheduler factor: step must be >= 1 and factor in (0, 1], got step ",
-                       s.step, " factor ", s.factor));
-    }
-  } else if (s.type == "multifactor") {
-    if (s.steps.empty() || s.factor > 1 || s.factor <= 0) {
-      return absl::InvalidArgumentError(
-          "lr_scheduler multifactor: needs steps and a factor in (0, 1]");
-    }
-    for (size_t i = 0; i < s.steps.size(); ++i) {
-      if (s.steps[i] < 1 || (i > 0 && s.steps[i] <= s.steps[i - 1])) {
-        return absl::InvalidArgumentError(
-            "lr_scheduler multifactor: steps must be increasing and >= 1");
-      }
-    }
-  } else if (s.type == "poly" || s.type == "cosine") {
-    if (s.max_update <= s.warmup_steps) {
-      return absl::InvalidArgumentError(absl::StrCat("lr_scheduler ", s.type, ": max_update (",
-                                                     s.max_update, ") must exceed warmup_steps (",
-                                                     s.warmup_steps, ")"));
-    }
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("unknown lr_scheduler \"", s.type,
-                                                   "\"; known: factor, multifactor, poly, cosine"));
-  }
-  return absl::OkStatus();
+  return ValidateSchedule(c.lr_scheduler);
 }
 
 }  // namespace kvstore

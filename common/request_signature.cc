@@ -13,6 +13,7 @@
 #include "absl/container/fixed_array.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace kvstore {
 namespace {
@@ -165,6 +166,48 @@ bool TagOf(const RequestKey& key, const RequestRoute& route, uint64_t node_id, u
   return tagger.Finish(tag);
 }
 
+// ReadTrailer reads the signature trailer - the request's last bytes, which may straddle
+// slices - and refuses a request that does not end with one.
+absl::Status ReadTrailer(const Slices& slices, Trailer* trailer) {
+  uint8_t raw[kSignatureTrailerBytes];
+  size_t need = kSignatureTrailerBytes;
+  for (auto it = slices.rbegin(); it != slices.rend() && need > 0; ++it) {
+    const size_t take = std::min(need, it->size());
+    std::memcpy(raw + need - take, it->begin() + (it->size() - take), take);
+    need -= take;
+  }
+  if (raw[0] != kTrailerTag || raw[1] != kTrailerLength) {
+    return absl::UnauthenticatedError(
+        "the request does not end with a signature (a job with a secret signs every request "
+        "with the key of the node the scheduler registered)");
+  }
+  trailer->node_id = absl::little_endian::Load64(raw + 2);
+  trailer->sequence = absl::little_endian::Load64(raw + 10);
+  trailer->view_epoch = absl::little_endian::Load64(raw + 18);
+  trailer->receiver_hint = absl::little_endian::Load64(raw + 26);
+  trailer->covered = absl::little_endian::Load64(raw + 34);
+  std::memcpy(trailer->tag, raw + kTagAt, kTagBytes);
+  return absl::OkStatus();
+}
+
+// WithoutTrailer returns the first `body` bytes of the request: whole slices, then the start of
+// the one the trailer begins in.
+Slices WithoutTrailer(Slices slices, size_t body) {
+  Slices kept;
+  size_t left = body;
+  for (grpc::Slice& slice : slices) {
+    if (left == 0) break;
+    if (slice.size() <= left) {
+      left -= slice.size();
+      kept.push_back(std::move(slice));
+    } else {
+      kept.push_back(slice.sub(0, left));
+      left = 0;
+    }
+  }
+  return kept;
+}
+
 }  // namespace
 
 RequestKey RequestKeyOf(absl::string_view node_token) {
@@ -254,28 +297,8 @@ absl::StatusOr<RequestVerifier::Verified> RequestVerifier::Verify(
   if (!SlicesOf(request, &slices)) {
     return absl::InvalidArgumentError("the request's bytes cannot be read");
   }
-  // The trailer: the last bytes, which may straddle slices.
-  uint8_t raw[kSignatureTrailerBytes];
-  {
-    size_t need = kSignatureTrailerBytes;
-    for (auto it = slices.rbegin(); it != slices.rend() && need > 0; ++it) {
-      const size_t take = std::min(need, it->size());
-      std::memcpy(raw + need - take, it->begin() + (it->size() - take), take);
-      need -= take;
-    }
-  }
-  if (raw[0] != kTrailerTag || raw[1] != kTrailerLength) {
-    return absl::UnauthenticatedError(
-        "the request does not end with a signature (a job with a secret signs every request "
-        "with the key of the node the scheduler registered)");
-  }
   Trailer trailer;
-  trailer.node_id = absl::little_endian::Load64(raw + 2);
-  trailer.sequence = absl::little_endian::Load64(raw + 10);
-  trailer.view_epoch = absl::little_endian::Load64(raw + 18);
-  trailer.receiver_hint = absl::little_endian::Load64(raw + 26);
-  trailer.covered = absl::little_endian::Load64(raw + 34);
-  std::memcpy(trailer.tag, raw + kTagAt, kTagBytes);
+  RETURN_IF_ERROR(ReadTrailer(slices, &trailer));
   const auto peer = peers_.find(trailer.node_id);
   if (peer == peers_.end()) {
     return absl::UnauthenticatedError(
@@ -313,22 +336,10 @@ absl::StatusOr<RequestVerifier::Verified> RequestVerifier::Verify(
                        " requests older than its newest (", peer->second->window.highest(), ")"));
     }
   }
-  // The request without its trailer: whole slices, then the start of the one it begins in.
   Verified verified;
   verified.node_id = trailer.node_id;
   verified.view_epoch = trailer.view_epoch;
-  Slices kept;
-  size_t left = body;
-  for (grpc::Slice& slice : slices) {
-    if (left == 0) break;
-    if (slice.size() <= left) {
-      left -= slice.size();
-      kept.push_back(std::move(slice));
-    } else {
-      kept.push_back(slice.sub(0, left));
-      left = 0;
-    }
-  }
+  Slices kept = WithoutTrailer(std::move(slices), body);
   verified.request = grpc::ByteBuffer(kept.data(), kept.size());
   return verified;
 }

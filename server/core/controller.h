@@ -136,6 +136,11 @@ class Controller {
                                                               absl::string_view usage);
   // RunCut runs the checkpoint set commands 7-12 (controller_cut.cc).
   absl::StatusOr<std::string> RunCut(int head, absl::string_view body);
+  // The cut's steps with their own bodies: write this server's file once its keys are at the
+  // cut's round, publish the manifest, abort (or remove a set).
+  absl::StatusOr<std::string> CutWrite(absl::string_view body);
+  absl::StatusOr<std::string> CutPublish(absl::string_view body);
+  absl::StatusOr<std::string> CutAbort(absl::string_view body);
   // CutRound reads the "ID ROUND" leading a cut step's fields: the round, once ID is the
   // checkpoint being cut here; InvalidArgument or FailedPrecondition otherwise.
   absl::StatusOr<int64_t> CutRound(const std::vector<std::string>& fields);

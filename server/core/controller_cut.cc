@@ -67,28 +67,8 @@ absl::StatusOr<std::string> Controller::RunCut(int head, absl::string_view body)
       RETURN_IF_ERROR(engine_->LimitCut(round));
       return std::string("limited");
     }
-    case kCommandCutWrite: {
-      ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 4, "ID ROUND JOB DIR"));
-      ASSIGN_OR_RETURN(const int64_t round, CutRound(f));
-      const std::string lagging = engine_->CutLagging();
-      if (!lagging.empty()) return absl::StrCat("waiting: ", lagging);
-      ASSIGN_OR_RETURN(const ConfinedDirectory directory,
-                       CheckpointDirectory(f[3], /*create=*/true));
-      RETURN_IF_ERROR(directory.CheckNotLink(CheckpointFileName(rank_)));
-      RETURN_IF_ERROR(directory.CheckNotLink(kManifestFileName));
-      ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->Snapshot());
-      // The cut is in memory: the held pushes go on while the file is written.
-      engine_->EndCut();
-      proto::ShardCheckpoint checkpoint = MakeCheckpoint(snapshot);
-      checkpoint.set_job_id(f[2]);
-      checkpoint.set_checkpoint_id(f[0]);
-      checkpoint.set_round(engine_->sync() ? round : -1);
-      const std::string payload = checkpoint.SerializeAsString();
-      RETURN_IF_ERROR(
-          directory.WriteStateFile(PendingFileName(rank_), StateKind::kShardCheckpoint, payload)
-              .status());
-      return absl::StrCat("written ", payload.size(), " ", Crc32(payload));
-    }
+    case kCommandCutWrite:
+      return CutWrite(body);
     case kCommandCutCommit: {
       ASSIGN_OR_RETURN(const ConfinedDirectory directory,
                        CheckpointDirectory(std::string(body), /*create=*/false));
@@ -96,46 +76,74 @@ absl::StatusOr<std::string> Controller::RunCut(int head, absl::string_view body)
       RETURN_IF_ERROR(directory.RenameFile(PendingFileName(rank_), CheckpointFileName(rank_)));
       return directory.PathOf(CheckpointFileName(rank_));
     }
-    case kCommandCutPublish: {
-      const size_t newline = body.find('\n');
-      if (newline == absl::string_view::npos) {
-        return absl::InvalidArgumentError("publish: the body is not \"DIR\\nMANIFEST\"");
-      }
-      proto::CheckpointManifest manifest;
-      const absl::string_view bytes = body.substr(newline + 1);
-      if (!manifest.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-        return absl::InvalidArgumentError("publish: the manifest does not parse");
-      }
-      ASSIGN_OR_RETURN(const ConfinedDirectory directory,
-                       CheckpointDirectory(std::string(body.substr(0, newline)), false));
-      return directory.WriteStateFile(kManifestFileName, StateKind::kCheckpointManifest,
-                                      manifest.SerializeAsString());
-    }
-    case kCommandCutAbort: {
-      if (absl::ConsumePrefix(&body, "remove ")) {
-        const std::string dir(body);
-        ASSIGN_OR_RETURN(const ConfinedDirectory directory, CheckpointDirectory(dir, false));
-        RETURN_IF_ERROR(RemoveCheckpointSetFiles(directory, rank_));
-        // The directory itself, once empty (servers sharing it: the last one removes it).
-        RETURN_IF_ERROR(RemoveIfEmpty(*checkpoint_root_, dir));
-        return absl::StrCat("removed ", directory.path());
-      }
-      ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 2, "ID DIR"));
-      {
-        absl::MutexLock lock(&cut_mu_);
-        if (cut_id_ == f[0]) cut_id_.clear();
-      }
-      engine_->EndCut();
-      absl::StatusOr<ConfinedDirectory> directory = CheckpointDirectory(f[1], false);
-      if (directory.ok()) {
-        RETURN_IF_ERROR(directory->RemoveFile(PendingFileName(rank_)));
-        RETURN_IF_ERROR(RemoveIfEmpty(*checkpoint_root_, f[1]));
-      }
-      return std::string("aborted");
-    }
+    case kCommandCutPublish:
+      return CutPublish(body);
+    case kCommandCutAbort:
+      return CutAbort(body);
     default:
       return absl::InvalidArgumentError(absl::StrCat("not a checkpoint command: ", head));
   }
+}
+
+absl::StatusOr<std::string> Controller::CutWrite(absl::string_view body) {
+  ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 4, "ID ROUND JOB DIR"));
+  ASSIGN_OR_RETURN(const int64_t round, CutRound(f));
+  const std::string lagging = engine_->CutLagging();
+  if (!lagging.empty()) return absl::StrCat("waiting: ", lagging);
+  ASSIGN_OR_RETURN(const ConfinedDirectory directory, CheckpointDirectory(f[3], /*create=*/true));
+  RETURN_IF_ERROR(directory.CheckNotLink(CheckpointFileName(rank_)));
+  RETURN_IF_ERROR(directory.CheckNotLink(kManifestFileName));
+  ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->Snapshot());
+  // The cut is in memory: the held pushes go on while the file is written.
+  engine_->EndCut();
+  proto::ShardCheckpoint checkpoint = MakeCheckpoint(snapshot);
+  checkpoint.set_job_id(f[2]);
+  checkpoint.set_checkpoint_id(f[0]);
+  checkpoint.set_round(engine_->sync() ? round : -1);
+  const std::string payload = checkpoint.SerializeAsString();
+  RETURN_IF_ERROR(
+      directory.WriteStateFile(PendingFileName(rank_), StateKind::kShardCheckpoint, payload)
+          .status());
+  return absl::StrCat("written ", payload.size(), " ", Crc32(payload));
+}
+
+absl::StatusOr<std::string> Controller::CutPublish(absl::string_view body) {
+  const size_t newline = body.find('\n');
+  if (newline == absl::string_view::npos) {
+    return absl::InvalidArgumentError("publish: the body is not \"DIR\\nMANIFEST\"");
+  }
+  proto::CheckpointManifest manifest;
+  const absl::string_view bytes = body.substr(newline + 1);
+  if (!manifest.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::InvalidArgumentError("publish: the manifest does not parse");
+  }
+  ASSIGN_OR_RETURN(const ConfinedDirectory directory,
+                   CheckpointDirectory(std::string(body.substr(0, newline)), false));
+  return directory.WriteStateFile(kManifestFileName, StateKind::kCheckpointManifest,
+                                  manifest.SerializeAsString());
+}
+
+absl::StatusOr<std::string> Controller::CutAbort(absl::string_view body) {
+  if (absl::ConsumePrefix(&body, "remove ")) {
+    const std::string dir(body);
+    ASSIGN_OR_RETURN(const ConfinedDirectory directory, CheckpointDirectory(dir, false));
+    RETURN_IF_ERROR(RemoveCheckpointSetFiles(directory, rank_));
+    // The directory itself, once empty (servers sharing it: the last one removes it).
+    RETURN_IF_ERROR(RemoveIfEmpty(*checkpoint_root_, dir));
+    return absl::StrCat("removed ", directory.path());
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 2, "ID DIR"));
+  {
+    absl::MutexLock lock(&cut_mu_);
+    if (cut_id_ == f[0]) cut_id_.clear();
+  }
+  engine_->EndCut();
+  absl::StatusOr<ConfinedDirectory> directory = CheckpointDirectory(f[1], false);
+  if (directory.ok()) {
+    RETURN_IF_ERROR(directory->RemoveFile(PendingFileName(rank_)));
+    RETURN_IF_ERROR(RemoveIfEmpty(*checkpoint_root_, f[1]));
+  }
+  return std::string("aborted");
 }
 
 }  // namespace kvstore

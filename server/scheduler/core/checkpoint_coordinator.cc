@@ -140,6 +140,53 @@ void CheckpointCoordinator::Abort(int num_servers, const std::string& id, const 
   }
 }
 
+absl::StatusOr<int64_t> CheckpointCoordinator::Freeze(const std::string& id, int num_servers) {
+  int64_t round = 0;
+  for (int rank = 0; rank < num_servers; ++rank) {
+    ASSIGN_OR_RETURN(const std::string reply, call_(rank, kCommandCutBegin, id));
+    int64_t server_round = 0;
+    if (!absl::SimpleAtoi(reply, &server_round)) {
+      return absl::InternalError(
+          absl::StrCat("server ", rank, " replied \"", reply, "\" for its round"));
+    }
+    round = std::max(round, server_round);
+  }
+  return round;
+}
+
+absl::Status CheckpointCoordinator::WriteFile(int rank, const std::string& id, int64_t round,
+                                              const std::string& dir, absl::Time deadline,
+                                              proto::CheckpointManifest* manifest) {
+  for (;;) {
+    ASSIGN_OR_RETURN(const std::string reply,
+                     call_(rank, kCommandCutWrite,
+                           absl::StrCat(id, " ", round, " ", options_.job_id, " ", dir)));
+    if (absl::StartsWith(reply, "written ")) {
+      std::vector<std::string> f = absl::StrSplit(reply, ' ');
+      uint64_t bytes = 0;
+      uint32_t crc = 0;
+      if (f.size() != 3 || !absl::SimpleAtoi(f[1], &bytes) || !absl::SimpleAtoi(f[2], &crc)) {
+        return absl::InternalError(
+            absl::StrCat("server ", rank, " replied \"", reply, "\" to the write"));
+      }
+      proto::CheckpointManifest::File* file = manifest->add_files();
+      file->set_name(absl::StrCat("server-", rank, ".ckpt"));
+      file->set_rank(rank);
+      file->set_payload_bytes(bytes);
+      file->set_payload_crc32(crc);
+      return absl::OkStatus();
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "checkpoint ", id, " into ", dir, ": server ", rank, " did not reach round ", round,
+          " within ", absl::FormatDuration(options_.cut_timeout), ": ", reply,
+          " (a checkpoint cuts every key at one round: keys pushed less often than the "
+          "others hold it back)"));
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+}
+
 absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(const std::string& dir) {
   const std::string id = absl::StrCat(options_.job_id, "-", ++sequence_);
   const std::string trimmed(absl::StripAsciiWhitespace(dir));
@@ -156,17 +203,9 @@ absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(const
     return status;
   };
   // 1. Freeze every server; the cut's round is the highest any has started.
-  int64_t round = 0;
-  for (int rank = 0; rank < num_servers; ++rank) {
-    absl::StatusOr<std::string> reply = call_(rank, kCommandCutBegin, id);
-    int64_t server_round = 0;
-    if (reply.ok() && !absl::SimpleAtoi(*reply, &server_round)) {
-      reply = absl::InternalError(
-          absl::StrCat("server ", rank, " replied \"", *reply, "\" for its round"));
-    }
-    if (!reply.ok()) return fail(reply.status());
-    round = std::max(round, server_round);
-  }
+  const absl::StatusOr<int64_t> frozen = Freeze(id, num_servers);
+  if (!frozen.ok()) return fail(frozen.status());
+  const int64_t round = *frozen;
   // 2. Let every key go on up to that round, and no further.
   for (int rank = 0; rank < num_servers; ++rank) {
     absl::StatusOr<std::string> reply = call_(rank, kCommandCutLimit, absl::StrCat(id, " ", round));
@@ -182,34 +221,8 @@ absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(const
   manifest.set_chunk_bytes(view.chunk_bytes);
   const absl::Time deadline = started + options_.cut_timeout;
   for (int rank = 0; rank < num_servers; ++rank) {
-    for (;;) {
-      absl::StatusOr<std::string> reply = call_(
-          rank, kCommandCutWrite, absl::StrCat(id, " ", round, " ", options_.job_id, " ", trimmed));
-      if (!reply.ok()) return fail(reply.status());
-      if (absl::StartsWith(*reply, "written ")) {
-        std::vector<std::string> f = absl::StrSplit(*reply, ' ');
-        uint64_t bytes = 0;
-        uint32_t crc = 0;
-        if (f.size() != 3 || !absl::SimpleAtoi(f[1], &bytes) || !absl::SimpleAtoi(f[2], &crc)) {
-          return fail(absl::InternalError(
-              absl::StrCat("server ", rank, " replied \"", *reply, "\" to the write")));
-        }
-        proto::CheckpointManifest::File* file = manifest.add_files();
-        file->set_name(absl::StrCat("server-", rank, ".ckpt"));
-        file->set_rank(rank);
-        file->set_payload_bytes(bytes);
-        file->set_payload_crc32(crc);
-        break;
-      }
-      if (absl::Now() > deadline) {
-        return fail(absl::DeadlineExceededError(absl::StrCat(
-            "checkpoint ", id, " into ", trimmed, ": server ", rank, " did not reach round ", round,
-            " within ", absl::FormatDuration(options_.cut_timeout), ": ", *reply,
-            " (a checkpoint cuts every key at one round: keys pushed less often than the "
-            "others hold it back)")));
-      }
-      absl::SleepFor(absl::Milliseconds(2));
-    }
+    const absl::Status written = WriteFile(rank, id, round, trimmed, deadline, &manifest);
+    if (!written.ok()) return fail(written);
   }
   // 4. and 5. Put the files in place, then the manifest, last.
   committed = true;

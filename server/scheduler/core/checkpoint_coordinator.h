@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "proto/kvstore.pb.h"
 #include "server/scheduler/core/scheduler_core.h"
 
 namespace kvstore {
@@ -94,6 +95,13 @@ class CheckpointCoordinator {
   absl::StatusOr<int64_t> MaxRound(int num_servers);
   // Abort ends the cut `id` on every server and removes what it wrote in `dir`.
   void Abort(int num_servers, const std::string& id, const std::string& dir, bool committed);
+  // Freeze begins the cut `id` on every server (kCommandCutBegin) and returns the cut's round: the
+  // highest round any server has started.
+  absl::StatusOr<int64_t> Freeze(const std::string& id, int num_servers);
+  // WriteFile asks server `rank` to write its file of the cut into `dir` once its keys have
+  // reached `round`, retrying until `deadline`, and adds the file to `manifest`.
+  absl::Status WriteFile(int rank, const std::string& id, int64_t round, const std::string& dir,
+                         absl::Time deadline, proto::CheckpointManifest* manifest);
   void Periodic();
 
   const CheckpointCoordinatorOptions options_;
