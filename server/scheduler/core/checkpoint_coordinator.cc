@@ -78,9 +78,14 @@ void CheckpointCoordinator::Loop() {
 }
 
 absl::StatusOr<int64_t> CheckpointCoordinator::MaxRound(int num_servers) {
+  return HighestRound(num_servers, kCommandMaxRound, "");
+}
+
+absl::StatusOr<int64_t> CheckpointCoordinator::HighestRound(int num_servers, int head,
+                                                            const std::string& body) {
   int64_t max_round = 0;
   for (int rank = 0; rank < num_servers; ++rank) {
-    ASSIGN_OR_RETURN(std::string reply, call_(rank, kCommandMaxRound, ""));
+    ASSIGN_OR_RETURN(std::string reply, call_(rank, head, body));
     int64_t round = 0;
     if (!absl::SimpleAtoi(reply, &round)) {
       return absl::InternalError(
@@ -140,20 +145,6 @@ void CheckpointCoordinator::Abort(int num_servers, const std::string& id, const 
   }
 }
 
-absl::StatusOr<int64_t> CheckpointCoordinator::Freeze(const std::string& id, int num_servers) {
-  int64_t round = 0;
-  for (int rank = 0; rank < num_servers; ++rank) {
-    ASSIGN_OR_RETURN(const std::string reply, call_(rank, kCommandCutBegin, id));
-    int64_t server_round = 0;
-    if (!absl::SimpleAtoi(reply, &server_round)) {
-      return absl::InternalError(
-          absl::StrCat("server ", rank, " replied \"", reply, "\" for its round"));
-    }
-    round = std::max(round, server_round);
-  }
-  return round;
-}
-
 absl::Status CheckpointCoordinator::WriteFile(int rank, const std::string& id, int64_t round,
                                               const std::string& dir, absl::Time deadline,
                                               proto::CheckpointManifest* manifest) {
@@ -203,7 +194,7 @@ absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(const
     return status;
   };
   // 1. Freeze every server; the cut's round is the highest any has started.
-  const absl::StatusOr<int64_t> frozen = Freeze(id, num_servers);
+  const absl::StatusOr<int64_t> frozen = HighestRound(num_servers, kCommandCutBegin, id);
   if (!frozen.ok()) return fail(frozen.status());
   const int64_t round = *frozen;
   // 2. Let every key go on up to that round, and no further.

@@ -95,9 +95,9 @@ class CheckpointCoordinator {
   absl::StatusOr<int64_t> MaxRound(int num_servers);
   // Abort ends the cut `id` on every server and removes what it wrote in `dir`.
   void Abort(int num_servers, const std::string& id, const std::string& dir, bool committed);
-  // Freeze begins the cut `id` on every server (kCommandCutBegin) and returns the cut's round: the
-  // highest round any server has started.
-  absl::StatusOr<int64_t> Freeze(const std::string& id, int num_servers);
+  // HighestRound sends (head, body) to every server and returns the highest of the rounds they
+  // reply: with kCommandCutBegin, it freezes the cut `body` and returns the cut's round.
+  absl::StatusOr<int64_t> HighestRound(int num_servers, int head, const std::string& body);
   // WriteFile asks server `rank` to write its file of the cut into `dir` once its keys have
   // reached `round`, retrying until `deadline`, and adds the file to `manifest`.
   absl::Status WriteFile(int rank, const std::string& id, int64_t round, const std::string& dir,
