@@ -63,6 +63,7 @@
 #include "server/core/cut_gate.h"
 #include "server/core/job_workers.h"
 #include "server/core/memory_budget.h"
+#include "server/core/node_groups.h"
 #include "server/core/recent_request_ids.h"
 #include "server/core/round_observer.h"
 #include "server/core/spare_buffer.h"
@@ -438,8 +439,6 @@ class ServerEngine {
     mutable Tensor reply ABSL_GUARDED_BY(reply_mu);  // Reused by PullGroup.
   };
   struct NodeRequests {
-    absl::flat_hash_map<uint64_t, std::shared_ptr<const Group>> groups;
-    std::deque<uint64_t> group_order;  // Registration order, for dropping the oldest.
     absl::flat_hash_map<uint64_t, std::shared_ptr<PushCall>> pending;
   };
 
@@ -575,6 +574,8 @@ class ServerEngine {
   absl::flat_hash_map<Key, std::unique_ptr<Part>> parts_ ABSL_GUARDED_BY(mu_);
   int64_t num_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, NodeRequests> requests_ ABSL_GUARDED_BY(mu_);
+  // The key groups each node has registered (its last kMaxGroupsPerNode).
+  NodeGroups<Group> groups_ ABSL_GUARDED_BY(mu_){kMaxGroupsPerNode};
   // Chunks whose dist_sync round has started and not completed, and an updater waiting for
   // their number to reach zero.
   int64_t open_rounds_ ABSL_GUARDED_BY(mu_) = 0;

@@ -50,23 +50,13 @@ absl::Status ServerEngine::RegisterGroup(uint64_t node_id, uint64_t group_id,
   // The members' list, and the buffer a pull of the group packs them into.
   group->held_bytes = static_cast<int64_t>(members.size()) * kGroupMemberOverheadBytes +
                       static_cast<int64_t>(offset);
-  NodeRequests& requests = requests_[node_id];
-  const auto replaced = requests.groups.find(group_id);
-  const int64_t freed = replaced != requests.groups.end() ? replaced->second->held_bytes : 0;
+  const int64_t freed = groups_.HeldBytes(node_id, group_id);  // A group of the same id.
   RETURN_IF_ERROR(budget_.Check(group->held_bytes - freed,
                                 absl::StrCat("key group ", group_id, " of ", members.size(),
                                              " keys (", offset, " bytes packed)")));
   budget_.Add(group->held_bytes - freed);
   PlaceInArena(group.get(), members);
-  auto [it, inserted] = requests.groups.insert_or_assign(group_id, std::move(group));
-  if (inserted) {
-    requests.group_order.push_back(group_id);
-    while (requests.group_order.size() > kMaxGroupsPerNode) {
-      budget_.Add(-requests.groups.at(requests.group_order.front())->held_bytes);
-      requests.groups.erase(requests.group_order.front());
-      requests.group_order.pop_front();
-    }
-  }
+  budget_.Add(-groups_.Put(node_id, group_id, std::move(group)));
   return absl::OkStatus();
 }
 
@@ -134,11 +124,7 @@ bool ServerEngine::GroupInArena(uint64_t node_id, uint64_t group_id) const {
 
 absl::StatusOr<std::shared_ptr<const ServerEngine::Group>> ServerEngine::FindGroup(
     uint64_t node_id, uint64_t group_id) const {
-  auto node = requests_.find(node_id);
-  if (node != requests_.end()) {
-    auto it = node->second.groups.find(group_id);
-    if (it != node->second.groups.end()) return it->second;
-  }
+  if (std::shared_ptr<const Group> group = groups_.Find(node_id, group_id)) return group;
   return absl::FailedPreconditionError(
       absl::StrCat("node ", node_id, " has no key group ", group_id,
                    " on this server (a group is registered by sending its members with it)"));
