@@ -63,21 +63,6 @@ bool SchedulerCore::InGroup(NodeRole role, int group) {
   return (group & (role == NodeRole::kServer ? kGroupServers : kGroupWorkers)) != 0;
 }
 
-int SchedulerCore::GroupSize(int group) const {
-  return ((group & kGroupServers) ? options_.num_servers : 0) +
-         ((group & kGroupWorkers) ? options_.num_workers : 0);
-}
-
-int SchedulerCore::LivingSize(int group) const {
-  return GroupSize(group) - ((group & kGroupWorkers) ? left_workers_ : 0);
-}
-
-int SchedulerCore::LivingEntered(const PendingBarrier& barrier) const {
-  int living = 0;
-  for (uint64_t id : barrier.entered) living += !nodes_.at(id).left;
-  return living;
-}
-
 void SchedulerCore::Register(NodeRole role, int requested_rank, std::string address,
                              std::string hostname, absl::Time now, RegisterDone done,
                              std::string mode) {
@@ -296,26 +281,20 @@ void SchedulerCore::Barrier(uint64_t node_id, int group, absl::Time now, Barrier
           absl::StrCat("worker ", it->second.rank, " (node ", node_id,
                        ") has left the job and cannot enter a barrier: ", it->second.failure));
     } else {
-      PendingBarrier& barrier = barriers_[group & (kGroupServers | kGroupWorkers)];
-      if (std::find(barrier.entered.begin(), barrier.entered.end(), node_id) !=
-          barrier.entered.end()) {
+      absl::StatusOr<std::optional<Barriers::Passed>> passed =
+          barriers_.Enter(group, node_id, now, options_.barrier_timeout, &done);
+      if (!passed.ok()) {
         error = absl::InvalidArgumentError(absl::StrCat(
             RoleName(it->second.role), " ", it->second.rank, " is already in this barrier"));
-      } else {
-        if (barrier.entered.empty()) barrier.deadline = now + options_.barrier_timeout;
-        barrier.entered.push_back(node_id);
-        barrier.done.push_back(std::move(done));
-        if (LivingEntered(barrier) == LivingSize(group)) {
-          spdlog::info(
-              "barrier over the {} passed: {} nodes; the last to enter was {} {} after "
-              "{}",
-              GroupName(group), barrier.entered.size(), std::string(RoleName(it->second.role)),
-              it->second.rank,
-              absl::FormatDuration(absl::Trunc(now - (barrier.deadline - options_.barrier_timeout),
-                                               absl::Milliseconds(1))));
-          released.swap(barrier.done);
-          barriers_.erase(group & (kGroupServers | kGroupWorkers));
-        }
+      } else if (passed->has_value()) {
+        Barriers::Passed& barrier = **passed;
+        spdlog::info(
+            "barrier over the {} passed: {} nodes; the last to enter was {} {} after "
+            "{}",
+            GroupName(group), barrier.entered, std::string(RoleName(it->second.role)),
+            it->second.rank,
+            absl::FormatDuration(absl::Trunc(barrier.waited, absl::Milliseconds(1))));
+        released.swap(barrier.done);
       }
     }
   }
@@ -326,13 +305,12 @@ void SchedulerCore::Barrier(uint64_t node_id, int group, absl::Time now, Barrier
   for (BarrierDone& release : released) release(absl::OkStatus());
 }
 
-std::string SchedulerCore::MissingFromBarrier(int group, const PendingBarrier& barrier) const {
+std::string SchedulerCore::MissingFromBarrier(int group,
+                                              const std::vector<uint64_t>& entered) const {
   std::vector<std::string> missing;
   for (const auto& [id, node] : nodes_) {
     if (!InGroup(node.role, group) || node.left) continue;
-    if (std::find(barrier.entered.begin(), barrier.entered.end(), id) != barrier.entered.end()) {
-      continue;
-    }
+    if (std::find(entered.begin(), entered.end(), id) != entered.end()) continue;
     missing.push_back(absl::StrCat(RoleName(node.role), " ", node.rank, " (node ", id, ", ",
                                    node.address.empty() ? node.hostname : node.address, ")"));
   }
@@ -401,10 +379,7 @@ void SchedulerCore::RequestShutdown(std::string reason) {
       registrations.push_back(std::move(pending.done));
     }
     pending_replacements_.clear();
-    for (auto& [group, barrier] : barriers_) {
-      for (BarrierDone& done : barrier.done) barriers.push_back(std::move(done));
-    }
-    barriers_.clear();
+    for (BarrierDone& done : barriers_.TakeAll()) barriers.push_back(std::move(done));
   }
   for (RegisterDone& done : registrations) done(over);
   for (BarrierDone& done : barriers) done(over);
@@ -539,7 +514,7 @@ int SchedulerCore::NumDeadNodes(int group, absl::Duration timeout, absl::Time no
   }
   if (!complete_ && first_registration_ != absl::InfiniteFuture() &&
       now - first_registration_ > timeout) {
-    dead += GroupSize(group) - registered_in_group;
+    dead += barriers_.Size(group) - registered_in_group;
   }
   return dead;
 }
@@ -580,19 +555,12 @@ void SchedulerCore::ExpireDeadlines(absl::Time now) {
       registration_failed_ = true;
       registration_error_ = status;
     }
-    for (auto it = barriers_.begin(); it != barriers_.end();) {
-      if (now <= it->second.deadline) {
-        ++it;
-        continue;
-      }
+    for (Barriers::Expired& expired : barriers_.Expire(now)) {
       const absl::Status status = absl::DeadlineExceededError(
-          absl::StrCat("barrier over ", GroupName(it->first), " waited ",
+          absl::StrCat("barrier over ", GroupName(expired.group), " waited ",
                        absl::FormatDuration(options_.barrier_timeout),
-                       "; still missing: ", MissingFromBarrier(it->first, it->second)));
-      for (BarrierDone& done : it->second.done) {
-        failed_barriers.emplace_back(std::move(done), status);
-      }
-      it = barriers_.erase(it);
+                       "; still missing: ", MissingFromBarrier(expired.group, expired.entered)));
+      for (BarrierDone& done : expired.done) failed_barriers.emplace_back(std::move(done), status);
     }
     RetryReplacements(now, &replacements, &failed_registrations);
   }

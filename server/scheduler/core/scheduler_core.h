@@ -38,15 +38,11 @@
 #include "absl/time/time.h"
 #include "common/lost_updates.h"
 #include "common/partitioner.h"
+#include "server/scheduler/core/barriers.h"
 
 namespace kvstore {
 
 enum class NodeRole { kServer, kWorker };
-
-// Group bits, as in the protocol: servers 2, workers 4 (the scheduler, 1, never waits).
-inline constexpr int kGroupServers = 2;
-inline constexpr int kGroupWorkers = 4;
-inline constexpr int kGroupAll = 7;
 
 struct SchedulerOptions {
   int num_servers = 1;
@@ -322,13 +318,9 @@ class SchedulerCore {
     absl::Time deadline;
     RegisterDone done;
   };
-  struct PendingBarrier {
-    absl::Time deadline;
-    std::vector<uint64_t> entered;
-    std::vector<BarrierDone> done;
-  };
 
-  explicit SchedulerCore(const SchedulerOptions& options) : options_(options) {}
+  explicit SchedulerCore(const SchedulerOptions& options)
+      : options_(options), barriers_(options.num_servers, options.num_workers) {}
 
   // ReplaceServer lets a server asking for rank `rank` of an assembled job take the place of
   // the server of that rank when that one has been silent for more than two heartbeat
@@ -399,11 +391,6 @@ class SchedulerCore {
                std::vector<PendingRegistration>* completed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // AssignRanks gives every node its rank once all have registered.
   void AssignRanks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int GroupSize(int group) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // LivingSize is GroupSize less the workers that have left; LivingEntered counts the nodes
-  // of `barrier` that have not left. The barrier passes when the two are equal.
-  int LivingSize(int group) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  int LivingEntered(const PendingBarrier& barrier) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // LeaveLocked makes worker `node` leave the job for `why` and moves the done callbacks of
   // the barriers that now pass into `*released` (scheduler_core_elastic.cc).
   void LeaveLocked(NodeInfo* node, const std::string& why, std::vector<BarrierDone>* released)
@@ -412,7 +399,7 @@ class SchedulerCore {
   int Remaining() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   static bool InGroup(NodeRole role, int group);
   std::string MissingNodes() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  std::string MissingFromBarrier(int group, const PendingBarrier& barrier) const
+  std::string MissingFromBarrier(int group, const std::vector<uint64_t>& entered) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const SchedulerOptions options_;
@@ -427,7 +414,7 @@ class SchedulerCore {
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
   bool registration_failed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status registration_error_ ABSL_GUARDED_BY(mu_);
-  std::map<int, PendingBarrier> barriers_ ABSL_GUARDED_BY(mu_);  // By group.
+  Barriers barriers_ ABSL_GUARDED_BY(mu_);
   int finished_workers_ ABSL_GUARDED_BY(mu_) = 0;
   // Workers that left an elastic job before finishing (died), and all that left.
   int departed_workers_ ABSL_GUARDED_BY(mu_) = 0;

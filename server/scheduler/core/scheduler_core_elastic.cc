@@ -25,17 +25,12 @@ void SchedulerCore::LeaveLocked(NodeInfo* node, const std::string& why,
   ++left_workers_;
   if (!node->finished) ++departed_workers_;
   // Barriers that waited only for it pass now.
-  for (auto it = barriers_.begin(); it != barriers_.end();) {
-    if (it->second.entered.empty() || LivingEntered(it->second) != LivingSize(it->first)) {
-      ++it;
-      continue;
-    }
+  for (Barriers::Passed& passed : barriers_.Left(node->node_id)) {
     spdlog::info(
         "barrier over {} nodes passed: worker {} left the job and every other node "
         "has entered",
-        LivingEntered(it->second), node->rank);
-    for (BarrierDone& done : it->second.done) released->push_back(std::move(done));
-    it = barriers_.erase(it);
+        passed.entered, node->rank);
+    for (BarrierDone& done : passed.done) released->push_back(std::move(done));
   }
 }
 

@@ -56,14 +56,11 @@ std::vector<std::string> SchedulerCore::Progress() const {
                                  Counted(options_.num_workers, "worker"), "; waiting for ",
                                  absl::StrJoin(waiting, " and ")));
   }
-  for (const auto& [group, barrier] : barriers_) {
-    if (barrier.entered.empty()) continue;
+  for (const auto& [group, entered] : barriers_.Open()) {
     std::vector<std::string> missing;
     for (const auto& [id, node] : nodes_) {
       if (!InGroup(node.role, group) || node.left) continue;
-      if (std::find(barrier.entered.begin(), barrier.entered.end(), id) != barrier.entered.end()) {
-        continue;
-      }
+      if (std::find(entered.begin(), entered.end(), id) != entered.end()) continue;
       missing.push_back(absl::StrCat(node.role == NodeRole::kServer ? "server " : "worker ",
                                      node.rank, " on ",
                                      node.hostname.empty() ? node.address : node.hostname));
@@ -71,8 +68,9 @@ std::vector<std::string> SchedulerCore::Progress() const {
     const char* members = group == kGroupServers   ? "servers"
                           : group == kGroupWorkers ? "workers"
                                                    : "nodes";
-    lines.push_back(absl::StrCat("barrier: ", LivingEntered(barrier), " of ", LivingSize(group),
-                                 " ", members, "; waiting for ", absl::StrJoin(missing, ", ")));
+    lines.push_back(absl::StrCat("barrier: ", barriers_.Entered(entered), " of ",
+                                 barriers_.Living(group), " ", members, "; waiting for ",
+                                 absl::StrJoin(missing, ", ")));
   }
   for (const PendingReplacement& pending : pending_replacements_) {
     const NodeInfo* holder = ServerOfRank(pending.rank);
