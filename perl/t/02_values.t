@@ -152,6 +152,10 @@ subtest 'row-sparse values: init, push of rows, pull of random rows' => sub {
     my $r = $out->indices->at($i);
     ok(all(abs($out->data->slice(":,($i)") - $want->slice(":,($r)")) < 1e-12), "row $r");
   }
+  $kv->_set_updater(sub { die "no rows today\n" });
+  eval { $kv->push('emb', AI::KVStore::RowSparse->new(shape => [$rows, $cols], indices => [0],
+                                                      data => zeros(double, $cols, 1))) };
+  like("$@", qr/no rows today/, "the updater's error is raised by a row-sparse push too");
 };
 
 done_testing();

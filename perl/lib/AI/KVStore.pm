@@ -297,6 +297,7 @@ sub push {
                                    scalar @$keys, $options{priority} // 0);
     _kv_row_sparse_free($_) for @handles;
     _check($code);
+    $self->_raise_updater_error;
     return;
   }
   my ($tensors, @keep_t) = ('');
