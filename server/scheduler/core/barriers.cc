@@ -12,8 +12,7 @@ absl::StatusOr<std::optional<Barriers::Passed>> Barriers::Enter(int group, uint6
                                                                 absl::Duration timeout,
                                                                 Done* done) {
   Barrier& barrier = open_[Key(group)];
-  if (std::find(barrier.entered.begin(), barrier.entered.end(), node_id) !=
-      barrier.entered.end()) {
+  if (std::find(barrier.entered.begin(), barrier.entered.end(), node_id) != barrier.entered.end()) {
     return absl::InvalidArgumentError(
         absl::StrCat("node ", node_id, " is already in this barrier"));
   }

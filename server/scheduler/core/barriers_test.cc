@@ -82,8 +82,7 @@ TEST_CASE("Barriers pass when every member that has not left has entered") {
       released += static_cast<int>((**entered).done.size());
     }
     REQUIRE(barriers.Living(group) ==
-            barriers.Size(group) -
-                ((group & kGroupWorkers) ? static_cast<int>(left.size()) : 0));
+            barriers.Size(group) - ((group & kGroupWorkers) ? static_cast<int>(left.size()) : 0));
   }
   INFO(passes << " barriers passed");
   CHECK(passes > 0);
