@@ -24,6 +24,38 @@ int ServerFileRank(absl::string_view name) {
   return rank;
 }
 
+// ReadListedFile reads server `file_rank`'s file `name` of a set and checks it against its
+// entry in the manifest (size, CRC-32) and the manifest's job, checkpoint and round.
+absl::StatusOr<proto::ShardCheckpoint> ReadListedFile(const ConfinedDirectory& dir,
+                                                      const std::string& name, int file_rank,
+                                                      const proto::CheckpointManifest::File& listed,
+                                                      const proto::CheckpointManifest& manifest,
+                                                      const std::string& manifest_path) {
+  const std::string path = dir.PathOf(name);
+  ASSIGN_OR_RETURN(std::string payload, dir.ReadStateFile(name, StateKind::kShardCheckpoint));
+  if (payload.size() != listed.payload_bytes() || Crc32(payload) != listed.payload_crc32()) {
+    return absl::DataLossError(
+        absl::StrCat(path, " does not match ", manifest_path, " (", payload.size(),
+                     " bytes, CRC-32 ", Crc32(payload), "; the manifest says ",
+                     listed.payload_bytes(), " bytes, CRC-32 ", listed.payload_crc32(),
+                     "): the directory mixes files of two checkpoints, or the file was replaced"));
+  }
+  proto::ShardCheckpoint checkpoint;
+  if (!checkpoint.ParseFromString(payload)) {
+    return absl::DataLossError(absl::StrCat(path, ": the checkpoint does not parse"));
+  }
+  if (checkpoint.job_id() != manifest.job_id() ||
+      checkpoint.checkpoint_id() != manifest.checkpoint_id() ||
+      checkpoint.round() != manifest.round() || checkpoint.server_rank() != file_rank) {
+    return absl::DataLossError(absl::StrCat(
+        path, " belongs to job ", checkpoint.job_id(), " checkpoint ", checkpoint.checkpoint_id(),
+        " round ", checkpoint.round(), " (server ", checkpoint.server_rank(), "), but ",
+        manifest_path, " is job ", manifest.job_id(), " checkpoint ", manifest.checkpoint_id(),
+        " round ", manifest.round()));
+  }
+  return checkpoint;
+}
+
 }  // namespace
 
 absl::StatusOr<VerifiedSet> VerifyCheckpointSet(const ConfinedDirectory& dir, int rank,
@@ -74,28 +106,8 @@ absl::StatusOr<VerifiedSet> VerifyCheckpointSet(const ConfinedDirectory& dir, in
           path, " is not part of checkpoint ", manifest.checkpoint_id(), " (", manifest_path,
           " lists ", manifest.files_size(), " files): a file of another checkpoint"));
     }
-    ASSIGN_OR_RETURN(std::string payload, dir.ReadStateFile(name, StateKind::kShardCheckpoint));
-    if (payload.size() != it->second->payload_bytes() ||
-        Crc32(payload) != it->second->payload_crc32()) {
-      return absl::DataLossError(absl::StrCat(
-          path, " does not match ", manifest_path, " (", payload.size(), " bytes, CRC-32 ",
-          Crc32(payload), "; the manifest says ", it->second->payload_bytes(), " bytes, CRC-32 ",
-          it->second->payload_crc32(),
-          "): the directory mixes files of two checkpoints, or the file was replaced"));
-    }
-    proto::ShardCheckpoint checkpoint;
-    if (!checkpoint.ParseFromString(payload)) {
-      return absl::DataLossError(absl::StrCat(path, ": the checkpoint does not parse"));
-    }
-    if (checkpoint.job_id() != manifest.job_id() ||
-        checkpoint.checkpoint_id() != manifest.checkpoint_id() ||
-        checkpoint.round() != manifest.round() || checkpoint.server_rank() != file_rank) {
-      return absl::DataLossError(absl::StrCat(
-          path, " belongs to job ", checkpoint.job_id(), " checkpoint ", checkpoint.checkpoint_id(),
-          " round ", checkpoint.round(), " (server ", checkpoint.server_rank(), "), but ",
-          manifest_path, " is job ", manifest.job_id(), " checkpoint ", manifest.checkpoint_id(),
-          " round ", manifest.round()));
-    }
+    ASSIGN_OR_RETURN(proto::ShardCheckpoint checkpoint,
+                     ReadListedFile(dir, name, file_rank, *it->second, manifest, manifest_path));
     if (file_rank == rank) {
       own_seen = true;
       set.own = std::move(checkpoint);
