@@ -135,24 +135,33 @@ fi
 secret="$tmp/job.secret"
 (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$secret")
 
-# 4. Run both as the workers of one job; worker 0 is the CMake build, worker 1 the pkg-config one.
-if [ -n "$cmake_bin" ] && [ -n "$pc_bin" ]; then
-  cat > "$tmp/worker.sh" <<WORKER
+# run_job NAME DIR BIN0 BIN1 SHOW: runs BIN0 (worker 0) and BIN1 (worker 1), each with the seed
+# and 3 rounds, as the two workers of a job of real daemons (scheduler, 2 kvservers, the job
+# secret), logging into DIR/job.log; passes when the job exits 0 and both workers say their
+# values match the float64 sums. SHOW: the pattern of the log lines to print.
+run_job() {
+  local name=$1 dir=$2 bin0=$3 bin1=$4 show=$5 rc matched
+  cat > "$dir/worker.sh" <<WORKER
 #!/bin/sh
-if [ "\$DMLC_WORKER_ID" = 0 ]; then exec "$cmake_bin" $seed 3; else exec "$pc_bin" $seed 3; fi
+if [ "\$DMLC_WORKER_ID" = 0 ]; then exec "$bin0" $seed 3; else exec "$bin1" $seed 3; fi
 WORKER
-  chmod +x "$tmp/worker.sh"
+  chmod +x "$dir/worker.sh"
   KV_SECRET_FILE="$secret" timeout -k 5 50 python3 deploy/launch.py -n 2 -s 2 \
       --scheduler server/scheduler/scheduler --kvserver server/kvserver --timeout 40 \
-      -- "$tmp/worker.sh" >"$tmp/job.log" 2>&1
+      -- "$dir/worker.sh" >"$dir/job.log" 2>&1
   rc=$?
-  cat "$tmp/job.log" | grep -E 'sdk_consumer|launch.py' | head -n 20
-  matched=$(grep -c 'match the float64 sums' "$tmp/job.log")
+  grep -E "$show|launch.py" "$dir/job.log" | head -n 20
+  matched=$(grep -c 'match the float64 sums' "$dir/job.log")
   if [ "$rc" -eq 0 ] && [ "$matched" -eq 2 ]; then
-    pass "job: 2 workers (CMake and pkg-config builds) match the float64 reference"
+    pass "$name: 2 workers (CMake and pkg-config builds) match the float64 reference"
   else
-    fail "job exited $rc with $matched of 2 workers matching: $(tail -n 30 "$tmp/job.log")"
+    fail "$name exited $rc with $matched of 2 workers matching: $(tail -n 30 "$dir/job.log")"
   fi
+}
+
+# 4. Run both as the workers of one job; worker 0 is the CMake build, worker 1 the pkg-config one.
+if [ -n "$cmake_bin" ] && [ -n "$pc_bin" ]; then
+  run_job job "$tmp" "$cmake_bin" "$pc_bin" sdk_consumer
 else
   fail "job: not run, a build failed"
 fi
@@ -171,22 +180,7 @@ if echo '#include "client/c_api.h"' | gcc -std=c99 -pedantic -Wall -Wextra -Werr
      -DCMAKE_C_FLAGS="-pedantic -Wall -Wextra -Werror" >>"$tmp/c/build.log" 2>&1 &&
    cmake --build "$tmp/c_build" -j 2 >>"$tmp/c/build.log" 2>&1; then
   pass "C API: c_api.h compiles as C99 alone; the C worker builds with CMake (KVStore::c) and pkg-config kvstore-c"
-  cat > "$tmp/c/worker.sh" <<WORKER
-#!/bin/sh
-if [ "\$DMLC_WORKER_ID" = 0 ]; then exec "$tmp/c_build/c_worker" $seed 3; else exec "$c_bin" $seed 3; fi
-WORKER
-  chmod +x "$tmp/c/worker.sh"
-  KV_SECRET_FILE="$secret" timeout -k 5 50 python3 deploy/launch.py -n 2 -s 2 \
-      --scheduler server/scheduler/scheduler --kvserver server/kvserver --timeout 40 \
-      -- "$tmp/c/worker.sh" >"$tmp/c/job.log" 2>&1
-  rc=$?
-  grep -E 'c_worker|launch.py' "$tmp/c/job.log" | head -n 20
-  matched=$(grep -c 'rounds match the float64 sums' "$tmp/c/job.log")
-  if [ "$rc" -eq 0 ] && [ "$matched" -eq 2 ]; then
-    pass "C API job: 2 C workers (CMake and pkg-config builds) match the float64 reference"
-  else
-    fail "C API job exited $rc with $matched of 2 workers matching: $(tail -n 30 "$tmp/c/job.log")"
-  fi
+  run_job "C API job" "$tmp/c" "$tmp/c_build/c_worker" "$c_bin" c_worker
 else
   fail "C API build: $(cat "$tmp/c/header.log" "$tmp/c/build.log" 2>/dev/null | tail -n 20) $flags"
 fi

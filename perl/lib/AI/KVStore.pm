@@ -32,8 +32,6 @@ my %DTYPE_OF_PDL = (
 my %PDL_TYPE_OF_DTYPE = (
   1 => PDL::float(), 4 => PDL::double(), 5 => PDL::long(), 6 => PDL::longlong(),
 );
-my %DTYPE_NAME = (1 => 'float32', 2 => 'float16', 3 => 'bfloat16', 4 => 'float64',
-                  5 => 'int32', 6 => 'int64');
 
 my $ffi;
 
@@ -137,8 +135,6 @@ sub _pack_keys {
   }
   return ($packed, \@keep);
 }
-
-sub _key_text { return "$_[0]" }
 
 # _dtype_of returns the kv_dtype of a piddle, or dies naming the key and the type.
 sub _dtype_of {
@@ -366,10 +362,10 @@ sub _pull_into {
   my ($tensors, @targets, @keep_t) = ('');
   for my $i (0 .. $#$keys) {
     my $out = $outs->[$i];
+    my $stored = _stored_dtype($self, $keys->[$i], $out);
     my $direct = _physical($out);
-    $direct = undef if defined $direct && _stored_dtype($self, $keys->[$i], $out) != _dtype_of($out, $keys->[$i]);
-    my $buffer = $direct // PDL->new_from_specification(
-      $PDL_TYPE_OF_DTYPE{_stored_dtype($self, $keys->[$i], $out)}, $out->dims);
+    $direct = undef if defined $direct && $stored != _dtype_of($out, $keys->[$i]);
+    my $buffer = $direct // PDL->new_from_specification($PDL_TYPE_OF_DTYPE{$stored}, $out->dims);
     my ($t, $k) = _tensor($buffer, $keys->[$i]);
     $tensors .= $t;
     CORE::push @keep_t, $k;

@@ -13,7 +13,7 @@ use strict;
 use warnings;
 use Carp qw(croak);
 use Scalar::Util qw(blessed);
-use FFI::Platypus::Buffer qw(scalar_to_buffer buffer_to_scalar);
+use FFI::Platypus::Buffer qw(buffer_to_scalar);
 use PDL::Lite;
 
 our $VERSION = '0.1.0';
