@@ -174,8 +174,8 @@ absl::Status LocalStore::Checkpoint(const std::string& /*dir*/) {
 absl::Status LocalStore::DoSetOptimizer(const OptimizerConfig& config) {
   ASSIGN_OR_RETURN(std::unique_ptr<kvstore::Updater> optimizer, MakeOptimizer(config));
   absl::MutexLock lock(&mu_);
-  store_.SetUpdater(std::move(optimizer));
-  return absl::OkStatus();
+  RETURN_IF_ERROR(CheckKeepsState(config, store_.updater_name()));
+  return store_.SetUpdater(std::move(optimizer), config.keep_state);
 }
 
 absl::Status LocalStore::DoSetGradientCompression(const CompressionParams& params) {
@@ -271,8 +271,7 @@ absl::Status LocalStore::Wait(absl::Span<const Key> /*keys*/) {
 absl::Status LocalStore::SetUpdater(Updater updater) {
   if (!updater) return absl::InvalidArgumentError("updater is empty");
   absl::MutexLock lock(&mu_);
-  store_.SetUpdater(MakeFunctionUpdater("user", std::move(updater)));
-  return absl::OkStatus();
+  return store_.SetUpdater(MakeFunctionUpdater("user", std::move(updater)));
 }
 
 absl::StatusOr<int> LocalStore::NumDeadNodes(NodeGroup /*group*/, absl::Duration /*timeout*/) {

@@ -28,6 +28,9 @@ const std::map<std::string, std::set<std::string>>& Accepted() {
       {"lamb", {"beta1", "beta2", "epsilon", "lower_bound", "upper_bound", "bias_correction"}},
       {"lars", {"momentum", "eta", "epsilon"}},
       {"test", {}},
+      {"torch_sgd", {"momentum", "nesterov"}},
+      {"torch_adam", {"beta1", "beta2", "epsilon"}},
+      {"torch_adamw", {"beta1", "beta2", "epsilon"}},
   };
   return *accepted;
 }
@@ -111,6 +114,7 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
       {"upper_bound", c.upper_bound},
       {"bias_correction",
        c.bias_correction ? std::optional<double>(*c.bias_correction) : std::nullopt},
+      {"nesterov", c.nesterov ? std::optional<double>(*c.nesterov) : std::nullopt},
   };
   for (const auto& [field, value] : set) {
     if (!value.has_value()) continue;
@@ -146,6 +150,21 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
       return absl::InvalidArgumentError(
           absl::StrCat("optimizer ", c.name, ": ", field, " must be finite, got ", value));
     }
+  }
+  for (const auto& [field, multipliers] :
+       std::vector<std::pair<const char*, const std::map<std::string, double>*>>{
+           {"lr_mult", &c.lr_mult}, {"wd_mult", &c.wd_mult}}) {
+    for (const auto& [key, value] : *multipliers) {
+      if (!Finite(value)) {
+        return absl::InvalidArgumentError(absl::StrCat("optimizer ", c.name, ": ", field,
+                                                       " of key \"", key, "\" must be finite, got ",
+                                                       value));
+      }
+    }
+  }
+  if (c.nesterov.value_or(false) && c.momentum.value_or(0.0) == 0.0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer ", c.name, ": nesterov needs a momentum other than 0"));
   }
   return ValidateSchedule(c.lr_scheduler);
 }

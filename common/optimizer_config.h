@@ -8,6 +8,7 @@
 #define KVSTORE_COMMON_OPTIMIZER_CONFIG_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,7 +40,9 @@ struct LrScheduleConfig {
 
 struct OptimizerConfig {
   // "sgd", "nag", "adam", "adamw", "adagrad", "rmsprop", "adadelta", "adamax", "nadam", "ftrl",
-  // "signum", "lamb", "lars" or "test".
+  // "signum", "lamb", "lars" or "test"; or PyTorch's forms of three of them, "torch_sgd",
+  // "torch_adam" and "torch_adamw" (torch.optim's formulas, docs/optimizers.md), which
+  // kvstore.torch maps a torch optimizer to when it runs on the servers.
   std::string name = "sgd";
   // Unset: the optimizer's MXNet default (e.g. 0.1 for sgd, 0.001 for adam).
   std::optional<double> learning_rate;
@@ -63,10 +66,27 @@ struct OptimizerConfig {
   std::optional<double> lower_bound;     // lamb
   std::optional<double> upper_bound;     // lamb
   std::optional<bool> bias_correction;   // lamb; adamw's correct_bias
+  std::optional<bool> nesterov;          // torch_sgd
   // float16 / bfloat16 weights are always updated through a float32 master copy with float32
   // state (MXNet's multi_precision); the flag is accepted for compatibility.
   bool multi_precision = true;
   LrScheduleConfig lr_scheduler;
+
+  // Per-key multipliers (MXNet's set_lr_mult / set_wd_mult), by the key's text (a string key
+  // as it is, an int key in decimal): a key's learning rate is the scheduled rate times its
+  // lr_mult, its wd the wd times its wd_mult; 1 for keys not listed.
+  std::map<std::string, double> lr_mult;
+  std::map<std::string, double> wd_mult;
+  // When not empty, the optimizer updates only the string keys that begin with key_prefix;
+  // every other key stores what it receives (ASSIGN: a dist_sync round's sum), as it would
+  // without an optimizer. kvstore.torch keeps its broadcasts and sums beside the weights the
+  // servers optimise this way.
+  std::string key_prefix;
+  // SetOptimizer with keep_state carries the running optimizer's state (moments, update
+  // counts, master weights) over to the new hyper-parameters instead of starting afresh: a
+  // learning-rate change in the middle of training. The running optimizer must have the same
+  // name (FailedPrecondition naming both otherwise).
+  bool keep_state = false;
 };
 
 // OptimizerNames lists the supported names.

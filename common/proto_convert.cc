@@ -74,7 +74,12 @@ void OptimizerConfigToProto(const OptimizerConfig& config, proto::OptimizerConfi
   });
   if (c.centered) out->set_centered(*c.centered);
   if (c.bias_correction) out->set_bias_correction(*c.bias_correction);
+  if (c.nesterov) out->set_nesterov(*c.nesterov);
   out->set_multi_precision(c.multi_precision);
+  out->mutable_lr_mult()->insert(c.lr_mult.begin(), c.lr_mult.end());
+  out->mutable_wd_mult()->insert(c.wd_mult.begin(), c.wd_mult.end());
+  out->set_key_prefix(c.key_prefix);
+  out->set_keep_state(c.keep_state);
   const LrScheduleConfig& s = c.lr_scheduler;
   proto::LrSchedule* p = out->mutable_lr_scheduler();
   p->set_type(s.type);
@@ -102,7 +107,12 @@ OptimizerConfig OptimizerConfigFromProto(const proto::OptimizerConfig& p) {
   });
   if (p.has_centered()) c.centered = p.centered();
   if (p.has_bias_correction()) c.bias_correction = p.bias_correction();
+  if (p.has_nesterov()) c.nesterov = p.nesterov();
   c.multi_precision = p.multi_precision();
+  c.lr_mult.insert(p.lr_mult().begin(), p.lr_mult().end());
+  c.wd_mult.insert(p.wd_mult().begin(), p.wd_mult().end());
+  c.key_prefix = p.key_prefix();
+  c.keep_state = p.keep_state();
   const proto::LrSchedule& s = p.lr_scheduler();
   c.lr_scheduler.type = s.type();
   c.lr_scheduler.step = s.step();

@@ -365,7 +365,12 @@ OptimizerConfig ToOptimizerConfig(const std::string& name, const py::dict& p) {
   c.lower_bound = Opt<double>(p, "lower_bound");
   c.upper_bound = Opt<double>(p, "upper_bound");
   c.bias_correction = Opt<bool>(p, "bias_correction");
+  c.nesterov = Opt<bool>(p, "nesterov");
   if (auto v = Opt<bool>(p, "multi_precision")) c.multi_precision = *v;
+  if (auto v = Opt<std::map<std::string, double>>(p, "lr_mult")) c.lr_mult = *v;
+  if (auto v = Opt<std::map<std::string, double>>(p, "wd_mult")) c.wd_mult = *v;
+  if (auto v = Opt<std::string>(p, "key_prefix")) c.key_prefix = *v;
+  if (auto v = Opt<bool>(p, "keep_state")) c.keep_state = *v;
   if (p.contains("lr_scheduler") && !p["lr_scheduler"].is_none()) {
     py::dict s = p["lr_scheduler"];
     LrScheduleConfig& l = c.lr_scheduler;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,6 +46,7 @@ Hyper Resolve(const OptimizerConfig& c) {
   h.rho = c.rho.value_or(0.9);
   h.centered = c.centered.value_or(false);
   h.bias_correction = c.bias_correction.value_or(true);
+  h.nesterov = c.nesterov.value_or(false);
   h.clip_weights = c.clip_weights.value_or(-1);
   h.schedule_decay = c.schedule_decay.value_or(0.004);
   h.lamda1 = c.lamda1.value_or(0.01);
@@ -59,7 +62,12 @@ Hyper Resolve(const OptimizerConfig& c) {
 class Optimizer final : public Updater {
  public:
   // The step rule is chosen here, once (optimizer_steps.h).
-  Optimizer(Hyper h, StepFunctions steps) : h_(std::move(h)), steps_(steps) {}
+  Optimizer(Hyper h, StepFunctions steps, const OptimizerConfig& config)
+      : h_(std::move(h)),
+        steps_(steps),
+        lr_mult_(config.lr_mult),
+        wd_mult_(config.wd_mult),
+        key_prefix_(config.key_prefix) {}
 
   absl::Status Update(const Key& key, const Tensor& received, Tensor* stored) override {
     return UpdateAt(key, 0, received, stored);
@@ -67,6 +75,10 @@ class Optimizer final : public Updater {
 
   absl::Status UpdateAt(const Key& key, int64_t offset, const Tensor& received,
                         Tensor* stored) override {
+    if (!Optimizes(key)) {
+      std::memcpy(stored->data(), received.data(), stored->byte_size());
+      return absl::OkStatus();
+    }
     if (!IsFloatingPoint(stored->dtype())) {
       return absl::InvalidArgumentError(
           absl::StrCat("optimizer ", h_.name, " updates float values only; key ", key.Quoted(),
@@ -78,17 +90,25 @@ class Optimizer final : public Updater {
     int64_t seen = num_update_.load();
     while (t > seen && !num_update_.compare_exchange_weak(seen, t)) {
     }
-    const double lr = ScheduledLearningRate(h_.schedule, h_.lr, std::max(t, seen));
+    const std::string text = lr_mult_.empty() && wd_mult_.empty() ? std::string() : key.ToString();
+    const double lr =
+        ScheduledLearningRate(h_.schedule, h_.lr, std::max(t, seen)) * Multiplier(lr_mult_, text);
+    std::optional<Hyper> scaled;  // h_ with the key's wd, when it has a wd_mult.
+    if (const auto it = wd_mult_.find(text); it != wd_mult_.end()) {
+      scaled = h_;
+      scaled->wd *= it->second;
+    }
+    const Hyper& h = scaled ? *scaled : h_;
     const bool skip_lars = key.is_string() && (absl::EndsWith(key.str_key(), "gamma") ||
                                                absl::EndsWith(key.str_key(), "beta") ||
                                                absl::EndsWith(key.str_key(), "bias"));
     switch (stored->dtype()) {
       case DType::kFloat32:
-        steps_.f32(h_, &state, t, lr, skip_lars, received.data_as<const float>(),
+        steps_.f32(h, &state, t, lr, skip_lars, received.data_as<const float>(),
                    stored->data_as<float>(), n);
         break;
       case DType::kFloat64:
-        steps_.f64(h_, &state, t, lr, skip_lars, received.data_as<const double>(),
+        steps_.f64(h, &state, t, lr, skip_lars, received.data_as<const double>(),
                    stored->data_as<double>(), n);
         break;
       default: {
@@ -101,7 +121,7 @@ class Optimizer final : public Updater {
         const bool bf16 = stored->dtype() == DType::kBFloat16;
         const auto* g = received.data_as<const uint16_t>();
         for (int64_t i = 0; i < n; ++i) grad[i] = bf16 ? BFloat16ToFloat(g[i]) : HalfToFloat(g[i]);
-        steps_.f32(h_, &state, t, lr, skip_lars, grad.data(), state.master.data(), n);
+        steps_.f32(h, &state, t, lr, skip_lars, grad.data(), state.master.data(), n);
         auto* w = stored->data_as<uint16_t>();
         for (int64_t i = 0; i < n; ++i) {
           w[i] = bf16 ? FloatToBFloat16(state.master[i]) : FloatToHalf(state.master[i]);
@@ -195,7 +215,29 @@ class Optimizer final : public Updater {
     return absl::OkStatus();
   }
 
+  // TakeState moves the state of a running optimizer of the same name (SetOptimizer with
+  // keep_state); another updater's state through SaveState and LoadState.
+  absl::Status TakeState(Updater* previous) override {
+    auto* same = dynamic_cast<Optimizer*>(previous);
+    if (same == nullptr || same->h_.name != h_.name) return Updater::TakeState(previous);
+    absl::MutexLock theirs(&same->mu_);
+    absl::MutexLock ours(&mu_);
+    states_ = std::move(same->states_);
+    same->states_.clear();
+    num_update_.store(same->num_update_.load());
+    return absl::OkStatus();
+  }
+
  private:
+  bool Optimizes(const Key& key) const {
+    return key_prefix_.empty() || (key.is_string() && absl::StartsWith(key.str_key(), key_prefix_));
+  }
+  static double Multiplier(const std::map<std::string, double>& multipliers,
+                           const std::string& text) {
+    const auto it = multipliers.find(text);
+    return it == multipliers.end() ? 1.0 : it->second;
+  }
+
   // State returns the state of (key, offset); calls for different parts may run concurrently
   // (node_hash_map keeps each state where it is).
   PartState& State(const Key& key, int64_t offset) {
@@ -205,6 +247,8 @@ class Optimizer final : public Updater {
 
   const Hyper h_;
   const StepFunctions steps_;
+  const std::map<std::string, double> lr_mult_, wd_mult_;
+  const std::string key_prefix_;
   std::atomic<int64_t> num_update_{0};
   mutable absl::Mutex mu_;
   absl::node_hash_map<std::pair<Key, int64_t>, PartState> states_ ABSL_GUARDED_BY(mu_);
@@ -212,9 +256,17 @@ class Optimizer final : public Updater {
 
 }  // namespace
 
+absl::Status CheckKeepsState(const OptimizerConfig& config, absl::string_view running) {
+  if (!config.keep_state || running == config.name) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("SetOptimizer with keep_state: the running updater is \"", running,
+                   "\", not the optimizer \"", config.name, "\"; set it without keep_state first"));
+}
+
 double DefaultLearningRate(absl::string_view name) {
   if (name == "sgd" || name == "nag" || name == "ftrl" || name == "lars") return 0.1;
-  if (name == "adam" || name == "adamw" || name == "rmsprop" || name == "nadam" || name == "lamb") {
+  if (name == "adam" || name == "adamw" || name == "rmsprop" || name == "nadam" || name == "lamb" ||
+      name == "torch_adam" || name == "torch_adamw") {
     return 0.001;
   }
   if (name == "adamax") return 0.002;
@@ -277,7 +329,8 @@ absl::StatusOr<OptimizerConfig> ParseOptimizerText(absl::string_view name, absl:
       .Number("eta", &c.eta)
       .Number("lower_bound", &c.lower_bound)
       .Number("upper_bound", &c.upper_bound)
-      .Flag("bias_correction", &c.bias_correction);
+      .Flag("bias_correction", &c.bias_correction)
+      .Flag("nesterov", &c.nesterov);
   RETURN_IF_ERROR(fields.Parse(text));
   RETURN_IF_ERROR(ValidateOptimizerConfig(c));
   return c;
@@ -302,7 +355,7 @@ absl::StatusOr<std::unique_ptr<Updater>> MakeOptimizer(const OptimizerConfig& co
   RETURN_IF_ERROR(ValidateOptimizerConfig(config));
   absl::StatusOr<StepFunctions> steps = optimizer_internal::StepsFor(config.name);
   if (!steps.ok()) return steps.status();
-  return std::unique_ptr<Updater>(new Optimizer(Resolve(config), *steps));
+  return std::unique_ptr<Updater>(new Optimizer(Resolve(config), *steps, config));
 }
 
 }  // namespace kvstore

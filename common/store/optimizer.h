@@ -51,6 +51,11 @@ absl::Status RegisterOptimizers(UpdaterRegistry* registry);
 // `base_lr` and `schedule` (the base rate itself without a schedule).
 double ScheduledLearningRate(const LrScheduleConfig& schedule, double base_lr, int64_t num_update);
 
+// CheckKeepsState returns FailedPrecondition naming both when `config` asks to keep the state
+// of the running updater (keep_state) and that updater, named `running`, is another one; OK
+// otherwise.
+absl::Status CheckKeepsState(const OptimizerConfig& config, absl::string_view running);
+
 // DefaultLearningRate returns MXNet's default learning rate of optimizer `name`.
 double DefaultLearningRate(absl::string_view name);
 

@@ -103,6 +103,10 @@ struct Step {
   void Lamb();
   void Momentum(bool lars);
   void AdamUpdate(bool decoupled);
+  void TorchSgd();
+  void TorchAdam();
+  void TorchAdamW();
+  void TorchAdamUpdate(bool decoupled);
 
   const Hyper& h;
   PartState* state;
@@ -399,6 +403,64 @@ void Step<T>::AdamUpdate(bool decoupled) {
   });
 }
 
+// PyTorch's rules (torch.optim, 1.13's single-tensor forms), in the order torch computes them.
+// torch_sgd keeps the learning rate out of its momentum buffer (buf = momentum*buf + g;
+// w -= lr*buf, or lr*(g + momentum*buf) with nesterov), so a rate changed mid-training scales
+// the whole step, as in torch; MXNet's sgd folds each step's rate into its momentum.
+template <typename T>
+void Step<T>::TorchSgd() {
+  const T m = static_cast<T>(h.momentum);
+  if (h.momentum == 0) {
+    ParallelFor(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) w[i] += -lr * Pre(i);
+    });
+    return;
+  }
+  T* buf = Zeroed(s.a, n).data();
+  const bool nesterov = h.nesterov;
+  ParallelFor(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const T g = Pre(i);
+      buf[i] = buf[i] * m + g;
+      w[i] += -lr * (nesterov ? g + m * buf[i] : buf[i]);
+    }
+  });
+}
+
+template <typename T>
+void Step<T>::TorchAdam() {
+  TorchAdamUpdate(false);
+}
+
+template <typename T>
+void Step<T>::TorchAdamW() {
+  TorchAdamUpdate(true);
+}
+
+// torch's Adam puts epsilon after the bias correction of the second moment
+// (sqrt(v)/sqrt(1 - beta2^t) + eps); AdamW first decays the weights by lr*wd, then steps on
+// the raw gradient.
+template <typename T>
+void Step<T>::TorchAdamUpdate(bool decoupled) {
+  const T b1 = static_cast<T>(h.beta1), b2 = static_cast<T>(h.beta2);
+  const T c1m = static_cast<T>(1.0 - h.beta1), c2m = static_cast<T>(1.0 - h.beta2);
+  const T eps = static_cast<T>(h.epsilon);
+  const T step = static_cast<T>(lr_now / (1.0 - std::pow(h.beta1, t)));
+  const T correction2 = static_cast<T>(std::sqrt(1.0 - std::pow(h.beta2, t)));
+  const T keep = static_cast<T>(1.0 - lr_now * h.wd);
+  T* mean = Zeroed(s.a, n).data();
+  T* var = Zeroed(s.b, n).data();
+  ParallelFor(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      if (decoupled) w[i] *= keep;
+      const T g = decoupled ? Raw(i) : Pre(i);
+      mean[i] = mean[i] * b1 + g * c1m;
+      var[i] = var[i] * b2 + g * g * c2m;
+      w[i] += -step * (mean[i] / (std::sqrt(var[i]) / correction2 + eps));
+    }
+  });
+}
+
 // Run makes a Step and runs the rule `Rule` on it: what a StepFunctions entry points at.
 template <typename T, void (Step<T>::*Rule)()>
 void Run(const Hyper& h, PartState* state, int64_t t, double lr_now, bool skip_lars, const T* grad,
@@ -430,6 +492,9 @@ absl::StatusOr<StepFunctions> StepsFor(absl::string_view name) {
       {"ftrl", Entry<&Step<float>::Ftrl, &Step<double>::Ftrl>()},
       {"signum", Entry<&Step<float>::Signum, &Step<double>::Signum>()},
       {"lamb", Entry<&Step<float>::Lamb, &Step<double>::Lamb>()},
+      {"torch_sgd", Entry<&Step<float>::TorchSgd, &Step<double>::TorchSgd>()},
+      {"torch_adam", Entry<&Step<float>::TorchAdam, &Step<double>::TorchAdam>()},
+      {"torch_adamw", Entry<&Step<float>::TorchAdamW, &Step<double>::TorchAdamW>()},
   });
   const auto it = kSteps->find(name);
   if (it == kSteps->end()) {

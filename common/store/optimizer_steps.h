@@ -29,7 +29,7 @@ struct Hyper {
   double lr = 0.01;
   double wd = 0, rescale = 1, clip = -1;
   double momentum = 0, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, rho = 0.9;
-  bool centered = false, bias_correction = true;
+  bool centered = false, bias_correction = true, nesterov = false;
   double clip_weights = -1, schedule_decay = 0.004, lamda1 = 0.01, beta = 1, wd_lh = 0;
   double eta = 0.001;
   std::optional<double> lower_bound, upper_bound;

@@ -85,6 +85,29 @@ struct Reference {
         w[i] -= lr * a[i] / (std::sqrt(b[i]) + eps);
         if (decoupled && wd > 0) w[i] -= lr * wd * w[i];
       }
+    } else if (name == "torch_sgd") {
+      // torch.optim.SGD (dampening 0): buf = m*buf + g, the first step's buf = g.
+      const double m = Get(c.momentum, 0.0);
+      for (size_t i = 0; i < n; ++i) {
+        double d = pre(i);
+        if (m != 0) {
+          a[i] = t == 1 ? d : m * a[i] + d;
+          d = c.nesterov.value_or(false) ? d + m * a[i] : a[i];
+        }
+        w[i] -= lr * d;
+      }
+    } else if (name == "torch_adam" || name == "torch_adamw") {
+      // torch.optim.Adam / AdamW: eps after the corrected second moment; AdamW decays first.
+      const bool decoupled = name == "torch_adamw";
+      const double eps = Get(c.epsilon, 1e-8);
+      for (size_t i = 0; i < n; ++i) {
+        if (decoupled) w[i] *= 1 - lr * wd;
+        const double g = decoupled ? raw(i) : pre(i);
+        a[i] = b1 * a[i] + (1 - b1) * g;
+        b[i] = b2 * b[i] + (1 - b2) * g * g;
+        const double denom = std::sqrt(b[i]) / std::sqrt(1 - std::pow(b2, t)) + eps;
+        w[i] -= lr / (1 - std::pow(b1, t)) * a[i] / denom;
+      }
     } else if (name == "adagrad") {
       for (size_t i = 0; i < n; ++i) {
         const double g = pre(i);
@@ -190,10 +213,12 @@ OptimizerConfig RandomConfig(const std::string& name, TestRng& rng) {
   c.wd = rng.Int(0, 1) ? rng.Uniform(0.0, 0.01) : 0.0;
   c.rescale_grad = rng.Uniform(0.5, 2.0);
   c.clip_gradient = rng.Int(0, 1) ? rng.Uniform(0.5, 3.0) : -1.0;
-  if (name == "sgd" || name == "nag" || name == "lars" || name == "signum") {
+  if (name == "sgd" || name == "nag" || name == "lars" || name == "signum" || name == "torch_sgd") {
     c.momentum = rng.Int(0, 2) == 0 ? 0.0 : rng.Uniform(0.5, 0.95);
   }
-  if (name == "adam" || name == "adamw" || name == "nadam" || name == "lamb" || name == "adamax") {
+  if (name == "torch_sgd" && *c.momentum != 0) c.nesterov = rng.Int(0, 1) == 1;
+  if (name == "adam" || name == "adamw" || name == "nadam" || name == "lamb" || name == "adamax" ||
+      name == "torch_adam" || name == "torch_adamw") {
     c.beta1 = rng.Uniform(0.8, 0.95);
     c.beta2 = rng.Uniform(0.99, 0.999);
   }
@@ -476,6 +501,100 @@ TEST_CASE("Optimizers: the registry makes them from text", "[optimizer]") {
   CHECK(absl::IsInvalidArgument(registry.Create("adam", "lr=nan").status()));
   CHECK(absl::IsInvalidArgument(registry.Create("adam", "beta1=1").status()));
   CHECK(absl::IsInvalidArgument(registry.Create("adam", "beta2=inf").status()));
+}
+
+}  // namespace
+}  // namespace kvstore
+
+namespace kvstore {
+namespace {
+
+// Runs `steps` random gradients through `updater` and `ref` on one key; returns the weights.
+void RunSteps(Updater* updater, Reference* ref, const Key& key, int steps, TestRng& rng,
+              Tensor* weight, std::vector<double>* reference) {
+  for (int step = 0; step < steps; ++step) {
+    const Tensor grad = rng.RandomTensor(DType::kFloat64, weight->shape());
+    REQUIRE(updater->Update(key, grad, weight).ok());
+    ref->Step(*reference, testing::ToDoubles(grad));
+  }
+}
+
+TEST_CASE("Optimizers: keep_state changes hyper-parameters and carries the state over",
+          "[optimizer][state]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  for (const std::string name : {"torch_sgd", "torch_adam", "torch_adamw", "adam"}) {
+    INFO(name);
+    OptimizerConfig c = RandomConfig(name, rng);
+    if (name == "torch_sgd") c.momentum = 0.9;
+    auto first = MakeOptimizer(c);
+    REQUIRE(first.ok());
+    Tensor weight = rng.RandomTensor(DType::kFloat64, {rng.Int(20, 90)});
+    std::vector<double> reference = testing::ToDoubles(weight);
+    Reference ref{c};
+    RunSteps(first->get(), &ref, Key("w"), 3, rng, &weight, &reference);
+    // A learning-rate change, as a torch scheduler makes it: the reference keeps its state.
+    c.learning_rate = *c.learning_rate * rng.Uniform(0.1, 0.5);
+    c.wd = rng.Uniform(0.0, 0.01);
+    c.keep_state = true;
+    ref.c = c;
+    auto second = MakeOptimizer(c);
+    REQUIRE(second.ok());
+    REQUIRE(CheckKeepsState(c, (*first)->name()).ok());
+    REQUIRE((*second)->TakeState(first->get()).ok());
+    RunSteps(second->get(), &ref, Key("w"), 3, rng, &weight, &reference);
+    CHECK(RelativeError(testing::ToDoubles(weight), reference) < 1e-12);
+    // Without the state the same steps give other weights: the carried state mattered.
+    CHECK((*second)->SaveState().parts.at(0).updates == 6);
+  }
+  OptimizerConfig adam;
+  adam.name = "adam";
+  adam.keep_state = true;
+  const absl::Status refused = CheckKeepsState(adam, "sgd");
+  CHECK(absl::IsFailedPrecondition(refused));
+  CHECK(refused.message().find("\"sgd\"") != absl::string_view::npos);
+  CHECK(refused.message().find("\"adam\"") != absl::string_view::npos);
+  adam.keep_state = false;
+  CHECK(CheckKeepsState(adam, "sgd").ok());
+}
+
+TEST_CASE("Optimizers: key_prefix leaves other keys to ASSIGN; lr_mult and wd_mult scale per key",
+          "[optimizer]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  OptimizerConfig c = RandomConfig("torch_sgd", rng);
+  c.momentum = 0.5;
+  c.wd = 0.01;
+  c.key_prefix = "torch/opt/";
+  c.lr_mult = {{"torch/opt/b", rng.Uniform(0.1, 3.0)}};
+  c.wd_mult = {{"torch/opt/b", 0.0}, {"torch/opt/c", rng.Uniform(2.0, 5.0)}};
+  auto updater = MakeOptimizer(c);
+  REQUIRE(updater.ok());
+  for (const std::string key : {"torch/opt/a", "torch/opt/b", "torch/opt/c"}) {
+    INFO(key);
+    OptimizerConfig scaled = c;
+    scaled.learning_rate = *c.learning_rate * (c.lr_mult.count(key) ? c.lr_mult.at(key) : 1.0);
+    scaled.wd = c.wd * (c.wd_mult.count(key) ? c.wd_mult.at(key) : 1.0);
+    Reference ref{scaled};
+    Tensor weight = rng.RandomTensor(DType::kFloat64, {rng.Int(20, 90)});
+    std::vector<double> reference = testing::ToDoubles(weight);
+    RunSteps(updater->get(), &ref, Key(key), 4, rng, &weight, &reference);
+    CHECK(RelativeError(testing::ToDoubles(weight), reference) < 1e-12);
+  }
+  // Keys outside the prefix, integer ones and integer values included, store what they get.
+  for (const Key& key : {Key("params/w"), Key(7)}) {
+    for (DType dtype : {DType::kFloat32, DType::kInt64}) {
+      Tensor stored = rng.RandomTensor(dtype, {5});
+      const Tensor received = rng.RandomTensor(dtype, {5});
+      REQUIRE((*updater)->Update(key, received, &stored).ok());
+      CHECK(testing::ToDoubles(stored) == testing::ToDoubles(received));
+    }
+  }
+  CHECK((*updater)->SaveState().parts.size() == 3);
+  c.lr_mult["x"] = std::nan("");
+  const absl::Status refused = MakeOptimizer(c).status();
+  CHECK(absl::IsInvalidArgument(refused));
+  CHECK(refused.message().find("lr_mult of key \"x\"") != absl::string_view::npos);
 }
 
 }  // namespace

@@ -202,9 +202,11 @@ absl::StatusOr<TensorSpec> ShardStore::Spec(const Key& key) const {
   return TensorSpec{stored->dtype(), stored->shape()};
 }
 
-void ShardStore::SetUpdater(std::unique_ptr<Updater> updater) {
+absl::Status ShardStore::SetUpdater(std::unique_ptr<Updater> updater, bool keep_state) {
   absl::MutexLock lock(&mu_);
+  if (keep_state) RETURN_IF_ERROR(updater->TakeState(updater_.get()));
   updater_ = std::move(updater);
+  return absl::OkStatus();
 }
 
 std::string ShardStore::updater_name() const {

@@ -86,8 +86,10 @@ class ShardStore {
   // Spec returns the dtype and shape stored under `key`; NotFound when absent.
   absl::StatusOr<TensorSpec> Spec(const Key& key) const;
 
-  // SetUpdater replaces the updater for every later push.
-  void SetUpdater(std::unique_ptr<Updater> updater);
+  // SetUpdater replaces the updater for every later push; with `keep_state` the new updater
+  // takes the old one's state first (Updater::TakeState), and on an error from that the old
+  // updater stays and the error is returned.
+  absl::Status SetUpdater(std::unique_ptr<Updater> updater, bool keep_state = false);
   // updater_name returns the current updater's name.
   std::string updater_name() const;
 

@@ -99,7 +99,7 @@ TEST_CASE("ShardStore: SUM accumulates and ASSIGN replaces", "[server][core]") {
   // Each push rounds to the dtype once: 5 roundings of values up to 24 in magnitude.
   REQUIRE(testing::MaxAbsDiff(ToDoubles(out), reference) <= testing::Tolerance(dtype, 5, 24));
 
-  store.SetUpdater(MakeAssignUpdater());
+  REQUIRE(store.SetUpdater(MakeAssignUpdater()).ok());
   REQUIRE(store.updater_name() == "assign");
   REQUIRE(store.Push({{0, last}}).ok());
   REQUIRE(store.Pull(keys, outs).ok());

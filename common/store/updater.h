@@ -98,6 +98,14 @@ class Updater {
         absl::StrCat("the updater \"", name(), "\" keeps no state; the saved state is of ",
                      state.optimizer.empty() ? "another updater" : state.optimizer));
   }
+
+  // TakeState carries `previous`'s state over to this updater when it replaces it (SetOptimizer
+  // with keep_state): by default LoadState(previous->SaveState()) over every part; optimizers
+  // move it. Errors as LoadState's; `previous` is not used afterwards. Not to be called while
+  // updates run on either.
+  virtual absl::Status TakeState(Updater* previous) {
+    return LoadState(previous->SaveState(), nullptr);
+  }
 };
 
 // UpdateFunction is the form of a user updater in the SDK (MXNet's `_set_updater`).

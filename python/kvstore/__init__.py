@@ -91,6 +91,7 @@ _OPTIMIZER_PARAMS = frozenset([
     "learning_rate", "wd", "rescale_grad", "clip_gradient", "momentum", "beta1", "beta2",
     "epsilon", "rho", "centered", "clip_weights", "schedule_decay", "lamda1", "beta", "wd_lh",
     "eta", "lower_bound", "upper_bound", "bias_correction", "multi_precision", "lr_scheduler",
+    "nesterov", "lr_mult", "wd_mult", "key_prefix", "keep_state",
 ])
 _SCHEDULE_PARAMS = frozenset([
     "type", "step", "steps", "factor", "stop_factor_lr", "max_update", "final_lr", "pwr",
@@ -546,15 +547,20 @@ class KVStore:
         Args:
             optimizer: a name from :func:`optimizer_names` ("sgd", "nag", "adam", "adamw",
                 "adagrad", "rmsprop", "adadelta", "adamax", "nadam", "ftrl", "signum",
-                "lamb", "lars", "test"), or a dict with "name" and hyper-parameters.
+                "lamb", "lars", "test", and PyTorch's forms "torch_sgd", "torch_adam",
+                "torch_adamw"), or a dict with "name" and hyper-parameters.
             **hyper: MXNet's hyper-parameters by name: learning_rate, wd, rescale_grad,
                 clip_gradient, momentum, beta1, beta2, epsilon, rho, centered, clip_weights,
                 schedule_decay, lamda1, beta, wd_lh, eta, lower_bound, upper_bound,
-                bias_correction, multi_precision, and lr_scheduler (a dict with type
-                "factor", "multifactor", "poly" or "cosine", step, steps, factor,
-                stop_factor_lr, max_update, final_lr, pwr, warmup_steps, warmup_begin_lr,
-                warmup_mode).
-        Starts from fresh optimizer state. Returns once every server has it. Raises
+                bias_correction, nesterov (torch_sgd), multi_precision, and lr_scheduler (a
+                dict with type "factor", "multifactor", "poly" or "cosine", step, steps,
+                factor, stop_factor_lr, max_update, final_lr, pwr, warmup_steps,
+                warmup_begin_lr, warmup_mode). Besides: lr_mult and wd_mult (dicts from a
+                key's text to a multiplier of its learning rate and wd, MXNet's
+                set_lr_mult/set_wd_mult), key_prefix (the optimizer updates only the str keys
+                beginning with it; other keys store what they receive), keep_state (carry the
+                running optimizer's state over: a learning-rate change mid-training).
+        Starts from fresh optimizer state unless keep_state. Returns once every server has it. Raises
         InvalidArgumentError (a ValueError) for an unknown name, a hyper-parameter the
         optimizer does not take or a value out of range; nothing changes then.
         """

@@ -190,6 +190,8 @@ class Context:
         self._waiters = _Waiters()
         self._counters: Dict[str, itertools.count] = {}
         self._pending: "weakref.WeakSet[Handle]" = weakref.WeakSet()
+        # The optimizer of the newest DistributedOptimizer(server_side=True) on this store.
+        self._server_optimizer: Optional["_ServerOptimizer"] = None
 
     def drain(self, timeout: float = 60) -> bool:
         """Waits up to `timeout` seconds for every handle in flight to complete; False when
@@ -215,9 +217,11 @@ class Context:
             counter = self._counters.setdefault(kind, itertools.count())
             return f"{kind}{next(counter)}"
 
-    def ensure_keys(self, names: Sequence[str], like: Sequence[torch.Tensor]) -> List[str]:
-        """The keys of `names`, initialised (to zeros, in one call) where they are new. A name
-        seen before with another shape or dtype is refused, naming it and both."""
+    def ensure_keys(self, names: Sequence[str], like: Sequence[torch.Tensor],
+                    initial: bool = False) -> List[str]:
+        """The keys of `names`, initialised (to zeros, or with `like` itself when `initial`:
+        rank 0's values are stored; in one call) where they are new. A name seen before with
+        another shape or dtype is refused, naming it and both."""
         keys, fresh, values = [], [], []
         with self._lock:
             for name, tensor in zip(names, like):
@@ -230,7 +234,8 @@ class Context:
                 if seen is None:
                     self._shapes[name] = spec
                     fresh.append(_KEY_PREFIX + name)
-                    values.append(torch.zeros(spec[0], dtype=spec[1]))
+                    values.append(tensor.detach().contiguous() if initial
+                                  else torch.zeros(spec[0], dtype=spec[1]))
                 elif seen != spec:
                     raise InvalidArgumentError(
                         f"kvstore.torch: {name!r} was used with shape {list(seen[0])} and dtype "
@@ -454,15 +459,128 @@ class _Bucket:
         self.ready = 0
         self.handle: Optional[Handle] = None
         self.flat: Optional[torch.Tensor] = None
+        self.out: Optional[torch.Tensor] = None  # On the servers: the pulled weights.
         self.compress_ctx: Any = None
+
+
+class _ServerOptimizer:
+    """The servers' form of a torch optimizer (``DistributedOptimizer(server_side=True)``):
+    which server optimizer runs torch's formula, with which hyper-parameters, for the keys of
+    one optimizer's buckets.
+
+    Each param group's learning rate and weight decay become per-key multipliers of a base of
+    1 (lr_mult, wd_mult: exact), so groups may differ in those two; every other hyper-parameter
+    must be the same in every group. The configuration is read from ``param_groups`` again at
+    every step: a change (a learning-rate scheduler's) is sent to the servers with keep_state,
+    between two barriers, before any worker pushes that step's gradients."""
+
+    # torch class -> (server optimizer, {torch argument: server hyper-parameter}, the
+    # arguments that must keep these values). lr and weight_decay go per key.
+    _FORMS = {
+        "SGD": ("torch_sgd", {"momentum": "momentum", "nesterov": "nesterov"},
+                {"dampening": 0, "maximize": False}),
+        "Adam": ("torch_adam", {"betas": ("beta1", "beta2"), "eps": "epsilon"},
+                 {"amsgrad": False, "maximize": False}),
+        "AdamW": ("torch_adamw", {"betas": ("beta1", "beta2"), "eps": "epsilon"},
+                  {"amsgrad": False, "maximize": False}),
+        "Adagrad": ("adagrad", {"eps": "epsilon"},
+                    {"lr_decay": 0, "initial_accumulator_value": 0, "maximize": False}),
+        "RMSprop": ("rmsprop", {"alpha": "rho", "eps": "epsilon"},
+                    {"momentum": 0, "centered": False, "maximize": False}),
+    }
+    # Arguments of how torch computes, not what: no server counterpart needed.
+    _IGNORED = {"lr", "weight_decay", "params", "foreach", "capturable", "differentiable",
+                "fused", "initial_lr"}
+
+    def __init__(self, optimizer: torch.optim.Optimizer, op: str, size: int,
+                 key_prefix: str) -> None:
+        # The torch.optim class the optimizer is (or derives from).
+        kind = next((c.__name__ for c in type(optimizer).__mro__
+                     if c.__name__ in self._FORMS and c.__module__.startswith("torch.optim")),
+                    type(optimizer).__name__)
+        if kind not in self._FORMS:
+            raise NotImplementedError(
+                f"DistributedOptimizer(server_side=True): torch.optim.{kind} has no form on "
+                f"the servers (SGD, Adam, AdamW, Adagrad and RMSprop have); use "
+                f"server_side=False")
+        self.name, self._mapped, self._fixed = self._FORMS[kind]
+        self._kind = kind
+        self._optimizer = optimizer
+        self.rescale = 1.0 / size if op == Average else 1.0
+        self.key_prefix = key_prefix
+        self.group_keys: List[List[str]] = [[] for _ in optimizer.param_groups]
+        self.sent: Optional[Dict[str, Any]] = None
+        self.retired = False  # A later server-side optimizer replaced this one on the store.
+        self.config()  # Refuses what cannot be mapped now, not at the first step.
+
+    def config(self) -> Dict[str, Any]:
+        """The server optimizer's configuration for the param groups as they are now."""
+        shared: Optional[Dict[str, Any]] = None
+        lr_mult: Dict[str, float] = {}
+        wd_mult: Dict[str, float] = {}
+        for index, group in enumerate(self._optimizer.param_groups):
+            values: Dict[str, Any] = {}
+            for arg, value in group.items():
+                if arg in self._IGNORED:
+                    continue
+                if arg in self._fixed:
+                    if bool(value) != bool(self._fixed[arg]):
+                        raise NotImplementedError(
+                            f"DistributedOptimizer(server_side=True): torch.optim.{self._kind}"
+                            f" with {arg}={value!r} has no form on the servers (only "
+                            f"{arg}={self._fixed[arg]!r}); use server_side=False")
+                    continue
+                if arg not in self._mapped:
+                    raise NotImplementedError(
+                        f"DistributedOptimizer(server_side=True): torch.optim.{self._kind}'s "
+                        f"argument {arg!r} has no form on the servers; use server_side=False")
+                target = self._mapped[arg]
+                if isinstance(target, tuple):
+                    values.update({t: float(v) for t, v in zip(target, value)})
+                else:
+                    values[target] = value if isinstance(value, bool) else float(value)
+            if values.get("nesterov") is False:
+                del values["nesterov"]
+            if shared is None:
+                shared = values
+            elif values != shared:
+                differing = sorted(k for k in set(values) | set(shared)
+                                   if values.get(k) != shared.get(k))
+                raise NotImplementedError(
+                    f"DistributedOptimizer(server_side=True): param group {index} differs from "
+                    f"group 0 in {', '.join(differing)}; on the servers groups may differ in "
+                    f"lr and weight_decay only")
+            for key in self.group_keys[index]:
+                lr_mult[key] = float(group["lr"])
+                wd_mult[key] = float(group.get("weight_decay", 0.0))
+        return dict(shared or {}, learning_rate=1.0, wd=1.0, rescale_grad=self.rescale,
+                    lr_mult=lr_mult, wd_mult=wd_mult, key_prefix=self.key_prefix)
+
+    def send_if_changed(self, ctx: "Context") -> None:
+        """Sends the configuration when it is new or changed: every worker calls this at the
+        same point of the same step (before pushing it). Rank 0 sends it between barriers, so
+        no push of this step reaches a server before it (keep_state after the first time)."""
+        config = self.config()
+        if config == self.sent:
+            return
+        store = ctx.store
+        store.barrier()
+        if ctx.rank == 0:
+            store.set_optimizer(self.name, keep_state=self.sent is not None, **config)
+        store.barrier()
+        self.sent = config
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     """The methods a :func:`DistributedOptimizer` adds to the wrapped optimizer's class."""
 
     def _kv_setup(self, ctx: Context, named_parameters, compression, backward_passes_per_step,
-                  op, bucket_bytes) -> None:
+                  op, bucket_bytes, server_side) -> None:
         _check_op(op)
+        if server_side and compression is not Compression.none:
+            raise InvalidArgumentError(
+                "DistributedOptimizer(server_side=True) sends gradients in the parameters' "
+                "dtype: compression must be Compression.none")
         if backward_passes_per_step < 1:
             raise InvalidArgumentError(
                 f"DistributedOptimizer: backward_passes_per_step is >= 1, not "
@@ -499,16 +617,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if p.requires_grad:
                 trained.append(p)
         # Buckets in the order backward reaches the parameters (the reverse of the model's),
-        # each of one dtype and about bucket_bytes; the last (the model's first layers, needed
-        # first by the next forward) gets the highest priority.
+        # each of one dtype (and, on the servers, one param group) and about bucket_bytes; the
+        # last (the model's first layers, needed first by the next forward) gets the highest
+        # priority.
         prefix = ctx.next_name("optimizer")
+        group_of = {id(p): i for i, g in enumerate(self.param_groups) for p in g["params"]}
+        self._kv_server: Optional[_ServerOptimizer] = None
+        if server_side:
+            self._kv_server = _ServerOptimizer(self, op, ctx.size, f"{_KEY_PREFIX}{prefix}/")
         self._kv_buckets: List[_Bucket] = []
         current: List[torch.nn.Parameter] = []
         current_bytes = 0
         for p in reversed(trained):
             nbytes = p.numel() * p.element_size()
             if current and (current_bytes + nbytes > bucket_bytes or
-                            current[0].dtype != p.dtype):
+                            current[0].dtype != p.dtype or
+                            (server_side and group_of[id(current[0])] != group_of[id(p)])):
                 self._kv_buckets.append(_Bucket(len(self._kv_buckets), current, ""))
                 current, current_bytes = [], 0
             current.append(p)
@@ -524,7 +648,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             likes.append(flat)
             for p in b.params:
                 self._kv_bucket_of[id(p)] = b
-        ctx.ensure_keys([b.name for b in self._kv_buckets], likes)
+            if server_side:
+                self._kv_server.group_keys[group_of[id(b.params[0])]].append(
+                    _KEY_PREFIX + b.name)
+        if server_side:
+            # One optimizer runs on a store's servers: the newest. Keys are made at the first
+            # step, with the weights.
+            if ctx._server_optimizer is not None:
+                ctx._server_optimizer.retired = True
+            ctx._server_optimizer = self._kv_server
+        else:
+            ctx.ensure_keys([b.name for b in self._kv_buckets], likes)
+        self._kv_step_begun = False
         self._kv_names = names_of
         self._kv_counts: Dict[int, int] = {id(p): 0 for p in trained}
         self._kv_skip = False
@@ -552,8 +687,29 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     self._kv_launch(bucket)
         return hook
 
+    def _kv_begin_server_step(self) -> None:
+        """On the servers, before the first push of a step: the buckets' keys, made once with
+        rank 0's weights, and the optimizer's configuration when it is new or changed."""
+        if self._kv_step_begun:
+            return
+        if self._kv_server.retired:
+            raise FailedPreconditionError(
+                "DistributedOptimizer(server_side=True): a later server-side "
+                "DistributedOptimizer on this store replaced this one's optimizer on the "
+                "servers (one runs per store)")
+        self._kv_step_begun = True
+        c = self._kv
+        if self._kv_server.sent is None:
+            weights = [torch.cat([p.detach().reshape(-1) for p in b.params])
+                       for b in self._kv_buckets]
+            c.ensure_keys([b.name for b in self._kv_buckets], weights, initial=True)
+        self._kv_server.send_if_changed(c)
+
     def _kv_launch(self, bucket: _Bucket) -> None:
-        """Starts the push_pull of a bucket's gradients (zeros for a parameter without one)."""
+        """Starts the push_pull of a bucket's gradients (zeros for a parameter without one);
+        on the servers, the pull brings back the updated weights (into ``bucket.out``)."""
+        if self._kv_server is not None:
+            self._kv_begin_server_step()
         grads = [p.grad.detach().reshape(-1) if p.grad is not None
                  else torch.zeros(p.numel(), dtype=p.dtype) for p in bucket.params]
         flat, bucket.compress_ctx = self._kv_compression.compress(torch.cat(grads))
@@ -561,11 +717,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if flat.data_ptr() == grads[0].data_ptr() and len(grads) == 1:
             flat = flat.clone()
         bucket.flat = flat
+        bucket.out = None if self._kv_server is None else torch.empty_like(flat)
         c = self._kv
         c.start([bucket.name])
         key = _KEY_PREFIX + bucket.name
         try:
-            c.store.pushpull(key, flat, priority=bucket.index, block=False)
+            c.store.pushpull(key, flat, out=bucket.out, priority=bucket.index, block=False)
         except BaseException:
             c.done([bucket.name])
             raise
@@ -578,13 +735,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Waits until every gradient has been averaged over the workers and written into its
         parameter's ``.grad`` (starting the buckets that backward did not complete: a parameter
         without a gradient this step contributes zeros). Call it before changing gradients
-        (clipping), then step inside :meth:`skip_synchronize`."""
+        (clipping), then step inside :meth:`skip_synchronize`. On the servers
+        (``server_side=True``) it waits for the updated weights instead and writes them into
+        the parameters; ``.grad`` keeps this worker's own gradients."""
         for bucket in self._kv_buckets:
             if bucket.handle is None:
                 self._kv_launch(bucket)
         n = self._kv.size
         for bucket in self._kv_buckets:
             bucket.handle.wait()
+        if self._kv_server is not None:
+            self._kv_install_weights()
+            return
         for bucket in self._kv_buckets:
             flat = self._kv_compression.decompress(bucket.flat, bucket.compress_ctx)
             _scale(flat, self._kv_op, n)
@@ -597,16 +759,37 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         p.grad = part.to(p.dtype).clone()
                     else:
                         p.grad.copy_(part)
+        self._kv_reset()
+
+    def _kv_reset(self) -> None:
+        for bucket in self._kv_buckets:
             bucket.handle = None
             bucket.flat = None
+            bucket.out = None
             bucket.ready = 0
         for pid in self._kv_counts:
             self._kv_counts[pid] = 0
+        self._kv_step_begun = False
+
+    def _kv_install_weights(self) -> None:
+        """On the servers: the pulled weights become the parameters' values."""
+        with torch.no_grad():
+            for bucket in self._kv_buckets:
+                offset = 0
+                for p in bucket.params:
+                    p.copy_(bucket.out[offset:offset + p.numel()].view_as(p))
+                    offset += p.numel()
+        self._kv_reset()
 
     @contextlib.contextmanager
     def skip_synchronize(self):
         """Within it, :meth:`step` does not synchronize (Horovod's form for clipping:
         ``synchronize()``, clip, then ``step()`` inside this)."""
+        if self._kv_server is not None:
+            raise FailedPreconditionError(
+                "DistributedOptimizer(server_side=True): the servers apply each gradient as it "
+                "was pushed during backward, so nothing can change it between synchronize() "
+                "and step(); clip before backward ends, or use server_side=False")
         self._kv_skip = True
         try:
             yield
@@ -614,6 +797,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._kv_skip = False
 
     def step(self, closure=None):
+        if self._kv_server is not None:
+            if closure is not None:
+                raise InvalidArgumentError(
+                    "DistributedOptimizer(server_side=True): step() takes no closure (the "
+                    "servers update the weights from the gradients pushed during backward)")
+            self.synchronize()
+            return None
         if not self._kv_skip:
             self.synchronize()
         return super(self.__class__, self).step(closure)
@@ -652,21 +842,22 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,  # noqa: N802 - Horov
         backward_passes_per_step: backward passes accumulated locally before a push.
         op: ``Average`` (default) or ``Sum``.
         bucket_bytes: the size of a bucket.
-        server_side: running the optimizer on the servers is not available yet: True raises
-            ``NotImplementedError`` naming what to use instead.
+        server_side: run the optimizer on the servers (MXNet's update_on_kvstore): each
+            bucket's gradients are pushed during backward and its updated weights pulled back;
+            ``step()`` waits for them and writes them into the parameters. SGD (momentum,
+            nesterov, weight_decay), Adam, AdamW, Adagrad and RMSprop map to the servers'
+            optimizers with torch's formulas; their param groups may differ in lr and
+            weight_decay; a learning-rate scheduler's changes reach the servers at the next
+            step, keeping the optimizer's state. Anything else raises NotImplementedError
+            naming it. One per store.
     """
-    if server_side:
-        raise NotImplementedError(
-            "DistributedOptimizer(server_side=True): running torch optimizers on the servers is "
-            "not available yet; use server_side=False (the optimizer runs on each worker on the "
-            "averaged gradients), or the kvstore package's set_optimizer with push/pull")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                {k: v for k, v in _DistributedOptimizer.__dict__.items()
                 if k not in ("__dict__", "__weakref__", "__module__", "__doc__")})
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
     wrapped._kv_setup(_ctx(ctx), named_parameters, compression, backward_passes_per_step, op,
-                      bucket_bytes)
+                      bucket_bytes, server_side)
     return wrapped
 
 

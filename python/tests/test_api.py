@@ -199,6 +199,37 @@ def test_every_optimizer_with_keyword_hyper_parameters(rng):
     np.testing.assert_allclose(out, 0.5)
 
 
+def test_optimizer_keys_multipliers_and_kept_state(rng):
+    """key_prefix, lr_mult/wd_mult and keep_state through the package, in a local store,
+    against float64 values computed here (torch_sgd: buf = m*buf + g; w -= lr*buf)."""
+    kv = kvstore.create("local")
+    kv.set_optimizer("torch_sgd", learning_rate=1.0, momentum=0.5, key_prefix="opt/",
+                     lr_mult={"opt/b": 0.1}, wd_mult={"opt/b": 0.0}, wd=0.01)
+    w = {k: rng.standard_normal(4) for k in ("opt/a", "opt/b", "other")}
+    kv.init(list(w), [v.copy() for v in w.values()])
+    buf = {k: np.zeros(4) for k in w}
+    lr = {"opt/a": 1.0, "opt/b": 0.1}
+    wd = {"opt/a": 0.01, "opt/b": 0.0}
+    for step in range(4):
+        if step == 2:  # A learning-rate change keeping the momentum.
+            kv.set_optimizer("torch_sgd", learning_rate=0.5, momentum=0.5, key_prefix="opt/",
+                             lr_mult={"opt/b": 0.1}, wd_mult={"opt/b": 0.0}, wd=0.01,
+                             keep_state=True)
+            lr = {k: v * 0.5 for k, v in lr.items()}
+        grads = {k: rng.standard_normal(4) for k in w}
+        kv.push(list(grads), list(grads.values()))
+        for k in ("opt/a", "opt/b"):
+            buf[k] = 0.5 * buf[k] + grads[k] + wd[k] * w[k]
+            w[k] = w[k] - lr[k] * buf[k]
+        w["other"] = grads["other"]  # Outside the prefix: stored as received.
+        for k, expected in w.items():
+            out = np.zeros(4)
+            kv.pull(k, out=out)
+            np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12, err_msg=k)
+    with pytest.raises(kvstore.FailedPreconditionError, match='"torch_sgd".*"adam"'):
+        kv.set_optimizer("adam", keep_state=True)
+
+
 def test_docstrings_and_type_hints():
     import inspect
     import typing

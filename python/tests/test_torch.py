@@ -30,6 +30,23 @@ def test_distributed_optimizer_matches_one_process(tmp_path, rng):
     assert hashes(proc.stdout, 0) == hashes(proc.stdout, 1)
 
 
+def test_optimizer_on_the_servers_matches_one_process(tmp_path, rng):
+    """server_side=True: SGD (nesterov, two param groups, StepLR), SGD over 2 backward passes
+    with a frozen parameter, Adagrad, RMSprop (StepLR), Adam and AdamW (two groups, LambdaLR)
+    run on the servers; every worker's parameters are equal after every step and equal
+    torch.optim's in one process; what cannot be mapped is refused, naming it."""
+    proc = run(tmp_path, rng, "server", timeout=120)
+    assert proc.returncode == 0
+    names = ["server-sgd-nesterov-groups", "server-sgd-2-passes", "server-adagrad",
+             "server-rmsprop", "server-lm-adam-tied", "server-lm-adamw-groups"]
+    for rank in (0, 1):
+        for name in names:
+            assert f"[worker {rank}] ok {name} " in proc.stdout, name
+        assert f"[worker {rank}] ok server-side refusals" in proc.stdout
+    assert len(hashes(proc.stdout, 0)) == len(names) * 8
+    assert hashes(proc.stdout, 0) == hashes(proc.stdout, 1)
+
+
 def test_ddp_comm_hook_matches_ddp_with_gloo(tmp_path, rng):
     proc = run(tmp_path, rng, "hook")
     assert proc.returncode == 0

@@ -118,19 +118,25 @@ def micro_batches(x, y, step, n, passes, batch, seed):
 
 
 def train_pair(name, make_model, make_opt, loss_fn, data, seed, passes=1, clip=None,
-               tolerance=TOLERANCE):
-    """Trains `make_model()` with kvstore.torch's DistributedOptimizer on this worker's
-    micro-batches, and the same model in this process on all of them (the reference)."""
+               tolerance=TOLERANCE, server_side=False, make_sched=None):
+    """Trains `make_model()` with kvstore.torch's DistributedOptimizer (`make_opt(model)`,
+    its optimizer on the servers with `server_side`) on this worker's micro-batches, and the
+    same model in this process on all of them (the reference); `make_sched(optimizer)` makes
+    a learning-rate scheduler stepped after each step on both."""
     rank, n = kvt.rank(), kvt.size()
     torch.manual_seed(seed + 100 * rank)  # Different initial weights: broadcast must fix them.
     model = make_model()
     torch.manual_seed(seed)
     reference = make_model()
-    opt = kvt.DistributedOptimizer(make_opt(model.parameters()),
+    opt = kvt.DistributedOptimizer(make_opt(model),
                                    named_parameters=model.named_parameters(),
-                                   backward_passes_per_step=passes, bucket_bytes=2048)
-    ref_opt = make_opt(reference.parameters())
-    kvt.broadcast_parameters(model.state_dict(), root_rank=0)
+                                   backward_passes_per_step=passes, bucket_bytes=2048,
+                                   server_side=server_side)
+    ref_opt = make_opt(reference)
+    scheds = [make_sched(opt), make_sched(ref_opt)] if make_sched else []
+    # Named by the run: models of other dtypes reuse the parameter names.
+    kvt.broadcast_parameters({f"{name}/{k}": v for k, v in model.state_dict().items()},
+                             root_rank=0)
     if rank != 0:  # The broadcast gave every worker rank 0's initial weights.
         torch.manual_seed(seed)
         assert param_hash(model) == param_hash(make_model()), "broadcast_parameters"
@@ -159,19 +165,87 @@ def train_pair(name, make_model, make_opt, loss_fn, data, seed, passes=1, clip=N
         if clip is not None:
             torch.nn.utils.clip_grad_norm_(reference.parameters(), clip)
         ref_opt.step()
+        for sched in scheds:
+            sched.step()
     check_close(name, model, reference, tolerance)
 
 
 def optimizer_scenario():
     data = digits()
-    sgd = lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9)  # noqa: E731
-    adam = lambda params: torch.optim.Adam(params, lr=1e-3)  # noqa: E731
+    sgd = lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)  # noqa: E731
+    adam = lambda m: torch.optim.Adam(m.parameters(), lr=1e-3)  # noqa: E731
     train_pair("cnn", CNN, sgd, cnn_loss, data, seed=1)
     train_pair("cnn-frozen-bias", lambda: CNN(frozen=True), sgd, cnn_loss, data, seed=2)
     train_pair("cnn-2-passes", CNN, sgd, cnn_loss, data, seed=3, passes=2)
     train_pair("cnn-clipped", CNN, sgd, cnn_loss, data, seed=4, clip=0.5)
     train_pair("lm-adam-tied", lambda: TinyLM().double(), adam, lm_loss, tokens(2048, 5),
                seed=5, tolerance=TOLERANCE_FLOAT64)
+
+
+def two_groups(model, **kwargs):
+    """Param groups as torch users make them: weights with weight decay, biases without and
+    at half the learning rate."""
+    weights = [p for n, p in model.named_parameters() if not n.endswith("bias")]
+    biases = [p for n, p in model.named_parameters() if n.endswith("bias")]
+    return [dict(params=weights, **kwargs),
+            dict(params=biases, lr=kwargs["lr"] / 2, weight_decay=0.0)]
+
+
+def server_scenario():
+    """DistributedOptimizer(server_side=True): torch optimizers run on the servers, with their
+    param groups and learning-rate schedulers, against torch.optim in one process."""
+    x, y = digits()
+    x64 = (x.double(), y)
+    step_lr = lambda opt: torch.optim.lr_scheduler.StepLR(opt, 3, gamma=0.5)  # noqa: E731
+    train_pair("server-sgd-nesterov-groups", CNN,
+               lambda m: torch.optim.SGD(two_groups(m, lr=0.1, weight_decay=1e-3),
+                                         momentum=0.9, nesterov=True),
+               cnn_loss, (x, y), seed=21, server_side=True, make_sched=step_lr)
+    train_pair("server-sgd-2-passes", lambda: CNN(frozen=True),
+               lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.5),
+               cnn_loss, (x, y), seed=22, passes=2, server_side=True)
+    train_pair("server-adagrad", lambda: CNN().double(),
+               lambda m: torch.optim.Adagrad(m.parameters(), lr=0.05, weight_decay=1e-3),
+               cnn_loss, x64, seed=23, server_side=True, tolerance=TOLERANCE_FLOAT64)
+    train_pair("server-rmsprop", lambda: CNN().double(),
+               lambda m: torch.optim.RMSprop(m.parameters(), lr=1e-3, alpha=0.9),
+               cnn_loss, x64, seed=24, server_side=True, tolerance=TOLERANCE_FLOAT64,
+               make_sched=step_lr)
+    lm = lambda: TinyLM().double()  # noqa: E731
+    train_pair("server-lm-adam-tied", lm,
+               lambda m: torch.optim.Adam(m.parameters(), lr=1e-3, weight_decay=1e-4),
+               lm_loss, tokens(2048, 25), seed=25, server_side=True,
+               tolerance=TOLERANCE_FLOAT64)
+    train_pair("server-lm-adamw-groups", lm,
+               lambda m: torch.optim.AdamW(two_groups(m, lr=2e-3, weight_decay=0.05),
+                                           betas=(0.8, 0.99)),
+               lm_loss, tokens(2048, 26), seed=26, server_side=True,
+               tolerance=TOLERANCE_FLOAT64,
+               make_sched=lambda opt: torch.optim.lr_scheduler.LambdaLR(
+                   opt, lambda s: 1.0 / (1 + s)))
+    refusals = {
+        "dampening=0.1": lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9,
+                                                   dampening=0.1),
+        "amsgrad=True": lambda m: torch.optim.Adam(m.parameters(), amsgrad=True),
+        "centered=True": lambda m: torch.optim.RMSprop(m.parameters(), centered=True),
+        "torch.optim.Adadelta": lambda m: torch.optim.Adadelta(m.parameters()),
+        "differs from group 0 in momentum": lambda m: torch.optim.SGD(
+            [dict(params=[m.conv.weight], momentum=0.5), dict(params=[m.conv.bias])],
+            lr=0.1, momentum=0.9),
+    }
+    for expected, make in refusals.items():
+        try:
+            kvt.DistributedOptimizer(make(CNN()), server_side=True)
+            raise AssertionError(f"not refused: {expected}")
+        except NotImplementedError as e:
+            assert expected in str(e), e
+    try:
+        kvt.DistributedOptimizer(torch.optim.SGD(CNN().parameters(), lr=0.1), server_side=True,
+                                 compression=kvt.Compression.fp16)
+        raise AssertionError("fp16 compression on the servers was not refused")
+    except ValueError as e:
+        assert "Compression.none" in str(e), e
+    log("ok server-side refusals")
 
 
 def hook_scenario(directory):
@@ -314,6 +388,8 @@ def main():
     kvt.init()
     if scenario == "optimizer":
         optimizer_scenario()
+    elif scenario == "server":
+        server_scenario()
     elif scenario == "hook":
         hook_scenario(directory)
     elif scenario == "backend":

@@ -43,12 +43,14 @@ absl::StatusOr<std::string> Controller::Run(int head, absl::string_view body) {
         return absl::InvalidArgumentError(
             "SetOptimizer: the body is not a serialized OptimizerConfig");
       }
-      ASSIGN_OR_RETURN(std::unique_ptr<Updater> optimizer,
-                       MakeOptimizer(OptimizerConfigFromProto(config)));
+      const OptimizerConfig typed = OptimizerConfigFromProto(config);
+      ASSIGN_OR_RETURN(std::unique_ptr<Updater> optimizer, MakeOptimizer(typed));
+      RETURN_IF_ERROR(CheckKeepsState(typed, engine_->updater_name()));
       const std::string name(optimizer->name());
-      engine_->SetUpdater(std::move(optimizer));
+      engine_->SetUpdater(std::move(optimizer), typed.keep_state);
       proto::UpdaterSpec spec;
       *spec.mutable_optimizer() = config;
+      spec.mutable_optimizer()->clear_keep_state();  // A restored server loads the state.
       SetUpdaterSpec(std::move(spec));
       return name;
     }

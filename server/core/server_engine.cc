@@ -4,6 +4,8 @@
 // groups in server_engine_groups.cc, snapshots and updater state in server_engine_snapshot.cc.
 #include "server/core/server_engine.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -74,8 +76,11 @@ absl::Status ServerEngine::CheckUpdaterChosen(const Key& key) const {
       "\"sum\") on a worker first, or start the kvservers with --updater=NAME"));
 }
 
-void ServerEngine::SetUpdater(std::unique_ptr<Updater> updater) {
+void ServerEngine::SetUpdater(std::unique_ptr<Updater> updater, bool keep_state) {
   absl::MutexLock lock(&mu_);
+  // A second change before the first took effect keeps the running updater's state only if
+  // both ask to.
+  pending_keeps_state_ = keep_state && (pending_updater_ == nullptr || pending_keeps_state_);
   pending_updater_ = std::move(updater);
   updater_chosen_ = true;
   SwapUpdaterIfIdle();
@@ -95,8 +100,19 @@ void ServerEngine::EndRound(Chunk* chunk) {
 }
 
 void ServerEngine::SwapUpdaterIfIdle() {
-  if (pending_updater_ == nullptr || open_rounds_ > 0) return;
+  // A new updater taking the state waits for the pushes being applied outside rounds too.
+  if (pending_updater_ == nullptr || open_rounds_ > 0 ||
+      (pending_keeps_state_ && pushes_in_flight_ > 0)) {
+    return;
+  }
   absl::MutexLock lock(&updater_mu_);
+  if (pending_keeps_state_) {
+    if (absl::Status s = pending_updater_->TakeState(updater_.get()); !s.ok()) {
+      spdlog::warn("the new updater {} starts without the state of {}: {}",
+                   std::string(pending_updater_->name()), std::string(updater_->name()),
+                   std::string(s.message()));
+    }
+  }
   updater_ = std::move(pending_updater_);
 }
 
@@ -443,9 +459,9 @@ void ServerEngine::EndPush(const std::shared_ptr<PushCall>& call, bool empty,
         chunk->completing = false;
         EndRound(chunk);
       }
-      SwapUpdaterIfIdle();
     }
     for (auto& f : finished) FinishCall(f.get(), &finished_done);
+    SwapUpdaterIfIdle();
   }
   for (Done& d : finished_done) d(error);
 }

@@ -317,7 +317,9 @@ class ServerEngine {
   // SetUpdater replaces the updater (and with it any optimizer state). In dist_sync it takes
   // effect between rounds: at once when no round is open, else when the open rounds have
   // completed - a round never mixes two updaters.
-  void SetUpdater(std::unique_ptr<Updater> updater);
+  // With `keep_state` the new updater takes the state of the one it replaces, at the switch
+  // (Updater::TakeState; a failure there is logged and the new updater starts afresh).
+  void SetUpdater(std::unique_ptr<Updater> updater, bool keep_state = false);
   std::string updater_name() const;
   ShardStore::Stats stats() const;
   // held_bytes returns what the memory budget counts: the stored values' bytes, plus
@@ -525,7 +527,8 @@ class ServerEngine {
   void EndRound(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // MaxRoundStartedLocked is MaxRoundStarted under mu_.
   int64_t MaxRoundStartedLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // SwapUpdaterIfIdle installs the pending updater when no dist_sync round is open.
+  // SwapUpdaterIfIdle installs the pending updater when no dist_sync round is open (and, for
+  // one that takes the running updater's state, no push is being applied).
   void SwapUpdaterIfIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // HoldForCut is true when a push of `chunks` must wait for the cut under way (BeginCut).
   bool HoldForCut(absl::Span<Chunk* const> chunks) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -583,6 +586,7 @@ class ServerEngine {
   int64_t open_group_rounds_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t group_rounds_done_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<Updater> pending_updater_ ABSL_GUARDED_BY(mu_);
+  bool pending_keeps_state_ ABSL_GUARDED_BY(mu_) = false;
   // False while dist_async has no chosen updater (ServerEngineOptions::updater_chosen).
   bool updater_chosen_ ABSL_GUARDED_BY(mu_) = true;
   // CheckUpdaterChosen returns FailedPrecondition naming `key` while a dist_async push would

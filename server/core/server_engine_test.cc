@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <vector>
 
+#include "common/store/optimizer.h"
 #include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
 
@@ -169,6 +170,57 @@ TEST_CASE("ServerEngine: a new updater takes effect between dist_sync rounds",
   // With no round open, the change is immediate.
   engine->SetUpdater(MakeAssignUpdater());
   CHECK(engine->updater_name() == "assign");
+}
+
+TEST_CASE(
+    "ServerEngine: an optimizer set with keep_state takes the running one's state "
+    "between rounds",
+    "[server][sync][updater]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto engine = NewEngine(true, {2, 3});
+  const Tensor init = rng.RandomTensor(DType::kFloat64, {6});
+  REQUIRE(engine->Init(2, {Incoming("torch/w", init)}).ok());
+  OptimizerConfig config;
+  config.name = "torch_sgd";
+  config.momentum = rng.Uniform(0.5, 0.95);
+  config.learning_rate = rng.Uniform(0.05, 0.2);
+  engine->SetUpdater(*MakeOptimizer(config));
+  // The reference: torch's SGD with momentum over the summed pushes, in float64.
+  std::vector<double> w = ToDoubles(init), buf(6, 0.0);
+  double lr = *config.learning_rate;
+  auto round = [&](int request, bool change_midway) {
+    const Tensor a = rng.RandomTensor(DType::kFloat64, {6});
+    const Tensor b = rng.RandomTensor(DType::kFloat64, {6});
+    int acknowledged = 0;
+    auto ack = [&](absl::Status s) {
+      REQUIRE(s.ok());
+      ++acknowledged;
+    };
+    engine->Push(2, request, {Incoming("torch/w", a)}, ack);
+    if (change_midway) {  // The round is open: the change waits for it.
+      config.learning_rate = *config.learning_rate * rng.Uniform(0.2, 0.8);
+      config.keep_state = true;
+      engine->SetUpdater(*MakeOptimizer(config), /*keep_state=*/true);
+    }
+    engine->Push(3, request, {Incoming("torch/w", b)}, ack);
+    REQUIRE(acknowledged == 2);
+    const auto va = ToDoubles(a), vb = ToDoubles(b);
+    for (int i = 0; i < 6; ++i) {
+      buf[i] = *config.momentum * buf[i] + (va[i] + vb[i]);
+      w[i] -= lr * buf[i];
+    }
+    lr = *config.learning_rate;
+  };
+  round(1, false);
+  round(2, true);  // Still at the old rate; the new one, with the momentum, from round 3.
+  round(3, false);
+  round(4, false);
+  CHECK(MaxAbsDiff(PullAll(*engine, "torch/w", init), w) <= 1e-12);
+  const absl::StatusOr<UpdaterStateData> state = engine->SaveUpdaterState();
+  REQUIRE(state.ok());
+  REQUIRE(state->parts.size() == 1);
+  CHECK(state->parts[0].updates == 4);
 }
 
 }  // namespace
