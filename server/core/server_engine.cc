@@ -4,8 +4,6 @@
 // groups in server_engine_groups.cc, snapshots and updater state in server_engine_snapshot.cc.
 #include "server/core/server_engine.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -63,26 +61,11 @@ ServerEngine::ServerEngine(ServerEngineOptions options, std::unique_ptr<Updater>
       workers_(options_.worker_node_ids),
       applied_(options_.dedup_window),
       budget_(options_.memory_budget_bytes),
-      updater_(std::move(updater)) {
-  updater_chosen_ = options_.updater_chosen || options_.sync;
-}
-
-absl::Status ServerEngine::CheckUpdaterChosen(const Key& key) const {
-  if (updater_chosen_) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "key ", key.Quoted(),
-      ": dist_async push, but no updater is set on the servers (MXNet: \"Updater needs to be "
-      "set for async mode\"): call SetOptimizer (e.g. sgd) or SendCommandToServers(0, "
-      "\"sum\") on a worker first, or start the kvservers with --updater=NAME"));
-}
+      updater_(std::move(updater), options_.updater_chosen || options_.sync) {}
 
 void ServerEngine::SetUpdater(std::unique_ptr<Updater> updater, bool keep_state) {
   absl::MutexLock lock(&mu_);
-  // A second change before the first took effect keeps the running updater's state only if
-  // both ask to.
-  pending_keeps_state_ = keep_state && (pending_updater_ == nullptr || pending_keeps_state_);
-  pending_updater_ = std::move(updater);
-  updater_chosen_ = true;
+  updater_.Queue(std::move(updater), keep_state);
   SwapUpdaterIfIdle();
 }
 
@@ -100,28 +83,13 @@ void ServerEngine::EndRound(Chunk* chunk) {
 }
 
 void ServerEngine::SwapUpdaterIfIdle() {
-  // A new updater taking the state waits for the pushes being applied outside rounds too.
-  if (pending_updater_ == nullptr || open_rounds_ > 0 ||
-      (pending_keeps_state_ && pushes_in_flight_ > 0)) {
-    return;
-  }
-  absl::MutexLock lock(&updater_mu_);
-  if (pending_keeps_state_) {
-    if (absl::Status s = pending_updater_->TakeState(updater_.get()); !s.ok()) {
-      spdlog::warn("the new updater {} starts without the state of {}: {}",
-                   std::string(pending_updater_->name()), std::string(updater_->name()),
-                   std::string(s.message()));
-    }
-  }
-  updater_ = std::move(pending_updater_);
+  updater_.InstallIfIdle(open_rounds_ > 0, pushes_in_flight_ > 0);
 }
 
-std::shared_ptr<Updater> ServerEngine::updater() const {
-  absl::MutexLock lock(&updater_mu_);
-  return updater_;
+engine::MergeRule ServerEngine::merge_rule() const {
+  const size_t workers = options_.worker_node_ids.size();
+  return engine::MergeRule{!options_.sync || workers == 1, workers, workers_.dropped()};
 }
-
-std::string ServerEngine::updater_name() const { return std::string(updater()->name()); }
 
 ShardStore::Stats ServerEngine::stats() const {
   absl::ReaderMutexLock lock(&mu_);
@@ -302,7 +270,7 @@ absl::Status ServerEngine::InitFill(uint64_t node_id, absl::Span<const IncomingV
       const int64_t end = std::min(chunk.offset + chunk.count, s.offset + s.count);
       if (begin >= end) continue;
       ChunkLock chunk_lock(chunk);
-      Tensor& stored = Writable(&chunk);
+      Tensor& stored = chunk.Writable();
       CopyBytes(values[v].bytes, static_cast<size_t>(begin - s.offset) * element,
                 static_cast<size_t>(end - begin) * element,
                 static_cast<uint8_t*>(stored.data()) +
@@ -359,7 +327,7 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
       } else {
         error = CheckRound(value.slice.key, **chunk, node_id);
       }
-      if (error.ok()) error = CheckUpdaterChosen(value.slice.key);
+      if (error.ok()) error = updater_.CheckChosen(value.slice.key);
       chunks.push_back(*chunk);
     }
     if (error.ok() && !failed_reason_.empty()) {
@@ -379,10 +347,11 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
   }
 
   // Move the data, chunk by chunk, under each chunk's own lock.
-  const std::shared_ptr<Updater> current = updater();
+  const std::shared_ptr<Updater> current = updater_.current();
   std::vector<Chunk*> completed;
   for (size_t i = 0; i < values.size(); ++i) {
-    absl::StatusOr<bool> merged = Merge(values[i].slice.key, chunks[i], values[i], current);
+    absl::StatusOr<bool> merged = chunks[i]->Merge(
+        values[i].slice.key, values[i].bytes, values[i].compression, current.get(), merge_rule());
     if (!merged.ok() && error.ok()) error = merged.status();
     if (!merged.ok() || *merged) completed.push_back(chunks[i]);
   }
@@ -494,16 +463,6 @@ absl::StatusOr<std::vector<Tensor>> ServerEngine::Pull(uint64_t node_id,
     outs.push_back(chunk->arena != nullptr ? chunk->stored.Clone() : chunk->stored);
   }
   return outs;
-}
-
-ServerEngine::ChunkLock::ChunkLock(const Chunk& chunk) : mu_(chunk.mu.load()) {
-  mu_->Lock();
-  // The lock moves once, into an arena, while the old one is held: follow it.
-  for (absl::Mutex* now = chunk.mu.load(); now != mu_; now = chunk.mu.load()) {
-    mu_->Unlock();
-    mu_ = now;
-    mu_->Lock();
-  }
 }
 
 }  // namespace kvstore

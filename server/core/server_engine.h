@@ -61,24 +61,17 @@
 #include "common/tensor.h"
 #include "server/core/byte_chunks.h"
 #include "server/core/cut_gate.h"
+#include "server/core/engine_values.h"
 #include "server/core/job_workers.h"
 #include "server/core/memory_budget.h"
 #include "server/core/node_groups.h"
 #include "server/core/recent_request_ids.h"
 #include "server/core/round_observer.h"
 #include "server/core/spare_buffer.h"
+#include "server/core/updater_slot.h"
 #include "server/core/view_floor.h"
 
 namespace kvstore {
-
-// ValueSlice: which part of which value a request refers to.
-struct ValueSlice {
-  Key key = 0;
-  DType dtype = DType::kFloat32;
-  Shape shape;         // The whole value's shape.
-  int64_t offset = 0;  // First flattened element held by this server.
-  int64_t count = 0;   // Number of elements held by this server.
-};
 
 // IncomingValue: a slice with its bytes: count * dtype size of them, or, for a compressed push
 // (float32 only), CompressedBytes(compression.type, count) bytes of codes, or, for a row-sparse
@@ -320,7 +313,7 @@ class ServerEngine {
   // With `keep_state` the new updater takes the state of the one it replaces, at the switch
   // (Updater::TakeState; a failure there is logged and the new updater starts afresh).
   void SetUpdater(std::unique_ptr<Updater> updater, bool keep_state = false);
-  std::string updater_name() const;
+  std::string updater_name() const { return updater_.name(); }
   ShardStore::Stats stats() const;
   // held_bytes returns what the memory budget counts: the stored values' bytes, plus
   // kPartOverheadBytes (and the key's text) per key, kChunkOverheadBytes per chunk, and per key
@@ -343,103 +336,16 @@ class ServerEngine {
   // whole process stay under kSpareBytes, and freed once the pull is sent otherwise (so that a
   // big value is not held twice). SpareBytesHeld returns the bytes kept.
   static constexpr int64_t kSpareBytes = SpareBuffer::kMaxBytes;
-  static int64_t SpareBytesHeld();
+  static int64_t SpareBytesHeld() { return SpareBuffer::BytesHeld(); }
 
  private:
-  struct PushCall {
-    uint64_t node_id = 0;
-    uint64_t request_id = 0;
-    int remaining = 0;  // Chunks whose round has not completed yet.
-    std::vector<Done> done;
-  };
-  // Arena: one buffer holding the stored values of many small chunks back to back (the members
-  // of a key group, in the group's order), so that a group push is applied with one update per
-  // run of one dtype and a group pull is one copy. Its lock is the lock of every member chunk.
-  // A chunk joins an arena when a group is registered and stays in it; nothing outside the
-  // engine ever holds arena memory (pulls of members are copies), so it is updated in place.
-  struct GroupRound;  // server_engine_group_rounds.cc
-  struct Arena {
-    absl::Mutex mu;
-    Tensor buffer;
-    // dist_sync rounds of whole groups in this arena, by (first byte, bytes, members); guarded
-    // by the engine's mu_, as is `open_group_rounds`, how many of them are open.
-    absl::flat_hash_map<std::tuple<size_t, size_t, size_t>, std::shared_ptr<GroupRound>>
-        group_rounds;
-    int open_group_rounds = 0;
-  };
-  // Chunk: one chunk of a key's part, with its round. Its fields (all but offset and count)
-  // are guarded by its lock, taken with ChunkLock: its own mutex, or its arena's.
-  struct Chunk {
-    int64_t offset = 0;  // First flattened element of the whole value.
-    int64_t count = 0;
-    mutable absl::Mutex own_mu;
-    mutable std::atomic<absl::Mutex*> mu{&own_mu};  // Changes once, to the arena's lock.
-    Tensor stored;      // Replaced (copy on write) while a pull holds it; a view in an arena.
-    SpareBuffer spare;  // The previous buffer, reused by the next replacement.
-    Tensor sum;         // The round's merged pushes; reused across rounds.
-    Tensor gather;      // A contiguous copy of one push, when one is needed.
-    size_t arrived = 0;
-    // Workers of the job whose push the current round does not wait for (dropped, and not
-    // among its contributors): the round completes when arrived + excused reaches the number
-    // of workers. Set to the number dropped when a round completes (DropWorkers).
-    size_t excused = 0;
-    // Set when a push completed the round's data, until EndPush settles it (under mu_).
-    bool completing = false;
-    // Rounds completed (dist_sync), or pushes applied (otherwise); guarded by the engine's mu_.
-    int64_t rounds_done = 0;
-    // Set once, under the engine's mu_ and the chunk's lock.
-    std::shared_ptr<Arena> arena;
-    size_t arena_offset = 0;
-    // Guarded by the engine's mu_:
-    std::vector<uint64_t> contributors;
-    absl::Time round_started;  // When the first push of the open round arrived.
-    std::vector<std::shared_ptr<PushCall>> calls;
-    // rounds_started counts the completed rounds and the open one (under the engine's mu_).
-    int64_t rounds_started() const { return rounds_done + (contributors.empty() ? 0 : 1); }
-  };
-  // ChunkLock holds a chunk's lock (following it into an arena).
-  class ChunkLock {
-   public:
-    explicit ChunkLock(const Chunk& chunk);
-    ~ChunkLock() { mu_->Unlock(); }
-    ChunkLock(const ChunkLock&) = delete;
-    ChunkLock& operator=(const ChunkLock&) = delete;
-
-   private:
-    absl::Mutex* mu_;
-  };
-  struct Part {
-    ValueSlice layout;      // What Init stored: the server's whole part of the key.
-    bool restored = false;  // Stored by Restore; a matching Init keeps it.
-    int64_t chunk_elements = 0;
-    std::vector<std::unique_ptr<Chunk>> chunks;
-    // A deferred Init's part, until every chunk is filled: the node sending the bytes, and
-    // which chunks it has filled whole.
-    std::optional<uint64_t> filling_node;
-    std::vector<bool> filled;
-    size_t unfilled = 0;
-  };
-  struct Group {
-    int64_t held_bytes = 0;  // What the group counts against the memory budget.
-    std::vector<Key> keys;
-    std::vector<Chunk*> chunks;
-    std::vector<size_t> offsets;  // Member i's bytes start at offsets[i]; the last is the size.
-    // When every member lives in one arena, back to back in this order: the arena, where the
-    // first member starts in it, and the members cut in runs of one dtype (byte ranges).
-    std::shared_ptr<Arena> arena;
-    size_t arena_base = 0;
-    struct Run {
-      DType dtype;
-      size_t begin, end;
-    };
-    std::vector<Run> runs;
-    bool group_rounds = false;  // In an arena, every member with bytes: may take group rounds.
-    // ApplyInPlace runs a piecewise updater over a push of the group straight from the
-    // received slices into its arena, once per run of one dtype. The arena's lock is held.
-    absl::Status ApplyInPlace(const ByteChunks& bytes, Updater* updater) const;
-    mutable absl::Mutex reply_mu;
-    mutable Tensor reply ABSL_GUARDED_BY(reply_mu);  // Reused by PullGroup.
-  };
+  using PushCall = engine::PushCall;
+  using Arena = engine::Arena;
+  using GroupRound = engine::GroupRound;
+  using Chunk = engine::Chunk;
+  using ChunkLock = engine::ChunkLock;
+  using Part = engine::Part;
+  using Group = engine::Group;
   struct NodeRequests {
     absl::flat_hash_map<uint64_t, std::shared_ptr<PushCall>> pending;
   };
@@ -506,29 +412,14 @@ class ServerEngine {
   // FindGroup returns a node's registered group, FailedPrecondition naming it otherwise.
   absl::StatusOr<std::shared_ptr<const Group>> FindGroup(uint64_t node_id, uint64_t group_id) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // MergeSpan is Merge for contiguous received bytes.
-  absl::StatusOr<bool> MergeSpan(const Key& key, Chunk* chunk, const void* data,
-                                 const std::shared_ptr<Updater>& updater);
-  // Merge applies one received chunk: into the round's sum, or through the updater into the
-  // stored value. Returns true when the chunk's round completed (or it was applied directly).
-  absl::StatusOr<bool> Merge(const Key& key, Chunk* chunk, const IncomingValue& value,
-                             const std::shared_ptr<Updater>& updater);
-  // MergeCompressed is Merge for a 2bit or 1bit push: decode, then sum or apply.
-  absl::StatusOr<bool> MergeCompressed(const Key& key, Chunk* chunk, const IncomingValue& value,
-                                       Updater* updater);
-  // Apply runs the updater on the chunk's stored value (moving it first when a pull holds it).
-  static absl::Status Apply(const Key& key, Chunk* chunk, const Tensor& received, Updater* updater);
-  static absl::Status ApplyPieces(const Key& key, Chunk* chunk, const IncomingValue& value,
-                                  Updater* updater);
-  static Tensor& Writable(Chunk* chunk);
-  std::shared_ptr<Updater> updater() const;
+  // merge_rule says how chunks merge pushes now (engine_values.h).
+  engine::MergeRule merge_rule() const;
   // EndRound closes `chunk`'s open round, if any, once its waiting pushes have been answered
   // (or queued to be): it is counted and observed, and its contributors and calls forgotten.
   void EndRound(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // MaxRoundStartedLocked is MaxRoundStarted under mu_.
   int64_t MaxRoundStartedLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // SwapUpdaterIfIdle installs the pending updater when no dist_sync round is open (and, for
-  // one that takes the running updater's state, no push is being applied).
+  // SwapUpdaterIfIdle installs the queued updater when it may (UpdaterSlot::InstallIfIdle).
   void SwapUpdaterIfIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // HoldForCut is true when a push of `chunks` must wait for the cut under way (BeginCut).
   bool HoldForCut(absl::Span<Chunk* const> chunks) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -570,8 +461,8 @@ class ServerEngine {
   RecentRequestIds applied_;
   // What the engine holds against its budget (checked and added under mu_).
   MemoryBudget budget_;
-  mutable absl::Mutex updater_mu_;
-  std::shared_ptr<Updater> updater_ ABSL_GUARDED_BY(updater_mu_);
+  // The updater applied, and a replacement waiting for the rounds to close.
+  UpdaterSlot updater_;
   mutable absl::Mutex mu_;
   std::optional<bool> int_keys_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Key, std::unique_ptr<Part>> parts_ ABSL_GUARDED_BY(mu_);
@@ -585,13 +476,6 @@ class ServerEngine {
   // Of those, the group rounds (each counts once), and the group rounds completed so far.
   int64_t open_group_rounds_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t group_rounds_done_ ABSL_GUARDED_BY(mu_) = 0;
-  std::unique_ptr<Updater> pending_updater_ ABSL_GUARDED_BY(mu_);
-  bool pending_keeps_state_ ABSL_GUARDED_BY(mu_) = false;
-  // False while dist_async has no chosen updater (ServerEngineOptions::updater_chosen).
-  bool updater_chosen_ ABSL_GUARDED_BY(mu_) = true;
-  // CheckUpdaterChosen returns FailedPrecondition naming `key` while a dist_async push would
-  // have no chosen updater.
-  absl::Status CheckUpdaterChosen(const Key& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pushes registered and not yet finished, outside dist_sync rounds (a cut waits for them).
   int64_t pushes_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // The cut under way and the pushes it holds.

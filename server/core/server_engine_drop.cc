@@ -36,7 +36,7 @@ int64_t ServerEngine::DropWorkers(absl::Span<const uint64_t> node_ids) {
     if (rounds()) SplitAllGroupRounds();
     const size_t dropped = workers_.MarkDropped(dropping);
     if (!rounds()) return 0;
-    const std::shared_ptr<Updater> current = updater();
+    const std::shared_ptr<Updater> current = updater_.current();
     for (auto& [key, part] : parts_) {
       for (const auto& owned : part->chunks) {
         Chunk* chunk = owned.get();
@@ -56,7 +56,7 @@ int64_t ServerEngine::DropWorkers(absl::Span<const uint64_t> node_ids) {
           // Every remaining worker's push is in the sum (and every registered one arrived).
           chunk->arrived = 0;
           chunk->excused = dropped;
-          const absl::Status applied = Apply(key, chunk, chunk->sum, current.get());
+          const absl::Status applied = chunk->Apply(key, chunk->sum, current.get());
           if (error.ok()) error = applied;
         }
         ++completed;

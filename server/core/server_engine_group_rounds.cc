@@ -41,7 +41,7 @@ namespace kvstore {
 
 using server_engine_internal::SubRange;
 
-struct ServerEngine::GroupRound {
+struct engine::GroupRound {
   size_t base = 0;  // The group's first byte in the arena, and its size in bytes.
   size_t size = 0;
   // Guarded by the engine's mu_:
@@ -171,8 +171,8 @@ bool ServerEngine::PushGroupRound(uint64_t node_id, uint64_t request_id,
     GatherBytes(bytes, gathered.data());
     std::vector<Chunk*> completed;
     for (size_t i = 0; i < group->chunks.size(); ++i) {
-      absl::StatusOr<bool> merged =
-          MergeSpan(group->keys[i], group->chunks[i], gathered.data() + group->offsets[i], updater);
+      absl::StatusOr<bool> merged = group->chunks[i]->MergeSpan(
+          group->keys[i], gathered.data() + group->offsets[i], updater.get(), merge_rule());
       if (!merged.ok() && error.ok()) error = merged.status();
       if (!merged.ok() || *merged) completed.push_back(group->chunks[i]);
     }
@@ -240,7 +240,7 @@ bool ServerEngine::JoinGroupRound(uint64_t node_id, uint64_t request_id,
   return true;
 }
 
-bool ServerEngine::GroupRound::Add(const Group& group, const ByteChunks& bytes, size_t workers) {
+bool engine::GroupRound::Add(const Group& group, const ByteChunks& bytes, size_t workers) {
   uint8_t* sum = SumData();
   if (arrived == 0) {
     GatherBytes(bytes, sum);
@@ -259,8 +259,8 @@ bool ServerEngine::GroupRound::Add(const Group& group, const ByteChunks& bytes, 
   return true;
 }
 
-absl::Status ServerEngine::GroupRound::ApplySum(const Group& members, const uint8_t* sum,
-                                                Updater* updater) {
+absl::Status engine::GroupRound::ApplySum(const Group& members, const uint8_t* sum,
+                                          Updater* updater) {
   absl::Status error;
   if (updater->piecewise()) {
     auto* base = static_cast<uint8_t*>(members.arena->buffer.data()) + members.arena_base;
@@ -276,7 +276,7 @@ absl::Status ServerEngine::GroupRound::ApplySum(const Group& members, const uint
     Chunk* chunk = members.chunks[i];
     const Tensor received = Tensor::Borrow(const_cast<uint8_t*>(sum) + members.offsets[i],
                                            chunk->stored.dtype(), chunk->stored.shape());
-    error = Apply(members.keys[i], chunk, received, updater);
+    error = chunk->Apply(members.keys[i], received, updater);
   }
   return error;
 }

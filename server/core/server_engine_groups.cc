@@ -153,7 +153,7 @@ absl::Status ServerEngine::FindPushedGroup(uint64_t node_id, uint64_t group_id,
 void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t group_id,
                              const ByteChunks& bytes, Done done,
                              Ack ack) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  const std::shared_ptr<Updater> current = updater();
+  const std::shared_ptr<Updater> current = updater_.current();
   std::shared_ptr<const Group> group;
   absl::Status error = FindPushedGroup(node_id, group_id, bytes, &group);
   // dist_sync with several workers: a group in an arena takes its group's round when it can
@@ -174,7 +174,7 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
       error = CheckRound(group->keys[i], *group->chunks[i], node_id);
     }
     if (error.ok() && group != nullptr && !group->keys.empty()) {
-      error = CheckUpdaterChosen(group->keys[0]);
+      error = updater_.CheckChosen(group->keys[0]);
     }
     if (error.ok() && !failed_reason_.empty()) {
       error = absl::AbortedError(absl::StrCat("the job failed: ", failed_reason_));
@@ -219,22 +219,6 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
   EndPush(call, group->chunks.empty(), completed, error);
 }
 
-absl::Status ServerEngine::Group::ApplyInPlace(const ByteChunks& bytes, Updater* updater) const {
-  // One update per run of one dtype, straight from the received slices into the arena.
-  absl::Status error;
-  auto* base = static_cast<uint8_t*>(arena->buffer.data()) + arena_base;
-  for (const Run& run : runs) {
-    const size_t element = DTypeSize(run.dtype);
-    ForEachPiece(SubRange(bytes, run.begin, run.end), element,
-                 [&](int64_t e, const void* piece, int64_t count) {
-                   if (!error.ok()) return;
-                   uint8_t* stored = base + run.begin + static_cast<size_t>(e) * element;
-                   error = updater->UpdateSpan(keys[0], 0, run.dtype, piece, stored, count);
-                 });
-  }
-  return error;
-}
-
 absl::Status ServerEngine::MergeMembers(const Group& group, const ByteChunks& bytes,
                                         const std::shared_ptr<Updater>& updater,
                                         std::vector<Chunk*>* completed) {
@@ -264,7 +248,8 @@ absl::Status ServerEngine::MergeMembers(const Group& group, const ByteChunks& by
       }
       data = straddling.data();
     }
-    absl::StatusOr<bool> merged = MergeSpan(group.keys[i], group.chunks[i], data, updater);
+    absl::StatusOr<bool> merged =
+        group.chunks[i]->MergeSpan(group.keys[i], data, updater.get(), merge_rule());
     if (!merged.ok() && error.ok()) error = merged.status();
     if (!merged.ok() || *merged) completed->push_back(group.chunks[i]);
   }

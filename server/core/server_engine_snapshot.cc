@@ -34,7 +34,7 @@ absl::StatusOr<EngineSnapshot> ServerEngine::Snapshot() const {
     }
     snapshot.parts.push_back(std::move(stored));
   }
-  snapshot.updater_state = updater()->SaveState();
+  snapshot.updater_state = updater_.current()->SaveState();
   return snapshot;
 }
 
@@ -72,7 +72,7 @@ absl::StatusOr<UpdaterStateData> ServerEngine::SaveUpdaterState() const {
     return absl::FailedPreconditionError(absl::StrCat(
         open_rounds_, " dist_sync rounds are open; save optimizer states between rounds"));
   }
-  return updater()->SaveState();
+  return updater_.current()->SaveState();
 }
 
 absl::Status ServerEngine::LoadUpdaterState(const UpdaterStateData& state) {
@@ -92,7 +92,7 @@ absl::Status ServerEngine::LoadUpdaterState(const UpdaterStateData& state) {
           " elements (saved with another number of servers or chunk size?)"));
     }
   }
-  return updater()->LoadState(state, [this](const PartStateData& part) {
+  return updater_.current()->LoadState(state, [this](const PartStateData& part) {
     mu_.AssertHeld();
     auto it = parts_.find(part.key);
     if (it == parts_.end()) return false;
