@@ -42,6 +42,18 @@ struct ValueSlice {
   int64_t count = 0;   // Number of elements held by this server.
 };
 
+// IncomingValue: a slice with its bytes: count * dtype size of them, or, for a compressed push
+// (float32 only), CompressedBytes(compression.type, count) bytes of codes, or, for a row-sparse
+// push (`row_sparse`), `num_rows` int64 row ids followed by those rows: the slice is then the
+// server's whole part of the key and every id must be a row of it.
+struct IncomingValue {
+  ValueSlice slice;
+  ByteChunks bytes;
+  CompressionParams compression;
+  bool row_sparse = false;
+  int64_t num_rows = 0;
+};
+
 namespace engine {
 
 using Done = std::function<void(absl::Status)>;

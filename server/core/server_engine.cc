@@ -15,26 +15,10 @@
 namespace kvstore {
 namespace {
 
+using server_engine_internal::CopyBytes;
 using server_engine_internal::ElementRange;
 using server_engine_internal::NumElementsOf;
 using server_engine_internal::SaturatingAdd;
-
-// CopyBytes copies bytes [offset, offset + n) of `bytes` into `dst`.
-void CopyBytes(const ByteChunks& bytes, size_t offset, size_t n, void* dst) {
-  auto* out = static_cast<uint8_t*>(dst);
-  for (const absl::Span<const uint8_t>& chunk : bytes) {
-    if (n == 0) return;
-    if (offset >= chunk.size()) {
-      offset -= chunk.size();
-      continue;
-    }
-    const size_t take = std::min(chunk.size() - offset, n);
-    std::memcpy(out, chunk.data() + offset, take);
-    out += take;
-    n -= take;
-    offset = 0;
-  }
-}
 
 }  // namespace
 
@@ -61,7 +45,8 @@ ServerEngine::ServerEngine(ServerEngineOptions options, std::unique_ptr<Updater>
       workers_(options_.worker_node_ids),
       applied_(options_.dedup_window),
       budget_(options_.memory_budget_bytes),
-      updater_(std::move(updater), options_.updater_chosen || options_.sync) {}
+      updater_(std::move(updater), options_.updater_chosen || options_.sync),
+      parts_(options_.max_value_bytes, options_.chunk_bytes) {}
 
 void ServerEngine::SetUpdater(std::unique_ptr<Updater> updater, bool keep_state) {
   absl::MutexLock lock(&mu_);
@@ -93,128 +78,40 @@ engine::MergeRule ServerEngine::merge_rule() const {
 
 ShardStore::Stats ServerEngine::stats() const {
   absl::ReaderMutexLock lock(&mu_);
-  return ShardStore::Stats{static_cast<int64_t>(parts_.size()), num_bytes_};
+  return ShardStore::Stats{static_cast<int64_t>(parts_.all().size()), parts_.num_bytes()};
 }
 
 int64_t ServerEngine::held_bytes() const { return budget_.held(); }
-
-int64_t ServerEngine::PartHeldBytes(const ValueSlice& slice) const {
-  const auto element = static_cast<int64_t>(DTypeSize(slice.dtype));
-  const int64_t per_chunk = ChunkElements(static_cast<size_t>(element), options_.chunk_bytes);
-  const int64_t chunks =
-      std::max<int64_t>(1, slice.count / per_chunk + (slice.count % per_chunk != 0));
-  const int64_t key_bytes =
-      slice.key.is_int() ? 0 : static_cast<int64_t>(slice.key.str_key().size());
-  const int64_t chunk_bytes = chunks > kUnlimitedBytes / kChunkOverheadBytes
-                                  ? kUnlimitedBytes
-                                  : chunks * kChunkOverheadBytes;
-  return SaturatingAdd(SaturatingAdd(slice.count * element, kPartOverheadBytes + key_bytes),
-                       chunk_bytes);
-}
 
 absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue> values,
                                 bool deferred) {
   RETURN_IF_ERROR(CheckSender(node_id));
   absl::MutexLock lock(&mu_);
   absl::flat_hash_set<Key> seen;
-  int64_t needed = 0;  // What the new parts count against the memory budget.
+  std::vector<bool> fresh;  // New parts; the others were restored and stand.
+  int64_t needed = 0;       // What the new parts count against the memory budget.
   for (const IncomingValue& value : values) {
     const Key& key = value.slice.key;
-    RETURN_IF_ERROR(CheckInitBytes(value, deferred));
-    const bool int_key = key.is_int();
-    const bool expected = int_keys_.value_or(values.front().slice.key.is_int());
-    if (int_key != expected) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "key ", key.Quoted(), " is a ", key.KindName(), " key but this server holds ",
-          expected ? "int" : "string", " keys; int and string keys cannot be mixed"));
-    }
-    if (auto it = parts_.find(key); it != parts_.end() && it->second->restored) {
-      const ValueSlice& stored = it->second->layout;
-      const ValueSlice& given = value.slice;
-      if (stored.dtype != given.dtype || stored.shape != given.shape ||
-          stored.offset != given.offset || stored.count != given.count) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("key ", key.Quoted(), ": initialised as ", DTypeName(given.dtype),
-                         ShapeToString(given.shape), " but restored from the checkpoint as ",
-                         DTypeName(stored.dtype), ShapeToString(stored.shape)));
-      }
-      if (!seen.insert(key).second) {
-        return absl::AlreadyExistsError(
-            absl::StrCat("key ", key.Quoted(), " is already initialised"));
-      }
-      continue;
-    }
-    if (parts_.contains(key) || !seen.insert(key).second) {
+    ASSIGN_OR_RETURN(const bool is_new,
+                     parts_.CheckInit(value, deferred, values.front().slice.key));
+    if (!seen.insert(key).second) {
       return absl::AlreadyExistsError(
           absl::StrCat("key ", key.Quoted(), " is already initialised"));
     }
-    needed = SaturatingAdd(needed, PartHeldBytes(value.slice));
+    fresh.push_back(is_new);
+    if (!is_new) continue;
+    needed = SaturatingAdd(needed, parts_.HeldBytes(value.slice));
     RETURN_IF_ERROR(budget_.Check(
         needed, absl::StrCat("key ", key.Quoted(), ": a ", DTypeName(value.slice.dtype),
                              ShapeToString(value.slice.shape), " part of ", value.slice.count,
                              " elements (with the call's other values, ", needed, " bytes)")));
   }
-  for (const IncomingValue& value : values) {
-    const ValueSlice& slice = value.slice;
-    if (auto it = parts_.find(slice.key); it != parts_.end() && it->second->restored) {
-      continue;  // The checkpoint's value stands.
-    }
-    const size_t element = DTypeSize(slice.dtype);
-    std::unique_ptr<Part> part = MakePart(value, deferred, node_id);
-    num_bytes_ += static_cast<int64_t>(static_cast<size_t>(slice.count) * element);
-    budget_.Add(PartHeldBytes(slice));
-    parts_.emplace(slice.key, std::move(part));
-  }
-  if (!values.empty()) int_keys_ = values.front().slice.key.is_int();
-  return absl::OkStatus();
-}
-
-absl::Status ServerEngine::CheckInitBytes(const IncomingValue& value, bool deferred) const {
-  const Key& key = value.slice.key;
-  if (value.compression.enabled()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key ", key.Quoted(), ": Init values are never compressed"));
-  }
-  if (!deferred) return CheckBytes(value);
-  RETURN_IF_ERROR(CheckSlice(value.slice));
-  size_t received = 0;
-  for (const auto& bytes : value.bytes) received += bytes.size();
-  if (received != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key ", key.Quoted(),
-                     ": a deferred Init carries no bytes (they follow in fills), got ", received));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!fresh[i]) continue;
+    parts_.Add(values[i], deferred, node_id);
+    budget_.Add(parts_.HeldBytes(values[i].slice));
   }
   return absl::OkStatus();
-}
-
-std::unique_ptr<ServerEngine::Part> ServerEngine::MakePart(const IncomingValue& value,
-                                                           bool deferred, uint64_t node_id) const {
-  const ValueSlice& slice = value.slice;
-  auto part = std::make_unique<Part>();
-  part->layout = slice;
-  const size_t element = DTypeSize(slice.dtype);
-  part->chunk_elements = ChunkElements(element, options_.chunk_bytes);
-  const bool whole = slice.offset == 0 && slice.count == NumElementsOf(slice.shape);
-  for (const Slice& c :
-       ChunkSlice(Slice{0, slice.offset, slice.count}, element, options_.chunk_bytes)) {
-    auto chunk = std::make_unique<Chunk>();
-    chunk->offset = c.offset;
-    chunk->count = c.count;
-    ChunkLock chunk_lock(*chunk);
-    chunk->stored =
-        Tensor::Zeros(slice.dtype, whole && c.count == slice.count ? slice.shape : Shape{c.count});
-    if (!deferred) {
-      CopyBytes(value.bytes, static_cast<size_t>(c.offset - slice.offset) * element,
-                chunk->stored.byte_size(), chunk->stored.data());
-    }
-    part->chunks.push_back(std::move(chunk));
-  }
-  if (deferred && !part->chunks.empty()) {
-    part->filling_node = node_id;
-    part->filled.assign(part->chunks.size(), false);
-    part->unfilled = part->chunks.size();
-  }
-  return part;
 }
 
 absl::Status ServerEngine::InitFill(uint64_t node_id, absl::Span<const IncomingValue> values) {
@@ -223,12 +120,12 @@ absl::Status ServerEngine::InitFill(uint64_t node_id, absl::Span<const IncomingV
   std::vector<Part*> parts;
   for (const IncomingValue& value : values) {
     const ValueSlice& s = value.slice;
-    auto it = parts_.find(s.key);
-    if (it == parts_.end()) {
+    Part* found = parts_.Get(s.key);
+    if (found == nullptr) {
       return absl::NotFoundError(
           absl::StrCat("key ", s.key.Quoted(), " is not initialised on this server"));
     }
-    Part& part = *it->second;
+    Part& part = *found;
     const ValueSlice& layout = part.layout;
     if (value.compression.enabled() || value.row_sparse) {
       return absl::InvalidArgumentError(
@@ -246,7 +143,7 @@ absl::Status ServerEngine::InitFill(uint64_t node_id, absl::Span<const IncomingV
                        " lies outside this server's part [", layout.offset, ", ",
                        layout.offset + layout.count, ")"));
     }
-    RETURN_IF_ERROR(CheckBytes(value));
+    RETURN_IF_ERROR(parts_.CheckBytes(value));
     if (part.restored) {
       parts.push_back(nullptr);  // The checkpoint's value stands.
       continue;
@@ -315,9 +212,9 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
     absl::flat_hash_set<Chunk*> seen;
     for (const IncomingValue& value : values) {
       if (!error.ok()) break;
-      error = CheckBytes(value);
+      error = parts_.CheckBytes(value);
       if (!error.ok()) break;
-      absl::StatusOr<Chunk*> chunk = FindChunk(value.slice, "pushed");
+      absl::StatusOr<Chunk*> chunk = parts_.FindChunk(value.slice, "pushed");
       error = chunk.status();
       if (!error.ok()) break;
       if (!seen.insert(*chunk).second) {
@@ -451,7 +348,7 @@ absl::StatusOr<std::vector<Tensor>> ServerEngine::Pull(uint64_t node_id,
   {
     absl::ReaderMutexLock lock(&mu_);
     for (const ValueSlice& slice : slices) {
-      ASSIGN_OR_RETURN(Chunk * chunk, FindChunk(slice, "pulled"));
+      ASSIGN_OR_RETURN(Chunk * chunk, parts_.FindChunk(slice, "pulled"));
       chunks.push_back(chunk);
     }
   }

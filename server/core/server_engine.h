@@ -65,6 +65,7 @@
 #include "server/core/job_workers.h"
 #include "server/core/memory_budget.h"
 #include "server/core/node_groups.h"
+#include "server/core/part_table.h"
 #include "server/core/recent_request_ids.h"
 #include "server/core/round_observer.h"
 #include "server/core/spare_buffer.h"
@@ -72,18 +73,6 @@
 #include "server/core/view_floor.h"
 
 namespace kvstore {
-
-// IncomingValue: a slice with its bytes: count * dtype size of them, or, for a compressed push
-// (float32 only), CompressedBytes(compression.type, count) bytes of codes, or, for a row-sparse
-// push (`row_sparse`), `num_rows` int64 row ids followed by those rows: the slice is then the
-// server's whole part of the key and every id must be a row of it.
-struct IncomingValue {
-  ValueSlice slice;
-  ByteChunks bytes;
-  CompressionParams compression;
-  bool row_sparse = false;
-  int64_t num_rows = 0;
-};
 
 // StoredPart: a server's part of a key as Init stored it, with its current elements.
 struct StoredPart {
@@ -319,8 +308,8 @@ class ServerEngine {
   // kPartOverheadBytes (and the key's text) per key, kChunkOverheadBytes per chunk, and per key
   // group kGroupMemberOverheadBytes per member plus its packed size.
   int64_t held_bytes() const;
-  static constexpr int64_t kPartOverheadBytes = 256;
-  static constexpr int64_t kChunkOverheadBytes = 512;
+  static constexpr int64_t kPartOverheadBytes = PartTable::kPartOverheadBytes;
+  static constexpr int64_t kChunkOverheadBytes = PartTable::kChunkOverheadBytes;
   static constexpr int64_t kGroupMemberOverheadBytes = 64;
   bool sync() const { return options_.sync; }
   // rounds is true when a push waits for the other workers' pushes (dist_sync with several
@@ -352,19 +341,6 @@ class ServerEngine {
 
   ServerEngine(ServerEngineOptions options, std::unique_ptr<Updater> updater);
 
-  // CheckInitBytes checks an Init value's bytes: none for a deferred Init (its slice checked),
-  // else CheckBytes; never compressed.
-  absl::Status CheckInitBytes(const IncomingValue& value, bool deferred) const;
-  // MakePart makes the part an Init value describes, cut in chunks holding its bytes (zeros,
-  // waiting for `node_id`'s fills, when deferred).
-  std::unique_ptr<Part> MakePart(const IncomingValue& value, bool deferred, uint64_t node_id) const;
-  // FindPart returns the part of `slice`'s key after checking the dtype and shape.
-  absl::StatusOr<const Part*> FindPart(const ValueSlice& slice, absl::string_view verb) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // FindRowPart checks that `slice` is exactly the part Init stored for its key, of rank >= 1
-  // and cut in whole rows, for row-sparse requests.
-  absl::StatusOr<const Part*> FindRowPart(const ValueSlice& slice, absl::string_view verb) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // ExpandRowSparse replaces each row-sparse value by one dense value per chunk of its part
   // (zero outside the pushed rows, repeated rows added), whose bytes live in `storage`; other
   // values are passed through. A dist_sync round counts a row-sparse push as a push of every
@@ -372,16 +348,6 @@ class ServerEngine {
   absl::Status ExpandRowSparse(absl::Span<const IncomingValue> values,
                                std::vector<IncomingValue>* expanded,
                                std::vector<std::vector<uint8_t>>* storage) const;
-  // FindChunk checks `slice` against what Init stored and returns the chunk it names.
-  absl::StatusOr<Chunk*> FindChunk(const ValueSlice& slice, absl::string_view verb) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // CheckSlice checks a slice against its shape and the shape against max_value_bytes;
-  // CheckBytes also the bytes received for it.
-  absl::Status CheckSlice(const ValueSlice& slice) const;
-  absl::Status CheckBytes(const IncomingValue& value) const;
-  // PartHeldBytes returns what a part of `slice`'s layout counts against the memory budget
-  // (the slice is valid: CheckSlice).
-  int64_t PartHeldBytes(const ValueSlice& slice) const;
   // CheckRound refuses a second push of `chunk` by `node_id` in one open dist_sync round.
   absl::Status CheckRound(const Key& key, const Chunk& chunk, uint64_t node_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -464,9 +430,8 @@ class ServerEngine {
   // The updater applied, and a replacement waiting for the rounds to close.
   UpdaterSlot updater_;
   mutable absl::Mutex mu_;
-  std::optional<bool> int_keys_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<Key, std::unique_ptr<Part>> parts_ ABSL_GUARDED_BY(mu_);
-  int64_t num_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // The parts stored, and the checks of the requests that name them.
+  PartTable parts_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, NodeRequests> requests_ ABSL_GUARDED_BY(mu_);
   // The key groups each node has registered (its last kMaxGroupsPerNode).
   NodeGroups<Group> groups_ ABSL_GUARDED_BY(mu_){kMaxGroupsPerNode};

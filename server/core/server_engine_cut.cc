@@ -18,7 +18,7 @@ using server_engine_internal::ElementRange;
 void ServerEngine::SplitAllGroupRounds() {
   if (open_group_rounds_ == 0) return;
   std::vector<Chunk*> grouped;
-  for (const auto& [key, part] : parts_) {
+  for (const auto& [key, part] : parts_.all()) {
     for (const auto& chunk : part->chunks) {
       if (chunk->arena != nullptr && chunk->arena->open_group_rounds > 0) {
         grouped.push_back(chunk.get());
@@ -84,7 +84,7 @@ int64_t ServerEngine::MaxRoundStarted() const {
 
 int64_t ServerEngine::MaxRoundStartedLocked() const {
   int64_t started = 0;
-  for (const auto& [key, part] : parts_) {
+  for (const auto& [key, part] : parts_.all()) {
     for (const auto& chunk : part->chunks) started = std::max(started, chunk->rounds_started());
   }
   return started;
@@ -105,7 +105,7 @@ absl::Status ServerEngine::LimitCut(int64_t round) {
       return absl::FailedPreconditionError("no checkpoint is being cut on this server");
     }
     if (options_.sync) {
-      for (const auto& [key, part] : parts_) {
+      for (const auto& [key, part] : parts_.all()) {
         for (const auto& chunk : part->chunks) {
           const int64_t started = chunk->rounds_started();
           if (started > round) {
@@ -136,7 +136,7 @@ std::string ServerEngine::CutLagging() const {
   // the cut, so it is not held). One pushed less often than the others may never do so: after
   // kCutCatchUp it is cut at the last round it completed, which it then holds on restore.
   const bool catching_up = cut_.CatchingUp(absl::Now(), kCutCatchUp);
-  for (const auto& [key, part] : parts_) {
+  for (const auto& [key, part] : parts_.all()) {
     for (const auto& chunk : part->chunks) {
       const bool open = !chunk->contributors.empty();
       const bool behind = chunk->rounds_done != 0 && chunk->rounds_done != cut_.round();
@@ -174,7 +174,7 @@ void ServerEngine::FailRounds(const std::string& reason) {
     held = cut_.End();
     SplitAllGroupRounds();  // Their waiting pushes fail below, member by member.
     absl::flat_hash_set<PushCall*> seen;
-    for (auto& [key, part] : parts_) {
+    for (auto& [key, part] : parts_.all()) {
       for (auto& chunk : part->chunks) {
         if (chunk->contributors.empty()) continue;
         const absl::Status status = absl::AbortedError(absl::StrCat(
@@ -204,7 +204,7 @@ void ServerEngine::FailRounds(const std::string& reason) {
 
 void ServerEngine::SetRoundsDone(int64_t round) {
   absl::MutexLock lock(&mu_);
-  for (auto& [key, part] : parts_) {
+  for (auto& [key, part] : parts_.all()) {
     for (auto& chunk : part->chunks) chunk->rounds_done = round;
   }
 }

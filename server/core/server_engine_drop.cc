@@ -37,7 +37,7 @@ int64_t ServerEngine::DropWorkers(absl::Span<const uint64_t> node_ids) {
     const size_t dropped = workers_.MarkDropped(dropping);
     if (!rounds()) return 0;
     const std::shared_ptr<Updater> current = updater_.current();
-    for (auto& [key, part] : parts_) {
+    for (auto& [key, part] : parts_.all()) {
       for (const auto& owned : part->chunks) {
         Chunk* chunk = owned.get();
         {

@@ -35,7 +35,7 @@ absl::Status ServerEngine::RegisterGroup(uint64_t node_id, uint64_t group_id,
   absl::flat_hash_set<Chunk*> seen;
   seen.reserve(members.size());
   for (const ValueSlice& member : members) {
-    ASSIGN_OR_RETURN(Chunk * chunk, FindChunk(member, "grouped"));
+    ASSIGN_OR_RETURN(Chunk * chunk, parts_.FindChunk(member, "grouped"));
     if (!seen.insert(chunk).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("key ", member.key.Quoted(), ": elements [", member.offset, ", ",

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -41,6 +42,23 @@ inline std::string ElementRange(int64_t offset, int64_t count) {
 // overflows.
 inline int64_t SaturatingAdd(int64_t a, int64_t b) {
   return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
+}
+
+// CopyBytes copies bytes [offset, offset + n) of `bytes` into `dst`.
+inline void CopyBytes(const ByteChunks& bytes, size_t offset, size_t n, void* dst) {
+  auto* out = static_cast<uint8_t*>(dst);
+  for (const absl::Span<const uint8_t>& chunk : bytes) {
+    if (n == 0) return;
+    if (offset >= chunk.size()) {
+      offset -= chunk.size();
+      continue;
+    }
+    const size_t take = std::min(chunk.size() - offset, n);
+    std::memcpy(out, chunk.data() + offset, take);
+    out += take;
+    n -= take;
+    offset = 0;
+  }
 }
 
 // SubRange returns the parts of `bytes` that hold its bytes [begin, end).

@@ -1,6 +1,4 @@
-// ServerEngine: checking requests against what Init stored - the slice, the bytes received,
-// the part and the chunk a request names - and row-sparse values: a row-sparse push expanded
-// into dense chunks, and PullRows.
+// ServerEngine: row-sparse values - a row-sparse push expanded into dense chunks, and PullRows.
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -18,30 +16,6 @@ namespace {
 
 using server_engine_internal::ElementRange;
 using server_engine_internal::View;
-
-// ValueElements returns the number of elements of a value of `shape`. InvalidArgument naming
-// the key for a negative dimension, or for dimensions whose product overflows int64; zeros
-// are left out of that product, so that every part of it (a row's size) fits too.
-absl::StatusOr<int64_t> ValueElements(const Key& key, const Shape& shape) {
-  int64_t product = 1;
-  bool empty = false;
-  for (int64_t d : shape) {
-    if (d < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "key ", key.Quoted(), ": negative dimension in shape ", ShapeToString(shape)));
-    }
-    if (d == 0) {
-      empty = true;
-    } else if (product > std::numeric_limits<int64_t>::max() / d) {
-      return absl::InvalidArgumentError(absl::StrCat("key ", key.Quoted(), ": shape ",
-                                                     ShapeToString(shape),
-                                                     " has more elements than an int64 counts"));
-    } else {
-      product *= d;
-    }
-  }
-  return empty ? 0 : product;
-}
 
 // RowRange returns the rows [first, end) a part of `layout` holds.
 std::pair<int64_t, int64_t> RowRange(const ValueSlice& layout) {
@@ -64,103 +38,6 @@ absl::Status CheckPartRows(const Key& key, absl::Span<const int64_t> ids,
 
 }  // namespace
 
-absl::Status ServerEngine::CheckSlice(const ValueSlice& s) const {
-  ASSIGN_OR_RETURN(const int64_t total, ValueElements(s.key, s.shape));
-  const auto element = static_cast<int64_t>(DTypeSize(s.dtype));
-  if (total > options_.max_value_bytes / element) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "key ", s.key.Quoted(), ": a ", DTypeName(s.dtype), ShapeToString(s.shape), " value of ",
-        total, " elements is bigger than the largest value this server accepts, ",
-        options_.max_value_bytes, " bytes"));
-  }
-  if (s.offset < 0 || s.count < 0 || s.offset > total || s.count > total - s.offset) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key ", s.key.Quoted(), ": slice ", ElementRange(s.offset, s.count),
-                     " lies outside a value of shape ", ShapeToString(s.shape)));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ServerEngine::CheckBytes(const IncomingValue& value) const {
-  const ValueSlice& s = value.slice;
-  RETURN_IF_ERROR(CheckSlice(s));
-  size_t received = 0;
-  for (const auto& chunk : value.bytes) received += chunk.size();
-  size_t expected = static_cast<size_t>(s.count) * DTypeSize(s.dtype);
-  std::string encoding;
-  if (value.compression.enabled()) {
-    if (s.dtype != DType::kFloat32) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("key ", s.key.Quoted(), ": ", CompressionName(value.compression.type),
-                       " compression applies to float32 values, not ", DTypeName(s.dtype)));
-    }
-    expected = CompressedBytes(value.compression.type, s.count);
-    encoding = absl::StrCat(" compressed with ", CompressionName(value.compression.type));
-  }
-  if (received != expected) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key ", s.key.Quoted(), ": ", received, " bytes received for ", s.count, " ",
-                     DTypeName(s.dtype), " elements", encoding, " (", expected, " bytes)"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<const ServerEngine::Part*> ServerEngine::FindPart(const ValueSlice& slice,
-                                                                 absl::string_view verb) const {
-  auto it = parts_.find(slice.key);
-  if (it == parts_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("key ", slice.key.Quoted(), " was never initialised on this server"));
-  }
-  const ValueSlice& stored = it->second->layout;
-  if (slice.dtype != stored.dtype || slice.shape != stored.shape) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key ", slice.key.Quoted(), ": ", verb, " ", DTypeName(slice.dtype),
-                     ShapeToString(slice.shape), " but the stored value is ",
-                     DTypeName(stored.dtype), ShapeToString(stored.shape)));
-  }
-  return it->second.get();
-}
-
-absl::StatusOr<ServerEngine::Chunk*> ServerEngine::FindChunk(const ValueSlice& slice,
-                                                             absl::string_view verb) const {
-  ASSIGN_OR_RETURN(const Part* found, FindPart(slice, verb));
-  const Part& part = *found;
-  const ValueSlice& stored = part.layout;
-  if (slice.offset >= stored.offset && (slice.offset - stored.offset) % part.chunk_elements == 0) {
-    const auto index = static_cast<size_t>((slice.offset - stored.offset) / part.chunk_elements);
-    if (index < part.chunks.size() && part.chunks[index]->count == slice.count) {
-      return part.chunks[index].get();
-    }
-  }
-  std::string chunks;
-  if (part.chunks.size() > 1) {
-    chunks = absl::StrCat(" in chunks of ", part.chunk_elements, " elements");
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "key ", slice.key.Quoted(), ": ", verb, " elements ", ElementRange(slice.offset, slice.count),
-      " but this server holds [", stored.offset, ", ", stored.offset + stored.count, ")", chunks));
-}
-
-absl::StatusOr<const ServerEngine::Part*> ServerEngine::FindRowPart(const ValueSlice& slice,
-                                                                    absl::string_view verb) const {
-  ASSIGN_OR_RETURN(const Part* part, FindPart(slice, verb));
-  const ValueSlice& stored = part->layout;
-  if (stored.shape.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key ", slice.key.Quoted(), " holds a scalar, which has no rows"));
-  }
-  const int64_t row = RowElements(stored.shape);
-  if (slice.offset != stored.offset || slice.count != stored.count ||
-      (row > 0 && (stored.offset % row != 0 || stored.count % row != 0))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key ", slice.key.Quoted(), ": ", verb, " rows of elements ",
-        ElementRange(slice.offset, slice.count), " but this server holds [", stored.offset, ", ",
-        stored.offset + stored.count, ") in rows of ", row, " elements"));
-  }
-  return part;
-}
-
 absl::Status ServerEngine::ExpandRowSparse(absl::Span<const IncomingValue> values,
                                            std::vector<IncomingValue>* expanded,
                                            std::vector<std::vector<uint8_t>>* storage) const {
@@ -173,7 +50,7 @@ absl::Status ServerEngine::ExpandRowSparse(absl::Span<const IncomingValue> value
     const Part* part;
     {
       absl::ReaderMutexLock lock(&mu_);
-      ASSIGN_OR_RETURN(part, FindRowPart(slice, "pushed"));
+      ASSIGN_OR_RETURN(part, parts_.FindRows(slice, "pushed"));
     }
     if (value.compression.enabled()) {
       return absl::InvalidArgumentError(
@@ -231,7 +108,7 @@ absl::StatusOr<Tensor> ServerEngine::PullRows(uint64_t node_id, const ValueSlice
   const Part* part;
   {
     absl::ReaderMutexLock lock(&mu_);
-    ASSIGN_OR_RETURN(part, FindRowPart(slice, "pulled"));
+    ASSIGN_OR_RETURN(part, parts_.FindRows(slice, "pulled"));
   }
   RETURN_IF_ERROR(CheckPartRows(slice.key, row_ids, part->layout));
   const int64_t row = RowElements(slice.shape);

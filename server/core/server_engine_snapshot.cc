@@ -20,7 +20,7 @@ absl::StatusOr<EngineSnapshot> ServerEngine::Snapshot() const {
                      "checkpoint between rounds, e.g. after WaitAll and Barrier on every worker"));
   }
   EngineSnapshot snapshot;
-  for (const auto& [key, part] : parts_) {
+  for (const auto& [key, part] : parts_.all()) {
     StoredPart stored;
     stored.layout = part->layout;
     const size_t element = DTypeSize(part->layout.dtype);
@@ -50,7 +50,7 @@ absl::Status ServerEngine::Restore(absl::Span<const StoredPart> parts) {
   RETURN_IF_ERROR(Init(kSchedulerNodeId, values));
   absl::MutexLock lock(&mu_);
   for (const StoredPart& part : parts) {
-    Part& restored = *parts_.at(part.layout.key);
+    Part& restored = *parts_.Get(part.layout.key);
     restored.restored = true;
     if (part.chunk_rounds.size() != restored.chunks.size()) continue;
     for (size_t c = 0; c < restored.chunks.size(); ++c) {
@@ -78,9 +78,9 @@ absl::StatusOr<UpdaterStateData> ServerEngine::SaveUpdaterState() const {
 absl::Status ServerEngine::LoadUpdaterState(const UpdaterStateData& state) {
   absl::MutexLock lock(&mu_);
   for (const PartStateData& part : state.parts) {
-    auto it = parts_.find(part.key);
-    if (it == parts_.end()) continue;
-    const Part& held = *it->second;
+    const Part* found = parts_.Get(part.key);
+    if (found == nullptr) continue;
+    const Part& held = *found;
     if (part.offset < held.layout.offset) continue;  // Another server's.
     const int64_t relative = part.offset - held.layout.offset;
     if (relative >= std::max<int64_t>(1, held.layout.count)) continue;  // Another server's.
@@ -94,9 +94,9 @@ absl::Status ServerEngine::LoadUpdaterState(const UpdaterStateData& state) {
   }
   return updater_.current()->LoadState(state, [this](const PartStateData& part) {
     mu_.AssertHeld();
-    auto it = parts_.find(part.key);
-    if (it == parts_.end()) return false;
-    const ValueSlice& layout = it->second->layout;
+    const Part* held = parts_.Get(part.key);
+    if (held == nullptr) return false;
+    const ValueSlice& layout = held->layout;
     return part.offset >= layout.offset &&
            part.offset < layout.offset + std::max<int64_t>(1, layout.count);
   });
