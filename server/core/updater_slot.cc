@@ -15,10 +15,12 @@ void UpdaterSlot::Queue(std::unique_ptr<Updater> next, bool keep_state) {
   absl::MutexLock lock(&mu_);
   queued_keeps_state_ = keep_state && (queued_ == nullptr || queued_keeps_state_);
   queued_ = std::move(next);
-  chosen_ = true;
+  any_queued_.store(true);
+  chosen_.store(true);
 }
 
 bool UpdaterSlot::InstallIfIdle(bool rounds_open, bool pushes_applying) {
+  if (!any_queued_.load()) return false;
   absl::MutexLock lock(&mu_);
   if (queued_ == nullptr || rounds_open || (queued_keeps_state_ && pushes_applying)) return false;
   if (queued_keeps_state_) {
@@ -29,6 +31,7 @@ bool UpdaterSlot::InstallIfIdle(bool rounds_open, bool pushes_applying) {
     }
   }
   current_ = std::move(queued_);
+  any_queued_.store(false);
   return true;
 }
 
@@ -40,8 +43,7 @@ std::shared_ptr<Updater> UpdaterSlot::current() const {
 std::string UpdaterSlot::name() const { return std::string(current()->name()); }
 
 absl::Status UpdaterSlot::CheckChosen(const Key& key) const {
-  absl::MutexLock lock(&mu_);
-  if (chosen_) return absl::OkStatus();
+  if (chosen_.load()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "key ", key.Quoted(),
       ": dist_async push, but no updater is set on the servers (MXNet: \"Updater needs to be "

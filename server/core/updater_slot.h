@@ -14,6 +14,7 @@
 #ifndef KVSTORE_SERVER_CORE_UPDATER_SLOT_H_
 #define KVSTORE_SERVER_CORE_UPDATER_SLOT_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -54,7 +55,9 @@ class UpdaterSlot {
   std::shared_ptr<Updater> current_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Updater> queued_ ABSL_GUARDED_BY(mu_);
   bool queued_keeps_state_ ABSL_GUARDED_BY(mu_) = false;
-  bool chosen_ ABSL_GUARDED_BY(mu_);
+  // Read without the lock on every push: whether an updater is queued, and was ever chosen.
+  std::atomic<bool> any_queued_{false};
+  std::atomic<bool> chosen_;
 };
 
 }  // namespace kvstore
