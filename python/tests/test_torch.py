@@ -120,6 +120,7 @@ def test_torchbench_runs(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
     print(proc.stdout)
     assert proc.returncode == 0
-    rows = re.findall(r"^\s+(kvt-opt|kvt-hook|ddp-gloo)\s+[0-9.]+ ms\s+[0-9.]+ samples/s",
-                      proc.stdout, re.M)
-    assert len(rows) == 3 * 3, proc.stdout
+    rows = re.findall(
+        r"^\s+(kvt-opt|kvt-server|kvt-hook|ddp-gloo)\s+[0-9.]+ ms\s+[0-9.]+ samples/s",
+        proc.stdout, re.M)
+    assert len(rows) == 3 * 4, proc.stdout

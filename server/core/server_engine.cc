@@ -1,7 +1,8 @@
 // ServerEngine: creation, the updater, Init and InitFill, the push path (validation, request
-// ids, dist_sync rounds, acknowledgements) and Pull. Request checks and row-sparse values are in
-// server_engine_slices.cc, merging pushes into stored values in server_engine_merge.cc, key
-// groups in server_engine_groups.cc, snapshots and updater state in server_engine_snapshot.cc.
+// ids, dist_sync rounds, acknowledgements) and Pull. The parts and the request checks are in
+// part_table.cc, merging pushes into chunks in engine_values.cc, row-sparse values in
+// server_engine_row_sparse.cc, key groups in server_engine_groups.cc, snapshots and updater state
+// in server_engine_snapshot.cc.
 #include "server/core/server_engine.h"
 
 #include <algorithm>

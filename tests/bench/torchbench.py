@@ -5,6 +5,7 @@ in the same job, alternating, on real jobs of deploy/launch.py over 127.0.0.1.
 For each number of workers (--workers, default 2 and 4; one kvserver per worker) it starts one
 job whose workers run, round by round, every model with every integration:
   kvt-opt    kvstore.torch.DistributedOptimizer (pushes start during backward)
+  kvt-server the same with server_side=True: SGD runs on the kvservers, weights come back
   kvt-hook   DDP on gloo with kvstore.torch.push_pull_hook (the one-line change)
   ddp-gloo   DDP on gloo, as a DDP script runs without KVStore
 on three models: a communication-heavy MLP (about 25 M parameters), a ResNet-18-sized CNN on
@@ -32,7 +33,7 @@ import time
 from staged_package import staged_package
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-INTEGRATIONS = ["kvt-opt", "kvt-hook", "ddp-gloo"]
+INTEGRATIONS = ["kvt-opt", "kvt-server", "kvt-hook", "ddp-gloo"]
 
 
 def models(quick):
@@ -116,9 +117,10 @@ def worker(args):
         for integration in INTEGRATIONS:
             torch.manual_seed(1)
             model = make()
-            if integration == "kvt-opt":
+            if integration in ("kvt-opt", "kvt-server"):
                 opt = kvt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-3),
-                                               named_parameters=model.named_parameters())
+                                               named_parameters=model.named_parameters(),
+                                               server_side=integration == "kvt-server")
                 net = model
             else:
                 net = DDP(model)
@@ -168,7 +170,7 @@ def worker(args):
                 med = statistics.median(times[integration])
                 extra = (f"  hidden behind backward {statistics.median(hidden) * 100:4.0f}%"
                          if integration == "kvt-opt" else "")
-                print(f"    {integration:9s} {med * 1e3:9.1f} ms  {batch * n / med:8.1f} samples/s"
+                print(f"    {integration:10s} {med * 1e3:9.1f} ms  {batch * n / med:8.1f} samples/s"
                       f"  vs ddp-gloo {gloo / med:5.2f}x{extra}")
     dist.destroy_process_group()
 
