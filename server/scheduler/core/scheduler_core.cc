@@ -91,7 +91,7 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
     int rank;
     {
       absl::ReaderMutexLock lock(&mu_);
-      rank = nodes_.at(pending.node_id).rank;
+      rank = nodes_.Find(pending.node_id)->rank;
     }
     pending.done(Registration{pending.node_id, rank, cluster});
   }
@@ -107,7 +107,7 @@ bool SchedulerCore::TakeRunningJobRank(NodeRole role, int requested_rank, std::s
   }
   if (requested_rank >= 0) {
     // A restart of the server of that rank may come before heartbeats tell that it died.
-    const NodeInfo* holder = ServerOfRank(requested_rank);
+    const NodeInfo* holder = nodes_.ServerOfRank(requested_rank);
     if (holder != nullptr && HeardFrom(*holder, now)) {
       HoldReplacement(*holder, requested_rank, std::move(address), std::move(hostname), now,
                       std::move(*done));
@@ -134,8 +134,7 @@ absl::Status SchedulerCore::CheckRegistration(NodeRole role, int requested_rank,
                                               const std::string& hostname,
                                               const std::string& mode) const {
   const int group_size = role == NodeRole::kServer ? options_.num_servers : options_.num_workers;
-  int registered = 0;
-  for (const auto& [id, node] : nodes_) registered += node.role == role;
+  const int registered = nodes_.Count(role);
   if (registration_failed_) {
     return absl::DeadlineExceededError(
         "the job's registration window has closed (some nodes never came); restart the job");
@@ -158,34 +157,29 @@ absl::Status SchedulerCore::CheckRegistration(NodeRole role, int requested_rank,
         absl::StrCat("a worker from ", hostname.empty() ? "an unnamed host" : hostname,
                      " asked for ", mode, " but the job runs ", mode_));
   }
-  absl::Status taken;
-  for (const auto& [id, rank] : requested_rank_) {
-    const NodeInfo& node = nodes_.at(id);
-    if (requested_rank >= 0 && rank == requested_rank && node.role == role) {
-      taken = absl::InvalidArgumentError(
-          absl::StrCat(RoleName(role), " rank ", requested_rank, " is already taken by node ", id,
-                       " at ", node.address.empty() ? node.hostname : node.address));
-    }
+  if (const NodeInfo* holder = nodes_.RankHolder(role, requested_rank)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        RoleName(role), " rank ", requested_rank, " is already taken by node ", holder->node_id,
+        " at ", holder->address.empty() ? holder->hostname : holder->address));
   }
-  return taken;
+  return absl::OkStatus();
 }
 
 void SchedulerCore::AddNode(NodeRole role, int requested_rank, std::string address,
                             std::string hostname, std::string mode, absl::Time now,
                             RegisterDone done, std::vector<PendingRegistration>* completed) {
-  const uint64_t id = next_node_id_++;
-  nodes_[id] = NodeInfo{id, role, -1, std::move(address), std::move(hostname), now, false};
-  requested_rank_[id] = requested_rank;
+  const NodeInfo& added =
+      nodes_.Add(role, requested_rank, std::move(address), std::move(hostname), now);
+  const uint64_t id = added.node_id;
   if (role == NodeRole::kWorker && mode_.empty()) mode_ = std::move(mode);
   if (first_registration_ == absl::InfiniteFuture()) first_registration_ = now;
   pending_registrations_.push_back(PendingRegistration{id, std::move(done)});
-  const NodeInfo& added = nodes_[id];
   spdlog::info("registered {} (node {}, {}{}, rank {}); {}", std::string(RoleName(role)), id,
                added.hostname.empty() ? "unnamed host" : added.hostname,
                added.address.empty() ? "" : " at " + added.address,
-               requested_rank >= 0 ? absl::StrCat(requested_rank) : "any", MissingNodes());
-  if (static_cast<int>(nodes_.size()) != options_.num_servers + options_.num_workers) return;
-  AssignRanks();
+               requested_rank >= 0 ? absl::StrCat(requested_rank) : "any", nodes_.Missing());
+  if (!nodes_.full()) return;
+  nodes_.AssignRanks();
   complete_ = true;
   // A node heartbeats only once its registration is answered, which is now: the time it waited
   // for the others is not silence.
@@ -195,31 +189,11 @@ void SchedulerCore::AddNode(NodeRole role, int requested_rank, std::string addre
                Plural(options_.num_workers, "worker"), mode_.empty() ? "dist_sync" : mode_);
 }
 
-void SchedulerCore::AssignRanks() {
-  for (NodeRole role : {NodeRole::kServer, NodeRole::kWorker}) {
-    std::set<int> taken;
-    for (const auto& [id, node] : nodes_) {
-      if (node.role == role && requested_rank_[id] >= 0) taken.insert(requested_rank_[id]);
-    }
-    int next_free = 0;
-    // Node ids grow with registration order, so this walks nodes in that order.
-    for (auto& [id, node] : nodes_) {
-      if (node.role != role) continue;
-      if (requested_rank_[id] >= 0) {
-        node.rank = requested_rank_[id];
-        continue;
-      }
-      while (taken.count(next_free) > 0) ++next_free;
-      node.rank = next_free++;
-    }
-  }
-}
-
 absl::StatusOr<ClusterView> SchedulerCore::view() const {
   absl::ReaderMutexLock lock(&mu_);
   if (!complete_) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the job is not complete yet: ", MissingNodes()));
+        absl::StrCat("the job is not complete yet: ", nodes_.Missing()));
   }
   return ViewLocked();
 }
@@ -234,30 +208,8 @@ ClusterView SchedulerCore::ViewLocked() const {
   cluster.heartbeat_interval = options_.heartbeat_interval;
   cluster.replicas = options_.replicas;
   cluster.signed_payloads = options_.signed_payloads;
-  std::vector<std::pair<int, uint64_t>> workers;
-  for (const auto& [id, node] : nodes_) {
-    if (node.role == NodeRole::kServer) {
-      cluster.servers.push_back(ServerEntry{node.rank, id, node.address});
-    } else {
-      workers.emplace_back(node.rank, id);
-    }
-  }
-  std::sort(cluster.servers.begin(), cluster.servers.end(),
-            [](const ServerEntry& a, const ServerEntry& b) { return a.rank < b.rank; });
-  std::sort(workers.begin(), workers.end());
-  for (const auto& [rank, id] : workers) cluster.worker_node_ids.push_back(id);
+  nodes_.FillView(&cluster);
   return cluster;
-}
-
-std::string SchedulerCore::MissingNodes() const {
-  int servers = 0, workers = 0;
-  for (const auto& [id, node] : nodes_) {
-    (node.role == NodeRole::kServer ? servers : workers) += 1;
-  }
-  return absl::StrCat("registered ", servers, " of ", Plural(options_.num_servers, "server"),
-                      " and ", workers, " of ", Plural(options_.num_workers, "worker"),
-                      "; missing ", Plural(options_.num_servers - servers, "server"), " and ",
-                      Plural(options_.num_workers - workers, "worker"));
 }
 
 void SchedulerCore::Barrier(uint64_t node_id, int group, absl::Time now, BarrierDone done) {
@@ -271,7 +223,7 @@ void SchedulerCore::Barrier(uint64_t node_id, int group, absl::Time now, Barrier
           absl::StrCat("node id ", node_id, " was never issued by this scheduler"));
     } else if (!complete_) {
       error = absl::FailedPreconditionError(
-          absl::StrCat("barrier before the job is complete: ", MissingNodes()));
+          absl::StrCat("barrier before the job is complete: ", nodes_.Missing()));
     } else if ((group & ~kGroupAll) != 0 || !InGroup(it->second.role, group)) {
       error = absl::InvalidArgumentError(
           absl::StrCat(RoleName(it->second.role), " ", it->second.rank,
@@ -547,7 +499,7 @@ void SchedulerCore::ExpireDeadlines(absl::Time now) {
         now > first_registration_ + options_.register_timeout) {
       const absl::Status status = absl::DeadlineExceededError(
           absl::StrCat("waited ", absl::FormatDuration(options_.register_timeout),
-                       " for the job's nodes to register: ", MissingNodes()));
+                       " for the job's nodes to register: ", nodes_.Missing()));
       for (PendingRegistration& pending : pending_registrations_) {
         failed_registrations.emplace_back(std::move(pending.done), status);
       }
@@ -571,12 +523,7 @@ void SchedulerCore::ExpireDeadlines(absl::Time now) {
 
 std::vector<NodeInfo> SchedulerCore::Nodes() const {
   absl::ReaderMutexLock lock(&mu_);
-  std::vector<NodeInfo> nodes;
-  for (const auto& [id, node] : nodes_) nodes.push_back(node);
-  std::sort(nodes.begin(), nodes.end(), [](const NodeInfo& a, const NodeInfo& b) {
-    return std::make_pair(a.role, a.rank) < std::make_pair(b.role, b.rank);
-  });
-  return nodes;
+  return nodes_.Sorted();
 }
 
 absl::Status SchedulerCore::registration_status() const {

@@ -39,10 +39,9 @@
 #include "common/lost_updates.h"
 #include "common/partitioner.h"
 #include "server/scheduler/core/barriers.h"
+#include "server/scheduler/core/node_table.h"
 
 namespace kvstore {
-
-enum class NodeRole { kServer, kWorker };
 
 struct SchedulerOptions {
   int num_servers = 1;
@@ -74,27 +73,6 @@ struct SchedulerOptions {
   bool signed_payloads = false;
 };
 
-struct ServerEntry {
-  int rank = 0;
-  uint64_t node_id = 0;
-  std::string address;
-};
-
-// ClusterView: what every node learns when the job is complete.
-struct ClusterView {
-  int num_servers = 0;
-  int num_workers = 0;
-  std::vector<ServerEntry> servers;       // In rank order.
-  std::vector<uint64_t> worker_node_ids;  // In rank order.
-  int64_t big_value_bound = 0;
-  int64_t chunk_bytes = 0;
-  // "dist_sync" or "dist_async": the first registering worker's mode.
-  std::string mode;
-  absl::Duration heartbeat_interval;
-  int replicas = 1;
-  bool signed_payloads = false;  // SchedulerOptions::signed_payloads.
-};
-
 struct Registration {
   uint64_t node_id = 0;
   int rank = 0;
@@ -113,41 +91,6 @@ struct Routing {
   uint64_t epoch = 0;
   std::vector<ServerEntry> servers;  // In rank order.
   std::vector<int> dead;
-};
-
-struct NodeInfo {
-  uint64_t node_id = 0;
-  NodeRole role = NodeRole::kWorker;
-  int rank = 0;
-  std::string address;
-  std::string hostname;
-  absl::Time last_heartbeat;
-  bool finished = false;
-  // Servers: what their last heartbeat reported.
-  int64_t num_keys = 0;
-  int64_t num_bytes = 0;
-  // Whether a heartbeat has told the node that the job is over.
-  bool released = false;
-  // Workers: failed (finished with an error, or died), and why.
-  bool failed = false;
-  std::string failure;
-  // Workers of an elastic job: left the job (died, or finished as failed) while it went on;
-  // `failure` says why. The worker whose loss ended the job is `failed` instead.
-  bool left = false;
-  // Servers: the highest round reported, and the checkpoint round restored (-1: none).
-  int64_t max_round = 0;
-  int64_t restored_round = -1;
-  // Servers that replaced a dead one: its address and last reported round (-1: none).
-  std::string replaced_address;
-  int64_t replaced_round = -1;
-  // Servers in a job with replicas: declared dead (DeclareServerDead), and why.
-  bool dead = false;
-  std::string death;
-  // Servers replacing a dead one (JoinServer): being loaded with its shards, the view epoch
-  // they are published at, and why the join failed ("" unless it did).
-  bool joining = false;
-  uint64_t join_epoch = 0;
-  std::string join_failure;
 };
 
 // What a server reports with its heartbeat.
@@ -320,7 +263,9 @@ class SchedulerCore {
   };
 
   explicit SchedulerCore(const SchedulerOptions& options)
-      : options_(options), barriers_(options.num_servers, options.num_workers) {}
+      : options_(options),
+        nodes_(options.num_servers, options.num_workers),
+        barriers_(options.num_servers, options.num_workers) {}
 
   // ReplaceServer lets a server asking for rank `rank` of an assembled job take the place of
   // the server of that rank when that one has been silent for more than two heartbeat
@@ -351,18 +296,6 @@ class SchedulerCore {
     return !node.dead && !node.joining &&
            now - node.last_heartbeat <= 2 * options_.heartbeat_interval;
   }
-  // ServerOfRank returns the registered server of `rank`, or null.
-  const NodeInfo* ServerOfRank(int rank) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // (The analysis cannot see that the const overload's mu_ is this one's.)
-  NodeInfo* ServerOfRank(int rank)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return const_cast<NodeInfo*>(std::as_const(*this).ServerOfRank(rank));
-  }
-  // TakeOverRank replaces node `old` by a new node of its role and rank at `address` (a new
-  // node id, its keys, bytes and restored round reset, `replaced_address` the old one's
-  // address) and returns it.
-  NodeInfo& TakeOverRank(NodeInfo* old, const std::string& address, const std::string& hostname,
-                         absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RegistrationOf is the registration answering `node` (its join epoch when it is joining).
   Registration RegistrationOf(const NodeInfo& node) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // JoinServer registers a replacement server (see CompleteJoin); NotFound when this
@@ -389,8 +322,6 @@ class SchedulerCore {
   void AddNode(NodeRole role, int requested_rank, std::string address, std::string hostname,
                std::string mode, absl::Time now, RegisterDone done,
                std::vector<PendingRegistration>* completed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // AssignRanks gives every node its rank once all have registered.
-  void AssignRanks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // LeaveLocked makes worker `node` leave the job for `why` and moves the done callbacks of
   // the barriers that now pass into `*released` (scheduler_core_elastic.cc).
   void LeaveLocked(NodeInfo* node, const std::string& why, std::vector<BarrierDone>* released)
@@ -398,15 +329,13 @@ class SchedulerCore {
   // Remaining counts the workers that have not left: running, or finished as succeeded.
   int Remaining() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   static bool InGroup(NodeRole role, int group);
-  std::string MissingNodes() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::string MissingFromBarrier(int group, const std::vector<uint64_t>& entered) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const SchedulerOptions options_;
   mutable absl::Mutex mu_;
-  uint64_t next_node_id_ ABSL_GUARDED_BY(mu_) = 2;  // 1 is the scheduler itself.
-  std::map<uint64_t, NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, int> requested_rank_ ABSL_GUARDED_BY(mu_);
+  // The registered nodes and their ranks.
+  NodeTable nodes_ ABSL_GUARDED_BY(mu_);
   std::vector<PendingRegistration> pending_registrations_ ABSL_GUARDED_BY(mu_);
   std::vector<PendingReplacement> pending_replacements_ ABSL_GUARDED_BY(mu_);
   // When the first node registered; registration may wait register_timeout from then.

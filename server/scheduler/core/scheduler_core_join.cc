@@ -18,12 +18,12 @@ absl::StatusOr<Registration> SchedulerCore::JoinServer(int requested_rank,
   if (rank < 0) {
     // Any rank: the lowest one whose server is dead and not being replaced.
     for (int r = 0; r < n && rank < 0; ++r) {
-      const NodeInfo* node = ServerOfRank(r);
+      const NodeInfo* node = nodes_.ServerOfRank(r);
       if (node != nullptr && node->dead && !node->joining) rank = r;
     }
     if (rank < 0) return absl::NotFoundError("no dead server to replace");
   }
-  NodeInfo* old = ServerOfRank(rank);
+  NodeInfo* old = nodes_.ServerOfRank(rank);
   if (old == nullptr) return absl::NotFoundError("no server of that rank");
   if (old->joining) {
     return absl::FailedPreconditionError(
@@ -39,7 +39,7 @@ absl::StatusOr<Registration> SchedulerCore::JoinServer(int requested_rank,
   }
   // The shards it holds: its own (other copy on the next rank) and the previous rank's.
   for (const int other : {(rank + 1) % n, (rank + n - 1) % n}) {
-    const NodeInfo* copy = ServerOfRank(other);
+    const NodeInfo* copy = nodes_.ServerOfRank(other);
     if (copy != nullptr && other != rank && copy->dead) {
       const int shard = other == (rank + 1) % n ? rank : other;
       return absl::FailedPreconditionError(
@@ -49,10 +49,10 @@ absl::StatusOr<Registration> SchedulerCore::JoinServer(int requested_rank,
     }
   }
   const std::string death =
-      absl::StrCat("replaced: the server at ", address, " (node ", next_node_id_,
+      absl::StrCat("replaced: the server at ", address, " (node ", nodes_.next_id(),
                    ") is copying its shards (was ", old->address,
                    old->dead ? absl::StrCat(": ", old->death) : std::string(), ")");
-  NodeInfo& node = TakeOverRank(old, address, hostname, now);
+  NodeInfo& node = nodes_.TakeOver(*old, address, hostname, now);
   node.replaced_address.clear();  // Nothing is lost: no data loss to report.
   node.max_round = 0;
   node.dead = true;  // Its shards are served by their other copies until it is published.
@@ -103,7 +103,7 @@ Routing SchedulerCore::routing() const {
   routing.epoch = view_epoch_;
   routing.servers = ViewLocked().servers;
   for (const ServerEntry& server : routing.servers) {
-    if (nodes_.at(server.node_id).dead) routing.dead.push_back(server.rank);
+    if (nodes_.Find(server.node_id)->dead) routing.dead.push_back(server.rank);
   }
   return routing;
 }

@@ -29,7 +29,7 @@ std::vector<std::string> SchedulerCore::Progress() const {
       for (const auto& [id, node] : nodes_) {
         if (node.role != role) continue;
         ++registered;
-        const int rank = requested_rank_.at(id);
+        const int rank = nodes_.requested_rank(id);
         if (rank >= 0) {
           taken.insert(rank);
         } else {
@@ -73,7 +73,7 @@ std::vector<std::string> SchedulerCore::Progress() const {
                                  absl::StrJoin(missing, ", ")));
   }
   for (const PendingReplacement& pending : pending_replacements_) {
-    const NodeInfo* holder = ServerOfRank(pending.rank);
+    const NodeInfo* holder = nodes_.ServerOfRank(pending.rank);
     lines.push_back(absl::StrCat(
         "the kvserver at ", pending.address, " waits to take server rank ", pending.rank,
         holder == nullptr ? std::string()

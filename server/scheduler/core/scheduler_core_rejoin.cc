@@ -14,21 +14,14 @@ namespace kvstore {
 std::optional<Registration> SchedulerCore::ReplaceServer(int rank, const std::string& address,
                                                          const std::string& hostname,
                                                          absl::Time now) {
-  NodeInfo* old = ServerOfRank(rank);
+  NodeInfo* old = nodes_.ServerOfRank(rank);
   if (old == nullptr || HeardFrom(*old, now)) return std::nullopt;  // Alive.
   const int64_t replaced_round = old->max_round;
-  NodeInfo& node = TakeOverRank(old, address, hostname, now);
+  NodeInfo& node = nodes_.TakeOver(*old, address, hostname, now);
   node.replaced_round = replaced_round;
   Registration registration = RegistrationOf(node);
   registration.replaced_address = node.replaced_address;
   return registration;
-}
-
-const NodeInfo* SchedulerCore::ServerOfRank(int rank) const {
-  for (const auto& [id, node] : nodes_) {
-    if (node.role == NodeRole::kServer && node.rank == rank) return &node;
-  }
-  return nullptr;
 }
 
 void SchedulerCore::HoldReplacement(const NodeInfo& holder, int rank, std::string address,
@@ -56,7 +49,7 @@ void SchedulerCore::RetryReplacements(absl::Time now,
       it = pending_replacements_.erase(it);
       continue;
     }
-    const NodeInfo* holder = ServerOfRank(pending.rank);
+    const NodeInfo* holder = nodes_.ServerOfRank(pending.rank);
     std::optional<Registration> registration;
     if (holder == nullptr || !HeardFrom(*holder, now)) {
       if (options_.replicas > 1) {
@@ -99,27 +92,6 @@ void SchedulerCore::RetryReplacements(absl::Time now,
     }
     ++it;
   }
-}
-
-NodeInfo& SchedulerCore::TakeOverRank(NodeInfo* old, const std::string& address,
-                                      const std::string& hostname, absl::Time now) {
-  NodeInfo node = *old;
-  const uint64_t id = next_node_id_++;
-  node.node_id = id;
-  node.replaced_address = old->address;
-  node.replaced_round = -1;
-  node.address = address;
-  node.hostname = hostname;
-  node.last_heartbeat = now;
-  node.num_keys = 0;
-  node.num_bytes = 0;
-  node.restored_round = -1;
-  node.released = false;
-  const int rank = node.rank;
-  requested_rank_.erase(old->node_id);
-  nodes_.erase(old->node_id);
-  requested_rank_[id] = rank;
-  return nodes_[id] = std::move(node);
 }
 
 Registration SchedulerCore::RegistrationOf(const NodeInfo& node) const {
