@@ -351,9 +351,11 @@ class KVStore {
   // in docs/optimizers.md). In-process stores replace their updater; distributed stores send
   // the typed configuration to every server (controller command 3) and return once all of
   // them have it; a server switches between dist_sync rounds, never within one. Every call
-  // starts from fresh optimizer state (momentum, moments, update counts). InvalidArgument for
-  // an unknown optimizer, a parameter it does not take or a value out of range, before
-  // anything is sent.
+  // starts from fresh optimizer state (momentum, moments, update counts), unless
+  // config.keep_state: then the running optimizer's state carries over to the new
+  // hyper-parameters (a learning-rate change; FailedPrecondition naming both when another
+  // optimizer runs). InvalidArgument for an unknown optimizer, a parameter it does not take or
+  // a value out of range, before anything is sent.
   absl::Status SetOptimizer(const OptimizerConfig& config);
 
   // SaveOptimizerStates writes the updater's state - optimizer moments, update counts, the
