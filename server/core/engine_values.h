@@ -54,6 +54,16 @@ struct IncomingValue {
   int64_t num_rows = 0;
 };
 
+// GroupAck: when a key group's push is acknowledged (KeyGroups::Push).
+enum class GroupAck { kApplied, kOrdered };
+
+// PackedGroup: a key group's members' elements packed in member order - the first `bytes`
+// bytes of `buffer` (KeyGroups::Pull).
+struct PackedGroup {
+  Tensor buffer;
+  size_t bytes = 0;
+};
+
 namespace engine {
 
 using Done = std::function<void(absl::Status)>;
@@ -188,7 +198,7 @@ struct Group {
   // received slices into its arena, once per run of one dtype. The arena's lock is held.
   absl::Status ApplyInPlace(const ByteChunks& bytes, Updater* updater) const;
   mutable absl::Mutex reply_mu;
-  mutable Tensor reply ABSL_GUARDED_BY(reply_mu);  // Reused by PullGroup.
+  mutable Tensor reply ABSL_GUARDED_BY(reply_mu);  // Reused by KeyGroups::Pull.
 };
 
 }  // namespace engine

@@ -1,5 +1,5 @@
 // NodeGroups: the key groups each node has registered with an engine
-// (ServerEngine::RegisterGroup), by the node's own group id. A node keeps its last
+// (KeyGroups::Register), by the node's own group id. A node keeps its last
 // `max_per_node` registrations; registering an id again replaces its group. `G` is the engine's
 // group type, with `int64_t held_bytes`, what it counts against the memory budget.
 //

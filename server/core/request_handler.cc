@@ -11,7 +11,7 @@
 #include "common/status_macros.h"
 #include "common/wire_frame.h"
 #include "proto/kvstore.pb.h"
-
+#include "server/core/key_groups.h"
 namespace kvstore {
 
 using Done = std::function<void(absl::Status)>;
@@ -102,13 +102,13 @@ template <typename Request>
 absl::Status RegisterListedGroup(const Request& header, ServerEngine* engine) {
   if (header.tensors_size() == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::vector<ValueSlice> members, SlicesFromHeaders(header.tensors()));
-  return engine->RegisterGroup(header.node_id(), header.group_id(), members);
+  return engine->groups().Register(header.node_id(), header.group_id(), members);
 }
 
 // PullGroupInto frames a group's packed values (no headers) into `*response`.
 absl::Status PullGroupInto(const ServerEngine& engine, uint64_t node_id, uint64_t group_id,
                            grpc::ByteBuffer* response) {
-  ASSIGN_OR_RETURN(ServerEngine::PackedGroup packed, engine.PullGroup(node_id, group_id));
+  ASSIGN_OR_RETURN(PackedGroup packed, engine.groups().Pull(node_id, group_id));
   const PayloadPart part{packed.buffer, 0, packed.bytes};
   ASSIGN_OR_RETURN(*response, EncodeFrame(proto::PullResponse(), absl::MakeConstSpan(&part, 1)));
   return absl::OkStatus();
@@ -157,15 +157,15 @@ absl::StatusOr<std::vector<ValueSlice>> SlicesFromHeaders(
 }
 
 // StartGroupPush registers the group a Push or PushPull lists (if it does) and pushes the
-// packed values; `done` runs at once with the error, or when `ack` says (ServerEngine::PushGroup).
+// packed values; `done` runs at once with the error, or when `ack` says (KeyGroups::Push).
 template <typename Request>
 void StartGroupPush(ServerEngine* engine, const Request& header, const Payload& payload,
                     ServerEngine::Ack ack, Done done) {
   absl::Status status = RegisterListedGroup(header, engine);
   absl::StatusOr<ByteChunks> bytes = status.ok() ? payload.Chunks(0, payload.size()) : status;
   if (!bytes.ok()) return done(bytes.status());
-  engine->PushGroup(header.node_id(), header.request_id(), header.group_id(), *bytes,
-                    std::move(done), ack);
+  engine->groups().Push(header.node_id(), header.request_id(), header.group_id(), *bytes,
+                        std::move(done), ack);
 }
 
 }  // namespace
@@ -223,7 +223,7 @@ void HandlePush(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteB
     done(status);
   };
   if (header.group_id() != 0) {
-    // The reply may leave before the sum is done: a later reader waits for it (PushGroup).
+    // The reply may leave before the sum is done: a later reader waits for it (KeyGroups::Push).
     return StartGroupPush(backend->engine.get(), header, *payload, ServerEngine::Ack::kOrdered,
                           std::move(finish));
   }

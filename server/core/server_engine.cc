@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/core/key_groups.h"
 #include "server/core/server_engine_internal.h"
 
 namespace kvstore {
@@ -47,7 +48,10 @@ ServerEngine::ServerEngine(ServerEngineOptions options, std::unique_ptr<Updater>
       applied_(options_.dedup_window),
       budget_(options_.memory_budget_bytes),
       updater_(std::move(updater), options_.updater_chosen || options_.sync),
-      parts_(options_.max_value_bytes, options_.chunk_bytes) {}
+      parts_(options_.max_value_bytes, options_.chunk_bytes),
+      groups_(std::make_unique<KeyGroups>(this)) {}
+
+ServerEngine::~ServerEngine() = default;
 
 void ServerEngine::SetUpdater(std::unique_ptr<Updater> updater, bool keep_state) {
   absl::MutexLock lock(&mu_);
@@ -258,7 +262,7 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
 
 absl::Status ServerEngine::CheckRound(const Key& key, const Chunk& chunk, uint64_t node_id) const {
   if (rounds() && chunk.arena != nullptr && chunk.arena->open_group_rounds > 0) {
-    RETURN_IF_ERROR(CheckGroupRound(key, chunk, node_id));
+    RETURN_IF_ERROR(groups_->CheckRound(key, chunk, node_id));
   }
   if (rounds() && std::find(chunk.contributors.begin(), chunk.contributors.end(), node_id) !=
                       chunk.contributors.end()) {
@@ -296,7 +300,7 @@ std::shared_ptr<ServerEngine::PushCall> ServerEngine::BeginPush(uint64_t node_id
     for (Chunk* chunk : chunks) ++chunk->rounds_done;
   }
   if (rounds()) {
-    SplitGroupRounds(chunks);
+    groups_->SplitRounds(chunks);
     for (Chunk* chunk : chunks) {
       if (chunk->contributors.empty()) {
         ++open_rounds_;

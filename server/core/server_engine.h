@@ -124,6 +124,8 @@ struct ServerEngineOptions {
   std::shared_ptr<RoundObserver> round_observer;
 };
 
+class KeyGroups;
+
 class ServerEngine {
  public:
   using Done = std::function<void(absl::Status)>;
@@ -132,6 +134,7 @@ class ServerEngine {
   // and budget).
   static absl::StatusOr<std::unique_ptr<ServerEngine>> Create(ServerEngineOptions options,
                                                               std::unique_ptr<Updater> updater);
+  ~ServerEngine();
 
   // Init stores the values (each a server's whole part of a key). AlreadyExists for a key
   // already stored or repeated in the call; InvalidArgument for an inconsistent slice or byte
@@ -158,51 +161,12 @@ class ServerEngine {
   void Push(uint64_t node_id, uint64_t request_id, absl::Span<const IncomingValue> values,
             Done done);
 
-  // Key groups. A worker that pushes or pulls one long list of small keys again and again
-  // registers the list once under an id of its own (RegisterGroup), then sends only that id
-  // and the members' bytes packed back to back in member order (PushGroup), or receives them so
-  // (PullGroup). Each member names exactly one whole chunk of a key this server holds, checked
-  // as a Push would check it; members are distinct. Registering an id again replaces it; a node
-  // keeps its last kMaxGroupsPerNode groups. A group push is exactly the push of its members
-  // (the same rounds, updates, request ids and errors); the lookups, checks and headers per key
-  // are what it saves.
+  // Key groups (key_groups.h): long lists of small keys registered once and pushed and pulled
+  // packed. A node keeps its last kMaxGroupsPerNode groups.
   static constexpr size_t kMaxGroupsPerNode = 256;
-  // RegisterGroup: NotFound / InvalidArgument naming the key as for Push, InvalidArgument for a
-  // repeated member, ResourceExhausted when the group would take the engine over its memory
-  // budget (a group holds its members' list and, once pulled, a buffer of its packed size);
-  // nothing is registered then.
-  absl::Status RegisterGroup(uint64_t node_id, uint64_t group_id,
-                             absl::Span<const ValueSlice> members);
-  // PushGroup: as Push; FailedPrecondition naming the group when the node has not registered
-  // it (the sender registers it again), InvalidArgument when `bytes` is not the group's size.
-  // With Ack::kOrdered, `done` may run with OK before the update is applied, once it is sure to
-  // succeed and holds the lock of every value it changes: anything that reads them afterwards
-  // (a pull on any thread, a checkpoint) waits for it. That is the case for a group held in an
-  // arena, pushed outside dist_sync rounds, with a piecewise updater, when its arena is not
-  // busy; otherwise, and always with Ack::kApplied, `done` runs once the update is applied.
-  // `done` must not read the group's values with kOrdered (it runs under their lock).
-  enum class Ack { kApplied, kOrdered };
-  void PushGroup(uint64_t node_id, uint64_t request_id, uint64_t group_id, const ByteChunks& bytes,
-                 Done done, Ack ack = Ack::kApplied);
-  // PullGroup returns the members' stored elements packed in member order: the first `bytes`
-  // bytes of `buffer`, which the next pull of the group reuses once this handle is released.
-  struct PackedGroup {
-    Tensor buffer;
-    size_t bytes = 0;
-  };
-  absl::StatusOr<PackedGroup> PullGroup(uint64_t node_id, uint64_t group_id) const;
-  // GroupInArena is true when the node's group `group_id` is applied through an arena: its
-  // members' values lie back to back in one buffer, a push that needs no round (dist_async,
-  // or one worker) is one update per run of one dtype and a pull one copy. A group gets one
-  // when none of its members is in an arena yet and each is at most 64 KiB, or when its
-  // members lie in one arena in its order (another worker's registration of the same list).
-  bool GroupInArena(uint64_t node_id, uint64_t group_id) const;
-  // GroupRounds counts the dist_sync rounds completed for a whole group at once: a group in an
-  // arena, pushed whole by every worker in the round, is summed into one buffer of the group's
-  // size and updated per run of one dtype, instead of member by member. A round in which some
-  // member is also pushed on its own (Push, or a group that is not laid out the same) goes
-  // member by member from then on; both give the same values, rounds and acknowledgements.
-  int64_t GroupRounds() const;
+  using Ack = GroupAck;
+  KeyGroups& groups() { return *groups_; }
+  const KeyGroups& groups() const { return *groups_; }
 
   // Pull returns each requested chunk's stored elements as a read-only handle on the stored
   // buffer (no copy): the engine never writes a buffer while a handle on it is alive - an update
@@ -328,6 +292,7 @@ class ServerEngine {
   static int64_t SpareBytesHeld() { return SpareBuffer::BytesHeld(); }
 
  private:
+  friend class KeyGroups;  // A part of the engine: it drives the engine's rounds and cuts.
   using PushCall = engine::PushCall;
   using Arena = engine::Arena;
   using GroupRound = engine::GroupRound;
@@ -363,21 +328,6 @@ class ServerEngine {
                absl::Span<Chunk* const> completed, const absl::Status& error);
   // FinishCall records `call` as applied and moves its `done`s into `*finished`.
   void FinishCall(PushCall* call, std::vector<Done>* finished) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // PlaceInArena gives a new group the arena of its members (moving them into a new one when
-  // none is in an arena yet and all are small), or none when they are placed otherwise.
-  void PlaceInArena(Group* group, absl::Span<const ValueSlice> members)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // FindPushedGroup checks the sender and finds the group a push names, with the push's size.
-  absl::Status FindPushedGroup(uint64_t node_id, uint64_t group_id, const ByteChunks& bytes,
-                               std::shared_ptr<const Group>* group) const ABSL_LOCKS_EXCLUDED(mu_);
-  // MergeMembers merges a group push member by member (Merge of each), adding the members
-  // whose round completed (or that were applied) to `*completed`; the first error.
-  absl::Status MergeMembers(const Group& group, const ByteChunks& bytes,
-                            const std::shared_ptr<Updater>& updater,
-                            std::vector<Chunk*>* completed);
-  // FindGroup returns a node's registered group, FailedPrecondition naming it otherwise.
-  absl::StatusOr<std::shared_ptr<const Group>> FindGroup(uint64_t node_id, uint64_t group_id) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // merge_rule says how chunks merge pushes now (engine_values.h).
   engine::MergeRule merge_rule() const;
   // EndRound closes `chunk`'s open round, if any, once its waiting pushes have been answered
@@ -395,31 +345,6 @@ class ServerEngine {
   void HoldGroupPush(uint64_t node_id, uint64_t request_id, uint64_t group_id,
                      const ByteChunks& bytes, Done done, Ack ack)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Group-level dist_sync rounds (server_engine_group_rounds.cc). CheckGroupRound is
-  // CheckRound for a chunk in an open group round; SplitGroupRounds turns the open group rounds
-  // holding any of `chunks` into rounds per member (before a push of those chunks one by one);
-  // PushGroupRound takes a group push into its group's round when it can, returning false
-  // (nothing done) when the push must go member by member.
-  absl::Status CheckGroupRound(const Key& key, const Chunk& chunk, uint64_t node_id) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SplitGroupRounds(absl::Span<Chunk* const> chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // SplitAllGroupRounds splits every open group round that can be (server_engine_cut.cc).
-  void SplitAllGroupRounds() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool PushGroupRound(uint64_t node_id, uint64_t request_id,
-                      const std::shared_ptr<const Group>& group, const ByteChunks& bytes,
-                      const std::shared_ptr<Updater>& updater, Done* done) ABSL_LOCKS_EXCLUDED(mu_);
-  // JoinGroupRound registers a group push in its group's round (opening it when needed): false
-  // when the push must go member by member; true with `*call` and `*round` set, or with `*call`
-  // null when BeginPush answered it (`*error`, and `*done` still to run).
-  bool JoinGroupRound(uint64_t node_id, uint64_t request_id,
-                      const std::shared_ptr<const Group>& group, Done* done,
-                      std::shared_ptr<GroupRound>* round, std::shared_ptr<PushCall>* call,
-                      absl::Status* error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // CloseGroupRound settles a group round whose updater has run: answers its pushes with
-  // `error`, counts the members' rounds and closes it.
-  void CloseGroupRound(const std::shared_ptr<GroupRound>& round, const Group& group,
-                       const absl::Status& error) ABSL_LOCKS_EXCLUDED(mu_);
-
   const ServerEngineOptions options_;
   // Who may send, and which workers left the job (changed under mu_ too: DropWorkers).
   JobWorkers workers_;
@@ -433,14 +358,11 @@ class ServerEngine {
   // The parts stored, and the checks of the requests that name them.
   PartTable parts_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, NodeRequests> requests_ ABSL_GUARDED_BY(mu_);
-  // The key groups each node has registered (its last kMaxGroupsPerNode).
-  NodeGroups<Group> groups_ ABSL_GUARDED_BY(mu_){kMaxGroupsPerNode};
+  // The key groups each node has registered, their arenas and their dist_sync rounds.
+  std::unique_ptr<KeyGroups> groups_;
   // Chunks whose dist_sync round has started and not completed, and an updater waiting for
   // their number to reach zero.
   int64_t open_rounds_ ABSL_GUARDED_BY(mu_) = 0;
-  // Of those, the group rounds (each counts once), and the group rounds completed so far.
-  int64_t open_group_rounds_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t group_rounds_done_ ABSL_GUARDED_BY(mu_) = 0;
   // Pushes registered and not yet finished, outside dist_sync rounds (a cut waits for them).
   int64_t pushes_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // The cut under way and the pushes it holds.

@@ -8,25 +8,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/core/key_groups.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_internal.h"
 
 namespace kvstore {
 
 using server_engine_internal::ElementRange;
-
-void ServerEngine::SplitAllGroupRounds() {
-  if (open_group_rounds_ == 0) return;
-  std::vector<Chunk*> grouped;
-  for (const auto& [key, part] : parts_.all()) {
-    for (const auto& chunk : part->chunks) {
-      if (chunk->arena != nullptr && chunk->arena->open_group_rounds > 0) {
-        grouped.push_back(chunk.get());
-      }
-    }
-  }
-  SplitGroupRounds(grouped);
-}
 
 bool ServerEngine::HoldForCut(absl::Span<Chunk* const> chunks) const {
   if (!cut_.active()) return false;
@@ -73,7 +61,7 @@ void ServerEngine::HoldGroupPush(uint64_t node_id, uint64_t request_id, uint64_t
              done = std::move(done)](absl::Status refusal) mutable {
     if (!refusal.ok()) return done(std::move(refusal));
     const ByteChunks copy = {absl::Span<const uint8_t>(storage->data(), storage->size())};
-    PushGroup(node_id, request_id, group_id, copy, std::move(done), ack);
+    groups_->Push(node_id, request_id, group_id, copy, std::move(done), ack);
   });
 }
 
@@ -93,7 +81,7 @@ int64_t ServerEngine::MaxRoundStartedLocked() const {
 absl::StatusOr<int64_t> ServerEngine::BeginCut() {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(cut_.Begin());
-  SplitAllGroupRounds();
+  groups_->SplitAllRounds();
   return MaxRoundStartedLocked();
 }
 
@@ -128,8 +116,8 @@ std::string ServerEngine::CutLagging() const {
   if (cut_.phase() != CutGate::Phase::kLimited) return "the cut's round is not set yet";
   if (pushes_in_flight_ > 0) return absl::StrCat(pushes_in_flight_, " pushes being applied");
   // Rounds of whole key groups every worker has joined (BeginCut split the others).
-  if (open_group_rounds_ > 0) {
-    return absl::StrCat(open_group_rounds_, " key group rounds completing");
+  if (groups_->open_rounds() > 0) {
+    return absl::StrCat(groups_->open_rounds(), " key group rounds completing");
   }
   if (!options_.sync) return std::string();
   // A key behind the cut's round catches up while its workers go on (its next round is below
@@ -172,7 +160,7 @@ void ServerEngine::FailRounds(const std::string& reason) {
     absl::MutexLock lock(&mu_);
     failed_reason_ = reason;
     held = cut_.End();
-    SplitAllGroupRounds();  // Their waiting pushes fail below, member by member.
+    groups_->SplitAllRounds();  // Their waiting pushes fail below, member by member.
     absl::flat_hash_set<PushCall*> seen;
     for (auto& [key, part] : parts_.all()) {
       for (auto& chunk : part->chunks) {

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "server/core/key_groups.h"
 #include "server/core/server_engine.h"
 
 namespace kvstore {
@@ -33,7 +34,7 @@ int64_t ServerEngine::DropWorkers(absl::Span<const uint64_t> node_ids) {
     if (dropping.empty()) return 0;
     // Open rounds of whole groups wait for every worker: they go member by member now (those
     // every worker has joined complete with their own pushes), and no new one opens.
-    if (rounds()) SplitAllGroupRounds();
+    if (rounds()) groups_->SplitAllRounds();
     const size_t dropped = workers_.MarkDropped(dropping);
     if (!rounds()) return 0;
     const std::shared_ptr<Updater> current = updater_.current();

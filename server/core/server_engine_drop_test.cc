@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
+#include "server/core/key_groups.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
@@ -231,8 +232,8 @@ TEST_CASE(
     members.push_back(ValueSlice{100 + k, DType::kFloat32, {3}, 0, 3});
     for (double v : ToDoubles(init)) want.push_back(v);
   }
-  for (uint64_t w : {2, 3, 4}) REQUIRE(engine->RegisterGroup(w, 7, members).ok());
-  REQUIRE(engine->GroupInArena(2, 7));
+  for (uint64_t w : {2, 3, 4}) REQUIRE(engine->groups().Register(w, 7, members).ok());
+  REQUIRE(engine->groups().InArena(2, 7));
   auto push = [&](uint64_t w, uint64_t request, Acks* acks) {
     std::vector<float> values(30);
     for (size_t i = 0; i < values.size(); ++i) {
@@ -241,10 +242,10 @@ TEST_CASE(
     }
     std::vector<uint8_t> bytes(reinterpret_cast<const uint8_t*>(values.data()),
                                reinterpret_cast<const uint8_t*>(values.data()) + 120);
-    engine->PushGroup(w, request, 7, {absl::MakeConstSpan(bytes)}, acks->Callback());
+    engine->groups().Push(w, request, 7, {absl::MakeConstSpan(bytes)}, acks->Callback());
   };
   auto pulled = [&] {
-    auto packed = engine->PullGroup(2, 7);
+    auto packed = engine->groups().Pull(2, 7);
     REQUIRE(packed.ok());
     std::vector<double> out;
     const auto* f = static_cast<const float*>(packed->buffer.data());
@@ -254,7 +255,7 @@ TEST_CASE(
   Acks acks;
   for (uint64_t w : {2, 3, 4}) push(w, 1, &acks);
   REQUIRE(acks.ok == 3);
-  REQUIRE(engine->GroupRounds() == 1);
+  REQUIRE(engine->groups().rounds_done() == 1);
   push(2, 2, &acks);
   push(3, 2, &acks);
   REQUIRE(acks.ok == 3);
@@ -267,7 +268,7 @@ TEST_CASE(
   }
   REQUIRE(acks.ok == 11);
   CHECK(acks.errors.empty());
-  CHECK(engine->GroupRounds() == 1);
+  CHECK(engine->groups().rounds_done() == 1);
   REQUIRE(pulled() == want);
 }
 

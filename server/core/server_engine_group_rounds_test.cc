@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "server/core/key_groups.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
@@ -121,8 +122,8 @@ TEST_CASE("ServerEngine: every worker's whole-group push makes one group round",
   REQUIRE(by_key->Init(2, members.Values(members.initial)).ok());
   REQUIRE(grouped->Init(2, members.Values(members.initial)).ok());
   for (uint64_t node : nodes) {
-    REQUIRE(grouped->RegisterGroup(node, 10 + node, members.slices).ok());
-    REQUIRE(grouped->GroupInArena(node, 10 + node));
+    REQUIRE(grouped->groups().Register(node, 10 + node, members.slices).ok());
+    REQUIRE(grouped->groups().InArena(node, 10 + node));
   }
   std::vector<std::vector<double>> expected;
   for (const Tensor& t : members.initial) expected.push_back(ToDoubles(t));
@@ -145,19 +146,21 @@ TEST_CASE("ServerEngine: every worker's whole-group push makes one group round",
         REQUIRE(s.ok());
         ++by_key_acks;
       });
-      grouped->PushGroup(node, request, 10 + node, RandomSlices(rng, bytes), [&](absl::Status s) {
-        REQUIRE(s.ok());
-        ++acks;
-      });
+      grouped->groups().Push(node, request, 10 + node, RandomSlices(rng, bytes),
+                             [&](absl::Status s) {
+                               REQUIRE(s.ok());
+                               ++acks;
+                             });
       if (k == 0) {
         // A retry of the pending push waits with it; a second push in the round is refused.
-        grouped->PushGroup(node, request, 10 + node, RandomSlices(rng, bytes), [&](absl::Status s) {
-          REQUIRE(s.ok());
-          ++acks;
-        });
+        grouped->groups().Push(node, request, 10 + node, RandomSlices(rng, bytes),
+                               [&](absl::Status s) {
+                                 REQUIRE(s.ok());
+                                 ++acks;
+                               });
         absl::Status twice = absl::UnknownError("not called");
-        grouped->PushGroup(node, request + 50, 10 + node, RandomSlices(rng, bytes),
-                           [&](absl::Status s) { twice = s; });
+        grouped->groups().Push(node, request + 50, 10 + node, RandomSlices(rng, bytes),
+                               [&](absl::Status s) { twice = s; });
         REQUIRE(twice.code() == absl::StatusCode::kFailedPrecondition);
         REQUIRE(twice.message().find("pushed twice") != absl::string_view::npos);
         absl::Status alone = absl::UnknownError("not called");
@@ -169,17 +172,17 @@ TEST_CASE("ServerEngine: every worker's whole-group push makes one group round",
       }
       if (k + 1 < order.size()) {
         REQUIRE(acks == 0);
-        REQUIRE(grouped->GroupRounds() == round);
+        REQUIRE(grouped->groups().rounds_done() == round);
       }
     }
     REQUIRE(acks == w + 1);
     REQUIRE(by_key_acks == w);
-    REQUIRE(grouped->GroupRounds() == round + 1);
+    REQUIRE(grouped->groups().rounds_done() == round + 1);
     // A retry of the applied push is acknowledged and not applied again.
     absl::Status retry = absl::UnknownError("not called");
-    grouped->PushGroup(order[0], 100 * round + order[0], 10 + order[0],
-                       RandomSlices(rng, Pack(members.Draw(rng))),
-                       [&](absl::Status s) { retry = s; });
+    grouped->groups().Push(order[0], 100 * round + order[0], 10 + order[0],
+                           RandomSlices(rng, Pack(members.Draw(rng))),
+                           [&](absl::Status s) { retry = s; });
     REQUIRE(retry.ok());
     RequireSameBits(*by_key, *grouped, members);
     for (size_t i = 0; i < members.slices.size(); ++i) {
@@ -222,9 +225,9 @@ TEST_CASE(
   INFO("stretch [" << from << ", " << to << ")");
   const std::vector<ValueSlice> stretch(members.slices.begin() + from, members.slices.begin() + to);
   for (uint64_t node : nodes) {
-    REQUIRE(grouped->RegisterGroup(node, 1, members.slices).ok());
-    REQUIRE(grouped->RegisterGroup(node, 2, stretch).ok());
-    REQUIRE(grouped->GroupInArena(node, 2));
+    REQUIRE(grouped->groups().Register(node, 1, members.slices).ok());
+    REQUIRE(grouped->groups().Register(node, 2, stretch).ok());
+    REQUIRE(grouped->groups().InArena(node, 2));
   }
   int64_t whole_rounds = 0;
   for (int round = 0; round < 12; ++round) {
@@ -256,7 +259,7 @@ TEST_CASE(
       const std::vector<uint8_t> part = Pack(pushed, from, to);
       switch (mode[k]) {
         case 0:
-          grouped->PushGroup(node, request, 1, RandomSlices(rng, all), ack);
+          grouped->groups().Push(node, request, 1, RandomSlices(rng, all), ack);
           ++expected_acks;
           break;
         case 1:
@@ -266,7 +269,7 @@ TEST_CASE(
         default: {
           std::vector<IncomingValue> rest = members.Values(pushed, 0, from);
           for (IncomingValue& v : members.Values(pushed, to)) rest.push_back(std::move(v));
-          grouped->PushGroup(node, request, 2, RandomSlices(rng, part), ack);
+          grouped->groups().Push(node, request, 2, RandomSlices(rng, part), ack);
           grouped->Push(node, request + 500, rest, ack);
           expected_acks += 2;
         }
@@ -274,7 +277,7 @@ TEST_CASE(
       if (k + 1 < order.size()) REQUIRE(acks == 0);
     }
     REQUIRE(acks == expected_acks);
-    REQUIRE(grouped->GroupRounds() == whole_rounds);
+    REQUIRE(grouped->groups().rounds_done() == whole_rounds);
     REQUIRE(grouped->Snapshot().ok());
     RequireSameBits(*by_key, *grouped, members);
   }
@@ -310,7 +313,7 @@ TEST_CASE("ServerEngine: a group round with an updater that is not piecewise",
   const Members members(rng, 40, {DType::kFloat64, DType::kFloat32});
   REQUIRE(by_key->Init(2, members.Values(members.initial)).ok());
   REQUIRE(grouped->Init(2, members.Values(members.initial)).ok());
-  for (uint64_t node : nodes) REQUIRE(grouped->RegisterGroup(node, 4, members.slices).ok());
+  for (uint64_t node : nodes) REQUIRE(grouped->groups().Register(node, 4, members.slices).ok());
   std::vector<std::vector<double>> expected;
   for (const Tensor& t : members.initial) expected.push_back(ToDoubles(t));
   for (int round = 0; round < 3; ++round) {
@@ -324,13 +327,13 @@ TEST_CASE("ServerEngine: a group round with an updater that is not piecewise",
         for (size_t e = 0; e < v.size(); ++e) sum[i][e] += v[e];
       }
       by_key->Push(node, round, members.Values(pushed), [](absl::Status s) { REQUIRE(s.ok()); });
-      grouped->PushGroup(node, round, 4, RandomSlices(rng, Pack(pushed)), [&](absl::Status s) {
+      grouped->groups().Push(node, round, 4, RandomSlices(rng, Pack(pushed)), [&](absl::Status s) {
         REQUIRE(s.ok());
         ++acks;
       });
     }
     REQUIRE(acks == w);
-    REQUIRE(grouped->GroupRounds() == round + 1);
+    REQUIRE(grouped->groups().rounds_done() == round + 1);
     RequireSameBits(*by_key, *grouped, members);
     for (size_t i = 0; i < expected.size(); ++i) {
       for (size_t e = 0; e < expected[i].size(); ++e) {
@@ -353,14 +356,14 @@ TEST_CASE("ServerEngine: a new updater waits for the open group round",
   auto engine = Engine(nodes, MakeSumUpdater());
   const Members members(rng, 20, {DType::kFloat64});
   REQUIRE(engine->Init(2, members.Values(members.initial)).ok());
-  for (uint64_t node : nodes) REQUIRE(engine->RegisterGroup(node, 3, members.slices).ok());
+  for (uint64_t node : nodes) REQUIRE(engine->groups().Register(node, 3, members.slices).ok());
   const std::vector<Tensor> a = members.Draw(rng), b = members.Draw(rng);
   int acks = 0;
   auto ack = [&](absl::Status s) {
     REQUIRE(s.ok());
     ++acks;
   };
-  engine->PushGroup(2, 1, 3, RandomSlices(rng, Pack(a)), ack);
+  engine->groups().Push(2, 1, 3, RandomSlices(rng, Pack(a)), ack);
   // Mid-round: pulls see the values before the round, the updater waits.
   for (size_t i = 0; i < members.slices.size(); ++i) {
     auto pulled = engine->Pull(2, {members.slices[i]});
@@ -369,7 +372,7 @@ TEST_CASE("ServerEngine: a new updater waits for the open group round",
   }
   engine->SetUpdater(MakeAssignUpdater());
   REQUIRE(engine->updater_name() != "assign");
-  engine->PushGroup(3, 1, 3, RandomSlices(rng, Pack(b)), ack);
+  engine->groups().Push(3, 1, 3, RandomSlices(rng, Pack(b)), ack);
   REQUIRE(acks == 2);
   REQUIRE(engine->updater_name() == "assign");
   for (size_t i = 0; i < members.slices.size(); ++i) {
@@ -395,7 +398,7 @@ TEST_CASE("ServerEngine: workers push whole groups from threads of their own",
   auto engine = Engine(nodes, MakeSumUpdater());
   const Members members(rng, 200, {DType::kFloat64, DType::kInt64, DType::kInt32});
   REQUIRE(engine->Init(2, members.Values(members.initial)).ok());
-  for (uint64_t node : nodes) REQUIRE(engine->RegisterGroup(node, 8, members.slices).ok());
+  for (uint64_t node : nodes) REQUIRE(engine->groups().Register(node, 8, members.slices).ok());
   // Every worker's pushes, drawn beforehand (small integers: every sum is exact).
   std::vector<std::vector<std::vector<uint8_t>>> pushes(w);
   std::vector<std::vector<std::vector<Tensor>>> by_key(w);  // Non-empty: pushed key by key.
@@ -439,7 +442,7 @@ TEST_CASE("ServerEngine: workers push whole groups from threads of their own",
         };
         if (by_key[k][r].empty()) {
           ByteChunks bytes = {absl::MakeConstSpan(pushes[k][r])};
-          engine->PushGroup(nodes[k], r, 8, bytes, ack);
+          engine->groups().Push(nodes[k], r, 8, bytes, ack);
         } else {
           engine->Push(nodes[k], r, members.Values(by_key[k][r]), ack);
         }
@@ -454,7 +457,7 @@ TEST_CASE("ServerEngine: workers push whole groups from threads of their own",
     });
   }
   std::thread reader([&] {
-    for (int i = 0; i < 200; ++i) failures += !engine->PullGroup(2, 8).ok();
+    for (int i = 0; i < 200; ++i) failures += !engine->groups().Pull(2, 8).ok();
   });
   for (auto& t : threads) t.join();
   reader.join();
@@ -466,7 +469,7 @@ TEST_CASE("ServerEngine: workers push whole groups from threads of their own",
   }
   // A round with a push key by key may still have begun as a group round and then split: the
   // rounds that had none are group rounds.
-  REQUIRE(engine->GroupRounds() == whole_rounds);
+  REQUIRE(engine->groups().rounds_done() == whole_rounds);
   for (size_t i = 0; i < members.slices.size(); ++i) {
     auto pulled = engine->Pull(2, {members.slices[i]});
     REQUIRE(pulled.ok());

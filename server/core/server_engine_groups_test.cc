@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "server/core/key_groups.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
@@ -87,8 +88,8 @@ TEST_CASE("ServerEngine: a key-group push is the push of its members", "[server]
   engine->SetUpdater(MakeSumUpdater());
   const TestGroup group = MakeGroup(rng, *engine, 40);
   // Workers 2 and 4 push through groups of their own ids; worker 3 pushes key by key.
-  REQUIRE(engine->RegisterGroup(2, 7, group.members).ok());
-  REQUIRE(engine->RegisterGroup(4, 1, group.members).ok());
+  REQUIRE(engine->groups().Register(2, 7, group.members).ok());
+  REQUIRE(engine->groups().Register(4, 1, group.members).ok());
   std::vector<std::vector<double>> expected;
   for (const Tensor& t : group.like) expected.push_back(ToDoubles(t));
   for (int round = 0; round < 3; ++round) {
@@ -114,11 +115,11 @@ TEST_CASE("ServerEngine: a key-group push is the push of its members", "[server]
       } else {
         const std::vector<uint8_t> bytes = group.Pack(pushed);
         // Slices of 5 bytes: most members straddle two or more of them.
-        engine->PushGroup(w, 50 + round, w == 2 ? 7 : 1, Chunks(bytes, 5), ack);
+        engine->groups().Push(w, 50 + round, w == 2 ? 7 : 1, Chunks(bytes, 5), ack);
       }
       REQUIRE(acknowledged == (w == workers.back() ? 3 : 0));
     }
-    auto packed = engine->PullGroup(2, 7);
+    auto packed = engine->groups().Pull(2, 7);
     REQUIRE(packed.ok());
     size_t offset = 0;
     for (size_t i = 0; i < group.keys.size(); ++i) {
@@ -148,14 +149,14 @@ TEST_CASE("ServerEngine: one worker's key-group pushes apply at once", "[server]
   auto engine = NewEngine(sync, {2});
   engine->SetUpdater(MakeSumUpdater());
   const TestGroup group = MakeGroup(rng, *engine, 25);
-  REQUIRE(engine->RegisterGroup(2, 3, group.members).ok());
+  REQUIRE(engine->groups().Register(2, 3, group.members).ok());
   std::vector<std::vector<double>> expected;
   for (const Tensor& t : group.like) expected.push_back(ToDoubles(t));
   const std::vector<uint8_t> bytes = group.Draw(rng, &expected);
   int acks = 0;
   // The same request id twice: applied once.
   for (int attempt = 0; attempt < 2; ++attempt) {
-    engine->PushGroup(2, 8, 3, Chunks(bytes, 64), [&](absl::Status s) { acks += s.ok(); });
+    engine->groups().Push(2, 8, 3, Chunks(bytes, 64), [&](absl::Status s) { acks += s.ok(); });
   }
   REQUIRE(acks == 2);
   for (size_t i = 0; i < group.keys.size(); ++i) {
@@ -183,8 +184,8 @@ TEST_CASE("ServerEngine: a group push acknowledged before its sum is seen by eve
     init.push_back(Incoming(group.keys[i], group.like[i]));
   }
   REQUIRE(engine->Init(2, init).ok());
-  REQUIRE(engine->RegisterGroup(2, 5, group.members).ok());
-  REQUIRE(engine->GroupInArena(2, 5));
+  REQUIRE(engine->groups().Register(2, 5, group.members).ok());
+  REQUIRE(engine->groups().InArena(2, 5));
   std::vector<std::vector<double>> expected;
   for (const Tensor& t : group.like) expected.push_back(ToDoubles(t));
   for (int round = 0; round < 3; ++round) {
@@ -196,7 +197,7 @@ TEST_CASE("ServerEngine: a group push acknowledged before its sum is seen by eve
     std::atomic<int> failures{0};
     std::thread reader;
     int acks = 0;
-    engine->PushGroup(
+    engine->groups().Push(
         2, 60 + round, 5, Chunks(bytes, 48),
         [&](absl::Status s) {
           acks += s.ok();
@@ -263,9 +264,9 @@ TEST_CASE("ServerEngine: key groups in an arena stay coherent with their members
   for (const Group& g : groups) {
     std::vector<ValueSlice> list;
     for (size_t i : g.index) list.push_back(members[i]);
-    REQUIRE(engine->RegisterGroup(g.node, g.id, list).ok());
+    REQUIRE(engine->groups().Register(g.node, g.id, list).ok());
     INFO("group " << g.id);
-    REQUIRE(engine->GroupInArena(g.node, g.id) == g.arena);
+    REQUIRE(engine->groups().InArena(g.node, g.id) == g.arena);
   }
 
   bool subtract = false;  // After the updater is replaced: stored -= received.
@@ -308,7 +309,7 @@ TEST_CASE("ServerEngine: key groups in an arena stay coherent with their members
           const auto* p = static_cast<const uint8_t*>(value.data());
           bytes.insert(bytes.end(), p, p + value.byte_size());
         }
-        engine->PushGroup(g.node, request++, g.id, Chunks(bytes, rng.Int(3, 41)), ack);
+        engine->groups().Push(g.node, request++, g.id, Chunks(bytes, rng.Int(3, 41)), ack);
         ++sent;
         break;
       }
@@ -327,7 +328,7 @@ TEST_CASE("ServerEngine: key groups in an arena stay coherent with their members
         break;
       }
       default: {  // A group pull.
-        auto packed = engine->PullGroup(g.node, g.id);
+        auto packed = engine->groups().Pull(g.node, g.id);
         REQUIRE(packed.ok());
         size_t offset = 0;
         for (size_t i : g.index) {
@@ -375,7 +376,7 @@ TEST_CASE("ServerEngine: key-group pushes give the same bits as the same pushes 
   }
   REQUIRE(by_key->Init(2, init).ok());
   REQUIRE(grouped->Init(2, init).ok());
-  for (uint64_t node : nodes) REQUIRE(grouped->RegisterGroup(node, 9, members).ok());
+  for (uint64_t node : nodes) REQUIRE(grouped->groups().Register(node, 9, members).ok());
   for (int round = 0; round < 4; ++round) {
     for (uint64_t node : nodes) {
       std::vector<IncomingValue> values;
@@ -393,7 +394,7 @@ TEST_CASE("ServerEngine: key-group pushes give the same bits as the same pushes 
       for (size_t at = 0; at < packed.size(); at += 5) {
         chunks.emplace_back(packed.data() + at, std::min<size_t>(5, packed.size() - at));
       }
-      grouped->PushGroup(node, 10 * round, 9, chunks, [&](absl::Status s) { b = s; });
+      grouped->groups().Push(node, 10 * round, 9, chunks, [&](absl::Status s) { b = s; });
       if (node == nodes.back()) {
         REQUIRE(a.ok());
         REQUIRE(b.ok());
@@ -452,19 +453,19 @@ TEST_CASE("ServerEngine: members move into an arena while other threads push and
       if (k % 10 == 0 && !engine->Pull(3, {members[picked[k]]}).ok()) ++failures;
     }
   });
-  REQUIRE(engine->RegisterGroup(2, 9, members).ok());
+  REQUIRE(engine->groups().Register(2, 9, members).ok());
   for (int r = 0; r < rounds; ++r) {
     std::vector<uint8_t> bytes;
     for (const Tensor& t : whole[r]) {
       const auto* p = static_cast<const uint8_t*>(t.data());
       bytes.insert(bytes.end(), p, p + t.byte_size());
     }
-    engine->PushGroup(2, 2000 + r, 9, Chunks(bytes, 13),
-                      [&](absl::Status s) { failures += !s.ok(); });
+    engine->groups().Push(2, 2000 + r, 9, Chunks(bytes, 13),
+                          [&](absl::Status s) { failures += !s.ok(); });
   }
   other.join();
   REQUIRE(failures == 0);
-  REQUIRE(engine->GroupInArena(2, 9));
+  REQUIRE(engine->groups().InArena(2, 9));
   for (int k = 0; k < singles; ++k) {
     const auto v = ToDoubles(alone[k]);
     for (int e = 0; e < 3; ++e) expected[picked[k]][e] += v[e];
@@ -498,23 +499,23 @@ TEST_CASE("ServerEngine: bad key groups are refused and change nothing", "[serve
 
   std::vector<ValueSlice> unknown = group.members;
   unknown[2].key = int64_t{999999};
-  absl::Status status = engine->RegisterGroup(2, 1, unknown);
+  absl::Status status = engine->groups().Register(2, 1, unknown);
   REQUIRE(absl::IsNotFound(status));
   REQUIRE_THAT(std::string(status.message()), Catch::Contains("999999"));
 
   std::vector<ValueSlice> reshaped = group.members;
   reshaped[4].shape.push_back(2);
-  status = engine->RegisterGroup(2, 1, reshaped);
+  status = engine->groups().Register(2, 1, reshaped);
   REQUIRE(absl::IsInvalidArgument(status));
   REQUIRE_THAT(std::string(status.message()), Catch::Contains(group.keys[4].Quoted()));
 
   std::vector<ValueSlice> repeated = group.members;
   repeated.push_back(group.members[1]);
-  status = engine->RegisterGroup(2, 1, repeated);
+  status = engine->groups().Register(2, 1, repeated);
   REQUIRE(absl::IsInvalidArgument(status));
   REQUIRE_THAT(std::string(status.message()), Catch::Contains("twice"));
 
-  REQUIRE(absl::IsPermissionDenied(engine->RegisterGroup(77, 1, group.members)));
+  REQUIRE(absl::IsPermissionDenied(engine->groups().Register(77, 1, group.members)));
 
   // None of those registered group 1.
   std::vector<Tensor> pushed;
@@ -522,25 +523,25 @@ TEST_CASE("ServerEngine: bad key groups are refused and change nothing", "[serve
     pushed.push_back(rng.RandomTensor(like.dtype(), like.shape()));
   std::vector<uint8_t> bytes = group.Pack(pushed);
   absl::Status got;
-  engine->PushGroup(2, 1, 1, Chunks(bytes, 9), [&](absl::Status s) { got = s; });
+  engine->groups().Push(2, 1, 1, Chunks(bytes, 9), [&](absl::Status s) { got = s; });
   REQUIRE(absl::IsFailedPrecondition(got));
   REQUIRE_THAT(std::string(got.message()), Catch::Contains("no key group 1"));
-  REQUIRE(absl::IsFailedPrecondition(engine->PullGroup(2, 1).status()));
+  REQUIRE(absl::IsFailedPrecondition(engine->groups().Pull(2, 1).status()));
 
-  REQUIRE(engine->RegisterGroup(2, 1, group.members).ok());
+  REQUIRE(engine->groups().Register(2, 1, group.members).ok());
   // Groups belong to the node that registered them.
-  REQUIRE(absl::IsFailedPrecondition(engine->PullGroup(3, 1).status()));
+  REQUIRE(absl::IsFailedPrecondition(engine->groups().Pull(3, 1).status()));
   // A byte short.
   std::vector<uint8_t> short_bytes(bytes.begin(), bytes.end() - 1);
-  engine->PushGroup(2, 2, 1, Chunks(short_bytes, 9), [&](absl::Status s) { got = s; });
+  engine->groups().Push(2, 2, 1, Chunks(short_bytes, 9), [&](absl::Status s) { got = s; });
   REQUIRE(absl::IsInvalidArgument(got));
   REQUIRE_THAT(std::string(got.message()), Catch::Contains("key group 1"));
   REQUIRE(stored() == before);
 
   // A second push in one open round is refused whole.
   bool first_acked = false;
-  engine->PushGroup(2, 3, 1, Chunks(bytes, 9), [&](absl::Status s) { first_acked = s.ok(); });
-  engine->PushGroup(2, 4, 1, Chunks(bytes, 9), [&](absl::Status s) { got = s; });
+  engine->groups().Push(2, 3, 1, Chunks(bytes, 9), [&](absl::Status s) { first_acked = s.ok(); });
+  engine->groups().Push(2, 4, 1, Chunks(bytes, 9), [&](absl::Status s) { got = s; });
   REQUIRE(absl::IsFailedPrecondition(got));
   REQUIRE(!first_acked);
   REQUIRE(stored() == before);

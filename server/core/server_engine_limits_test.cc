@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "server/core/key_groups.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
@@ -268,23 +269,23 @@ TEST_CASE("ServerEngine limits: key groups count against the budget; a refused o
     members.push_back(ValueSlice{k, DType::kFloat32, {256}, 0, 256});
   }
   const int64_t values = engine->held_bytes();
-  REQUIRE(engine->RegisterGroup(2, 1, members).ok());
+  REQUIRE(engine->groups().Register(2, 1, members).ok());
   const int64_t group = 8 * ServerEngine::kGroupMemberOverheadBytes + 8 * 1024;
   REQUIRE(engine->held_bytes() == values + group);
   // Registering the same id again replaces the group: it is counted once.
-  REQUIRE(engine->RegisterGroup(2, 1, members).ok());
+  REQUIRE(engine->groups().Register(2, 1, members).ok());
   REQUIRE(engine->held_bytes() == values + group);
   int registered = 1;
   absl::Status status;
   while (status.ok() && registered < 100) {
-    status = engine->RegisterGroup(2, 100 + registered, members);
+    status = engine->groups().Register(2, 100 + registered, members);
     registered += status.ok();
   }
   RequireRefused(status, absl::StatusCode::kResourceExhausted,
                  {"key group " + std::to_string(100 + registered), "32768"});
   REQUIRE(engine->held_bytes() <= 32 << 10);
-  REQUIRE(!engine->PullGroup(2, 100 + registered).ok());
-  REQUIRE(engine->PullGroup(2, 1).ok());
+  REQUIRE(!engine->groups().Pull(2, 100 + registered).ok());
+  REQUIRE(engine->groups().Pull(2, 1).ok());
 }
 
 }  // namespace

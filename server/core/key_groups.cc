@@ -1,5 +1,7 @@
 // ServerEngine: key groups - registration, group pushes and pulls - and the arenas that hold
 // the values of a group's small members back to back.
+#include "server/core/key_groups.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "server/core/server_engine.h"
 #include "server/core/server_engine_internal.h"
 
 namespace kvstore {
@@ -23,19 +24,19 @@ constexpr size_t kArenaMemberMaxBytes = 64 << 10;
 
 }  // namespace
 
-absl::Status ServerEngine::RegisterGroup(uint64_t node_id, uint64_t group_id,
-                                         absl::Span<const ValueSlice> members) {
-  RETURN_IF_ERROR(CheckSender(node_id));
+absl::Status KeyGroups::Register(uint64_t node_id, uint64_t group_id,
+                                 absl::Span<const ValueSlice> members) {
+  RETURN_IF_ERROR(engine_.CheckSender(node_id));
   auto group = std::make_shared<Group>();
   group->keys.reserve(members.size());
   group->chunks.reserve(members.size());
   group->offsets.reserve(members.size() + 1);
   size_t offset = 0;
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&engine_.mu_);
   absl::flat_hash_set<Chunk*> seen;
   seen.reserve(members.size());
   for (const ValueSlice& member : members) {
-    ASSIGN_OR_RETURN(Chunk * chunk, parts_.FindChunk(member, "grouped"));
+    ASSIGN_OR_RETURN(Chunk * chunk, engine_.parts_.FindChunk(member, "grouped"));
     if (!seen.insert(chunk).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("key ", member.key.Quoted(), ": elements [", member.offset, ", ",
@@ -48,19 +49,20 @@ absl::Status ServerEngine::RegisterGroup(uint64_t node_id, uint64_t group_id,
   }
   group->offsets.push_back(offset);
   // The members' list, and the buffer a pull of the group packs them into.
-  group->held_bytes = static_cast<int64_t>(members.size()) * kGroupMemberOverheadBytes +
-                      static_cast<int64_t>(offset);
+  group->held_bytes =
+      static_cast<int64_t>(members.size()) * ServerEngine::kGroupMemberOverheadBytes +
+      static_cast<int64_t>(offset);
   const int64_t freed = groups_.HeldBytes(node_id, group_id);  // A group of the same id.
-  RETURN_IF_ERROR(budget_.Check(group->held_bytes - freed,
-                                absl::StrCat("key group ", group_id, " of ", members.size(),
-                                             " keys (", offset, " bytes packed)")));
-  budget_.Add(group->held_bytes - freed);
+  RETURN_IF_ERROR(engine_.budget_.Check(group->held_bytes - freed,
+                                        absl::StrCat("key group ", group_id, " of ", members.size(),
+                                                     " keys (", offset, " bytes packed)")));
+  engine_.budget_.Add(group->held_bytes - freed);
   PlaceInArena(group.get(), members);
-  budget_.Add(-groups_.Put(node_id, group_id, std::move(group)));
+  engine_.budget_.Add(-groups_.Put(node_id, group_id, std::move(group)));
   return absl::OkStatus();
 }
 
-void ServerEngine::PlaceInArena(Group* group, absl::Span<const ValueSlice> members) {
+void KeyGroups::PlaceInArena(Group* group, absl::Span<const ValueSlice> members) {
   const size_t n = group->chunks.size();
   if (n == 0) return;
   const std::shared_ptr<Arena> first = group->chunks[0]->arena;
@@ -116,26 +118,25 @@ void ServerEngine::PlaceInArena(Group* group, absl::Span<const ValueSlice> membe
   }
 }
 
-bool ServerEngine::GroupInArena(uint64_t node_id, uint64_t group_id) const {
-  absl::ReaderMutexLock lock(&mu_);
-  absl::StatusOr<std::shared_ptr<const Group>> group = FindGroup(node_id, group_id);
+bool KeyGroups::InArena(uint64_t node_id, uint64_t group_id) const {
+  absl::ReaderMutexLock lock(&engine_.mu_);
+  absl::StatusOr<std::shared_ptr<const Group>> group = Find(node_id, group_id);
   return group.ok() && (*group)->arena != nullptr;
 }
 
-absl::StatusOr<std::shared_ptr<const ServerEngine::Group>> ServerEngine::FindGroup(
-    uint64_t node_id, uint64_t group_id) const {
+absl::StatusOr<std::shared_ptr<const engine::Group>> KeyGroups::Find(uint64_t node_id,
+                                                                     uint64_t group_id) const {
   if (std::shared_ptr<const Group> group = groups_.Find(node_id, group_id)) return group;
   return absl::FailedPreconditionError(
       absl::StrCat("node ", node_id, " has no key group ", group_id,
                    " on this server (a group is registered by sending its members with it)"));
 }
 
-absl::Status ServerEngine::FindPushedGroup(uint64_t node_id, uint64_t group_id,
-                                           const ByteChunks& bytes,
-                                           std::shared_ptr<const Group>* group) const {
-  RETURN_IF_ERROR(CheckSender(node_id));
-  absl::ReaderMutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(*group, FindGroup(node_id, group_id));
+absl::Status KeyGroups::FindPushed(uint64_t node_id, uint64_t group_id, const ByteChunks& bytes,
+                                   std::shared_ptr<const Group>* group) const {
+  RETURN_IF_ERROR(engine_.CheckSender(node_id));
+  absl::ReaderMutexLock lock(&engine_.mu_);
+  ASSIGN_OR_RETURN(*group, Find(node_id, group_id));
   size_t received = 0;
   for (const auto& chunk : bytes) received += chunk.size();
   if (received != (*group)->offsets.back()) {
@@ -150,16 +151,15 @@ absl::Status ServerEngine::FindPushedGroup(uint64_t node_id, uint64_t group_id,
 // engine's lock (ordered acknowledgement) or after it, and releases it once applied - a
 // hand-off the analysis cannot follow across the two scopes. The arena's lock is asserted held
 // where the bytes are applied.
-void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t group_id,
-                             const ByteChunks& bytes, Done done,
-                             Ack ack) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  const std::shared_ptr<Updater> current = updater_.current();
+void KeyGroups::Push(uint64_t node_id, uint64_t request_id, uint64_t group_id,
+                     const ByteChunks& bytes, Done done, Ack ack) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const std::shared_ptr<Updater> current = engine_.updater_.current();
   std::shared_ptr<const Group> group;
-  absl::Status error = FindPushedGroup(node_id, group_id, bytes, &group);
+  absl::Status error = FindPushed(node_id, group_id, bytes, &group);
   // dist_sync with several workers: a group in an arena takes its group's round when it can
   // (server_engine_group_rounds.cc); otherwise its members go one by one, below.
-  if (error.ok() && rounds() && group->arena != nullptr &&
-      PushGroupRound(node_id, request_id, group, bytes, current, &done)) {
+  if (error.ok() && engine_.rounds() && group->arena != nullptr &&
+      PushRound(node_id, request_id, group, bytes, current, &done)) {
     return;
   }
   std::shared_ptr<PushCall> call;
@@ -169,28 +169,30 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
   bool arena_locked = false;
   std::vector<Done> acked;
   {
-    absl::MutexLock lock(&mu_);
-    for (size_t i = 0; rounds() && error.ok() && i < group->chunks.size(); ++i) {
-      error = CheckRound(group->keys[i], *group->chunks[i], node_id);
+    absl::MutexLock lock(&engine_.mu_);
+    for (size_t i = 0; engine_.rounds() && error.ok() && i < group->chunks.size(); ++i) {
+      error = engine_.CheckRound(group->keys[i], *group->chunks[i], node_id);
     }
     if (error.ok() && group != nullptr && !group->keys.empty()) {
-      error = updater_.CheckChosen(group->keys[0]);
+      error = engine_.updater_.CheckChosen(group->keys[0]);
     }
-    if (error.ok() && !failed_reason_.empty()) {
-      error = absl::AbortedError(absl::StrCat("the job failed: ", failed_reason_));
+    if (error.ok() && !engine_.failed_reason_.empty()) {
+      error = absl::AbortedError(absl::StrCat("the job failed: ", engine_.failed_reason_));
     }
     // Dropped since the check above: it must not join a round that no longer waits for it.
-    if (error.ok() && workers_.any_dropped()) error = CheckSender(node_id);
-    if (group != nullptr && error.ok() && HoldForCut(group->chunks)) {
-      HoldGroupPush(node_id, request_id, group_id, bytes, std::move(done), ack);
+    if (error.ok() && engine_.workers_.any_dropped()) error = engine_.CheckSender(node_id);
+    if (group != nullptr && error.ok() && engine_.HoldForCut(group->chunks)) {
+      engine_.HoldGroupPush(node_id, request_id, group_id, bytes, std::move(done), ack);
       return;
     }
-    if (group != nullptr) call = BeginPush(node_id, request_id, group->chunks, &done, &error);
-    in_place = call != nullptr && group->arena != nullptr && !rounds() && current->piecewise();
+    if (group != nullptr)
+      call = engine_.BeginPush(node_id, request_id, group->chunks, &done, &error);
+    in_place =
+        call != nullptr && group->arena != nullptr && !engine_.rounds() && current->piecewise();
     // The engine's lock is taken before an arena's (RegisterGroup): only a TryLock here.
     if (in_place && ack == Ack::kOrdered && group->arena->mu.TryLock()) {
       arena_locked = true;
-      FinishCall(call.get(), &acked);
+      engine_.FinishCall(call.get(), &acked);
     }
   }
   if (call == nullptr) {
@@ -205,7 +207,7 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
     error = group->ApplyInPlace(bytes, current.get());
     group->arena->mu.Unlock();
     if (!arena_locked) {
-      EndPush(call, false, {}, error);
+      engine_.EndPush(call, false, {}, error);
     } else if (!error.ok()) {
       spdlog::error(
           "key group {} of node {}: the updater \"{}\" failed after the push was "
@@ -216,12 +218,12 @@ void ServerEngine::PushGroup(uint64_t node_id, uint64_t request_id, uint64_t gro
   }
   std::vector<Chunk*> completed;
   error = MergeMembers(*group, bytes, current, &completed);
-  EndPush(call, group->chunks.empty(), completed, error);
+  engine_.EndPush(call, group->chunks.empty(), completed, error);
 }
 
-absl::Status ServerEngine::MergeMembers(const Group& group, const ByteChunks& bytes,
-                                        const std::shared_ptr<Updater>& updater,
-                                        std::vector<Chunk*>* completed) {
+absl::Status KeyGroups::MergeMembers(const Group& group, const ByteChunks& bytes,
+                                     const std::shared_ptr<Updater>& updater,
+                                     std::vector<Chunk*>* completed) {
   // Walk the received slices once; a member split between two slices is gathered first.
   absl::Status error;
   std::vector<uint8_t> straddling;
@@ -249,20 +251,19 @@ absl::Status ServerEngine::MergeMembers(const Group& group, const ByteChunks& by
       data = straddling.data();
     }
     absl::StatusOr<bool> merged =
-        group.chunks[i]->MergeSpan(group.keys[i], data, updater.get(), merge_rule());
+        group.chunks[i]->MergeSpan(group.keys[i], data, updater.get(), engine_.merge_rule());
     if (!merged.ok() && error.ok()) error = merged.status();
     if (!merged.ok() || *merged) completed->push_back(group.chunks[i]);
   }
   return error;
 }
 
-absl::StatusOr<ServerEngine::PackedGroup> ServerEngine::PullGroup(uint64_t node_id,
-                                                                  uint64_t group_id) const {
-  RETURN_IF_ERROR(CheckSender(node_id));
+absl::StatusOr<PackedGroup> KeyGroups::Pull(uint64_t node_id, uint64_t group_id) const {
+  RETURN_IF_ERROR(engine_.CheckSender(node_id));
   std::shared_ptr<const Group> group;
   {
-    absl::ReaderMutexLock lock(&mu_);
-    ASSIGN_OR_RETURN(group, FindGroup(node_id, group_id));
+    absl::ReaderMutexLock lock(&engine_.mu_);
+    ASSIGN_OR_RETURN(group, Find(node_id, group_id));
   }
   absl::MutexLock lock(&group->reply_mu);
   const int64_t size = static_cast<int64_t>(group->offsets.back());

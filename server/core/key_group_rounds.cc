@@ -24,9 +24,9 @@
 // as a second push in one round (naming the group's first key), a retried push waits for its
 // round or is acknowledged once applied, and Snapshot and SetUpdater see the round as open.
 //
-// Locks: the round's bookkeeping (contributors, calls) is guarded by the engine's mu_, its data
-// (sum, arrived) by the arena's lock; `split` is written under both and read under either. As
-// elsewhere, mu_ is taken before an arena's lock, never while holding one.
+// Locks: the round's bookkeeping (contributors, calls) is guarded by the engine's engine_.mu_, its
+// data (sum, arrived) by the arena's lock; `split` is written under both and read under either. As
+// elsewhere, engine_.mu_ is taken before an arena's lock, never while holding one.
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -34,7 +34,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/reduce.h"
-#include "server/core/server_engine.h"
+#include "server/core/key_groups.h"
 #include "server/core/server_engine_internal.h"
 
 namespace kvstore {
@@ -44,12 +44,12 @@ using server_engine_internal::SubRange;
 struct engine::GroupRound {
   size_t base = 0;  // The group's first byte in the arena, and its size in bytes.
   size_t size = 0;
-  // Guarded by the engine's mu_:
+  // Guarded by the engine's engine_.mu_:
   std::shared_ptr<const Group> group;  // A group of this layout (the round's members).
   std::vector<uint64_t> contributors;
   std::vector<std::shared_ptr<PushCall>> calls;
   absl::Time started;  // When the round's first push arrived (metrics: the round's wait).
-  // Set (under mu_ and the arena's lock) when the round went member by member.
+  // Set (under engine_.mu_ and the arena's lock) when the round went member by member.
   bool split = false;
   // Guarded by the arena's lock: the pushes summed so far, in `sum`. The sum starts at the same
   // alignment modulo 16 as the group in the arena, so every member is aligned for its dtype.
@@ -70,13 +70,13 @@ struct engine::GroupRound {
   static absl::Status ApplySum(const Group& members, const uint8_t* sum, Updater* updater);
 };
 
-int64_t ServerEngine::GroupRounds() const {
-  absl::ReaderMutexLock lock(&mu_);
-  return group_rounds_done_;
+int64_t KeyGroups::rounds_done() const {
+  absl::ReaderMutexLock lock(&engine_.mu_);
+  return rounds_done_;
 }
 
-absl::Status ServerEngine::CheckGroupRound(const Key& key, const Chunk& chunk,
-                                           uint64_t node_id) const {
+absl::Status KeyGroups::CheckRound(const Key& key, const Chunk& chunk, uint64_t node_id) const {
+  engine_.mu_.AssertHeld();
   for (const auto& [layout, round] : chunk.arena->group_rounds) {
     if (round->contributors.empty() || !round->Holds(chunk)) continue;
     if (std::find(round->contributors.begin(), round->contributors.end(), node_id) !=
@@ -89,8 +89,9 @@ absl::Status ServerEngine::CheckGroupRound(const Key& key, const Chunk& chunk,
   return absl::OkStatus();
 }
 
-void ServerEngine::SplitGroupRounds(absl::Span<Chunk* const> chunks) {
-  const size_t workers = options_.worker_node_ids.size();
+void KeyGroups::SplitRounds(absl::Span<Chunk* const> chunks) {
+  engine_.mu_.AssertHeld();
+  const size_t workers = engine_.options_.worker_node_ids.size();
   for (Chunk* chunk : chunks) {
     if (chunk->arena == nullptr || chunk->arena->open_group_rounds == 0) continue;
     Arena& arena = *chunk->arena;
@@ -126,8 +127,8 @@ void ServerEngine::SplitGroupRounds(absl::Span<Chunk* const> chunks) {
         round.split = true;
       }
       for (auto& call : round.calls) call->remaining += static_cast<int>(n) - 1;
-      open_rounds_ += static_cast<int64_t>(n) - 1;
-      --open_group_rounds_;
+      engine_.open_rounds_ += static_cast<int64_t>(n) - 1;
+      --open_rounds_;
       --arena.open_group_rounds;
       // Pushes of this round still on their way hold it and see `split`; the next round of the
       // group starts afresh.
@@ -136,17 +137,35 @@ void ServerEngine::SplitGroupRounds(absl::Span<Chunk* const> chunks) {
   }
 }
 
-bool ServerEngine::PushGroupRound(uint64_t node_id, uint64_t request_id,
-                                  const std::shared_ptr<const Group>& group,
-                                  const ByteChunks& bytes, const std::shared_ptr<Updater>& updater,
-                                  Done* done) {
+void KeyGroups::SplitAllRounds() {
+  engine_.mu_.AssertHeld();
+  if (open_rounds_ == 0) return;
+  std::vector<Chunk*> grouped;
+  for (const auto& [key, part] : engine_.parts_.all()) {
+    for (const auto& chunk : part->chunks) {
+      if (chunk->arena != nullptr && chunk->arena->open_group_rounds > 0) {
+        grouped.push_back(chunk.get());
+      }
+    }
+  }
+  SplitRounds(grouped);
+}
+
+int64_t KeyGroups::open_rounds() const {
+  engine_.mu_.AssertHeld();
+  return open_rounds_;
+}
+
+bool KeyGroups::PushRound(uint64_t node_id, uint64_t request_id,
+                          const std::shared_ptr<const Group>& group, const ByteChunks& bytes,
+                          const std::shared_ptr<Updater>& updater, Done* done) {
   std::shared_ptr<GroupRound> round;
   std::shared_ptr<PushCall> call;
   absl::Status error;
   Done refused;  // Run at once, outside the lock: an error, or a retry of an applied push.
   {
-    absl::MutexLock lock(&mu_);
-    if (!JoinGroupRound(node_id, request_id, group, done, &round, &call, &error)) return false;
+    absl::MutexLock lock(&engine_.mu_);
+    if (!JoinRound(node_id, request_id, group, done, &round, &call, &error)) return false;
     if (call == nullptr) {
       refused = std::move(*done);
       *done = nullptr;
@@ -160,7 +179,7 @@ bool ServerEngine::PushGroupRound(uint64_t node_id, uint64_t request_id,
   {
     absl::MutexLock arena_lock(&group->arena->mu);
     split = round->split;
-    if (!split && round->Add(*group, bytes, options_.worker_node_ids.size())) {
+    if (!split && round->Add(*group, bytes, engine_.options_.worker_node_ids.size())) {
       complete = true;
       error = GroupRound::ApplySum(*group, round->SumData(), updater.get());
     }
@@ -172,25 +191,26 @@ bool ServerEngine::PushGroupRound(uint64_t node_id, uint64_t request_id,
     std::vector<Chunk*> completed;
     for (size_t i = 0; i < group->chunks.size(); ++i) {
       absl::StatusOr<bool> merged = group->chunks[i]->MergeSpan(
-          group->keys[i], gathered.data() + group->offsets[i], updater.get(), merge_rule());
+          group->keys[i], gathered.data() + group->offsets[i], updater.get(), engine_.merge_rule());
       if (!merged.ok() && error.ok()) error = merged.status();
       if (!merged.ok() || *merged) completed.push_back(group->chunks[i]);
     }
-    EndPush(call, false, completed, error);
+    engine_.EndPush(call, false, completed, error);
     return true;
   }
-  if (complete) CloseGroupRound(round, *group, error);
+  if (complete) CloseRound(round, *group, error);
   return true;
 }
 
-bool ServerEngine::JoinGroupRound(uint64_t node_id, uint64_t request_id,
-                                  const std::shared_ptr<const Group>& group, Done* done,
-                                  std::shared_ptr<GroupRound>* round,
-                                  std::shared_ptr<PushCall>* call, absl::Status* error) {
+bool KeyGroups::JoinRound(uint64_t node_id, uint64_t request_id,
+                          const std::shared_ptr<const Group>& group, Done* done,
+                          std::shared_ptr<GroupRound>* round, std::shared_ptr<PushCall>* call,
+                          absl::Status* error) {
   // A checkpoint's cut, a failed job and an elastic job that lost a worker work on rounds
   // member by member (server_engine_cut.cc, server_engine_drop.cc): so does every group push
   // meanwhile. Group rounds thus always wait for every worker of the job.
-  if (!group->group_rounds || cut_.active() || !failed_reason_.empty() || workers_.any_dropped()) {
+  if (!group->group_rounds || engine_.cut_.active() || !engine_.failed_reason_.empty() ||
+      engine_.workers_.any_dropped()) {
     return false;
   }
   Arena& arena = *group->arena;
@@ -212,13 +232,13 @@ bool ServerEngine::JoinGroupRound(uint64_t node_id, uint64_t request_id,
         return false;
       }
     }
-    if (open_rounds_ > open_group_rounds_) {
+    if (engine_.open_rounds_ > open_rounds_) {
       for (const Chunk* chunk : group->chunks) {
         if (!chunk->contributors.empty()) return false;
       }
     }
   }
-  *call = BeginPush(node_id, request_id, {}, done, error);
+  *call = engine_.BeginPush(node_id, request_id, {}, done, error);
   if (*call == nullptr) return true;
   (*call)->remaining = 1;
   if (it == arena.group_rounds.end()) {
@@ -231,8 +251,8 @@ bool ServerEngine::JoinGroupRound(uint64_t node_id, uint64_t request_id,
   if ((*round)->contributors.empty()) {
     (*round)->group = group;
     (*round)->started = absl::Now();
+    ++engine_.open_rounds_;
     ++open_rounds_;
-    ++open_group_rounds_;
     ++arena.open_group_rounds;
   }
   (*round)->contributors.push_back(node_id);
@@ -281,28 +301,28 @@ absl::Status engine::GroupRound::ApplySum(const Group& members, const uint8_t* s
   return error;
 }
 
-void ServerEngine::CloseGroupRound(const std::shared_ptr<GroupRound>& round, const Group& group,
-                                   const absl::Status& error) {
+void KeyGroups::CloseRound(const std::shared_ptr<GroupRound>& round, const Group& group,
+                           const absl::Status& error) {
   std::vector<Done> finished;
   {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&engine_.mu_);
     for (auto& waiting : round->calls) {
-      if (--waiting->remaining == 0) FinishCall(waiting.get(), &finished);
+      if (--waiting->remaining == 0) engine_.FinishCall(waiting.get(), &finished);
     }
     // Every member completed this round, as a round of its own would have.
     for (Chunk* chunk : group.chunks) ++chunk->rounds_done;
-    if (options_.round_observer) {
-      options_.round_observer->RoundCompleted(round->contributors.back(),
-                                              absl::Now() - round->started);
+    if (engine_.options_.round_observer) {
+      engine_.options_.round_observer->RoundCompleted(round->contributors.back(),
+                                                      absl::Now() - round->started);
     }
     round->contributors.clear();
     round->calls.clear();
     round->group = nullptr;
+    --engine_.open_rounds_;
     --open_rounds_;
-    --open_group_rounds_;
     --group.arena->open_group_rounds;
-    ++group_rounds_done_;
-    SwapUpdaterIfIdle();
+    ++rounds_done_;
+    engine_.SwapUpdaterIfIdle();
   }
   for (Done& d : finished) d(error);
 }
