@@ -11,7 +11,7 @@
 #include "common/store/optimizer.h"
 #include "common/store/updater_state.h"
 #include "server/core/checkpoint_set.h"
-
+#include "server/core/engine_cuts.h"
 namespace kvstore {
 
 absl::StatusOr<std::string> Controller::Run(int head, absl::string_view body) {
@@ -80,7 +80,7 @@ absl::StatusOr<std::string> Controller::Run(int head, absl::string_view body) {
     case kCommandCutAbort:
       return RunCut(head, body);
     case kCommandMaxRound:
-      return absl::StrCat(engine_->MaxRoundStarted());
+      return absl::StrCat(engine_->cuts().MaxRoundStarted());
     case kCommandCopyOut:
     case kCommandCopyIn:
       return RunCopy(head, body);

@@ -19,9 +19,9 @@
 //                          the parts of the keys it holds.
 //   7-12                   The steps of a checkpoint set, sent by the scheduler's coordinator
 //                          (server/scheduler/core/checkpoint_coordinator.h, checkpoint_set.h):
-//   7  kCommandCutBegin    body "ID": freeze (ServerEngine::BeginCut); replies the highest
+//   7  kCommandCutBegin    body "ID": freeze (EngineCuts::Begin); replies the highest
 //                          round started.
-//   8  kCommandCutLimit    body "ID ROUND": ServerEngine::LimitCut(ROUND).
+//   8  kCommandCutLimit    body "ID ROUND": EngineCuts::Limit(ROUND).
 //   9  kCommandCutWrite    body "ID ROUND JOB DIR": when every key has reached ROUND, snapshot,
 //                          let the held pushes go on, write PendingFileName(R) in DIR and reply
 //                          "written BYTES CRC32"; until then reply "waiting: " and the key

@@ -10,7 +10,7 @@
 #include "common/status_macros.h"
 #include "common/view_epoch.h"
 #include "server/core/controller.h"
-
+#include "server/core/engine_cuts.h"
 namespace kvstore {
 namespace {
 
@@ -74,14 +74,14 @@ absl::StatusOr<std::string> Controller::CopyOutCut(absl::string_view body) {
   ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 4, "cut ID ROUND EPOCH"));
   ASSIGN_OR_RETURN(const int64_t round, CutRound({f[1], f[2]}));
   ASSIGN_OR_RETURN(const uint64_t epoch, Number(f[3], "a view epoch"));
-  const std::string lagging = engine_->CutLagging();
+  const std::string lagging = engine_->cuts().Lagging();
   if (!lagging.empty()) return absl::StrCat("waiting: ", lagging);
   ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->Snapshot());
   // From here on writes routed by an older view would miss the new copy: refused, the held
   // pushes too; their senders send them again to both copies once they know the new view.
   const uint64_t before = engine_->view_floor();
   engine_->SetViewFloor(epoch, /*reads_too=*/false);
-  engine_->EndCut(StaleViewError(epoch - 1, epoch));
+  engine_->cuts().End(StaleViewError(epoch - 1, epoch));
   proto::ShardCheckpoint checkpoint = MakeCheckpoint(snapshot);
   checkpoint.set_checkpoint_id(f[1]);
   checkpoint.set_round(engine_->sync() ? round : -1);
@@ -141,7 +141,7 @@ absl::StatusOr<std::string> Controller::CopyOutEnd(const std::string& verb,
   if (verb == "abort") {
     // The join failed: its view is never published, so what it refused is accepted again.
     if (copied) engine_->SetViewFloor(floor_before, false);
-    if (ended_cut) engine_->EndCut();
+    if (ended_cut) engine_->cuts().End();
   }
   return verb == "end" ? std::string("ended") : std::string("aborted");
 }

@@ -16,10 +16,10 @@
 #include "common/store/sgd_updater.h"
 #include "common/view_epoch.h"
 #include "server/core/controller.h"
+#include "server/core/engine_cuts.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
-
 namespace kvstore {
 namespace {
 
@@ -141,7 +141,7 @@ TEST_CASE(
   INFO(loaded.status().ToString());
   REQUIRE(loaded.ok());
   CHECK(*loaded == absl::StrCat("loaded ", num_keys, " keys"));
-  CHECK(target->MaxRoundStarted() == source->MaxRoundStarted());
+  CHECK(target->cuts().MaxRoundStarted() == source->cuts().MaxRoundStarted());
   for (int k = 0; k < num_keys; ++k) CHECK(PullAll(*target, keys[k], inits[k]) == before[k]);
   // An applied request sent again is not applied again on the copy.
   {
@@ -165,7 +165,7 @@ TEST_CASE(
   for (int k = 0; k < num_keys; ++k) {
     CHECK(PullAll(*target, keys[k], inits[k]) == PullAll(*source, keys[k], inits[k]));
   }
-  CHECK(target->MaxRoundStarted() == rounds + 3);
+  CHECK(target->cuts().MaxRoundStarted() == rounds + 3);
 }
 
 TEST_CASE("Controller: a damaged copy, a server holding keys and an aborted copy",

@@ -9,7 +9,7 @@
 #include "common/status_macros.h"
 #include "server/core/checkpoint_set.h"
 #include "server/core/controller.h"
-
+#include "server/core/engine_cuts.h"
 namespace kvstore {
 namespace {
 
@@ -56,7 +56,7 @@ absl::StatusOr<std::string> Controller::RunCut(int head, absl::string_view body)
   switch (head) {
     case kCommandCutBegin: {
       const std::string id(absl::StripAsciiWhitespace(body));
-      ASSIGN_OR_RETURN(int64_t started, engine_->BeginCut());
+      ASSIGN_OR_RETURN(int64_t started, engine_->cuts().Begin());
       absl::MutexLock lock(&cut_mu_);
       cut_id_ = id;
       return absl::StrCat(started);
@@ -64,7 +64,7 @@ absl::StatusOr<std::string> Controller::RunCut(int head, absl::string_view body)
     case kCommandCutLimit: {
       ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 2, "ID ROUND"));
       ASSIGN_OR_RETURN(const int64_t round, CutRound(f));
-      RETURN_IF_ERROR(engine_->LimitCut(round));
+      RETURN_IF_ERROR(engine_->cuts().Limit(round));
       return std::string("limited");
     }
     case kCommandCutWrite:
@@ -88,14 +88,14 @@ absl::StatusOr<std::string> Controller::RunCut(int head, absl::string_view body)
 absl::StatusOr<std::string> Controller::CutWrite(absl::string_view body) {
   ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 4, "ID ROUND JOB DIR"));
   ASSIGN_OR_RETURN(const int64_t round, CutRound(f));
-  const std::string lagging = engine_->CutLagging();
+  const std::string lagging = engine_->cuts().Lagging();
   if (!lagging.empty()) return absl::StrCat("waiting: ", lagging);
   ASSIGN_OR_RETURN(const ConfinedDirectory directory, CheckpointDirectory(f[3], /*create=*/true));
   RETURN_IF_ERROR(directory.CheckNotLink(CheckpointFileName(rank_)));
   RETURN_IF_ERROR(directory.CheckNotLink(kManifestFileName));
   ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->Snapshot());
   // The cut is in memory: the held pushes go on while the file is written.
-  engine_->EndCut();
+  engine_->cuts().End();
   proto::ShardCheckpoint checkpoint = MakeCheckpoint(snapshot);
   checkpoint.set_job_id(f[2]);
   checkpoint.set_checkpoint_id(f[0]);
@@ -137,7 +137,7 @@ absl::StatusOr<std::string> Controller::CutAbort(absl::string_view body) {
     absl::MutexLock lock(&cut_mu_);
     if (cut_id_ == f[0]) cut_id_.clear();
   }
-  engine_->EndCut();
+  engine_->cuts().End();
   absl::StatusOr<ConfinedDirectory> directory = CheckpointDirectory(f[1], false);
   if (directory.ok()) {
     RETURN_IF_ERROR(directory->RemoveFile(PendingFileName(rank_)));

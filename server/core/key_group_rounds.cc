@@ -34,6 +34,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/reduce.h"
+#include "server/core/engine_cuts.h"
 #include "server/core/key_groups.h"
 #include "server/core/server_engine_internal.h"
 
@@ -209,7 +210,7 @@ bool KeyGroups::JoinRound(uint64_t node_id, uint64_t request_id,
   // A checkpoint's cut, a failed job and an elastic job that lost a worker work on rounds
   // member by member (server_engine_cut.cc, server_engine_drop.cc): so does every group push
   // meanwhile. Group rounds thus always wait for every worker of the job.
-  if (!group->group_rounds || engine_.cut_.active() || !engine_.failed_reason_.empty() ||
+  if (!group->group_rounds || engine_.cuts_->active_locked() || !engine_.failed_reason_.empty() ||
       engine_.workers_.any_dropped()) {
     return false;
   }

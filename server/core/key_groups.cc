@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/core/engine_cuts.h"
 #include "server/core/server_engine_internal.h"
 
 namespace kvstore {
@@ -181,8 +182,8 @@ void KeyGroups::Push(uint64_t node_id, uint64_t request_id, uint64_t group_id,
     }
     // Dropped since the check above: it must not join a round that no longer waits for it.
     if (error.ok() && engine_.workers_.any_dropped()) error = engine_.CheckSender(node_id);
-    if (group != nullptr && error.ok() && engine_.HoldForCut(group->chunks)) {
-      engine_.HoldGroupPush(node_id, request_id, group_id, bytes, std::move(done), ack);
+    if (group != nullptr && error.ok() && engine_.cuts_->Holds(group->chunks)) {
+      engine_.cuts_->HoldGroup(node_id, request_id, group_id, bytes, std::move(done), ack);
       return;
     }
     if (group != nullptr)

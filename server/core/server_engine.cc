@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/core/engine_cuts.h"
 #include "server/core/key_groups.h"
 #include "server/core/server_engine_internal.h"
 
@@ -49,7 +50,8 @@ ServerEngine::ServerEngine(ServerEngineOptions options, std::unique_ptr<Updater>
       budget_(options_.memory_budget_bytes),
       updater_(std::move(updater), options_.updater_chosen || options_.sync),
       parts_(options_.max_value_bytes, options_.chunk_bytes),
-      groups_(std::make_unique<KeyGroups>(this)) {}
+      groups_(std::make_unique<KeyGroups>(this)),
+      cuts_(std::make_unique<EngineCuts>(this)) {}
 
 ServerEngine::~ServerEngine() = default;
 
@@ -237,8 +239,8 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
     }
     // Dropped since the check above: it must not join a round that no longer waits for it.
     if (error.ok() && workers_.any_dropped()) error = CheckSender(node_id);
-    if (sender.ok() && error.ok() && HoldForCut(chunks)) {
-      HoldPush(node_id, request_id, values, std::move(done));
+    if (sender.ok() && error.ok() && cuts_->Holds(chunks)) {
+      cuts_->Hold(node_id, request_id, values, std::move(done));
       return;
     }
     if (sender.ok()) call = BeginPush(node_id, request_id, chunks, &done, &error);

@@ -124,6 +124,7 @@ struct ServerEngineOptions {
   std::shared_ptr<RoundObserver> round_observer;
 };
 
+class EngineCuts;
 class KeyGroups;
 
 class ServerEngine {
@@ -196,30 +197,10 @@ class ServerEngine {
   // checkpoint cut at that round was restored), so that later cuts count on from there.
   void SetRoundsDone(int64_t round);
 
-  // Consistent cuts (server/core/checkpoint_set.h, docs/reliability.md): a checkpoint of the
-  // whole job holds every key of every server at one dist_sync round R. The scheduler drives
-  // the servers through these calls:
-  // BeginCut freezes: from now on no push may open a new round on any chunk (such pushes are
-  // held, their bytes copied, and applied when the cut ends; pushes joining an open round go
-  // on). Returns the highest round any chunk has started (completed, or open; in dist_sync
-  // with one worker a round is that worker's push). In dist_async, which has no rounds, every
-  // push is held until EndCut and the cut is that point in time.
-  // FailedPrecondition when a cut is already under way.
-  absl::StatusOr<int64_t> BeginCut();
-  // LimitCut lets chunks below round `round` go on up to it and holds every push that would
-  // start a later one. FailedPrecondition without BeginCut or when a chunk is already past it.
-  absl::Status LimitCut(int64_t round);
-  // CutLagging returns "" when no round is open, no push is being applied, and every chunk
-  // that has started a round has completed exactly the cut's round: a Snapshot now is the cut.
-  // Otherwise it names one key still behind, and its round. A chunk behind the cut's round
-  // with no round open counts as behind for kCutCatchUp after LimitCut only: a key pushed less
-  // often than the others (or no more) is then cut at the round it last completed.
-  std::string CutLagging() const;
-  static constexpr absl::Duration kCutCatchUp = absl::Seconds(2);
-  // EndCut releases every held push (they are applied in arrival order) and ends the cut; with
-  // a `refusal`, the held pushes are answered with it instead, unapplied (a copy of the engine
-  // was taken at the cut: their senders send them again to every copy).
-  void EndCut(absl::Status refusal = absl::OkStatus());
+  // Consistent cuts (engine_cuts.h): the engine's part of a checkpoint of the whole job at one
+  // dist_sync round, and the pushes a cut holds meanwhile.
+  EngineCuts& cuts() { return *cuts_; }
+  const EngineCuts& cuts() const { return *cuts_; }
   // View epochs (common/view_epoch.h): SetViewFloor makes the engine refuse, with
   // StaleViewError, writes routed by a view older than `epoch` - every request with
   // `reads_too` - as CheckView(epoch of the request, whether it writes) says. 0: none refused.
@@ -250,10 +231,6 @@ class ServerEngine {
   int64_t DropWorkers(absl::Span<const uint64_t> node_ids);
   // dropped_workers returns how many workers DropWorkers has dropped.
   size_t dropped_workers() const { return workers_.dropped(); }
-  // MaxRoundStarted returns what BeginCut would, without freezing anything.
-  int64_t MaxRoundStarted() const;
-  // cut_active is true between BeginCut and EndCut.
-  bool cut_active() const;
   // SaveUpdaterState / LoadUpdaterState: the updater's state, for SaveOptimizerStates. Load
   // keeps the parts of the keys this server holds and refuses, changing nothing, a part of a
   // held key whose element range is not one of its chunks (InvalidArgument naming the key).
@@ -292,7 +269,9 @@ class ServerEngine {
   static int64_t SpareBytesHeld() { return SpareBuffer::BytesHeld(); }
 
  private:
-  friend class KeyGroups;  // A part of the engine: it drives the engine's rounds and cuts.
+  // Parts of the engine that drive its rounds, sharing its lock.
+  friend class EngineCuts;
+  friend class KeyGroups;
   using PushCall = engine::PushCall;
   using Arena = engine::Arena;
   using GroupRound = engine::GroupRound;
@@ -333,18 +312,8 @@ class ServerEngine {
   // EndRound closes `chunk`'s open round, if any, once its waiting pushes have been answered
   // (or queued to be): it is counted and observed, and its contributors and calls forgotten.
   void EndRound(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // MaxRoundStartedLocked is MaxRoundStarted under mu_.
-  int64_t MaxRoundStartedLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // SwapUpdaterIfIdle installs the queued updater when it may (UpdaterSlot::InstallIfIdle).
   void SwapUpdaterIfIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // HoldForCut is true when a push of `chunks` must wait for the cut under way (BeginCut).
-  bool HoldForCut(absl::Span<Chunk* const> chunks) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // HoldPush / HoldGroupPush keep a copy of a push for when the cut lets it go on.
-  void HoldPush(uint64_t node_id, uint64_t request_id, absl::Span<const IncomingValue> values,
-                Done done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void HoldGroupPush(uint64_t node_id, uint64_t request_id, uint64_t group_id,
-                     const ByteChunks& bytes, Done done, Ack ack)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const ServerEngineOptions options_;
   // Who may send, and which workers left the job (changed under mu_ too: DropWorkers).
   JobWorkers workers_;
@@ -366,7 +335,7 @@ class ServerEngine {
   // Pushes registered and not yet finished, outside dist_sync rounds (a cut waits for them).
   int64_t pushes_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // The cut under way and the pushes it holds.
-  CutGate cut_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<EngineCuts> cuts_;
   ViewFloor view_floor_;
   // Set by FailRounds: every later push fails with it.
   std::string failed_reason_ ABSL_GUARDED_BY(mu_);

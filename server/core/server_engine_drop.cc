@@ -18,10 +18,16 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "server/core/engine_cuts.h"
 #include "server/core/key_groups.h"
 #include "server/core/server_engine.h"
+#include "server/core/server_engine_internal.h"
 
 namespace kvstore {
+
+using server_engine_internal::ElementRange;
 
 int64_t ServerEngine::DropWorkers(absl::Span<const uint64_t> node_ids) {
   std::vector<Done> finished;
@@ -71,6 +77,43 @@ int64_t ServerEngine::DropWorkers(absl::Span<const uint64_t> node_ids) {
   }
   for (Done& done : finished) done(error);
   return completed;
+}
+
+void ServerEngine::FailRounds(const std::string& reason) {
+  std::vector<std::pair<Done, absl::Status>> failed;
+  std::vector<CutGate::Held> held;
+  {
+    absl::MutexLock lock(&mu_);
+    failed_reason_ = reason;
+    held = cuts_->TakeHeld();
+    groups_->SplitAllRounds();  // Their waiting pushes fail below, member by member.
+    absl::flat_hash_set<PushCall*> seen;
+    for (auto& [key, part] : parts_.all()) {
+      for (auto& chunk : part->chunks) {
+        if (chunk->contributors.empty()) continue;
+        const absl::Status status = absl::AbortedError(absl::StrCat(
+            "key ", key.Quoted(), " elements ", ElementRange(chunk->offset, chunk->count),
+            ": dist_sync round ", chunk->rounds_done + 1, " cannot complete (",
+            chunk->contributors.size(), " of ", options_.worker_node_ids.size(),
+            " workers pushed): the job failed: ", reason));
+        for (auto& call : chunk->calls) {
+          if (!seen.insert(call.get()).second) continue;
+          for (Done& d : call->done) failed.emplace_back(std::move(d), status);
+          call->done.clear();
+          requests_[call->node_id].pending.erase(call->request_id);
+        }
+        {
+          ChunkLock chunk_lock(*chunk);
+          chunk->arrived = 0;
+        }
+        chunk->contributors.clear();
+        chunk->calls.clear();
+        --open_rounds_;
+      }
+    }
+  }
+  for (auto& [done, status] : failed) done(status);
+  for (auto& push : held) push(absl::OkStatus());  // They fail at once now.
 }
 
 }  // namespace kvstore

@@ -13,11 +13,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
+#include "server/core/engine_cuts.h"
 #include "server/core/key_groups.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
-
 namespace kvstore {
 namespace {
 
@@ -200,18 +200,18 @@ TEST_CASE(
     Add(&want, g);
     engine->Push(w, 1, Chunks(g), acks.Callback());
   }
-  auto started = engine->BeginCut();
+  auto started = engine->cuts().Begin();
   REQUIRE(started.ok());
   REQUIRE(*started == 1);
-  REQUIRE(engine->LimitCut(1).ok());
-  CHECK(absl::StrContains(engine->CutLagging(), "(the next one open)"));
+  REQUIRE(engine->cuts().Limit(1).ok());
+  CHECK(absl::StrContains(engine->cuts().Lagging(), "(the next one open)"));
   REQUIRE(engine->DropWorkers({4}) == 5);
   REQUIRE(acks.ok == 2);
   // Every key is at the cut's round: a snapshot now is the cut.
-  CHECK(engine->CutLagging().empty());
+  CHECK(engine->cuts().Lagging().empty());
   auto snapshot = engine->Snapshot();
   REQUIRE(snapshot.ok());
-  engine->EndCut();
+  engine->cuts().End();
   REQUIRE(PullWhole(*engine, 2) == want);
 }
 

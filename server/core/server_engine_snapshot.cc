@@ -102,4 +102,11 @@ absl::Status ServerEngine::LoadUpdaterState(const UpdaterStateData& state) {
   });
 }
 
+void ServerEngine::SetRoundsDone(int64_t round) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, part] : parts_.all()) {
+    for (auto& chunk : part->chunks) chunk->rounds_done = round;
+  }
+}
+
 }  // namespace kvstore

@@ -21,8 +21,8 @@
 #include "common/store/optimizer.h"
 #include "common/store/sgd_updater.h"
 #include "common/unreachable_retry.h"
+#include "server/core/engine_cuts.h"
 #include "server/core/server_backend.h"
-
 namespace kvstore {
 namespace {
 
@@ -268,7 +268,7 @@ class KVServerDaemon::Heartbeat {
     const ShardStore::Stats stats = engine_->stats();
     request.set_num_keys(stats.num_keys);
     request.set_num_bytes(stats.num_bytes);
-    request.set_max_round(engine_->MaxRoundStarted());
+    request.set_max_round(engine_->cuts().MaxRoundStarted());
     request.set_restored_round(controller_->restored_round());
     request.set_restored_checkpoint(controller_->restored_checkpoint());
     grpc::ClientContext context;
