@@ -12,6 +12,7 @@
 #include "common/store/updater_state.h"
 #include "server/core/checkpoint_set.h"
 #include "server/core/engine_cuts.h"
+#include "server/core/engine_state.h"
 namespace kvstore {
 
 absl::StatusOr<std::string> Controller::Run(int head, absl::string_view body) {
@@ -57,7 +58,7 @@ absl::StatusOr<std::string> Controller::Run(int head, absl::string_view body) {
     case kCommandCheckpoint:
       return Checkpoint(std::string(absl::StripAsciiWhitespace(body)));
     case kCommandSaveOptimizerStates: {
-      ASSIGN_OR_RETURN(UpdaterStateData state, engine_->SaveUpdaterState());
+      ASSIGN_OR_RETURN(UpdaterStateData state, engine_->state().SaveUpdaterState());
       proto::UpdaterState message;
       UpdaterStateToProto(state, &message);
       return message.SerializeAsString();
@@ -69,7 +70,7 @@ absl::StatusOr<std::string> Controller::Run(int head, absl::string_view body) {
             "LoadOptimizerStates: the body is not a serialized UpdaterState");
       }
       ASSIGN_OR_RETURN(UpdaterStateData state, UpdaterStateFromProto(message));
-      RETURN_IF_ERROR(engine_->LoadUpdaterState(state));
+      RETURN_IF_ERROR(engine_->state().LoadUpdaterState(state));
       return absl::StrCat("loaded the state of ", state.optimizer);
     }
     case kCommandCutBegin:
@@ -146,7 +147,7 @@ proto::ShardCheckpoint Controller::MakeCheckpoint(const EngineSnapshot& snapshot
 
 absl::StatusOr<std::string> Controller::Checkpoint(const std::string& dir) {
   ASSIGN_OR_RETURN(const ConfinedDirectory directory, CheckpointDirectory(dir, /*create=*/true));
-  ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->Snapshot());
+  ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->state().Snapshot());
   return directory.WriteStateFile(CheckpointFileName(rank_), StateKind::kShardCheckpoint,
                                   MakeCheckpoint(snapshot).SerializeAsString());
 }
@@ -194,11 +195,11 @@ absl::Status Controller::RestoreShard(const proto::ShardCheckpoint& checkpoint,
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": cannot make the checkpoint's updater: ", updater.status().message()));
   }
-  if (absl::Status s = engine_->Restore(parts); !s.ok()) {
+  if (absl::Status s = engine_->state().Restore(parts); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
   }
   engine_->SetUpdater(*std::move(updater));
-  if (absl::Status s = engine_->LoadUpdaterState(*state); !s.ok()) {
+  if (absl::Status s = engine_->state().LoadUpdaterState(*state); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
   }
   SetUpdaterSpec(checkpoint.updater());
@@ -207,7 +208,7 @@ absl::Status Controller::RestoreShard(const proto::ShardCheckpoint& checkpoint,
     applied.push_back({node.node_id(), std::vector<uint64_t>(node.request_ids().begin(),
                                                              node.request_ids().end())});
   }
-  engine_->LoadApplied(applied);
+  engine_->state().LoadApplied(applied);
   return absl::OkStatus();
 }
 
@@ -217,7 +218,7 @@ absl::Status Controller::Restore(const std::string& dir) {
   ASSIGN_OR_RETURN(VerifiedSet set, VerifyCheckpointSet(directory, rank_, job_.num_servers,
                                                         job_.mode, job_.chunk_bytes));
   RETURN_IF_ERROR(RestoreShard(set.own, path));
-  if (set.manifest.round() >= 0) engine_->SetRoundsDone(set.manifest.round());
+  if (set.manifest.round() >= 0) engine_->state().SetRoundsDone(set.manifest.round());
   restored_round_ = std::max<int64_t>(set.manifest.round(), 0);
   restored_checkpoint_ = set.manifest.checkpoint_id();
   return absl::OkStatus();

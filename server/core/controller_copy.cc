@@ -11,6 +11,7 @@
 #include "common/view_epoch.h"
 #include "server/core/controller.h"
 #include "server/core/engine_cuts.h"
+#include "server/core/engine_state.h"
 namespace kvstore {
 namespace {
 
@@ -76,7 +77,7 @@ absl::StatusOr<std::string> Controller::CopyOutCut(absl::string_view body) {
   ASSIGN_OR_RETURN(const uint64_t epoch, Number(f[3], "a view epoch"));
   const std::string lagging = engine_->cuts().Lagging();
   if (!lagging.empty()) return absl::StrCat("waiting: ", lagging);
-  ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->Snapshot());
+  ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->state().Snapshot());
   // From here on writes routed by an older view would miss the new copy: refused, the held
   // pushes too; their senders send them again to both copies once they know the new view.
   const uint64_t before = engine_->view_floor();
@@ -90,7 +91,7 @@ absl::StatusOr<std::string> Controller::CopyOutCut(absl::string_view body) {
       checkpoint.mutable_values(i)->add_chunk_rounds(r);
     }
   }
-  for (const AppliedRequests& node : engine_->Applied()) {
+  for (const AppliedRequests& node : engine_->state().Applied()) {
     proto::AppliedRequestIds* ids = checkpoint.add_applied();
     ids->set_node_id(node.node_id);
     for (uint64_t id : node.request_ids) ids->add_request_ids(id);

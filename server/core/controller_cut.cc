@@ -10,6 +10,7 @@
 #include "server/core/checkpoint_set.h"
 #include "server/core/controller.h"
 #include "server/core/engine_cuts.h"
+#include "server/core/engine_state.h"
 namespace kvstore {
 namespace {
 
@@ -93,7 +94,7 @@ absl::StatusOr<std::string> Controller::CutWrite(absl::string_view body) {
   ASSIGN_OR_RETURN(const ConfinedDirectory directory, CheckpointDirectory(f[3], /*create=*/true));
   RETURN_IF_ERROR(directory.CheckNotLink(CheckpointFileName(rank_)));
   RETURN_IF_ERROR(directory.CheckNotLink(kManifestFileName));
-  ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->Snapshot());
+  ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->state().Snapshot());
   // The cut is in memory: the held pushes go on while the file is written.
   engine_->cuts().End();
   proto::ShardCheckpoint checkpoint = MakeCheckpoint(snapshot);

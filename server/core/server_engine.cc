@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/core/engine_cuts.h"
+#include "server/core/engine_state.h"
 #include "server/core/key_groups.h"
 #include "server/core/server_engine_internal.h"
 
@@ -51,7 +52,8 @@ ServerEngine::ServerEngine(ServerEngineOptions options, std::unique_ptr<Updater>
       updater_(std::move(updater), options_.updater_chosen || options_.sync),
       parts_(options_.max_value_bytes, options_.chunk_bytes),
       groups_(std::make_unique<KeyGroups>(this)),
-      cuts_(std::make_unique<EngineCuts>(this)) {}
+      cuts_(std::make_unique<EngineCuts>(this)),
+      state_(std::make_unique<EngineState>(this)) {}
 
 ServerEngine::~ServerEngine() = default;
 

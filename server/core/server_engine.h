@@ -125,6 +125,7 @@ struct ServerEngineOptions {
 };
 
 class EngineCuts;
+class EngineState;
 class KeyGroups;
 
 class ServerEngine {
@@ -185,17 +186,9 @@ class ServerEngine {
   absl::StatusOr<Tensor> PullRows(uint64_t node_id, const ValueSlice& part,
                                   absl::Span<const int64_t> row_ids, int64_t reply_bytes = 0) const;
 
-  // Snapshot copies every stored part and the updater's state. FailedPrecondition while a
-  // dist_sync round is open (a checkpoint is taken between rounds); the engine's lock is held
-  // meanwhile, so no round starts. In dist_async, pushes arriving during the snapshot may be
-  // in it or not: checkpoint when the workers are quiet.
-  absl::StatusOr<EngineSnapshot> Snapshot() const;
-  // Restore stores `parts` before the server serves (kvserver --restore). A later Init of a
-  // restored key with the same dtype, shape and slice succeeds and keeps the restored value.
-  absl::Status Restore(absl::Span<const StoredPart> parts);
-  // SetRoundsDone records that every chunk stored now has completed `round` rounds (a
-  // checkpoint cut at that round was restored), so that later cuts count on from there.
-  void SetRoundsDone(int64_t round);
+  // What checkpoints and copies of the engine take and restore (engine_state.h).
+  EngineState& state() { return *state_; }
+  const EngineState& state() const { return *state_; }
 
   // Consistent cuts (engine_cuts.h): the engine's part of a checkpoint of the whole job at one
   // dist_sync round, and the pushes a cut holds meanwhile.
@@ -209,10 +202,6 @@ class ServerEngine {
     return view_floor_.Check(request_epoch, write);
   }
   uint64_t view_floor() const { return view_floor_.epoch(); }
-  // Applied / LoadApplied: the request ids applied per node (deduplication), for a copy of the
-  // engine that must not apply them again.
-  std::vector<AppliedRequests> Applied() const;
-  void LoadApplied(absl::Span<const AppliedRequests> applied);
   // FailRounds fails every push waiting for a dist_sync round (the job failed: a worker died
   // or failed, `reason` says which) with Aborted naming the key, the round and `reason`, and
   // every later push at once; the held pushes of a cut too. The stored values stay as the last
@@ -231,11 +220,6 @@ class ServerEngine {
   int64_t DropWorkers(absl::Span<const uint64_t> node_ids);
   // dropped_workers returns how many workers DropWorkers has dropped.
   size_t dropped_workers() const { return workers_.dropped(); }
-  // SaveUpdaterState / LoadUpdaterState: the updater's state, for SaveOptimizerStates. Load
-  // keeps the parts of the keys this server holds and refuses, changing nothing, a part of a
-  // held key whose element range is not one of its chunks (InvalidArgument naming the key).
-  absl::StatusOr<UpdaterStateData> SaveUpdaterState() const;
-  absl::Status LoadUpdaterState(const UpdaterStateData& state);
 
   // SetUpdater replaces the updater (and with it any optimizer state). In dist_sync it takes
   // effect between rounds: at once when no round is open, else when the open rounds have
@@ -271,6 +255,7 @@ class ServerEngine {
  private:
   // Parts of the engine that drive its rounds, sharing its lock.
   friend class EngineCuts;
+  friend class EngineState;
   friend class KeyGroups;
   using PushCall = engine::PushCall;
   using Arena = engine::Arena;
@@ -336,6 +321,7 @@ class ServerEngine {
   int64_t pushes_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // The cut under way and the pushes it holds.
   std::unique_ptr<EngineCuts> cuts_;
+  std::unique_ptr<EngineState> state_;
   ViewFloor view_floor_;
   // Set by FailRounds: every later push fails with it.
   std::string failed_reason_ ABSL_GUARDED_BY(mu_);

@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "server/core/engine_cuts.h"
+#include "server/core/engine_state.h"
 #include "server/core/key_groups.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
@@ -209,7 +210,7 @@ TEST_CASE(
   REQUIRE(acks.ok == 2);
   // Every key is at the cut's round: a snapshot now is the cut.
   CHECK(engine->cuts().Lagging().empty());
-  auto snapshot = engine->Snapshot();
+  auto snapshot = engine->state().Snapshot();
   REQUIRE(snapshot.ok());
   engine->cuts().End();
   REQUIRE(PullWhole(*engine, 2) == want);

@@ -12,11 +12,11 @@
 #include <utility>
 #include <vector>
 
+#include "server/core/engine_state.h"
 #include "server/core/key_groups.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
-
 namespace kvstore {
 namespace {
 
@@ -168,7 +168,8 @@ TEST_CASE("ServerEngine: every worker's whole-group push makes one group round",
                       [&](absl::Status s) { alone = s; });
         REQUIRE(alone.code() == absl::StatusCode::kFailedPrecondition);
         // Neither a pull nor a checkpoint sees a partial round.
-        REQUIRE(grouped->Snapshot().status().code() == absl::StatusCode::kFailedPrecondition);
+        REQUIRE(grouped->state().Snapshot().status().code() ==
+                absl::StatusCode::kFailedPrecondition);
       }
       if (k + 1 < order.size()) {
         REQUIRE(acks == 0);
@@ -201,7 +202,7 @@ TEST_CASE("ServerEngine: every worker's whole-group push makes one group round",
       }
       expected[i] = got;
     }
-    REQUIRE(grouped->Snapshot().ok());
+    REQUIRE(grouped->state().Snapshot().ok());
   }
 }
 
@@ -278,7 +279,7 @@ TEST_CASE(
     }
     REQUIRE(acks == expected_acks);
     REQUIRE(grouped->groups().rounds_done() == whole_rounds);
-    REQUIRE(grouped->Snapshot().ok());
+    REQUIRE(grouped->state().Snapshot().ok());
     RequireSameBits(*by_key, *grouped, members);
   }
 }

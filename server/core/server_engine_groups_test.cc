@@ -8,11 +8,11 @@
 #include <utility>
 #include <vector>
 
+#include "server/core/engine_state.h"
 #include "server/core/key_groups.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
-
 namespace kvstore {
 namespace {
 
@@ -344,7 +344,7 @@ TEST_CASE("ServerEngine: key groups in an arena stay coherent with their members
   }
   // Later updates never reached a pulled handle.
   for (const auto& [handle, values] : held) REQUIRE(ToDoubles(handle) == values);
-  auto snapshot = engine->Snapshot();
+  auto snapshot = engine->state().Snapshot();
   REQUIRE(snapshot.ok());
   for (const StoredPart& part : snapshot->parts) {
     check(static_cast<size_t>(part.layout.key.int_key() - 1000), part.data);

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "common/store/optimizer.h"
+#include "server/core/engine_state.h"
 #include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
-
 namespace kvstore {
 namespace {
 
@@ -217,7 +217,7 @@ TEST_CASE(
   round(3, false);
   round(4, false);
   CHECK(MaxAbsDiff(PullAll(*engine, "torch/w", init), w) <= 1e-12);
-  const absl::StatusOr<UpdaterStateData> state = engine->SaveUpdaterState();
+  const absl::StatusOr<UpdaterStateData> state = engine->state().SaveUpdaterState();
   REQUIRE(state.ok());
   REQUIRE(state->parts.size() == 1);
   CHECK(state->parts[0].updates == 4);

@@ -19,10 +19,10 @@
 #include "common/state_file.h"
 #include "proto/kvstore.pb.h"
 #include "server/core/checkpoint_root.h"
+#include "server/core/engine_state.h"
 #include "server/core/server_backend.h"
 #include "tests/reliability/job.h"
 #include "tests/reliability/sum_reference.h"
-
 namespace kvstore::testing {
 namespace {
 
@@ -64,7 +64,7 @@ Restored Restore(const std::string& root, const std::string& dir, int rank, int 
       VerifyCheckpointSet(*directory, rank, servers, "dist_sync", kChunkBytes);
   REQUIRE(set.ok());
   restored.round = set->manifest.round();
-  absl::StatusOr<EngineSnapshot> snapshot = (*backend)->engine->Snapshot();
+  absl::StatusOr<EngineSnapshot> snapshot = (*backend)->engine->state().Snapshot();
   REQUIRE(snapshot.ok());
   restored.parts = std::move(snapshot->parts);
   return restored;

@@ -1,5 +1,5 @@
-// ServerEngine: checkpoints - Snapshot and Restore of the stored parts - and the updater's
-// state (SaveUpdaterState, LoadUpdaterState).
+#include "server/core/engine_state.h"
+
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -7,26 +7,25 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "server/core/server_engine.h"
 
 namespace kvstore {
 
-absl::StatusOr<EngineSnapshot> ServerEngine::Snapshot() const {
-  absl::MutexLock lock(&mu_);
-  if (open_rounds_ > 0) {
+absl::StatusOr<EngineSnapshot> EngineState::Snapshot() const {
+  absl::MutexLock lock(&engine_.mu_);
+  if (engine_.open_rounds_ > 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat(open_rounds_,
+        absl::StrCat(engine_.open_rounds_,
                      " dist_sync rounds are open (waiting for other workers' pushes); "
                      "checkpoint between rounds, e.g. after WaitAll and Barrier on every worker"));
   }
   EngineSnapshot snapshot;
-  for (const auto& [key, part] : parts_.all()) {
+  for (const auto& [key, part] : engine_.parts_.all()) {
     StoredPart stored;
     stored.layout = part->layout;
     const size_t element = DTypeSize(part->layout.dtype);
     stored.data = Tensor::Zeros(part->layout.dtype, {part->layout.count});
     for (const auto& chunk : part->chunks) {
-      ChunkLock chunk_lock(*chunk);
+      engine::ChunkLock chunk_lock(*chunk);
       std::memcpy(static_cast<uint8_t*>(stored.data.data()) +
                       static_cast<size_t>(chunk->offset - part->layout.offset) * element,
                   chunk->stored.data(), chunk->stored.byte_size());
@@ -34,11 +33,11 @@ absl::StatusOr<EngineSnapshot> ServerEngine::Snapshot() const {
     }
     snapshot.parts.push_back(std::move(stored));
   }
-  snapshot.updater_state = updater_.current()->SaveState();
+  snapshot.updater_state = engine_.updater_.current()->SaveState();
   return snapshot;
 }
 
-absl::Status ServerEngine::Restore(absl::Span<const StoredPart> parts) {
+absl::Status EngineState::Restore(absl::Span<const StoredPart> parts) {
   std::vector<IncomingValue> values;
   for (const StoredPart& part : parts) {
     IncomingValue value;
@@ -47,10 +46,10 @@ absl::Status ServerEngine::Restore(absl::Span<const StoredPart> parts) {
                                              part.data.byte_size())};
     values.push_back(std::move(value));
   }
-  RETURN_IF_ERROR(Init(kSchedulerNodeId, values));
-  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(engine_.Init(kSchedulerNodeId, values));
+  absl::MutexLock lock(&engine_.mu_);
   for (const StoredPart& part : parts) {
-    Part& restored = *parts_.Get(part.layout.key);
+    engine::Part& restored = *engine_.parts_.Get(part.layout.key);
     restored.restored = true;
     if (part.chunk_rounds.size() != restored.chunks.size()) continue;
     for (size_t c = 0; c < restored.chunks.size(); ++c) {
@@ -60,27 +59,27 @@ absl::Status ServerEngine::Restore(absl::Span<const StoredPart> parts) {
   return absl::OkStatus();
 }
 
-std::vector<AppliedRequests> ServerEngine::Applied() const { return applied_.Export(); }
+std::vector<AppliedRequests> EngineState::Applied() const { return engine_.applied_.Export(); }
 
-void ServerEngine::LoadApplied(absl::Span<const AppliedRequests> applied) {
-  applied_.Load(applied);
+void EngineState::LoadApplied(absl::Span<const AppliedRequests> applied) {
+  engine_.applied_.Load(applied);
 }
 
-absl::StatusOr<UpdaterStateData> ServerEngine::SaveUpdaterState() const {
-  absl::MutexLock lock(&mu_);
-  if (open_rounds_ > 0) {
+absl::StatusOr<UpdaterStateData> EngineState::SaveUpdaterState() const {
+  absl::MutexLock lock(&engine_.mu_);
+  if (engine_.open_rounds_ > 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        open_rounds_, " dist_sync rounds are open; save optimizer states between rounds"));
+        engine_.open_rounds_, " dist_sync rounds are open; save optimizer states between rounds"));
   }
-  return updater_.current()->SaveState();
+  return engine_.updater_.current()->SaveState();
 }
 
-absl::Status ServerEngine::LoadUpdaterState(const UpdaterStateData& state) {
-  absl::MutexLock lock(&mu_);
+absl::Status EngineState::LoadUpdaterState(const UpdaterStateData& state) {
+  absl::MutexLock lock(&engine_.mu_);
   for (const PartStateData& part : state.parts) {
-    const Part* found = parts_.Get(part.key);
+    const engine::Part* found = engine_.parts_.Get(part.key);
     if (found == nullptr) continue;
-    const Part& held = *found;
+    const engine::Part& held = *found;
     if (part.offset < held.layout.offset) continue;  // Another server's.
     const int64_t relative = part.offset - held.layout.offset;
     if (relative >= std::max<int64_t>(1, held.layout.count)) continue;  // Another server's.
@@ -92,9 +91,9 @@ absl::Status ServerEngine::LoadUpdaterState(const UpdaterStateData& state) {
           " elements (saved with another number of servers or chunk size?)"));
     }
   }
-  return updater_.current()->LoadState(state, [this](const PartStateData& part) {
-    mu_.AssertHeld();
-    const Part* held = parts_.Get(part.key);
+  return engine_.updater_.current()->LoadState(state, [this](const PartStateData& part) {
+    engine_.mu_.AssertHeld();
+    const engine::Part* held = engine_.parts_.Get(part.key);
     if (held == nullptr) return false;
     const ValueSlice& layout = held->layout;
     return part.offset >= layout.offset &&
@@ -102,9 +101,9 @@ absl::Status ServerEngine::LoadUpdaterState(const UpdaterStateData& state) {
   });
 }
 
-void ServerEngine::SetRoundsDone(int64_t round) {
-  absl::MutexLock lock(&mu_);
-  for (auto& [key, part] : parts_.all()) {
+void EngineState::SetRoundsDone(int64_t round) {
+  absl::MutexLock lock(&engine_.mu_);
+  for (auto& [key, part] : engine_.parts_.all()) {
     for (auto& chunk : part->chunks) chunk->rounds_done = round;
   }
 }
