@@ -80,8 +80,8 @@ absl::StatusOr<std::string> Controller::CopyOutCut(absl::string_view body) {
   ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->state().Snapshot());
   // From here on writes routed by an older view would miss the new copy: refused, the held
   // pushes too; their senders send them again to both copies once they know the new view.
-  const uint64_t before = engine_->view_floor();
-  engine_->SetViewFloor(epoch, /*reads_too=*/false);
+  const uint64_t before = engine_->view_floor().epoch();
+  engine_->view_floor().Set(epoch, /*reads_too=*/false);
   engine_->cuts().End(StaleViewError(epoch - 1, epoch));
   proto::ShardCheckpoint checkpoint = MakeCheckpoint(snapshot);
   checkpoint.set_checkpoint_id(f[1]);
@@ -141,7 +141,7 @@ absl::StatusOr<std::string> Controller::CopyOutEnd(const std::string& verb,
   }
   if (verb == "abort") {
     // The join failed: its view is never published, so what it refused is accepted again.
-    if (copied) engine_->SetViewFloor(floor_before, false);
+    if (copied) engine_->view_floor().Set(floor_before, false);
     if (ended_cut) engine_->cuts().End();
   }
   return verb == "end" ? std::string("ended") : std::string("aborted");

@@ -128,9 +128,9 @@ TEST_CASE(
   CHECK(RequiredViewEpoch(held_status) == 5);
   for (int k = 0; k < num_keys; ++k) CHECK(PullAll(*source, keys[k], inits[k]) == before[k]);
   // Writes routed by an older view are refused from now on; reads and newer writes are not.
-  CHECK(RequiredViewEpoch(source->CheckView(4, /*write=*/true)) == 5);
-  CHECK(source->CheckView(5, true).ok());
-  CHECK(source->CheckView(0, /*write=*/false).ok());
+  CHECK(RequiredViewEpoch(source->view_floor().Check(4, /*write=*/true)) == 5);
+  CHECK(source->view_floor().Check(5, true).ok());
+  CHECK(source->view_floor().Check(0, /*write=*/false).ok());
 
   // Into an empty engine of the same rank, in pages of a random size.
   auto target = NewEngine(true, {kWorkerA, kWorkerB});
@@ -205,9 +205,9 @@ TEST_CASE("Controller: a damaged copy, a server holding keys and an aborted copy
   const absl::Status twice = Transfer(out, in, "c", copied, 1 << 20).status();
   CHECK(absl::IsFailedPrecondition(twice));
   // Aborted: the floor the copy set is lifted, old writes are accepted again.
-  CHECK(RequiredViewEpoch(source->CheckView(2, true)) == 3);
+  CHECK(RequiredViewEpoch(source->view_floor().Check(2, true)) == 3);
   REQUIRE(out.Run(kCommandCopyOut, "abort c").ok());
-  CHECK(source->CheckView(2, true).ok());
+  CHECK(source->view_floor().Check(2, true).ok());
   CHECK(absl::IsFailedPrecondition(out.Run(kCommandCopyOut, "read c 0 10").status()));
 }
 

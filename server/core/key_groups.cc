@@ -27,7 +27,7 @@ constexpr size_t kArenaMemberMaxBytes = 64 << 10;
 
 absl::Status KeyGroups::Register(uint64_t node_id, uint64_t group_id,
                                  absl::Span<const ValueSlice> members) {
-  RETURN_IF_ERROR(engine_.CheckSender(node_id));
+  RETURN_IF_ERROR(engine_.workers_.CheckSender(node_id));
   auto group = std::make_shared<Group>();
   group->keys.reserve(members.size());
   group->chunks.reserve(members.size());
@@ -135,7 +135,7 @@ absl::StatusOr<std::shared_ptr<const engine::Group>> KeyGroups::Find(uint64_t no
 
 absl::Status KeyGroups::FindPushed(uint64_t node_id, uint64_t group_id, const ByteChunks& bytes,
                                    std::shared_ptr<const Group>* group) const {
-  RETURN_IF_ERROR(engine_.CheckSender(node_id));
+  RETURN_IF_ERROR(engine_.workers_.CheckSender(node_id));
   absl::ReaderMutexLock lock(&engine_.mu_);
   ASSIGN_OR_RETURN(*group, Find(node_id, group_id));
   size_t received = 0;
@@ -181,7 +181,7 @@ void KeyGroups::Push(uint64_t node_id, uint64_t request_id, uint64_t group_id,
       error = absl::AbortedError(absl::StrCat("the job failed: ", engine_.failed_reason_));
     }
     // Dropped since the check above: it must not join a round that no longer waits for it.
-    if (error.ok() && engine_.workers_.any_dropped()) error = engine_.CheckSender(node_id);
+    if (error.ok() && engine_.workers_.any_dropped()) error = engine_.workers_.CheckSender(node_id);
     if (group != nullptr && error.ok() && engine_.cuts_->Holds(group->chunks)) {
       engine_.cuts_->HoldGroup(node_id, request_id, group_id, bytes, std::move(done), ack);
       return;
@@ -260,7 +260,7 @@ absl::Status KeyGroups::MergeMembers(const Group& group, const ByteChunks& bytes
 }
 
 absl::StatusOr<PackedGroup> KeyGroups::Pull(uint64_t node_id, uint64_t group_id) const {
-  RETURN_IF_ERROR(engine_.CheckSender(node_id));
+  RETURN_IF_ERROR(engine_.workers_.CheckSender(node_id));
   std::shared_ptr<const Group> group;
   {
     absl::ReaderMutexLock lock(&engine_.mu_);

@@ -298,7 +298,7 @@ void HandleRowSparsePull(const std::shared_ptr<ServerBackend>& backend,
   proto::PullRequest header;
   absl::Status status = DecodeMessage(*request, &header);
   if (status.ok()) status = CheckCaller(header, caller);
-  if (status.ok()) status = backend->engine->CheckSender(header.node_id());
+  if (status.ok()) status = backend->engine->workers().CheckSender(header.node_id());
   if (!status.ok()) return done(status);
   if (header.row_ids_size() != header.tensors_size()) {
     return done(absl::InvalidArgumentError(absl::StrCat("RowSparsePull of ", header.tensors_size(),
@@ -336,7 +336,7 @@ void HandleCommand(const std::shared_ptr<ServerBackend>& backend, const grpc::By
   proto::ServerCommandRequest command;
   absl::Status status = DecodeMessage(*request, &command);
   if (status.ok()) status = CheckCaller(command, caller);
-  if (status.ok()) status = backend->engine->CheckSender(command.node_id());
+  if (status.ok()) status = backend->engine->workers().CheckSender(command.node_id());
   if (!status.ok()) return done(status);
   auto reply = backend->controller->Run(command.head(), command.body());
   if (reply.ok()) {
@@ -357,7 +357,7 @@ void HandleServerRequest(const std::shared_ptr<ServerBackend>& backend, ServerMe
   }
   if (method != ServerMethod::kCommand && !backend->refusal.ok()) return done(backend->refusal);
   if (method != ServerMethod::kCommand) {
-    absl::Status view = backend->engine->CheckView(view_epoch, Mutates(method));
+    absl::Status view = backend->engine->view_floor().Check(view_epoch, Mutates(method));
     if (!view.ok()) return done(std::move(view));
   }
   switch (method) {

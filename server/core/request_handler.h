@@ -34,12 +34,11 @@ struct VerifiedCaller {
 // and only the scheduler may send a Command (PERMISSION_DENIED); nothing is run otherwise.
 // Without `caller` (a transport without a job secret) nothing is checked.
 // `view_epoch` is the view the sender routed the request by (common/view_epoch.h): a request
-// the engine's view floor refuses (ServerEngine::CheckView) is answered with StaleViewError;
-// commands, which come from the scheduler, are never refused so.
-// `done` may run later on another thread (a dist_sync push is answered when its round is
-// complete, on the thread of the push that completes it); `request` is read only during the
-// call, and `*response` must stay valid until `done` has run. Never blocks waiting for other
-// nodes. Thread-safe.
+// the engine's view floor refuses (ServerEngine::view_floor, ViewFloor::Check) is answered with
+// StaleViewError; commands, which come from the scheduler, are never refused so. `done` may run
+// later on another thread (a dist_sync push is answered when its round is complete, on the thread
+// of the push that completes it); `request` is read only during the call, and `*response` must stay
+// valid until `done` has run. Never blocks waiting for other nodes. Thread-safe.
 void HandleServerRequest(const std::shared_ptr<ServerBackend>& backend, ServerMethod method,
                          const grpc::ByteBuffer& request, grpc::ByteBuffer* response,
                          std::function<void(absl::Status)> done,

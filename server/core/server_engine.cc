@@ -94,7 +94,7 @@ int64_t ServerEngine::held_bytes() const { return budget_.held(); }
 
 absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue> values,
                                 bool deferred) {
-  RETURN_IF_ERROR(CheckSender(node_id));
+  RETURN_IF_ERROR(workers_.CheckSender(node_id));
   absl::MutexLock lock(&mu_);
   absl::flat_hash_set<Key> seen;
   std::vector<bool> fresh;  // New parts; the others were restored and stand.
@@ -124,7 +124,7 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
 }
 
 absl::Status ServerEngine::InitFill(uint64_t node_id, absl::Span<const IncomingValue> values) {
-  RETURN_IF_ERROR(CheckSender(node_id));
+  RETURN_IF_ERROR(workers_.CheckSender(node_id));
   absl::MutexLock lock(&mu_);
   std::vector<Part*> parts;
   for (const IncomingValue& value : values) {
@@ -203,7 +203,7 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
   absl::Span<const IncomingValue> values = original;
   if (std::any_of(original.begin(), original.end(),
                   [](const IncomingValue& v) { return v.row_sparse; })) {
-    absl::Status status = CheckSender(node_id);
+    absl::Status status = workers_.CheckSender(node_id);
     if (status.ok()) status = ExpandRowSparse(original, &expanded, &storage);
     if (!status.ok()) {
       done(status);
@@ -211,7 +211,7 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
     }
     values = expanded;
   }
-  const absl::Status sender = CheckSender(node_id);
+  const absl::Status sender = workers_.CheckSender(node_id);
   absl::Status error = sender;
   std::vector<Chunk*> chunks;
   std::shared_ptr<PushCall> call;
@@ -240,7 +240,7 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
       error = absl::AbortedError(absl::StrCat("the job failed: ", failed_reason_));
     }
     // Dropped since the check above: it must not join a round that no longer waits for it.
-    if (error.ok() && workers_.any_dropped()) error = CheckSender(node_id);
+    if (error.ok() && workers_.any_dropped()) error = workers_.CheckSender(node_id);
     if (sender.ok() && error.ok() && cuts_->Holds(chunks)) {
       cuts_->Hold(node_id, request_id, values, std::move(done));
       return;
@@ -351,7 +351,7 @@ void ServerEngine::FinishCall(PushCall* call, std::vector<Done>* finished) {
 
 absl::StatusOr<std::vector<Tensor>> ServerEngine::Pull(uint64_t node_id,
                                                        absl::Span<const ValueSlice> slices) const {
-  RETURN_IF_ERROR(CheckSender(node_id));
+  RETURN_IF_ERROR(workers_.CheckSender(node_id));
   std::vector<Chunk*> chunks;
   chunks.reserve(slices.size());
   {

@@ -194,14 +194,10 @@ class ServerEngine {
   // dist_sync round, and the pushes a cut holds meanwhile.
   EngineCuts& cuts() { return *cuts_; }
   const EngineCuts& cuts() const { return *cuts_; }
-  // View epochs (common/view_epoch.h): SetViewFloor makes the engine refuse, with
-  // StaleViewError, writes routed by a view older than `epoch` - every request with
-  // `reads_too` - as CheckView(epoch of the request, whether it writes) says. 0: none refused.
-  void SetViewFloor(uint64_t epoch, bool reads_too) { view_floor_.Set(epoch, reads_too); }
-  absl::Status CheckView(uint64_t request_epoch, bool write) const {
-    return view_floor_.Check(request_epoch, write);
-  }
-  uint64_t view_floor() const { return view_floor_.epoch(); }
+  // View epochs (common/view_epoch.h, view_floor.h): the floor below which the engine refuses,
+  // with StaleViewError, writes routed by an older view (every request, with reads_too).
+  ViewFloor& view_floor() { return view_floor_; }
+  const ViewFloor& view_floor() const { return view_floor_; }
   // FailRounds fails every push waiting for a dist_sync round (the job failed: a worker died
   // or failed, `reason` says which) with Aborted naming the key, the round and `reason`, and
   // every later push at once; the held pushes of a cut too. The stored values stay as the last
@@ -218,8 +214,9 @@ class ServerEngine {
   // groups go member by member from then on (server_engine_drop.cc). Returns the number of
   // rounds (chunks) completed.
   int64_t DropWorkers(absl::Span<const uint64_t> node_ids);
-  // dropped_workers returns how many workers DropWorkers has dropped.
-  size_t dropped_workers() const { return workers_.dropped(); }
+  // workers: who may send (CheckSender: a worker of this job or the scheduler, not dropped),
+  // and how many workers DropWorkers has dropped.
+  const JobWorkers& workers() const { return workers_; }
 
   // SetUpdater replaces the updater (and with it any optimizer state). In dist_sync it takes
   // effect between rounds: at once when no round is open, else when the open rounds have
@@ -241,16 +238,11 @@ class ServerEngine {
   // workers); otherwise each push is applied as it arrives and tracked by its request id only.
   bool rounds() const { return options_.sync && options_.worker_node_ids.size() > 1; }
 
-  // CheckSender returns PermissionDenied naming `node_id` unless it is a worker of this job or
-  // the scheduler, and has not been dropped (DropWorkers).
-  absl::Status CheckSender(uint64_t node_id) const { return workers_.CheckSender(node_id); }
-
   // A chunk updated while a pull still holds its buffer moves to another buffer (copy on
   // write); the previous one is kept for the chunk's next such update while the spares of the
   // whole process stay under kSpareBytes, and freed once the pull is sent otherwise (so that a
-  // big value is not held twice). SpareBytesHeld returns the bytes kept.
+  // big value is not held twice). SpareBuffer::BytesHeld() returns the bytes kept.
   static constexpr int64_t kSpareBytes = SpareBuffer::kMaxBytes;
-  static int64_t SpareBytesHeld() { return SpareBuffer::BytesHeld(); }
 
  private:
   // Parts of the engine that drive its rounds, sharing its lock.

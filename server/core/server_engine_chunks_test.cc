@@ -142,7 +142,7 @@ TEST_CASE("ServerEngine: copies on write keep at most kSpareBytes of previous bu
   // pushed, so every chunk moves to another buffer. Values are integers: sums are exact.
   TestRng rng;
   INFO(rng.Describe());
-  REQUIRE(ServerEngine::SpareBytesHeld() == 0);
+  REQUIRE(SpareBuffer::BytesHeld() == 0);
   const int64_t chunk_bytes = 1 << 20;
   const int64_t n = (ServerEngine::kSpareBytes + (32 << 20)) / 4;
   auto engine = NewSumEngine(false, {2}, chunk_bytes);
@@ -172,13 +172,13 @@ TEST_CASE("ServerEngine: copies on write keep at most kSpareBytes of previous bu
                    [&](absl::Status s) { pushed = s; });
       REQUIRE(pushed.ok());
     }
-    CHECK(ServerEngine::SpareBytesHeld() <= ServerEngine::kSpareBytes);
+    CHECK(SpareBuffer::BytesHeld() <= ServerEngine::kSpareBytes);
     for (int64_t i = 0; i < n; ++i) expected[i] += push.data_as<const float>()[i];
     const Tensor pulled = PullChunks(*engine, 4, DType::kFloat32, n, chunk_bytes);
     REQUIRE(std::memcmp(pulled.data(), expected.data(), expected.size() * 4) == 0);
   }
   engine.reset();
-  CHECK(ServerEngine::SpareBytesHeld() == 0);
+  CHECK(SpareBuffer::BytesHeld() == 0);
 }
 
 TEST_CASE("ServerEngine: a deferred Init is filled stretch by stretch; fills are checked",

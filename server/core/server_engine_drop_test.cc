@@ -113,7 +113,7 @@ TEST_CASE(
   REQUIRE(acks.ok == 5);
   REQUIRE(acks.errors.empty());
   REQUIRE(PullWhole(*engine, 2) == want);
-  REQUIRE(engine->dropped_workers() == 1);
+  REQUIRE(engine->workers().dropped() == 1);
   // Dropping it again, or a node that is no worker, changes nothing.
   REQUIRE(engine->DropWorkers({4, 99}) == 0);
   // Later rounds wait for the two remaining workers only.
@@ -137,9 +137,9 @@ TEST_CASE(
   CHECK(absl::StrContains(acks.errors[0].message(), "node id 4 (worker 2) has left the job"));
   const absl::Status pull = engine->Pull(4, {ValueSlice{kKey, kDType, kShape, 0, 8}}).status();
   CHECK(absl::IsPermissionDenied(pull));
-  CHECK(absl::IsPermissionDenied(engine->CheckSender(4)));
-  CHECK(engine->CheckSender(2).ok());
-  CHECK(engine->CheckSender(kSchedulerNodeId).ok());
+  CHECK(absl::IsPermissionDenied(engine->workers().CheckSender(4)));
+  CHECK(engine->workers().CheckSender(2).ok());
+  CHECK(engine->workers().CheckSender(kSchedulerNodeId).ok());
   REQUIRE(PullWhole(*engine, 2) == want);
 }
 

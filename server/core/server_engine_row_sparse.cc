@@ -104,7 +104,7 @@ absl::Status ServerEngine::ExpandRowSparse(absl::Span<const IncomingValue> value
 absl::StatusOr<Tensor> ServerEngine::PullRows(uint64_t node_id, const ValueSlice& slice,
                                               absl::Span<const int64_t> row_ids,
                                               int64_t reply_bytes) const {
-  RETURN_IF_ERROR(CheckSender(node_id));
+  RETURN_IF_ERROR(workers_.CheckSender(node_id));
   const Part* part;
   {
     absl::ReaderMutexLock lock(&mu_);

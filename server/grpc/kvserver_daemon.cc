@@ -402,9 +402,9 @@ absl::StatusOr<KVServerDaemon::Backends> KVServerDaemon::MakeBackends(
   }
   if (join_epoch > 0) {
     // Empty until the copies arrive: nothing routed by an older view is served.
-    backends.primary->engine->SetViewFloor(join_epoch, /*reads_too=*/true);
+    backends.primary->engine->view_floor().Set(join_epoch, /*reads_too=*/true);
     if (backends.backup != nullptr) {
-      backends.backup->engine->SetViewFloor(join_epoch, /*reads_too=*/true);
+      backends.backup->engine->view_floor().Set(join_epoch, /*reads_too=*/true);
     }
     spdlog::info(
         "kvserver rank {} (node {}) replaces a dead server of the running job: the "
@@ -486,7 +486,7 @@ absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& r
           "kvserver rank {}: workers (node ids) {} have left the job; rounds now wait "
           "for the {} remaining workers ({} open rounds completed without them)",
           registration.rank(), absl::StrJoin(left, ", "),
-          view.num_workers() - static_cast<int>(engine->dropped_workers()), completed);
+          view.num_workers() - static_cast<int>(engine->workers().dropped()), completed);
     }
     if (reply.shutdown() && reply.job_failed()) {
       // Answer the pushes still waiting for a round, naming why, before exiting non-zero.

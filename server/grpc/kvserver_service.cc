@@ -104,7 +104,7 @@ class KVServerService::Call final : public ServingTag {
       verified = *std::move(checked);
       request = &verified->request;
       view_epoch = verified->view_epoch;
-    } else if (backend != nullptr && backend->engine->view_floor() > 0) {
+    } else if (backend != nullptr && backend->engine->view_floor().epoch() > 0) {
       const auto& metadata = context_.client_metadata();
       const auto found = metadata.find(kViewEpochKey);
       if (found != metadata.end()) {
