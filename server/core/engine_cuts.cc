@@ -16,7 +16,7 @@ namespace kvstore {
 using server_engine_internal::ElementRange;
 
 bool EngineCuts::Holds(absl::Span<engine::Chunk* const> chunks) const {
-  engine_.mu_.AssertHeld();
+  engine_.mu_.AssertReaderHeld();
   if (!gate_.active()) return false;
   // dist_async has no rounds: the cut is a point in time, every push waits for it.
   if (!engine_.options_.sync) return true;
@@ -148,7 +148,7 @@ std::vector<CutGate::Held> EngineCuts::TakeHeld() {
 }
 
 bool EngineCuts::active_locked() const {
-  engine_.mu_.AssertHeld();
+  engine_.mu_.AssertReaderHeld();
   return gate_.active();
 }
 

@@ -77,7 +77,7 @@ int64_t KeyGroups::rounds_done() const {
 }
 
 absl::Status KeyGroups::CheckRound(const Key& key, const Chunk& chunk, uint64_t node_id) const {
-  engine_.mu_.AssertHeld();
+  engine_.mu_.AssertReaderHeld();
   for (const auto& [layout, round] : chunk.arena->group_rounds) {
     if (round->contributors.empty() || !round->Holds(chunk)) continue;
     if (std::find(round->contributors.begin(), round->contributors.end(), node_id) !=
@@ -153,7 +153,7 @@ void KeyGroups::SplitAllRounds() {
 }
 
 int64_t KeyGroups::open_rounds() const {
-  engine_.mu_.AssertHeld();
+  engine_.mu_.AssertReaderHeld();
   return open_rounds_;
 }
 

@@ -11,7 +11,7 @@
 #include "server/core/checkpoint_root.h"
 #include "server/core/server_backend.h"
 #include "server/scheduler/core/scheduler_core.h"
-
+#include "server/scheduler/core/server_failover.h"
 namespace kvstore {
 namespace {
 
@@ -75,7 +75,7 @@ class InProcessJob::Link final : public SchedulerLink {
   absl::StatusOr<JobState> Heartbeat(uint64_t node_id, absl::Time /*deadline*/) override {
     ASSIGN_OR_RETURN(const bool over, job_->core_->Heartbeat(node_id, absl::Now()));
     return JobState{over, over ? job_->core_->job_failure() : std::string(),
-                    job_->core_->data_loss()};
+                    job_->core_->failover().data_loss()};
   }
 
   absl::Status Barrier(uint64_t node_id, absl::Time deadline) override {

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
-
+#include "server/scheduler/core/server_failover.h"
 namespace kvstore {
 namespace {
 
@@ -38,7 +38,7 @@ std::vector<ShardCopy> LivingCopiesOf(const ClusterView& view, const std::vector
 void CommandFanOut::FanOut(int head, const std::string& body, Replies done) {
   absl::StatusOr<ClusterView> view = core_->view();
   if (!view.ok()) return done(view.status());
-  const std::vector<ShardCopy> copies = LivingCopiesOf(*view, core_->dead_servers());
+  const std::vector<ShardCopy> copies = LivingCopiesOf(*view, core_->failover().dead_servers());
   if (copies.empty()) return done(absl::UnavailableError("no server of the job is alive"));
   // The last reply answers, with each shard's reply from its first living copy: primaries'
   // replies first, then backups'.
@@ -104,7 +104,7 @@ absl::StatusOr<std::string> CommandFanOut::CallServer(int rank, int head, const 
     return absl::InvalidArgumentError(absl::StrCat("no server of rank ", rank));
   }
   // A dead server's shard is served by its backup, on the next rank (a job with replicas).
-  const std::vector<int> dead = core_->dead_servers();
+  const std::vector<int> dead = core_->failover().dead_servers();
   const bool backup = std::find(dead.begin(), dead.end(), rank) != dead.end();
   const ServerEntry server = view.servers[backup ? (rank + 1) % view.servers.size() : rank];
   absl::StatusOr<std::string> reply = Call(server.address, backup, head, body);

@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-
+#include "server/scheduler/core/server_failover.h"
 namespace kvstore {
 namespace {
 
@@ -110,7 +110,7 @@ TEST_CASE(
   REQUIRE(all.ok());
   CHECK(table.sent().size() == 6);          // 3 primaries and 3 backups.
   CHECK((*all)[1] == "R@127.0.0.1:20001");  // The primary's reply wins.
-  REQUIRE(core->DeclareServerDead(1, "test", kStart + absl::Seconds(1)).ok());
+  REQUIRE(core->failover().DeclareServerDead(1, "test", kStart + absl::Seconds(1)).ok());
   Table after;
   CommandFanOut again(core.get(), &after);
   auto replies = FanOutAndWait(&again, 1, "");

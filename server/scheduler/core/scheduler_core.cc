@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/scheduler/core/server_failover.h"
 #include "spdlog/spdlog.h"
 
 namespace kvstore {
@@ -27,6 +28,14 @@ std::string Plural(int n, absl::string_view noun) {
 }
 
 }  // namespace
+
+SchedulerCore::SchedulerCore(const SchedulerOptions& options)
+    : options_(options),
+      nodes_(options.num_servers, options.num_workers),
+      barriers_(options.num_servers, options.num_workers),
+      failover_(std::make_unique<ServerFailover>(this)) {}
+
+SchedulerCore::~SchedulerCore() = default;
 
 absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
     const SchedulerOptions& options) {
@@ -70,7 +79,8 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
   std::optional<absl::StatusOr<Registration>> answer;
   {
     absl::MutexLock lock(&mu_);
-    if (!TakeRunningJobRank(role, requested_rank, address, hostname, now, &done, &answer)) {
+    if (!failover_->TakeRunningJobRank(role, requested_rank, address, hostname, now, &done,
+                                       &answer)) {
       const absl::Status error = CheckRegistration(role, requested_rank, address, hostname, mode);
       if (error.ok()) {
         AddNode(role, requested_rank, std::move(address), std::move(hostname), std::move(mode), now,
@@ -95,38 +105,6 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
     }
     pending.done(Registration{pending.node_id, rank, cluster});
   }
-}
-
-bool SchedulerCore::TakeRunningJobRank(NodeRole role, int requested_rank, std::string& address,
-                                       std::string& hostname, absl::Time now, RegisterDone* done,
-                                       std::optional<absl::StatusOr<Registration>>* answer) {
-  const int group_size = options_.num_servers;
-  if (role != NodeRole::kServer || !complete_ || ShutdownLocked() || address.empty() ||
-      requested_rank < -1 || requested_rank >= group_size) {
-    return false;
-  }
-  if (requested_rank >= 0) {
-    // A restart of the server of that rank may come before heartbeats tell that it died.
-    const NodeInfo* holder = nodes_.ServerOfRank(requested_rank);
-    if (holder != nullptr && HeardFrom(*holder, now)) {
-      HoldReplacement(*holder, requested_rank, std::move(address), std::move(hostname), now,
-                      std::move(*done));
-      *done = nullptr;
-      return true;
-    }
-  }
-  if (options_.replicas > 1) {
-    // With replicas a dead server's shards live on: its replacement copies them.
-    absl::StatusOr<Registration> joined = JoinServer(requested_rank, address, hostname, now);
-    if (absl::IsNotFound(joined.status())) return false;
-    *answer = std::move(joined);
-    return true;
-  }
-  if (requested_rank < 0) return false;
-  std::optional<Registration> replaced = ReplaceServer(requested_rank, address, hostname, now);
-  if (!replaced.has_value()) return false;
-  *answer = *std::move(replaced);
-  return true;
 }
 
 absl::Status SchedulerCore::CheckRegistration(NodeRole role, int requested_rank,
@@ -298,7 +276,7 @@ absl::StatusOr<bool> SchedulerCore::Heartbeat(uint64_t node_id, absl::Time now, 
       loss.reported_round = std::max<int64_t>(node.replaced_round, 0);
       spdlog::error("{} (the workers name the rounds it had acknowledged to them)",
                     Describe(loss, 0, false));
-      data_loss_.push_back(std::move(loss));
+      failover_->RecordLoss(std::move(loss));
     }
   }
   const bool over = ShutdownLocked();
@@ -327,10 +305,7 @@ void SchedulerCore::RequestShutdown(std::string reason) {
       registrations.push_back(std::move(pending.done));
     }
     pending_registrations_.clear();
-    for (PendingReplacement& pending : pending_replacements_) {
-      registrations.push_back(std::move(pending.done));
-    }
-    pending_replacements_.clear();
+    for (RegisterDone& done : failover_->TakePending()) registrations.push_back(std::move(done));
     for (BarrierDone& done : barriers_.TakeAll()) barriers.push_back(std::move(done));
   }
   for (RegisterDone& done : registrations) done(over);
@@ -514,7 +489,7 @@ void SchedulerCore::ExpireDeadlines(absl::Time now) {
                        "; still missing: ", MissingFromBarrier(expired.group, expired.entered)));
       for (BarrierDone& done : expired.done) failed_barriers.emplace_back(std::move(done), status);
     }
-    RetryReplacements(now, &replacements, &failed_registrations);
+    failover_->RetryReplacements(now, &replacements, &failed_registrations);
   }
   for (auto& [done, registration] : replacements) done(std::move(registration));
   for (auto& [done, status] : failed_registrations) done(status);

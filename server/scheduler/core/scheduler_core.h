@@ -102,6 +102,8 @@ struct ServerLoad {
   std::string restored_checkpoint;
 };
 
+class ServerFailover;
+
 class SchedulerCore {
  public:
   using RegisterDone = std::function<void(absl::StatusOr<Registration>)>;
@@ -202,40 +204,12 @@ class SchedulerCore {
   // rank 1" while registering, "barrier: 3 of 4 workers; waiting for worker 2 on HOST" per open
   // barrier. Empty when nothing waits (scheduler_core_progress.cc).
   std::vector<std::string> Progress() const;
-  // data_loss returns one record per server restarted into the running job (ReplaceServer),
-  // naming it, what it restored and the last round its predecessor reported, once it has said
-  // what it restored (its first heartbeat).
-  std::vector<LostUpdates> data_loss() const;
 
-  // DeclareServerDead marks the server of `rank` dead for good in a job with replicas, saying
-  // `reason`, so that workers fail over to the backups of its shards (dead_servers); the job
-  // fails, naming both, when the other copy of one of its shards is dead too. True when this
-  // call declared it (false: already dead). FailedPrecondition without replicas, before the
-  // job assembled or once it is over (its servers exit then); InvalidArgument for a rank out
-  // of range.
-  absl::StatusOr<bool> DeclareServerDead(int rank, std::string reason, absl::Time now);
-  // dead_servers returns the ranks of the servers declared dead, in order.
-  std::vector<int> dead_servers() const;
-
-  // Replacement servers (scheduler_core_join.cc). In a job with replicas that runs, a server
-  // registering for the rank of a dead server (declared dead, or silent for more than two
-  // heartbeat intervals, which declares it), or for any rank while one is dead, takes that
-  // rank: it gets a new node id and a Registration with a join_epoch, and stays dead (its
-  // shards served by the other copies) while the scheduler copies its shards into it. Refused,
-  // naming why, when the rank's server is alive, already being replaced, or when the other copy
-  // of one of its shards is dead too.
-  // CompleteJoin publishes it: alive at its address, the view at its join epoch.
-  // FailedPrecondition when it is no longer joining (the job ended, or the join failed).
-  absl::Status CompleteJoin(uint64_t node_id);
-  // FailJoin records that its shards could not be copied (`reason`): it stays dead, and its
-  // heartbeats are answered with join_failure, so that it exits.
-  void FailJoin(uint64_t node_id, std::string reason);
-  // join_failure returns why node `node_id`'s join failed, or "".
-  std::string join_failure(uint64_t node_id) const;
-  // routing returns the view epoch, the servers and the dead ones, at one moment.
-  Routing routing() const;
-  // ServerAddress returns the address of the server of `rank`, or NotFound.
-  absl::StatusOr<std::string> ServerAddress(int rank) const;
+  // Servers that die and are replaced: declared dead (replicas), replacements joining or
+  // restarted into the running job, routing, data loss (server_failover.h).
+  ServerFailover& failover() { return *failover_; }
+  const ServerFailover& failover() const { return *failover_; }
+  ~SchedulerCore();
 
   // Nodes returns every registered node (servers by rank, then workers by rank).
   std::vector<NodeInfo> Nodes() const;
@@ -247,71 +221,14 @@ class SchedulerCore {
   absl::Status registration_status() const;
 
  private:
+  friend class ServerFailover;  // A part of the core, sharing its lock.
   struct PendingRegistration {
     uint64_t node_id;
     RegisterDone done;
   };
-  // A server asking for the rank of a server that heartbeats said was alive (it may just have
-  // died: a restart by systemd comes within a second or two): it waits, until `deadline`, for
-  // that server to be silent long enough to count as dead (ReplaceServer), then takes the rank.
-  struct PendingReplacement {
-    int rank;
-    std::string address;
-    std::string hostname;
-    absl::Time deadline;
-    RegisterDone done;
-  };
 
-  explicit SchedulerCore(const SchedulerOptions& options)
-      : options_(options),
-        nodes_(options.num_servers, options.num_workers),
-        barriers_(options.num_servers, options.num_workers) {}
+  explicit SchedulerCore(const SchedulerOptions& options);
 
-  // ReplaceServer lets a server asking for rank `rank` of an assembled job take the place of
-  // the server of that rank when that one has been silent for more than two heartbeat
-  // intervals (it died): the new node gets that rank and a new node id, the cluster view its
-  // address. Returns the registration, or nothing when the rank's server is alive.
-  std::optional<Registration> ReplaceServer(int rank, const std::string& address,
-                                            const std::string& hostname, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // ReplacementWait is how long a server asking for a living server's rank waits for it to
-  // count as dead: the silence ReplaceServer needs (two heartbeat intervals), twice, and 1 s.
-  absl::Duration ReplacementWait() const {
-    return 4 * options_.heartbeat_interval + absl::Seconds(1);
-  }
-  // HoldReplacement parks a registration for the rank of server `holder`, which heartbeats say
-  // is alive, as a PendingReplacement (ExpireDeadlines retries it), logging what it waits for.
-  void HoldReplacement(const NodeInfo& holder, int rank, std::string address, std::string hostname,
-                       absl::Time now, RegisterDone done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // RetryReplacements gives each pending replacement its rank once its holder counts as dead,
-  // moving the registration into `*replaced`, or fails it once past its deadline (or when the
-  // job is over) into `*failed`.
-  void RetryReplacements(absl::Time now,
-                         std::vector<std::pair<RegisterDone, Registration>>* replaced,
-                         std::vector<std::pair<RegisterDone, absl::Status>>* failed)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // HeardFrom: server `node` counts as alive - not declared dead, not being replaced, and
-  // heard from within two heartbeat intervals.
-  bool HeardFrom(const NodeInfo& node, absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return !node.dead && !node.joining &&
-           now - node.last_heartbeat <= 2 * options_.heartbeat_interval;
-  }
-  // RegistrationOf is the registration answering `node` (its join epoch when it is joining).
-  Registration RegistrationOf(const NodeInfo& node) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // JoinServer registers a replacement server (see CompleteJoin); NotFound when this
-  // registration is not one (no dead server to replace), another error to refuse it.
-  absl::StatusOr<Registration> JoinServer(int requested_rank, const std::string& address,
-                                          const std::string& hostname, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // TakeRunningJobRank handles a server registering into the assembled, running job: a restart
-  // for a rank whose server heartbeats say is alive is held (HoldReplacement; `*done` taken);
-  // with replicas, a replacement of a dead server joins (JoinServer); without, a restart takes
-  // a silent server's rank (ReplaceServer). True with `*answer` set (or `*done` taken) when it
-  // did one of them; false when the registration goes the ordinary way.
-  bool TakeRunningJobRank(NodeRole role, int requested_rank, std::string& address,
-                          std::string& hostname, absl::Time now, RegisterDone* done,
-                          std::optional<absl::StatusOr<Registration>>* answer)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // CheckRegistration refuses an ordinary registration: the window closed, the role full, a
   // rank out of range or taken, a server without an address, a worker of another mode.
   absl::Status CheckRegistration(NodeRole role, int requested_rank, const std::string& address,
@@ -337,7 +254,6 @@ class SchedulerCore {
   // The registered nodes and their ranks.
   NodeTable nodes_ ABSL_GUARDED_BY(mu_);
   std::vector<PendingRegistration> pending_registrations_ ABSL_GUARDED_BY(mu_);
-  std::vector<PendingReplacement> pending_replacements_ ABSL_GUARDED_BY(mu_);
   // When the first node registered; registration may wait register_timeout from then.
   absl::Time first_registration_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
@@ -351,10 +267,8 @@ class SchedulerCore {
   std::string mode_ ABSL_GUARDED_BY(mu_);
   std::string shutdown_reason_ ABSL_GUARDED_BY(mu_);  // Set by RequestShutdown.
   std::string failure_ ABSL_GUARDED_BY(mu_);          // Set by FailJob or a failed worker's Finish.
-  std::vector<LostUpdates> data_loss_ ABSL_GUARDED_BY(mu_);
-  // The view epoch published (CompleteJoin) and the last one given to a joining server.
-  uint64_t view_epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t last_join_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // Servers declared dead, replaced and joining (server_failover.h).
+  std::unique_ptr<ServerFailover> failover_;
 
   // ViewLocked builds the cluster view of the registered nodes (view() once complete).
   ClusterView ViewLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/scheduler/core/scheduler_core.h"
+#include "server/scheduler/core/server_failover.h"
 
 namespace kvstore {
 namespace {
@@ -72,15 +73,7 @@ std::vector<std::string> SchedulerCore::Progress() const {
                                  barriers_.Living(group), " ", members, "; waiting for ",
                                  absl::StrJoin(missing, ", ")));
   }
-  for (const PendingReplacement& pending : pending_replacements_) {
-    const NodeInfo* holder = nodes_.ServerOfRank(pending.rank);
-    lines.push_back(absl::StrCat(
-        "the kvserver at ", pending.address, " waits to take server rank ", pending.rank,
-        holder == nullptr ? std::string()
-                          : absl::StrCat(" from node ", holder->node_id, " at ", holder->address),
-        " once that one has been silent for ",
-        absl::FormatDuration(2 * options_.heartbeat_interval), " (dead)"));
-  }
+  failover_->ProgressLines(&lines);
   return lines;
 }
 

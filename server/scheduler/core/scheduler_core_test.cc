@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "server/scheduler/core/server_failover.h"
 #include "tests/test_util.h"
-
 namespace kvstore {
 namespace {
 
@@ -431,18 +431,19 @@ TEST_CASE(
   TestRng rng;
   INFO(rng.Describe());
   auto core = MakeReplicatedCore(3, 2);
-  CHECK(absl::IsFailedPrecondition(core->DeclareServerDead(0, "early", kStart).status()));
+  CHECK(
+      absl::IsFailedPrecondition(core->failover().DeclareServerDead(0, "early", kStart).status()));
   RegisterAll(core.get(), 2, {-1, -1, -1}, &rng);
   REQUIRE(core->view()->replicas == 2);
   const int first = static_cast<int>(rng.Int(0, 2));
-  CHECK(*core->DeclareServerDead(first, "killed", kStart) == true);
-  CHECK(*core->DeclareServerDead(first, "killed again", kStart) == false);
-  CHECK(core->dead_servers() == std::vector<int>{first});
+  CHECK(*core->failover().DeclareServerDead(first, "killed", kStart) == true);
+  CHECK(*core->failover().DeclareServerDead(first, "killed again", kStart) == false);
+  CHECK(core->failover().dead_servers() == std::vector<int>{first});
   CHECK(core->job_failure().empty());
-  CHECK(absl::IsInvalidArgument(core->DeclareServerDead(3, "no such", kStart).status()));
+  CHECK(absl::IsInvalidArgument(core->failover().DeclareServerDead(3, "no such", kStart).status()));
   // The next rank holds the backup of `first`'s shard: both copies gone.
   const int second = (first + 1) % 3;
-  CHECK(*core->DeclareServerDead(second, "killed too", kStart) == true);
+  CHECK(*core->failover().DeclareServerDead(second, "killed too", kStart) == true);
   const std::string failure = core->job_failure();
   INFO(failure);
   CHECK(failure.find(absl::StrCat("shard ", first, " is lost")) != std::string::npos);
@@ -455,9 +456,9 @@ TEST_CASE("SchedulerCore: once the job is over, a server gone is not declared de
   auto core = MakeReplicatedCore(2, 1);
   RegisterAll(core.get(), 1, {-1, -1}, &rng);
   core->RequestShutdown("kvctl shutdown");
-  const absl::StatusOr<bool> declared = core->DeclareServerDead(0, "exited", kStart);
+  const absl::StatusOr<bool> declared = core->failover().DeclareServerDead(0, "exited", kStart);
   CHECK(absl::IsFailedPrecondition(declared.status()));
-  CHECK(core->dead_servers().empty());
+  CHECK(core->failover().dead_servers().empty());
 }
 
 // JoinAs registers a server for `rank` at `address` at time `now` and returns the outcome.
@@ -501,9 +502,9 @@ TEST_CASE(
     CHECK(early.result.status().message().find("is alive") != absl::string_view::npos);
   }
 
-  REQUIRE(*core->DeclareServerDead(victim, "killed", later));
-  CHECK(core->routing().dead == std::vector<int>{victim});
-  CHECK(core->routing().epoch == 0);
+  REQUIRE(*core->failover().DeclareServerDead(victim, "killed", later));
+  CHECK(core->failover().routing().dead == std::vector<int>{victim});
+  CHECK(core->failover().routing().epoch == 0);
   // Any rank (-1) takes the dead one.
   absl::StatusOr<Registration> joined = JoinAs(core.get(), -1, "127.0.0.1:30002", later);
   REQUIRE(joined.ok());
@@ -512,20 +513,20 @@ TEST_CASE(
   CHECK(joined->view.servers[victim].address == "127.0.0.1:30002");
   // While it is loaded it stays dead (its shards served by the other copies), and a second
   // replacement is refused.
-  Routing routing = core->routing();
+  Routing routing = core->failover().routing();
   CHECK(routing.epoch == 0);
   CHECK(routing.dead == std::vector<int>{victim});
   absl::StatusOr<Registration> second = JoinAs(core.get(), victim, "127.0.0.1:30003", later);
   CHECK(absl::IsFailedPrecondition(second.status()));
   CHECK(second.status().message().find("already being replaced") != absl::string_view::npos);
   // Published: alive at its address, the view at its epoch.
-  REQUIRE(core->CompleteJoin(joined->node_id).ok());
-  routing = core->routing();
+  REQUIRE(core->failover().CompleteJoin(joined->node_id).ok());
+  routing = core->failover().routing();
   CHECK(routing.epoch == 1);
   CHECK(routing.dead.empty());
   CHECK(routing.servers[victim].address == "127.0.0.1:30002");
-  CHECK(absl::IsFailedPrecondition(core->CompleteJoin(joined->node_id)));
-  CHECK(core->join_failure(joined->node_id).empty());
+  CHECK(absl::IsFailedPrecondition(core->failover().CompleteJoin(joined->node_id)));
+  CHECK(core->failover().join_failure(joined->node_id).empty());
   // No dead server left: a further server is refused as before.
   absl::StatusOr<Registration> extra = JoinAs(core.get(), -1, "127.0.0.1:30004", later);
   CHECK(absl::IsFailedPrecondition(extra.status()));
@@ -618,27 +619,27 @@ TEST_CASE(
   absl::StatusOr<Registration> joined = JoinAs(core.get(), victim, "127.0.0.1:30010", later);
   REQUIRE(joined.ok());
   CHECK(joined->join_epoch == 1);
-  core->FailJoin(joined->node_id, "copying shard 1: DEADLINE_EXCEEDED");
-  CHECK(core->join_failure(joined->node_id) == "copying shard 1: DEADLINE_EXCEEDED");
-  CHECK(core->routing().dead == std::vector<int>{victim});
-  CHECK(core->routing().epoch == 0);
-  CHECK(absl::IsFailedPrecondition(core->CompleteJoin(joined->node_id)));
+  core->failover().FailJoin(joined->node_id, "copying shard 1: DEADLINE_EXCEEDED");
+  CHECK(core->failover().join_failure(joined->node_id) == "copying shard 1: DEADLINE_EXCEEDED");
+  CHECK(core->failover().routing().dead == std::vector<int>{victim});
+  CHECK(core->failover().routing().epoch == 0);
+  CHECK(absl::IsFailedPrecondition(core->failover().CompleteJoin(joined->node_id)));
   // Another try gets a later epoch.
   absl::StatusOr<Registration> again = JoinAs(core.get(), victim, "127.0.0.1:30011", later);
   REQUIRE(again.ok());
   CHECK(again->join_epoch == 2);
-  REQUIRE(core->CompleteJoin(again->node_id).ok());
-  CHECK(core->routing().epoch == 2);
+  REQUIRE(core->failover().CompleteJoin(again->node_id).ok());
+  CHECK(core->failover().routing().epoch == 2);
   // The next server dies, then the one after it: the second one's own shard has lost its
   // other copy's server (the next rank), so no replacement of it could be loaded.
   const int next = (victim + 1) % 3;
-  REQUIRE(*core->DeclareServerDead(next, "killed", later));
+  REQUIRE(*core->failover().DeclareServerDead(next, "killed", later));
   CHECK(core->job_failure().empty());
   const int after = (victim + 2) % 3;
   absl::StatusOr<Registration> lost = JoinAs(core.get(), next, "127.0.0.1:30012", later);
   REQUIRE(lost.ok());  // Its shards' other copies (victim's replacement, `after`) live.
-  core->FailJoin(lost->node_id, "test");
-  REQUIRE(*core->DeclareServerDead(after, "killed", later));
+  core->failover().FailJoin(lost->node_id, "test");
+  REQUIRE(*core->failover().DeclareServerDead(after, "killed", later));
   // Both copies of shard `next` (servers next and after) are dead: the job failed.
   CHECK(core->job_failure().find(absl::StrCat("shard ", next, " is lost")) != std::string::npos);
 }

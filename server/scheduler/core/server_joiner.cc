@@ -12,7 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/server_commands.h"
 #include "common/status_macros.h"
-
+#include "server/scheduler/core/server_failover.h"
 namespace kvstore {
 namespace {
 
@@ -125,7 +125,7 @@ absl::Status ServerJoiner::Join(const Registration& registration, const std::str
   for (size_t i = 0; i < shards.size() && status.ok(); ++i) {
     status = MoveCopy(shards[i].first, ids[i], rounds[i], copied[i], address, shards[i].second);
   }
-  if (status.ok()) status = core_->CompleteJoin(registration.node_id);
+  if (status.ok()) status = core_->failover().CompleteJoin(registration.node_id);
   for (size_t i = 0; i < ids.size(); ++i) {
     const absl::StatusOr<std::string> ended = to_shard_(
         shards[i].first, kCommandCopyOut, absl::StrCat(status.ok() ? "end " : "abort ", ids[i]));
@@ -136,7 +136,7 @@ absl::Status ServerJoiner::Join(const Registration& registration, const std::str
   }
   pause_(false);
   if (!status.ok()) {
-    core_->FailJoin(registration.node_id, std::string(status.message()));
+    core_->failover().FailJoin(registration.node_id, std::string(status.message()));
     spdlog::error(
         "join: server {} at {} could not join: {}; its shards stay with their "
         "other copies",

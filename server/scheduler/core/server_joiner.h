@@ -11,13 +11,13 @@
 //   2. move:  the copy goes to the new server in pages (14 "read", 15 "append") and is
 //             loaded there (15 "load": size and CRC-32 checked, values, rounds, updater and
 //             state, applied request ids);
-//   3. publish: SchedulerCore::CompleteJoin: the server is alive at its address and the view
+//   3. publish: ServerFailover::CompleteJoin: the server is alive at its address and the view
 //             at the join's epoch. Workers learn it from heartbeats (or at once, when a refusal
 //             sends them to the scheduler) and send the refused writes again, under the same
 //             request ids, to both copies.
 // Controller commands of workers (a new optimizer) wait while a join runs (`pause`), so
 // that both copies get them. Any error ends the join: the living copies refuse nothing more
-// (14 "abort"), the new server stays dead and is told why (SchedulerCore::FailJoin), and the
+// (14 "abort"), the new server stays dead and is told why (ServerFailover::FailJoin), and the
 // error names the step and the server.
 //
 // Threading: Join blocks; run it on the checkpoint coordinator's thread (RunExclusive), so

@@ -15,7 +15,7 @@
 #include "common/server_methods.h"
 #include "common/status_macros.h"
 #include "common/wire_frame.h"
-
+#include "server/scheduler/core/server_failover.h"
 namespace kvstore {
 namespace {
 
@@ -195,7 +195,7 @@ void SchedulerService::HandleRegister(const proto::RegisterRequest& request,
           if (join_) {
             join_(*registration, address);
           } else {
-            core_->FailJoin(registration->node_id, "this scheduler copies no shards");
+            core_->failover().FailJoin(registration->node_id, "this scheduler copies no shards");
           }
         }
         if (registration.ok()) {
@@ -233,7 +233,7 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
             ServerLoad{request.num_keys(), request.num_bytes(), request.max_round(),
                        request.restored_round(), request.restored_checkpoint()});
         if (over.ok()) response->set_shutdown(*over);
-        for (LostUpdates& loss : core_->data_loss()) {
+        for (LostUpdates& loss : core_->failover().data_loss()) {
           proto::LostUpdates* lost = response->add_data_loss();
           lost->set_rank(loss.rank);
           lost->set_server(std::move(loss.server));
@@ -241,7 +241,7 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
           lost->set_restored_round(loss.restored_round);
           lost->set_reported_round(loss.reported_round);
         }
-        const Routing routing = core_->routing();
+        const Routing routing = core_->failover().routing();
         for (int rank : routing.dead) response->add_dead_servers(rank);
         if (routing.epoch > 0) {
           // A replacement server joined: every server's address, as of this epoch.
@@ -253,7 +253,7 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
             info->set_address(server.address);
           }
         }
-        response->set_join_failure(core_->join_failure(request.node_id()));
+        response->set_join_failure(core_->failover().join_failure(request.node_id()));
         if (over.ok() && *over) {
           const std::string failure = core_->job_failure();
           response->set_job_failed(!failure.empty());
@@ -385,13 +385,13 @@ void SchedulerService::HandleServerUnreachable(const proto::ServerUnreachableReq
                                                proto::ServerUnreachableResponse* response,
                                                Done done) {
   const int rank = request.server_rank();
-  const std::vector<int> dead = core_->dead_servers();
+  const std::vector<int> dead = core_->failover().dead_servers();
   if (std::find(dead.begin(), dead.end(), rank) != dead.end()) {
     response->set_dead(true);
     response->set_reason(absl::StrCat("server ", rank, " was declared dead before"));
     return done(absl::OkStatus());
   }
-  const absl::StatusOr<std::string> address = core_->ServerAddress(rank);
+  const absl::StatusOr<std::string> address = core_->failover().ServerAddress(rank);
   if (!address.ok()) return done(address.status());
   struct Check {
     grpc::ClientContext context;
@@ -418,7 +418,8 @@ void SchedulerService::HandleServerUnreachable(const proto::ServerUnreachableReq
         const std::string reason =
             absl::StrCat("nothing answers at ", address, " (", result.message(), "; worker node ",
                          request.node_id(), " saw: ", request.error(), ")");
-        const absl::StatusOr<bool> declared = core_->DeclareServerDead(rank, reason, absl::Now());
+        const absl::StatusOr<bool> declared =
+            core_->failover().DeclareServerDead(rank, reason, absl::Now());
         if (!declared.ok()) return done(declared.status());
         if (*declared) {
           spdlog::error(

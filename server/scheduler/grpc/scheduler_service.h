@@ -87,7 +87,7 @@ class SchedulerService final : public RawSchedulerService, private ServerCommand
                                      grpc::ByteBuffer* response) override;
   // ServerUnreachable (a job with replicas): the server a worker could not reach is checked
   // with a gRPC health check (kUnreachableCheck); when nothing answers at its address
-  // (UNAVAILABLE) it is declared dead for good (SchedulerCore::DeclareServerDead) and the
+  // (UNAVAILABLE) it is declared dead for good (ServerFailover::DeclareServerDead) and the
   // worker fails over to the backups of its shards. A check that times out or answers does not
   // declare it: the worker retries as usual.
   grpc::ServerUnaryReactor* ServerUnreachable(grpc::CallbackServerContext* context,
