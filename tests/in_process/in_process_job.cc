@@ -12,6 +12,7 @@
 #include "server/core/server_backend.h"
 #include "server/scheduler/core/scheduler_core.h"
 #include "server/scheduler/core/server_failover.h"
+#include "server/scheduler/core/worker_liveness.h"
 namespace kvstore {
 namespace {
 
@@ -113,7 +114,7 @@ class InProcessJob::Link final : public SchedulerLink {
 
   absl::StatusOr<int> NumDeadNodes(uint64_t /*node_id*/, int group, int timeout_s,
                                    absl::Time /*deadline*/) override {
-    return job_->core_->NumDeadNodes(group, absl::Seconds(timeout_s), absl::Now());
+    return job_->core_->liveness().NumDeadNodes(group, absl::Seconds(timeout_s), absl::Now());
   }
 
  private:

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/scheduler/core/server_failover.h"
+#include "server/scheduler/core/worker_liveness.h"
 #include "spdlog/spdlog.h"
 
 namespace kvstore {
@@ -33,7 +34,8 @@ SchedulerCore::SchedulerCore(const SchedulerOptions& options)
     : options_(options),
       nodes_(options.num_servers, options.num_workers),
       barriers_(options.num_servers, options.num_workers),
-      failover_(std::make_unique<ServerFailover>(this)) {}
+      failover_(std::make_unique<ServerFailover>(this)),
+      liveness_(std::make_unique<WorkerLiveness>(this)) {}
 
 SchedulerCore::~SchedulerCore() = default;
 
@@ -286,7 +288,7 @@ absl::StatusOr<bool> SchedulerCore::Heartbeat(uint64_t node_id, absl::Time now, 
 
 bool SchedulerCore::ShutdownLocked() const {
   return !shutdown_reason_.empty() ||
-         (complete_ && finished_workers_ + departed_workers_ == options_.num_workers);
+         (complete_ && finished_workers_ + liveness_->departed() == options_.num_workers);
 }
 
 void SchedulerCore::RequestShutdown(std::string reason) {
@@ -316,8 +318,8 @@ std::string SchedulerCore::shutdown_reason() const {
   absl::ReaderMutexLock lock(&mu_);
   if (!shutdown_reason_.empty()) return shutdown_reason_;
   if (!ShutdownLocked()) return "";
-  if (left_workers_ > 0) {
-    return absl::StrCat("every remaining worker finished (", Plural(left_workers_, "worker"),
+  if (liveness_->left() > 0) {
+    return absl::StrCat("every remaining worker finished (", Plural(liveness_->left(), "worker"),
                         " left the elastic job)");
   }
   return "every worker finished";
@@ -361,11 +363,11 @@ absl::Status SchedulerCore::Finish(uint64_t node_id, absl::Time now, std::string
       // In an elastic job the others go on without a failed worker, while any is left that
       // could finish the job (they are told through heartbeats).
       const bool leaves =
-          !failure.empty() && options_.elastic && !ShutdownLocked() && Remaining() > 1;
+          !failure.empty() && options_.elastic && !ShutdownLocked() && liveness_->Remaining() > 1;
       node.finished = true;
       ++finished_workers_;
       if (leaves) {
-        LeaveLocked(&node, absl::StrCat("finished as failed: ", failure), &released);
+        liveness_->Leave(&node, absl::StrCat("finished as failed: ", failure), &released);
       } else if (!failure.empty()) {
         node.failed = true;
         node.failure = failure;
@@ -381,29 +383,6 @@ absl::Status SchedulerCore::Finish(uint64_t node_id, absl::Time now, std::string
   }
   for (BarrierDone& release : released) release(absl::OkStatus());
   return absl::OkStatus();
-}
-
-absl::Status SchedulerCore::DeadWorkers(absl::Time now) const {
-  absl::ReaderMutexLock lock(&mu_);
-  if (!complete_ || ShutdownLocked() || options_.heartbeat_timeout == absl::InfiniteDuration()) {
-    return absl::OkStatus();
-  }
-  std::vector<std::string> dead;
-  for (const auto& [id, node] : nodes_) {
-    if (node.role != NodeRole::kWorker || node.finished || node.left) continue;
-    const absl::Duration quiet = now - node.last_heartbeat;
-    if (quiet <= options_.heartbeat_timeout) continue;
-    dead.push_back(absl::StrCat(
-        "worker ", node.rank, " (node ", id, " on ", node.hostname, ") has sent no heartbeat for ",
-        absl::FormatDuration(absl::Trunc(quiet, absl::Milliseconds(100))), " (heartbeat timeout ",
-        absl::FormatDuration(options_.heartbeat_timeout), "): it is dead"));
-  }
-  if (dead.empty()) return absl::OkStatus();
-  if (options_.elastic && left_workers_ > 0) {
-    dead.push_back(
-        absl::StrCat("no other worker is left (", left_workers_, " left the elastic job before)"));
-  }
-  return absl::AbortedError(absl::StrJoin(dead, "; "));
 }
 
 void SchedulerCore::FailJob(std::string reason, absl::Time now) {
@@ -426,42 +405,6 @@ void SchedulerCore::FailJob(std::string reason, absl::Time now) {
 std::string SchedulerCore::job_failure() const {
   absl::ReaderMutexLock lock(&mu_);
   return ShutdownLocked() ? failure_ : std::string();
-}
-
-int SchedulerCore::NumDeadNodes(int group, absl::Duration timeout, absl::Time now) const {
-  absl::ReaderMutexLock lock(&mu_);
-  int dead = 0;
-  int registered_in_group = 0;
-  for (const auto& [id, node] : nodes_) {
-    if (!InGroup(node.role, group)) continue;
-    ++registered_in_group;
-    // A node whose registration is still pending has no id to heartbeat with: it is waiting on
-    // us, so it is alive.
-    if (complete_ && !node.finished && now - node.last_heartbeat > timeout) ++dead;
-  }
-  if (!complete_ && first_registration_ != absl::InfiniteFuture() &&
-      now - first_registration_ > timeout) {
-    dead += barriers_.Size(group) - registered_in_group;
-  }
-  return dead;
-}
-
-absl::Status SchedulerCore::WorkersLost(absl::Time now) const {
-  absl::ReaderMutexLock lock(&mu_);
-  if (!complete_ || ShutdownLocked()) return absl::OkStatus();
-  std::vector<std::string> silent;
-  for (const auto& [id, node] : nodes_) {
-    if (node.role != NodeRole::kWorker || node.finished || node.left) continue;
-    const absl::Duration quiet = now - node.last_heartbeat;
-    if (quiet <= options_.workers_lost_timeout) return absl::OkStatus();
-    silent.push_back(
-        absl::StrCat("worker ", node.rank, " (node ", id, " on ", node.hostname, ") last heard ",
-                     absl::FormatDuration(absl::Trunc(quiet, absl::Seconds(1))), " ago"));
-  }
-  if (silent.empty()) return absl::OkStatus();
-  return absl::DeadlineExceededError(absl::StrCat(
-      "the job is abandoned: no unfinished worker has sent a heartbeat for ",
-      absl::FormatDuration(options_.workers_lost_timeout), ": ", absl::StrJoin(silent, "; ")));
 }
 
 void SchedulerCore::ExpireDeadlines(absl::Time now) {

@@ -103,6 +103,7 @@ struct ServerLoad {
 };
 
 class ServerFailover;
+class WorkerLiveness;
 
 class SchedulerCore {
  public:
@@ -156,44 +157,12 @@ class SchedulerCore {
   // is left that could finish it. A worker that has left finishes nothing (OK, no change).
   absl::Status Finish(uint64_t node_id, absl::Time now, std::string failure = "");
 
-  // DeadWorkers returns Aborted naming every unfinished worker (rank, node, host, how long
-  // silent) that has sent no heartbeat for heartbeat_timeout, while the job runs; OK otherwise.
-  // Workers that have left an elastic job are not named.
-  absl::Status DeadWorkers(absl::Time now) const;
-  // DropDeadWorkers, in an elastic job that runs, makes every unfinished worker silent for
-  // heartbeat_timeout leave the job and returns one line per worker, naming it (rank, node,
-  // host, how long silent) and the workers that go on. Barriers that now have every living
-  // node pass. When that would leave no worker that could finish the job (every one has died
-  // or failed), none leaves: DeadWorkers names them (and how many left before) and the job
-  // fails as in the default mode. Nothing outside an elastic job (scheduler_core_elastic.cc).
-  std::vector<std::string> DropDeadWorkers(absl::Time now);
-  // left_worker_ids returns the node ids of the workers that have left the job, in rank
-  // order (heartbeats tell the servers, which stop waiting for them).
-  std::vector<uint64_t> left_worker_ids() const;
-  // left_reason returns why node `node_id` left the job ("worker 2 (node 7 on HOST) has left
-  // the job (died: no heartbeat for 1.1s); the job goes on without it (elastic)"), or "" when
-  // it has not: a worker declared dead that is still running hears it in its heartbeat
-  // answers (as a failure of the job) and stops.
-  std::string left_reason(uint64_t node_id) const;
   // FailJob ends the job as failed with `reason` (kept when the job already failed), marking
   // the workers silent for heartbeat_timeout as failed (died).
   void FailJob(std::string reason, absl::Time now);
   // job_failure returns why the job failed - FailJob's reason, or the first failed worker's -
   // once the job is over; "" while it runs or when it succeeded.
   std::string job_failure() const;
-
-  // NumDeadNodes counts the registered nodes of `group` whose last heartbeat is older than
-  // `timeout` (finished workers are not dead, workers that left an elastic job are; nodes
-  // waiting for the job to complete are alive).
-  // Nodes still expected but never registered count as dead once registration has been waiting
-  // longer than `timeout`.
-  int NumDeadNodes(int group, absl::Duration timeout, absl::Time now) const;
-
-  // WorkersLost returns DeadlineExceeded, naming them, when the job is under way, not over, and
-  // every worker that has not finished has sent no heartbeat for workers_lost_timeout: the
-  // processes that would finish the job are gone, and the scheduler ends it rather than keep
-  // its servers forever. OK otherwise.
-  absl::Status WorkersLost(absl::Time now) const;
 
   // ExpireDeadlines fails the registrations and barriers whose deadline has passed, naming the
   // missing nodes. Call it periodically (the scheduler daemon does, every few hundred ms).
@@ -204,6 +173,11 @@ class SchedulerCore {
   // rank 1" while registering, "barrier: 3 of 4 workers; waiting for worker 2 on HOST" per open
   // barrier. Empty when nothing waits (scheduler_core_progress.cc).
   std::vector<std::string> Progress() const;
+
+  // Workers' liveness: dead and lost workers, and those that left an elastic job
+  // (worker_liveness.h).
+  WorkerLiveness& liveness() { return *liveness_; }
+  const WorkerLiveness& liveness() const { return *liveness_; }
 
   // Servers that die and are replaced: declared dead (replicas), replacements joining or
   // restarted into the running job, routing, data loss (server_failover.h).
@@ -221,7 +195,9 @@ class SchedulerCore {
   absl::Status registration_status() const;
 
  private:
-  friend class ServerFailover;  // A part of the core, sharing its lock.
+  // Parts of the core, sharing its lock.
+  friend class ServerFailover;
+  friend class WorkerLiveness;
   struct PendingRegistration {
     uint64_t node_id;
     RegisterDone done;
@@ -239,12 +215,6 @@ class SchedulerCore {
   void AddNode(NodeRole role, int requested_rank, std::string address, std::string hostname,
                std::string mode, absl::Time now, RegisterDone done,
                std::vector<PendingRegistration>* completed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // LeaveLocked makes worker `node` leave the job for `why` and moves the done callbacks of
-  // the barriers that now pass into `*released` (scheduler_core_elastic.cc).
-  void LeaveLocked(NodeInfo* node, const std::string& why, std::vector<BarrierDone>* released)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Remaining counts the workers that have not left: running, or finished as succeeded.
-  int Remaining() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   static bool InGroup(NodeRole role, int group);
   std::string MissingFromBarrier(int group, const std::vector<uint64_t>& entered) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -261,14 +231,13 @@ class SchedulerCore {
   absl::Status registration_error_ ABSL_GUARDED_BY(mu_);
   Barriers barriers_ ABSL_GUARDED_BY(mu_);
   int finished_workers_ ABSL_GUARDED_BY(mu_) = 0;
-  // Workers that left an elastic job before finishing (died), and all that left.
-  int departed_workers_ ABSL_GUARDED_BY(mu_) = 0;
-  int left_workers_ ABSL_GUARDED_BY(mu_) = 0;
   std::string mode_ ABSL_GUARDED_BY(mu_);
   std::string shutdown_reason_ ABSL_GUARDED_BY(mu_);  // Set by RequestShutdown.
   std::string failure_ ABSL_GUARDED_BY(mu_);          // Set by FailJob or a failed worker's Finish.
   // Servers declared dead, replaced and joining (server_failover.h).
   std::unique_ptr<ServerFailover> failover_;
+  // Dead, lost and departed workers (worker_liveness.h).
+  std::unique_ptr<WorkerLiveness> liveness_;
 
   // ViewLocked builds the cluster view of the registered nodes (view() once complete).
   ClusterView ViewLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);

@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/scheduler/core/scheduler_core.h"
-
+#include "server/scheduler/core/worker_liveness.h"
 namespace kvstore {
 namespace {
 
@@ -81,8 +81,9 @@ TEST_CASE(
   core.Barrier(job.ids[2], kGroupWorkers, kStart, first[2].Callback());
   core.Barrier(job.ids[0], kGroupWorkers, kStart, first[0].Callback());
   Beat(job, {0, 1}, kStart + absl::Milliseconds(900));
-  REQUIRE(core.DropDeadWorkers(kStart + absl::Milliseconds(900)).empty());  // Not yet.
-  const std::vector<std::string> dropped = core.DropDeadWorkers(kStart + absl::Milliseconds(1100));
+  REQUIRE(core.liveness().DropDeadWorkers(kStart + absl::Milliseconds(900)).empty());  // Not yet.
+  const std::vector<std::string> dropped =
+      core.liveness().DropDeadWorkers(kStart + absl::Milliseconds(1100));
   REQUIRE(dropped.size() == 1);
   INFO(dropped[0]);
   CHECK(absl::StrContains(dropped[0], absl::StrCat("worker 2 (node ", job.ids[2], " on host2)")));
@@ -108,7 +109,9 @@ TEST_CASE(
   REQUIRE(absl::IsFailedPrecondition(refused.status));
   CHECK(absl::StrContains(refused.status.message(), "has left the job"));
   Beat(job, {0}, kStart + absl::Seconds(3) + absl::Milliseconds(500));
-  REQUIRE(core.DropDeadWorkers(kStart + absl::Seconds(3) + absl::Milliseconds(500)).size() == 1);
+  REQUIRE(
+      core.liveness().DropDeadWorkers(kStart + absl::Seconds(3) + absl::Milliseconds(500)).size() ==
+      1);
   REQUIRE(second[0].done);
   CHECK(second[0].status.ok());
   // A barrier over the servers and the workers counts the living too.
@@ -126,17 +129,19 @@ TEST_CASE(
   CHECK(all[0].status.ok());
 
   // The servers are told which workers left; the job is not over, nor failed.
-  CHECK(core.left_worker_ids() == std::vector<uint64_t>{job.ids[1], job.ids[2]});
-  CHECK(core.left_reason(job.ids[0]).empty());
-  CHECK(absl::StrContains(core.left_reason(job.ids[2]), "has left the job (died: no heartbeat"));
+  CHECK(core.liveness().left_worker_ids() == std::vector<uint64_t>{job.ids[1], job.ids[2]});
+  CHECK(core.liveness().left_reason(job.ids[0]).empty());
+  CHECK(absl::StrContains(core.liveness().left_reason(job.ids[2]),
+                          "has left the job (died: no heartbeat"));
   const std::vector<NodeInfo> nodes = core.Nodes();
   CHECK(Node(nodes, job.ids[2]).left);
   CHECK_FALSE(Node(nodes, job.ids[2]).failed);
   CHECK_FALSE(Node(nodes, job.ids[0]).left);
   REQUIRE_FALSE(core.shutdown_requested());
-  CHECK(core.DeadWorkers(kStart + absl::Seconds(4)).ok());
+  CHECK(core.liveness().DeadWorkers(kStart + absl::Seconds(4)).ok());
   // Dead is dead: NumDeadNodes counts the workers that left (ps-lite's count).
-  CHECK(core.NumDeadNodes(kGroupWorkers, absl::Seconds(1), kStart + absl::Seconds(4)) == 2);
+  CHECK(core.liveness().NumDeadNodes(kGroupWorkers, absl::Seconds(1), kStart + absl::Seconds(4)) ==
+        2);
   // The last living worker finishes: the job is over and succeeded.
   REQUIRE(core.Finish(job.ids[0], kStart + absl::Seconds(4)).ok());
   REQUIRE(core.shutdown_requested());
@@ -155,16 +160,17 @@ TEST_CASE("SchedulerCore elastic: a failed worker leaves; the job fails once no 
   REQUIRE_FALSE(core.shutdown_requested());
   REQUIRE(waiting.done);
   CHECK(waiting.status.ok());
-  CHECK(core.left_worker_ids() == std::vector<uint64_t>{job.ids[0]});
-  CHECK(absl::StrContains(core.left_reason(job.ids[0]), "finished as failed: INTERNAL: boom"));
+  CHECK(core.liveness().left_worker_ids() == std::vector<uint64_t>{job.ids[0]});
+  CHECK(absl::StrContains(core.liveness().left_reason(job.ids[0]),
+                          "finished as failed: INTERNAL: boom"));
   // Worker 1 dies: it leaves too, worker 2 goes on alone.
   Beat(job, {2}, kStart + absl::Seconds(2));
-  REQUIRE(core.DropDeadWorkers(kStart + absl::Seconds(2)).size() == 1);
+  REQUIRE(core.liveness().DropDeadWorkers(kStart + absl::Seconds(2)).size() == 1);
   REQUIRE_FALSE(core.shutdown_requested());
-  CHECK(core.DeadWorkers(kStart + absl::Seconds(2)).ok());
+  CHECK(core.liveness().DeadWorkers(kStart + absl::Seconds(2)).ok());
   // Worker 2 dies: no worker is left, so the job fails as in the default mode, naming it.
-  REQUIRE(core.DropDeadWorkers(kStart + absl::Seconds(4)).empty());
-  const absl::Status dead = core.DeadWorkers(kStart + absl::Seconds(4));
+  REQUIRE(core.liveness().DropDeadWorkers(kStart + absl::Seconds(4)).empty());
+  const absl::Status dead = core.liveness().DeadWorkers(kStart + absl::Seconds(4));
   INFO(dead.ToString());
   REQUIRE(absl::IsAborted(dead));
   CHECK(absl::StrContains(dead.message(), absl::StrCat("worker 2 (node ", job.ids[2])));
@@ -182,9 +188,9 @@ TEST_CASE("SchedulerCore elastic: the default mode still fails the job on the fi
   Job job = MakeJob(3, false);
   SchedulerCore& core = *job.core;
   Beat(job, {0, 1}, kStart + absl::Seconds(2));
-  CHECK(core.DropDeadWorkers(kStart + absl::Seconds(2)).empty());
-  CHECK(core.left_worker_ids().empty());
-  CHECK(absl::IsAborted(core.DeadWorkers(kStart + absl::Seconds(2))));
+  CHECK(core.liveness().DropDeadWorkers(kStart + absl::Seconds(2)).empty());
+  CHECK(core.liveness().left_worker_ids().empty());
+  CHECK(absl::IsAborted(core.liveness().DeadWorkers(kStart + absl::Seconds(2))));
   REQUIRE(core.Finish(job.ids[0], kStart, "INTERNAL: boom").ok());
   REQUIRE(core.shutdown_requested());
   CHECK(absl::StrContains(core.job_failure(), "failed: INTERNAL: boom"));

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "server/scheduler/core/server_failover.h"
+#include "server/scheduler/core/worker_liveness.h"
 #include "tests/test_util.h"
 namespace kvstore {
 namespace {
@@ -156,7 +157,8 @@ TEST_CASE("SchedulerCore: a node that never registers fails the others by name",
   core->Register(NodeRole::kWorker, -1, "", "w", kStart, worker.Callback());
   core->ExpireDeadlines(kStart + absl::Seconds(9));
   REQUIRE_FALSE(server.done.HasBeenNotified());
-  REQUIRE(core->NumDeadNodes(kGroupServers, absl::Seconds(5), kStart + absl::Seconds(9)) == 1);
+  REQUIRE(core->liveness().NumDeadNodes(kGroupServers, absl::Seconds(5),
+                                        kStart + absl::Seconds(9)) == 1);
   core->ExpireDeadlines(kStart + absl::Seconds(11));
   REQUIRE(absl::IsDeadlineExceeded(server.result.status()));
   REQUIRE(absl::IsDeadlineExceeded(worker.result.status()));
@@ -259,9 +261,9 @@ TEST_CASE("SchedulerCore: heartbeats, dead nodes and the clean end", "[scheduler
   const absl::Time later = kStart + absl::Seconds(30);
   for (uint64_t id : {s0, w0, w1}) REQUIRE(core->Heartbeat(id, later).value() == false);
   // Server s1 has been silent for 30 s.
-  REQUIRE(core->NumDeadNodes(kGroupServers, absl::Seconds(10), later) == 1);
-  REQUIRE(core->NumDeadNodes(kGroupWorkers, absl::Seconds(10), later) == 0);
-  REQUIRE(core->NumDeadNodes(kGroupAll, absl::Seconds(60), later) == 0);
+  REQUIRE(core->liveness().NumDeadNodes(kGroupServers, absl::Seconds(10), later) == 1);
+  REQUIRE(core->liveness().NumDeadNodes(kGroupWorkers, absl::Seconds(10), later) == 0);
+  REQUIRE(core->liveness().NumDeadNodes(kGroupAll, absl::Seconds(60), later) == 0);
   REQUIRE(absl::IsInvalidArgument(core->Heartbeat(12345, later).status()));
 
   REQUIRE(core->Finish(w0, later).ok());
@@ -272,7 +274,8 @@ TEST_CASE("SchedulerCore: heartbeats, dead nodes and the clean end", "[scheduler
   REQUIRE(core->shutdown_requested());
   REQUIRE(core->Heartbeat(s1, later).value() == true);
   // Finished workers do not count as dead however long they are silent.
-  REQUIRE(core->NumDeadNodes(kGroupWorkers, absl::Seconds(1), later + absl::Hours(1)) == 0);
+  REQUIRE(core->liveness().NumDeadNodes(kGroupWorkers, absl::Seconds(1), later + absl::Hours(1)) ==
+          0);
 }
 
 TEST_CASE("SchedulerCore: the wait for the job to assemble is not silence", "[scheduler]") {
@@ -290,9 +293,9 @@ TEST_CASE("SchedulerCore: the wait for the job to assemble is not silence", "[sc
   core->Register(NodeRole::kWorker, -1, "", "w", kStart + absl::Seconds(40), late.Callback());
   REQUIRE(early.result.ok());
   const absl::Time assembled = kStart + absl::Seconds(40);
-  REQUIRE(core->DeadWorkers(assembled + absl::Seconds(5)).ok());
+  REQUIRE(core->liveness().DeadWorkers(assembled + absl::Seconds(5)).ok());
   // Silence after the answer counts.
-  const absl::Status dead = core->DeadWorkers(assembled + absl::Seconds(11));
+  const absl::Status dead = core->liveness().DeadWorkers(assembled + absl::Seconds(11));
   REQUIRE_FALSE(dead.ok());
   REQUIRE(dead.message().find("heartbeat timeout") != absl::string_view::npos);
 }
@@ -303,7 +306,7 @@ TEST_CASE("SchedulerCore: a job whose unfinished workers all went silent is aban
   INFO(rng.Describe());
   auto core = MakeCore(1, 3);  // workers_lost_timeout: the default, 5 minutes.
   // Before the job is complete nothing is lost (registration has its own deadline).
-  REQUIRE(core->WorkersLost(kStart + absl::Hours(1)).ok());
+  REQUIRE(core->liveness().WorkersLost(kStart + absl::Hours(1)).ok());
   auto outcomes = RegisterAll(core.get(), 3, {-1}, &rng);
   const Registration& w0 = *outcomes[1]->result;
   const Registration& w1 = *outcomes[2]->result;
@@ -317,11 +320,12 @@ TEST_CASE("SchedulerCore: a job whose unfinished workers all went silent is aban
   REQUIRE(core->Heartbeat(w1.node_id, kStart + absl::Minutes(4)).ok());
   // w2 (and the server) have been silent for 6 minutes, but w0 and w1 are alive: the job goes
   // on.
-  REQUIRE(core->WorkersLost(kStart + absl::Minutes(6)).ok());
+  REQUIRE(core->liveness().WorkersLost(kStart + absl::Minutes(6)).ok());
   REQUIRE(core->Finish(w1.node_id, kStart + absl::Minutes(6)).ok());
   // Exactly at the timeout w0 still counts as alive.
-  REQUIRE(core->WorkersLost(kStart + absl::Minutes(9)).ok());
-  const absl::Status lost = core->WorkersLost(kStart + absl::Minutes(9) + absl::Seconds(1));
+  REQUIRE(core->liveness().WorkersLost(kStart + absl::Minutes(9)).ok());
+  const absl::Status lost =
+      core->liveness().WorkersLost(kStart + absl::Minutes(9) + absl::Seconds(1));
   INFO(lost.ToString());
   REQUIRE(absl::IsDeadlineExceeded(lost));
   REQUIRE(named(lost, w0));
@@ -331,7 +335,7 @@ TEST_CASE("SchedulerCore: a job whose unfinished workers all went silent is aban
   REQUIRE(lost.message().find("last heard 9m1s ago") != absl::string_view::npos);
   // Once the job is over, nothing is reported again.
   core->RequestShutdown(std::string(lost.message()));
-  REQUIRE(core->WorkersLost(kStart + absl::Hours(1)).ok());
+  REQUIRE(core->liveness().WorkersLost(kStart + absl::Hours(1)).ok());
   REQUIRE(core->shutdown_reason() == lost.message());
 }
 
@@ -342,7 +346,7 @@ TEST_CASE("SchedulerCore: a job whose workers all finished is not abandoned", "[
   auto outcomes = RegisterAll(core.get(), 2, {-1}, &rng);
   for (int w = 1; w <= 2; ++w) REQUIRE(core->Finish(outcomes[w]->result->node_id, kStart).ok());
   REQUIRE(core->shutdown_requested());
-  REQUIRE(core->WorkersLost(kStart + absl::Hours(1)).ok());
+  REQUIRE(core->liveness().WorkersLost(kStart + absl::Hours(1)).ok());
 }
 
 TEST_CASE("SchedulerCore: rejects jobs without servers or workers", "[scheduler]") {

@@ -11,7 +11,7 @@
 #include "common/grpc_channel.h"
 #include "common/named_thread.h"
 #include "common/status_macros.h"
-
+#include "server/scheduler/core/worker_liveness.h"
 namespace kvstore {
 
 absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
@@ -310,19 +310,19 @@ absl::Status SchedulerDaemon::Tick() {
       if (now - failed_since > absl::Seconds(1)) return registration;
       continue;
     }
-    if (const absl::Status lost = core_->WorkersLost(now); !lost.ok()) {
+    if (const absl::Status lost = core_->liveness().WorkersLost(now); !lost.ok()) {
       spdlog::error("scheduler: {}", std::string(lost.message()));
       core_->FailJob(std::string(lost.message()), now);
       outcome = lost;
     }
     // In an elastic job a dead worker leaves it and the others go on: the servers hear it in
     // their heartbeats and stop waiting for it.
-    for (const std::string& line : core_->DropDeadWorkers(now)) {
+    for (const std::string& line : core_->liveness().DropDeadWorkers(now)) {
       spdlog::warn("scheduler: {}", line);
     }
     // A dead worker fails the job within the heartbeat timeout, naming it: a dist_sync round
     // cannot complete without it (docs/reliability.md).
-    if (const absl::Status dead = core_->DeadWorkers(now); !dead.ok()) {
+    if (const absl::Status dead = core_->liveness().DeadWorkers(now); !dead.ok()) {
       spdlog::error("scheduler: the job failed: {}", std::string(dead.message()));
       core_->FailJob(std::string(dead.message()), now);
       outcome = dead;

@@ -16,6 +16,7 @@
 #include "common/status_macros.h"
 #include "common/wire_frame.h"
 #include "server/scheduler/core/server_failover.h"
+#include "server/scheduler/core/worker_liveness.h"
 namespace kvstore {
 namespace {
 
@@ -259,9 +260,11 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
           response->set_job_failed(!failure.empty());
           response->set_failure(failure);
         }
-        for (uint64_t id : core_->left_worker_ids()) response->add_left_worker_node_ids(id);
+        for (uint64_t id : core_->liveness().left_worker_ids())
+          response->add_left_worker_node_ids(id);
         // A worker that left an elastic job (declared dead, yet still running) stops.
-        if (const std::string left = core_->left_reason(request.node_id()); !left.empty()) {
+        if (const std::string left = core_->liveness().left_reason(request.node_id());
+            !left.empty()) {
           response->set_shutdown(true);
           response->set_job_failed(true);
           response->set_failure(left);
@@ -470,7 +473,7 @@ absl::Status SchedulerService::HandleClusterStatus(const proto::ClusterStatusReq
     out->set_num_bytes(node.num_bytes);
   }
   const int group = request.group() == proto::GROUP_UNSPECIFIED ? kGroupAll : request.group();
-  response->set_num_dead(core_->NumDeadNodes(group, timeout, now));
+  response->set_num_dead(core_->liveness().NumDeadNodes(group, timeout, now));
   return absl::OkStatus();
 }
 
