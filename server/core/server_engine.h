@@ -60,11 +60,9 @@
 #include "common/store/updater.h"
 #include "common/tensor.h"
 #include "server/core/byte_chunks.h"
-#include "server/core/cut_gate.h"
 #include "server/core/engine_values.h"
 #include "server/core/job_workers.h"
 #include "server/core/memory_budget.h"
-#include "server/core/node_groups.h"
 #include "server/core/part_table.h"
 #include "server/core/recent_request_ids.h"
 #include "server/core/round_observer.h"
@@ -250,12 +248,9 @@ class ServerEngine {
   friend class EngineState;
   friend class KeyGroups;
   using PushCall = engine::PushCall;
-  using Arena = engine::Arena;
-  using GroupRound = engine::GroupRound;
   using Chunk = engine::Chunk;
   using ChunkLock = engine::ChunkLock;
   using Part = engine::Part;
-  using Group = engine::Group;
   struct NodeRequests {
     absl::flat_hash_map<uint64_t, std::shared_ptr<PushCall>> pending;
   };

@@ -20,6 +20,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "server/core/cut_gate.h"
 #include "server/core/engine_cuts.h"
 #include "server/core/key_groups.h"
 #include "server/core/server_engine.h"
