@@ -459,7 +459,8 @@ class _Bucket:
         self.ready = 0
         self.handle: Optional[Handle] = None
         self.flat: Optional[torch.Tensor] = None
-        self.out: Optional[torch.Tensor] = None  # On the servers: the pulled weights.
+        # On the servers: the pulled weights, one buffer reused by every step.
+        self.out: Optional[torch.Tensor] = None
         self.compress_ctx: Any = None
 
 
@@ -717,7 +718,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if flat.data_ptr() == grads[0].data_ptr() and len(grads) == 1:
             flat = flat.clone()
         bucket.flat = flat
-        bucket.out = None if self._kv_server is None else torch.empty_like(flat)
+        if self._kv_server is not None and bucket.out is None:
+            bucket.out = torch.empty_like(flat)
         c = self._kv
         c.start([bucket.name])
         key = _KEY_PREFIX + bucket.name
@@ -765,7 +767,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for bucket in self._kv_buckets:
             bucket.handle = None
             bucket.flat = None
-            bucket.out = None
             bucket.ready = 0
         for pid in self._kv_counts:
             self._kv_counts[pid] = 0
