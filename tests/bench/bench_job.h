@@ -146,6 +146,8 @@ struct JobSpec {
   bool signed_payloads = false;  // The scheduler's --signed_payloads.
   // The workers share one completion thread (NewCompletionThread); false: one each.
   bool shared_completion_thread = true;
+  // The workers' store: "dist_sync", or "dist_sync_device" for values on GPUs.
+  std::string store_type = "dist_sync";
 };
 
 struct Job {
