@@ -63,28 +63,99 @@ absl::Status StagePulls(std::vector<KeyWork>* work) {
   return absl::OkStatus();
 }
 
+// Sent: the value each key sends, and for values on GPUs their sum's way into pinned memory.
+struct Sent {
+  std::vector<Tensor> values;
+  std::vector<std::shared_ptr<gpu::HostStaging>> staging;  // Per key; null off the GPU.
+};
+
+// ChunkEnds returns where a key's chunks end, in bytes, ascending.
+std::vector<size_t> ChunkEnds(const KeyInfo& info) {
+  std::vector<size_t> ends;
+  const size_t element = DTypeSize(info.dtype);
+  for (const Slice& chunk : info.chunks) {
+    ends.push_back(static_cast<size_t>(chunk.offset + chunk.count) * element);
+  }
+  std::sort(ends.begin(), ends.end());
+  ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
+  if (ends.empty() || ends.back() != static_cast<size_t>(info.bytes)) {
+    ends.push_back(static_cast<size_t>(info.bytes));
+  }
+  return ends;
+}
+
 // ValuesToSend returns the value each key sends: the one pushed, or the sum of several (in the
-// key's reused buffer; for values on GPUs, summed there and staged into pinned memory once).
-absl::StatusOr<std::vector<Tensor>> ValuesToSend(std::vector<KeyWork>* work) {
-  std::vector<Tensor> sent(work->size());
+// key's reused buffer). Values on GPUs are summed there and staged into pinned memory chunk by
+// chunk, without waiting: each request waits for its own chunks (Sent::staging).
+absl::StatusOr<Sent> ValuesToSend(std::vector<KeyWork>* work) {
+  Sent sent;
+  sent.values.resize(work->size());
+  sent.staging.resize(work->size());
   for (size_t i = 0; i < work->size(); ++i) {
     KeyWork& entry = (*work)[i];
     if (!entry.values.front().device().is_cpu()) {
-      RETURN_IF_ERROR(gpu::SumToHost(entry.key, entry.values, &entry.info->gpu_scratch,
-                                     &entry.info->gpu_staging));
-      sent[i] = entry.info->gpu_staging;
+      ASSIGN_OR_RETURN(sent.staging[i],
+                       gpu::StageToHost(entry.key, entry.values, ChunkEnds(*entry.info),
+                                        &entry.info->gpu_scratch, &entry.info->gpu_staging));
+      sent.values[i] = entry.info->gpu_staging;
       continue;
     }
     if (entry.values.size() == 1) {
-      sent[i] = entry.values[0];
+      sent.values[i] = entry.values[0];
       continue;
     }
     Tensor& buffer = entry.info->merge_buffer;
     if (!buffer.defined()) buffer = Tensor::Zeros(entry.info->dtype, entry.info->shape);
     RETURN_IF_ERROR(SumInto(entry.values, &buffer));
-    sent[i] = buffer;
+    sent.values[i] = buffer;
   }
   return sent;
+}
+
+// StagedWait: a request's wait for the chunks it sends from pinned memory - up to `bytes` of
+// one key's staging.
+struct StagedWait {
+  std::shared_ptr<gpu::HostStaging> staging;
+  size_t bytes = 0;
+};
+
+// WaitForStaging returns, per request, what it must wait for before it is sent, and waits here
+// for what cannot wait: everything when the values are read on the CPU before sending
+// (`whole`: compression, Init), and the chunks small enough that EncodeFrame copies them.
+absl::StatusOr<std::vector<std::vector<StagedWait>>> WaitForStaging(
+    const Sent& sent, const std::vector<KeyWork>& work, const std::vector<Request>& requests,
+    bool whole) {
+  std::vector<std::vector<StagedWait>> waits(requests.size());
+  if (std::all_of(sent.staging.begin(), sent.staging.end(),
+                  [](const auto& s) { return s == nullptr; })) {
+    return waits;
+  }
+  if (whole) {
+    for (size_t i = 0; i < work.size(); ++i) {
+      if (sent.staging[i]) RETURN_IF_ERROR(sent.staging[i]->WaitFor(work[i].info->bytes));
+    }
+    return waits;
+  }
+  for (size_t r = 0; r < requests.size(); ++r) {
+    for (const Target& target : requests[r].targets) {
+      const std::shared_ptr<gpu::HostStaging>& staging = sent.staging[target.work_index];
+      if (!staging) continue;
+      const size_t element = DTypeSize(work[target.work_index].info->dtype);
+      const size_t end = static_cast<size_t>(target.chunk.offset + target.chunk.count) * element;
+      if (static_cast<size_t>(target.chunk.count) * element < kFrameCopyBelowBytes) {
+        RETURN_IF_ERROR(staging->WaitFor(end));
+        continue;
+      }
+      auto same = std::find_if(waits[r].begin(), waits[r].end(),
+                               [&](const StagedWait& w) { return w.staging == staging; });
+      if (same == waits[r].end()) {
+        waits[r].push_back(StagedWait{staging, end});
+      } else {
+        same->bytes = std::max(same->bytes, end);
+      }
+    }
+  }
+  return waits;
 }
 
 // Compress quantises each float32 key's chunks with the key's residual into its reused code
@@ -392,21 +463,31 @@ void TransferDense(const TransferContext& ctx, Kind kind, std::vector<KeyWork> w
       return state->done(staged);
     }
   }
-  std::vector<Tensor> sent(state->work.size());
+  Sent sent;
+  sent.values.resize(state->work.size());
+  sent.staging.resize(state->work.size());
   if (sends) {
-    absl::StatusOr<std::vector<Tensor>> values = ValuesToSend(&state->work);
+    absl::StatusOr<Sent> values = ValuesToSend(&state->work);
     if (!values.ok()) return state->done(values.status());
     sent = *std::move(values);
   }
-  std::vector<std::vector<size_t>> code_offset(state->work.size());
-  if (sends && kind != Kind::kInit && compression.enabled()) {
-    code_offset = Compress(compression, state->work, sent);
+  const bool compressed = sends && kind != Kind::kInit && compression.enabled();
+  const bool init = kind == Kind::kInit || kind == Kind::kInitFill;
+  if (compressed || init) {
+    absl::StatusOr<std::vector<std::vector<StagedWait>>> staged =
+        WaitForStaging(sent, state->work, {}, /*whole=*/true);
+    if (!staged.ok()) return state->done(staged.status());
   }
+  std::vector<std::vector<size_t>> code_offset(state->work.size());
+  if (compressed) code_offset = Compress(compression, state->work, sent.values);
   Plan plan(kind, ctx.caller->num_servers(), compression);
   for (size_t i = 0; i < state->work.size(); ++i) {
-    plan.AddKey(i, state->work[i], sent[i], code_offset[i]);
+    plan.AddKey(i, state->work[i], sent.values[i], code_offset[i]);
   }
   std::vector<Request> requests = plan.TakeRequests();
+  absl::StatusOr<std::vector<std::vector<StagedWait>>> waits =
+      WaitForStaging(sent, state->work, requests, /*whole=*/compressed || init);
+  if (!waits.ok()) return state->done(waits.status());
   absl::StatusOr<std::vector<std::shared_ptr<const grpc::ByteBuffer>>> frames =
       EncodeFrames(ctx, kind, &requests);
   if (!frames.ok()) return state->done(frames.status());
@@ -423,7 +504,14 @@ void TransferDense(const TransferContext& ctx, Kind kind, std::vector<KeyWork> w
   for (size_t r = 0; r < requests.size(); ++r) {
     const int s = requests[r].server;
     state->launches[r] = [ctx, state, s, method, frame = (*frames)[r], receives,
-                          targets = std::move(requests[r].targets)]() mutable {
+                          targets = std::move(requests[r].targets),
+                          staged = std::move((*waits)[r])]() mutable {
+      // The chunks this request sends from pinned memory have landed there.
+      for (const StagedWait& wait : staged) {
+        if (absl::Status ready = wait.staging->WaitFor(wait.bytes); !ready.ok()) {
+          return OnReply(ctx, state, s, receives, targets, std::move(ready), nullptr);
+        }
+      }
       ctx.caller->Call(s, method, std::move(frame),
                        [ctx, state, s, receives, targets = std::move(targets)](
                            absl::Status status, grpc::ByteBuffer* reply) {

@@ -205,13 +205,13 @@ class DeviceGuard {
 
 }  // namespace
 
-std::string Sum(const Buffer* inputs, int k, Buffer out, ElementType type, int64_t n) {
-  if (k < 1) return "a sum needs at least one input";
-  if (n <= 0) return "";
-  DeviceGuard guard;
-  KV_CUDA(cudaSetDevice(out.device));
-  cudaStream_t stream;
-  if (std::string e = StreamOf(out.device, &stream); !e.empty()) return e;
+namespace {
+
+// Enqueue puts the sum on `stream` (of out's device, current) and returns at once; inputs on
+// other devices are read by peer access or copied into buffers that it adds to `staged`, freed
+// on the stream after the sum.
+std::string Enqueue(const Buffer* inputs, int k, Buffer out, ElementType type, int64_t n,
+                    cudaStream_t stream) {
   const size_t bytes = static_cast<size_t>(n) * ElementBytes(type);
   std::vector<const void*> ptrs(k);
   std::vector<void*> staged;
@@ -265,11 +265,81 @@ std::string Sum(const Buffer* inputs, int k, Buffer out, ElementType type, int64
     }
   }
   for (void* p : staged) cudaFreeAsync(p, stream);
+  return error;
+}
+
+}  // namespace
+
+std::string Sum(const Buffer* inputs, int k, Buffer out, ElementType type, int64_t n) {
+  if (k < 1) return "a sum needs at least one input";
+  if (n <= 0) return "";
+  DeviceGuard guard;
+  KV_CUDA(cudaSetDevice(out.device));
+  cudaStream_t stream;
+  if (std::string e = StreamOf(out.device, &stream); !e.empty()) return e;
+  std::string error = Enqueue(inputs, k, out, type, n, stream);
   const cudaError_t sync = cudaStreamSynchronize(stream);
   if (error.empty() && sync != cudaSuccess) {
     error = std::string("cudaStreamSynchronize: ") + cudaGetErrorString(sync);
   }
   return error;
+}
+
+std::string SumToHostInChunks(const Buffer* inputs, int k, Buffer scratch, ElementType type,
+                              void* host, const int64_t* ends, int chunks,
+                              std::vector<void*>* events) {
+  events->clear();
+  if (k < 1) return "a sum needs at least one input";
+  DeviceGuard guard;
+  KV_CUDA(cudaSetDevice(scratch.device));
+  cudaStream_t stream;
+  if (std::string e = StreamOf(scratch.device, &stream); !e.empty()) return e;
+  const size_t element = ElementBytes(type);
+  std::vector<Buffer> part(inputs, inputs + k);
+  std::string error;
+  int64_t begin = 0;
+  for (int c = 0; c < chunks && error.empty(); begin = ends[c++]) {
+    const int64_t n = ends[c] - begin;
+    const size_t offset = static_cast<size_t>(begin) * element;
+    const void* chunk = static_cast<const char*>(inputs[0].data) + offset;
+    if (k > 1 && n > 0) {
+      for (int j = 0; j < k; ++j) part[j].data = static_cast<char*>(inputs[j].data) + offset;
+      Buffer out{static_cast<char*>(scratch.data) + offset, scratch.device};
+      error = Enqueue(part.data(), k, out, type, n, stream);
+      chunk = out.data;
+    }
+    cudaError_t e = cudaSuccess;
+    if (error.empty() && n > 0) {
+      e = cudaMemcpyAsync(static_cast<char*>(host) + offset, chunk, n * element,
+                          cudaMemcpyDeviceToHost, stream);
+    }
+    cudaEvent_t event = nullptr;
+    if (error.empty() && e == cudaSuccess) {
+      e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+      if (e == cudaSuccess) {
+        events->push_back(event);
+        e = cudaEventRecord(event, stream);
+      }
+    }
+    if (error.empty() && e != cudaSuccess) {
+      error = std::string("chunk ") + std::to_string(c) + ": " + cudaGetErrorString(e);
+    }
+  }
+  if (!error.empty()) {
+    cudaStreamSynchronize(stream);
+    DestroyChunkEvents(*events);
+    events->clear();
+  }
+  return error;
+}
+
+std::string WaitChunk(void* event) {
+  KV_CUDA(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  return "";
+}
+
+void DestroyChunkEvents(const std::vector<void*>& events) {
+  for (void* event : events) cudaEventDestroy(static_cast<cudaEvent_t>(event));
 }
 
 std::string Alloc(int device, size_t bytes, void** out) {
@@ -389,7 +459,7 @@ std::string SumSeconds(int device, int k, ElementType type, int64_t n, int reps,
     error = TimeMedian(
         stream, reps,
         [&] {
-          return Sum(in.data(), k, Buffer{buffers[k], device}, type, n);
+          return Enqueue(in.data(), k, Buffer{buffers[k], device}, type, n, stream);
         },
         seconds);
   }

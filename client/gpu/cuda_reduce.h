@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kvstore::gpu::cuda {
 
@@ -33,6 +34,21 @@ struct Buffer {
 // host memory). Runs on the library's own stream of out's device and returns when done.
 std::string Sum(const Buffer* inputs, int k, Buffer out, ElementType type, int64_t n);
 
+// SumToHostInChunks enqueues, chunk by chunk, the sum of inputs[j][begin, end) into
+// scratch[begin, end) (no sum when k == 1: the chunk is read from inputs[0]) and its copy into
+// host[begin, end) (pinned memory), on the library's stream of scratch's device, where
+// chunk c is [ends[c - 1], ends[c]) elements (ends ascending, the last n); records one event
+// per chunk into `events` (WaitChunk, DestroyChunkEvents) and returns without waiting, so that
+// a caller can send chunk c while later chunks are summed and copied. On error, the events
+// recorded so far are destroyed and `events` is left empty.
+std::string SumToHostInChunks(const Buffer* inputs, int k, Buffer scratch, ElementType type,
+                              void* host, const int64_t* ends, int chunks,
+                              std::vector<void*>* events);
+// WaitChunk returns once the work recorded by `event` is done (or with the error it met).
+std::string WaitChunk(void* event);
+// DestroyChunkEvents releases events of SumToHostInChunks (pending ones once they are done).
+void DestroyChunkEvents(const std::vector<void*>& events);
+
 // Memory helpers for tests and benchmarks.
 std::string Alloc(int device, size_t bytes, void** out);
 std::string Free(int device, void* pointer);
@@ -47,7 +63,9 @@ std::string FreeHost(void* pointer);
 // CopyBandwidth measures device-to-device cudaMemcpy bandwidth on `device` (bytes read plus
 // written per second, the median of `reps` copies of `bytes`).
 std::string CopyBandwidth(int device, size_t bytes, int reps, double* gbps);
-// SumSeconds times Sum (median of `reps`, after a warm-up) on buffers it allocates itself.
+// SumSeconds times the sum on the device (median of `reps`, after a warm-up) on buffers it
+// allocates itself: from enqueueing it to its end, between CUDA events as CopyBandwidth times
+// the copy, without Sum's wait for the result on the host.
 std::string SumSeconds(int device, int k, ElementType type, int64_t n, int reps, double* seconds);
 std::string DeviceName(int device, std::string* name);
 

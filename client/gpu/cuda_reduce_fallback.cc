@@ -7,6 +7,12 @@ constexpr char kNoCuda[] = "this build has no CUDA (nvcc was not found, or --def
 }  // namespace
 
 std::string Sum(const Buffer*, int, Buffer, ElementType, int64_t) { return kNoCuda; }
+std::string SumToHostInChunks(const Buffer*, int, Buffer, ElementType, void*, const int64_t*, int,
+                              std::vector<void*>*) {
+  return kNoCuda;
+}
+std::string WaitChunk(void*) { return kNoCuda; }
+void DestroyChunkEvents(const std::vector<void*>&) {}
 std::string Alloc(int, size_t, void**) { return kNoCuda; }
 std::string Free(int, void*) { return kNoCuda; }
 std::string CopyToDevice(int, void*, const void*, size_t) { return kNoCuda; }

@@ -60,41 +60,74 @@ absl::StatusOr<Tensor> Pinned(DType dtype, const Shape& shape) {
   return Tensor::Adopt(data, dtype, shape, Device::CPU(), [data] { cuda::FreeHost(data); });
 }
 
-absl::Status SumToHost(const Key& key, absl::Span<const Tensor> values, Tensor* scratch,
-                       Tensor* host) {
-  const Tensor& first = values.front();
-  if (!host->defined() || host->dtype() != first.dtype() || host->shape() != first.shape()) {
-    absl::StatusOr<Tensor> pinned = Pinned(first.dtype(), first.shape());
-    if (!pinned.ok()) return pinned.status();
-    *host = *std::move(pinned);
-  }
-  const Tensor* sum = &first;
-  if (values.size() > 1) {
-    const int device = first.device().id;
-    if (!scratch->defined() || scratch->device() != first.device() ||
-        scratch->dtype() != first.dtype() || scratch->shape() != first.shape()) {
-      void* data = nullptr;
-      if (std::string e = cuda::Alloc(device, std::max<size_t>(first.byte_size(), 1), &data);
-          !e.empty()) {
-        return CudaError(key, "allocating the sum on " + first.device().ToString(), e);
-      }
-      *scratch = Tensor::Adopt(data, first.dtype(), first.shape(), first.device(),
-                               [device, data] { cuda::Free(device, data); });
+HostStaging::HostStaging(Key key, std::vector<size_t> chunk_ends, std::vector<void*> events)
+    : key_(std::move(key)), ends_(std::move(chunk_ends)), events_(std::move(events)) {}
+
+HostStaging::~HostStaging() { cuda::DestroyChunkEvents(events_); }
+
+absl::Status HostStaging::WaitFor(size_t bytes) {
+  absl::MutexLock lock(&mu_);
+  while (ready_ < ends_.size() && (ready_ == 0 || ends_[ready_ - 1] < bytes)) {
+    if (std::string e = cuda::WaitChunk(events_[ready_]); !e.empty()) {
+      return CudaError(key_,
+                       absl::StrCat("summing and copying chunk ", ready_, " of ", ends_.size(),
+                                    " to host memory"),
+                       e);
     }
-    std::vector<cuda::Buffer> inputs;
-    for (const Tensor& v : values) inputs.push_back(cuda::Buffer{v.data(), v.device().id});
-    if (std::string e = cuda::Sum(
-            inputs.data(), static_cast<int>(inputs.size()), cuda::Buffer{scratch->data(), device},
-            static_cast<cuda::ElementType>(first.dtype()), first.num_elements());
-        !e.empty()) {
-      return CudaError(key, "summing on " + first.device().ToString(), e);
-    }
-    sum = scratch;
-  }
-  if (std::string e = cuda::Copy(host->data(), sum->data(), sum->byte_size()); !e.empty()) {
-    return CudaError(key, "copying the sum to host memory", e);
+    ++ready_;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<HostStaging>> StageToHost(const Key& key,
+                                                         absl::Span<const Tensor> values,
+                                                         absl::Span<const size_t> chunk_ends,
+                                                         Tensor* scratch, Tensor* host) {
+  const Tensor& first = values.front();
+  const size_t element = DTypeSize(first.dtype());
+  if (chunk_ends.empty() || chunk_ends.back() != first.byte_size()) {
+    return absl::InternalError(absl::StrCat("key ", key.Quoted(), ": chunks end at ",
+                                            chunk_ends.empty() ? 0 : chunk_ends.back(),
+                                            ", not at the value's ", first.byte_size(), " bytes"));
+  }
+  if (!host->defined() || host->dtype() != first.dtype() || host->shape() != first.shape()) {
+    ASSIGN_OR_RETURN(*host, Pinned(first.dtype(), first.shape()));
+  }
+  const int device = first.device().id;
+  if (values.size() > 1 &&
+      (!scratch->defined() || scratch->device() != first.device() ||
+       scratch->dtype() != first.dtype() || scratch->shape() != first.shape())) {
+    void* data = nullptr;
+    if (std::string e = cuda::Alloc(device, std::max<size_t>(first.byte_size(), 1), &data);
+        !e.empty()) {
+      return CudaError(key, "allocating the sum on " + first.device().ToString(), e);
+    }
+    *scratch = Tensor::Adopt(data, first.dtype(), first.shape(), first.device(),
+                             [device, data] { cuda::Free(device, data); });
+  }
+  std::vector<cuda::Buffer> inputs;
+  for (const Tensor& v : values) inputs.push_back(cuda::Buffer{v.data(), v.device().id});
+  std::vector<int64_t> ends;
+  for (size_t end : chunk_ends) ends.push_back(static_cast<int64_t>(end / element));
+  std::vector<void*> events;
+  if (std::string e = cuda::SumToHostInChunks(
+          inputs.data(), static_cast<int>(inputs.size()),
+          cuda::Buffer{values.size() > 1 ? scratch->data() : nullptr, device},
+          static_cast<cuda::ElementType>(first.dtype()), host->data(), ends.data(),
+          static_cast<int>(ends.size()), &events);
+      !e.empty()) {
+    return CudaError(key, "summing on " + first.device().ToString() + " into host memory", e);
+  }
+  return std::make_shared<HostStaging>(
+      key, std::vector<size_t>(chunk_ends.begin(), chunk_ends.end()), std::move(events));
+}
+
+absl::Status SumToHost(const Key& key, absl::Span<const Tensor> values, Tensor* scratch,
+                       Tensor* host) {
+  const size_t bytes = values.front().byte_size();
+  ASSIGN_OR_RETURN(std::shared_ptr<HostStaging> staging,
+                   StageToHost(key, values, {bytes}, scratch, host));
+  return staging->WaitFor(bytes);
 }
 
 absl::Status CopyTo(const Key& key, const Tensor& src, Tensor* dst) {

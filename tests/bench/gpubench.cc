@@ -2,9 +2,11 @@
 //
 // GPU (when a CUDA device is present): sums of k = 2..8 buffers of every dtype (float32,
 // float16, bfloat16, float64, int32, int64), 1 MB to 1 GB by 4x, on device 0
-// (client/gpu/cuda_reduce.h); GB/s counts the bytes read plus written, (k + 1) * size per sum, and the ceiling is the same device's cudaMemcpy device-to-device bandwidth
-// (read plus written) measured in the same run. Target: >= 0.8 of it from 64 MB up. Without a
-// GPU it says so.
+// (client/gpu/cuda_reduce.h); GB/s counts the bytes read plus written, (k + 1) * size per sum, and
+// the ceiling is the same device's cudaMemcpy device-to-device bandwidth (read plus written)
+// measured in the same run, both timed on the device between CUDA events. Target: >= 0.8 of it from
+// 64 MB up. Beside them, gpu_sum_call_us: what a synchronous Sum costs the caller beyond that (a 4
+// KB sum, from the call to its return). Without a GPU it says so.
 //
 // CPU (always): SumInto (common/reduce.h), the fallback and the servers' sum, for k = 2, 4, 8
 // float32 buffers of 1 MB to --cpu_max_mb, next to single-thread memcpy (read plus written)
@@ -83,12 +85,29 @@ int Main() {
   // GPU.
   std::string reason, device_name;
   const int devices = gpu::CudaDeviceCount(&reason);
-  double copy_gbps = 0;
+  double copy_gbps = 0, sum_call_s = 0;
   std::string gpu_error;
   if (devices > 0) {
     gpu_error = gpu::cuda::DeviceName(0, &device_name);
     if (gpu_error.empty())
       gpu_error = gpu::cuda::CopyBandwidth(0, size_t{256} << 20, reps, &copy_gbps);
+    // The synchronous Sum's own cost: a 4 KB sum of two buffers, timed on the host from the
+    // call to its return (launch and the wait for the result), which the cases below leave out.
+    if (gpu_error.empty()) {
+      void* small[3] = {nullptr, nullptr, nullptr};
+      for (void*& p : small) {
+        if (gpu_error.empty()) gpu_error = gpu::cuda::Alloc(0, 4096, &p);
+      }
+      const gpu::cuda::Buffer in[2] = {{small[0], 0}, {small[1], 0}};
+      if (gpu_error.empty()) {
+        sum_call_s = Median(std::max(reps, 101), [&] {
+          (void)gpu::cuda::Sum(in, 2, {small[2], 0}, gpu::cuda::ElementType::kFloat32, 1024);
+        });
+      }
+      for (void* p : small) {
+        if (p != nullptr) (void)gpu::cuda::Free(0, p);
+      }
+    }
     const int64_t gpu_max = int64_t{absl::GetFlag(FLAGS_gpu_max_mb)} << 20;
     struct GpuType {
       const char* name;
@@ -116,9 +135,11 @@ int Main() {
   }
 
   if (json) {
-    std::printf("{\"cpu_memcpy_gbps\": %.4f, \"gpu\": %s, \"gpu_copy_gbps\": %.4f, \"cases\": [",
-                cpu_ceiling, devices > 0 ? absl::StrCat("\"", device_name, "\"").c_str() : "null",
-                copy_gbps);
+    std::printf(
+        "{\"cpu_memcpy_gbps\": %.4f, \"gpu\": %s, \"gpu_copy_gbps\": %.4f, "
+        "\"gpu_sum_call_us\": %.2f, \"cases\": [",
+        cpu_ceiling, devices > 0 ? absl::StrCat("\"", device_name, "\"").c_str() : "null",
+        copy_gbps, sum_call_s * 1e6);
     for (size_t i = 0; i < cases.size(); ++i) {
       const Case& c = cases[i];
       const double gbps = c.bytes / c.median_s / 1e9;
@@ -135,6 +156,7 @@ int Main() {
     if (devices > 0) {
       std::printf("GPU 0: %s, device-to-device copy (read + written): %.1f GB/s\n",
                   device_name.c_str(), copy_gbps);
+      std::printf("a synchronous Sum of 4 KB (launch and wait): %.1f us\n", sum_call_s * 1e6);
     } else {
       std::printf("no GPU: %s; GPU cases not run\n", reason.c_str());
     }

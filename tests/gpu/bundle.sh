@@ -100,7 +100,7 @@ open(os.path.join(out, "python/link_flags.txt"), "w").write(" ".join(["lib/libkv
 # Headers: the dependency file of the module's compile names them.
 deps = open(os.path.join(bin_dir, "python/_objs/_kvstore.so/kvstore_module.pic.d")).read()
 for path in re.split(r"[\s\\]+", deps):
-    if not path.endswith(".h") and not path.endswith(".hpp"):
+    if not path.endswith((".h", ".hpp", ".inc")):
         continue
     if path.startswith("/usr/include/absl/") or path.startswith("/usr/include/dlpack/"):
         rel = path[len("/usr/include/"):]
@@ -170,6 +170,28 @@ unshare -m bash -c '
     --scheduler="$out/bin/scheduler" --kvserver="$out/bin/kvserver" 2>/dev/null
 ' check "$keep" "$out"
 rm -rf "$keep"
+
+# The Python extension builds from the bundle alone: here with Debian's Python, the system's
+# Abseil, gRPC and protobuf headers hidden, and the module imports and runs a store.
+pydir=$(mktemp -d)
+unshare -m bash -c '
+  set -e
+  for d in /usr/include/absl /usr/include/google /usr/include/grpc /usr/include/grpcpp \
+    /usr/include/grpc++ /usr/include/spdlog /usr/include/fmt /usr/include/dlpack; do
+    if [ -d "$d" ]; then mount -t tmpfs none "$d"; fi
+  done
+  PYTHON=/usr/bin/python3 bash "$1/python/build_python.sh" "$1" "$2" >/dev/null
+  LD_LIBRARY_PATH=$1/lib PYTHONPATH=$2 /usr/bin/python3 -c "
+import kvstore, numpy as np
+kv = kvstore.create(\"local\")
+kv.init(3, np.ones(4))
+kv.push(3, [np.full(4, 2.0), np.full(4, 5.0)])
+out = np.zeros(4)
+kv.pull(3, out=out)
+assert (out == 7).all(), out
+"
+' pycheck "$out" "$pydir"
+rm -rf "$pydir"
 
 size=$(du -sm "$out" | cut -f1)
 echo "bundle: $out, $size MiB ($(ls "$out/bin" | wc -l) programs, $(ls "$out/lib" | wc -l) libraries)"

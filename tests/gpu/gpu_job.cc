@@ -12,9 +12,11 @@
 // Every value is a function of (--seed, worker, copy, key, round), so the float64 reference of
 // a round is computed here independently of the job; every output of every worker is compared
 // with it. The values are multiples of 1/1024 small enough that every float32 sum is exact, so
-// the comparison asks for equality. It prints one line per key size (push and pull seconds, the median over the rounds,
-// with the workers released together as kvbench times them) and exits 1 on any mismatch or
-// error, naming the key, round, worker and output.
+// the comparison asks for equality. It prints one line per key size (push and pull seconds, the
+// median over the rounds, with the workers released together as kvbench times them; with CUDA
+// values also the push with the sum copied whole to pinned memory first, push_staged_first_s, the
+// way without the overlap of the GPU work and the sending) and exits 1 on any mismatch or error,
+// naming the key, round, worker and output.
 //
 //   gpu_job --values=cuda|cpu [--servers=2] [--workers=2] [--copies=4] [--rounds=3]
 //           [--key_bytes=4096,1048576,16777216,104857600] [--seed=N] [--format=json]
@@ -33,6 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "client/gpu/cuda_reduce.h"
 #include "client/gpu/device_info.h"
+#include "client/gpu/staging.h"
 #include "client/kvstore.h"
 #include "common/flags_usage.h"
 #include "tests/bench/bench_job.h"
@@ -103,7 +106,10 @@ Tensor ToHost(const Tensor& t) {
 
 struct Result {
   int64_t bytes = 0;
-  Timing push, pull;
+  // push_staged_first: with CUDA values, the sum and its copy to pinned memory done whole
+  // (gpu::SumToHost) before the push of that host value - the sum and copy not overlapped with
+  // sending, for comparison.
+  Timing push, push_staged_first, pull;
   double max_error = 0;
   int outputs_checked = 0;
 };
@@ -157,7 +163,18 @@ int Main(const char* argv0) {
       crew.Run([&](int w) { Check(job->workers[w]->Init(key, init), "init"); });
     }
     // The stored value: the servers' `sum` updater adds every round's sum to it.
-    std::vector<double> stored(n, 0.0);
+    std::vector<double> stored(n, 0.0), round_sum(n, 0.0);
+    // Per worker, for push_staged_first: the pinned buffer and the device buffer of the sum,
+    // allocated before the timed pushes.
+    std::vector<Tensor> scratch(workers), staged(workers);
+    if (cuda) {
+      for (int w = 0; w < workers; ++w) {
+        std::vector<Tensor> ones;
+        const Tensor zeros = Tensor::Zeros(DType::kFloat32, {n});
+        for (int c = 0; c < copies; ++c) ones.push_back(OnGpu(zeros, c % devices));
+        Check(gpu::SumToHost(key, ones, &scratch[w], &staged[w]), "sum to host");
+      }
+    }
     for (int round = 0; round < rounds; ++round) {
       // values[w][c], outs[w][c]: on GPU c % devices, or host memory.
       std::vector<std::vector<Tensor>> values(workers), outs(workers);
@@ -179,13 +196,36 @@ int Main(const char* argv0) {
           for (int w = 0; w < workers; ++w) {
             for (int c = 0; c < copies; ++c) s += Value(seed, w, c, key, round, i);
           }
+          round_sum[i] = s;
           stored[i] += s;
         }
       });
-      result.push.seconds.push_back(crew.Run([&](int w) {
-        Check(job->workers[w]->Push(key, values[w]), absl::StrCat("push key ", key));
-        Check(job->workers[w]->WaitAll(), absl::StrCat("push key ", key));
-      }));
+      auto push = [&] {
+        result.push.seconds.push_back(crew.Run([&](int w) {
+          Check(job->workers[w]->Push(key, values[w]), absl::StrCat("push key ", key));
+          Check(job->workers[w]->WaitAll(), absl::StrCat("push key ", key));
+        }));
+      };
+      auto push_staged_first = [&] {
+        result.push_staged_first.seconds.push_back(crew.Run([&](int w) {
+          Check(gpu::SumToHost(key, values[w], &scratch[w], &staged[w]), "sum to host");
+          Check(job->workers[w]->Push(key, staged[w]), absl::StrCat("push key ", key));
+          Check(job->workers[w]->WaitAll(), absl::StrCat("push key ", key));
+        }));
+      };
+      // With CUDA values both pushes go, in turns first, and the reference counts both.
+      if (!cuda) {
+        push();
+      } else if (round % 2 == 0) {
+        push();
+        push_staged_first();
+      } else {
+        push_staged_first();
+        push();
+      }
+      if (cuda) {
+        for (int64_t i = 0; i < n; ++i) stored[i] += round_sum[i];
+      }
       result.pull.seconds.push_back(crew.Run([&](int w) {
         std::vector<Tensor*> ptrs;
         for (Tensor& t : outs[w]) ptrs.push_back(&t);
@@ -208,10 +248,10 @@ int Main(const char* argv0) {
           result.max_error = std::max(result.max_error, worst);
           ++result.outputs_checked;
           if (worst != 0) {
-            Die(absl::StrCat("key ", key, " (", sizes[k], " bytes), round ", round, ", worker ",
-                             w, ", output ", c, " on ", outs[w][c].device().ToString(),
-                             ": element ", at, " is ", g[at], ", the float64 reference ",
-                             stored[at], " (seed ", seed, ")"));
+            Die(absl::StrCat("key ", key, " (", sizes[k], " bytes), round ", round, ", worker ", w,
+                             ", output ", c, " on ", outs[w][c].device().ToString(), ": element ",
+                             at, " is ", g[at], ", the float64 reference ", stored[at], " (seed ",
+                             seed, ")"));
           }
         }
       }
@@ -230,18 +270,21 @@ int Main(const char* argv0) {
     const double moved = double(r.bytes) * workers * copies;
     if (absl::GetFlag(FLAGS_format) == "json") {
       std::printf(
-          "%s{\"key_bytes\": %lld, \"push_s\": %.6g, \"pull_s\": %.6g, \"push_gbps\": %.4f, "
+          "%s{\"key_bytes\": %lld, \"push_s\": %.6g, \"push_staged_first_s\": %.6g, "
+          "\"pull_s\": %.6g, \"push_gbps\": %.4f, "
           "\"pull_gbps\": %.4f, \"outputs_checked\": %d, \"max_error\": %g}",
-          i ? ", " : "", static_cast<long long>(r.bytes), r.push.median(), r.pull.median(),
+          i ? ", " : "", static_cast<long long>(r.bytes), r.push.median(),
+          r.push_staged_first.seconds.empty() ? 0.0 : r.push_staged_first.median(), r.pull.median(),
           moved / r.push.median() / 1e9, moved / r.pull.median() / 1e9, r.outputs_checked,
           r.max_error);
     } else {
       std::printf(
-          "values=%s key_bytes=%lld %dw%ds copies=%d push_s=%.6f pull_s=%.6f push_GBps=%.3f "
-          "pull_GBps=%.3f outputs_checked=%d max_error=%g\n",
+          "values=%s key_bytes=%lld %dw%ds copies=%d push_s=%.6f push_staged_first_s=%.6f "
+          "pull_s=%.6f push_GBps=%.3f pull_GBps=%.3f outputs_checked=%d max_error=%g\n",
           where, static_cast<long long>(r.bytes), workers, servers, copies, r.push.median(),
-          r.pull.median(), moved / r.push.median() / 1e9, moved / r.pull.median() / 1e9,
-          r.outputs_checked, r.max_error);
+          r.push_staged_first.seconds.empty() ? 0.0 : r.push_staged_first.median(), r.pull.median(),
+          moved / r.push.median() / 1e9, moved / r.pull.median() / 1e9, r.outputs_checked,
+          r.max_error);
     }
   }
   if (absl::GetFlag(FLAGS_format) == "json") std::printf("]}\n");
