@@ -69,18 +69,31 @@ struct Sent {
   std::vector<std::shared_ptr<gpu::HostStaging>> staging;  // Per key; null off the GPU.
 };
 
-// ChunkEnds returns where a key's chunks end, in bytes, ascending.
-std::vector<size_t> ChunkEnds(const KeyInfo& info) {
-  std::vector<size_t> ends;
+// StageEnds returns where the stages of a key's sum on its way to pinned memory end, in bytes,
+// ascending: its chunks' ends, merged into stages that double in size from the first chunk up
+// to 16 MiB. The first chunk can go as soon as it has landed, and a big value takes a few GPU
+// operations rather than one per chunk (each costs the host microseconds to enqueue).
+std::vector<size_t> StageEnds(const KeyInfo& info) {
+  constexpr size_t kMaxStageBytes = size_t{16} << 20;
+  std::vector<size_t> chunk_ends;
   const size_t element = DTypeSize(info.dtype);
   for (const Slice& chunk : info.chunks) {
-    ends.push_back(static_cast<size_t>(chunk.offset + chunk.count) * element);
+    chunk_ends.push_back(static_cast<size_t>(chunk.offset + chunk.count) * element);
   }
-  std::sort(ends.begin(), ends.end());
-  ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
-  if (ends.empty() || ends.back() != static_cast<size_t>(info.bytes)) {
-    ends.push_back(static_cast<size_t>(info.bytes));
+  std::sort(chunk_ends.begin(), chunk_ends.end());
+  const size_t total = static_cast<size_t>(info.bytes);
+  std::vector<size_t> ends;
+  size_t begin = 0, target = 0;
+  for (size_t end : chunk_ends) {
+    if (end <= begin || end >= total) continue;
+    if (target == 0) target = end;  // The first stage: the first chunk.
+    if (end - begin >= target) {
+      ends.push_back(end);
+      begin = end;
+      target = std::min(target * 2, kMaxStageBytes);
+    }
   }
+  ends.push_back(total);
   return ends;
 }
 
@@ -95,7 +108,7 @@ absl::StatusOr<Sent> ValuesToSend(std::vector<KeyWork>* work) {
     KeyWork& entry = (*work)[i];
     if (!entry.values.front().device().is_cpu()) {
       ASSIGN_OR_RETURN(sent.staging[i],
-                       gpu::StageToHost(entry.key, entry.values, ChunkEnds(*entry.info),
+                       gpu::StageToHost(entry.key, entry.values, StageEnds(*entry.info),
                                         &entry.info->gpu_scratch, &entry.info->gpu_staging));
       sent.values[i] = entry.info->gpu_staging;
       continue;
