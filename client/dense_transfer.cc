@@ -69,32 +69,15 @@ struct Sent {
   std::vector<std::shared_ptr<gpu::HostStaging>> staging;  // Per key; null off the GPU.
 };
 
-// StageEnds returns where the stages of a key's sum on its way to pinned memory end, in bytes,
-// ascending: its chunks' ends, merged into stages that double in size from the first chunk up
-// to 16 MiB. The first chunk can go as soon as it has landed, and a big value takes a few GPU
-// operations rather than one per chunk (each costs the host microseconds to enqueue).
+// StageEnds returns where the stages of a key's sum on its way to pinned memory end
+// (gpu::StageEnds over its chunks).
 std::vector<size_t> StageEnds(const KeyInfo& info) {
-  constexpr size_t kMaxStageBytes = size_t{16} << 20;
   std::vector<size_t> chunk_ends;
   const size_t element = DTypeSize(info.dtype);
   for (const Slice& chunk : info.chunks) {
     chunk_ends.push_back(static_cast<size_t>(chunk.offset + chunk.count) * element);
   }
-  std::sort(chunk_ends.begin(), chunk_ends.end());
-  const size_t total = static_cast<size_t>(info.bytes);
-  std::vector<size_t> ends;
-  size_t begin = 0, target = 0;
-  for (size_t end : chunk_ends) {
-    if (end <= begin || end >= total) continue;
-    if (target == 0) target = end;  // The first stage: the first chunk.
-    if (end - begin >= target) {
-      ends.push_back(end);
-      begin = end;
-      target = std::min(target * 2, kMaxStageBytes);
-    }
-  }
-  ends.push_back(total);
-  return ends;
+  return gpu::StageEnds(std::move(chunk_ends), static_cast<size_t>(info.bytes));
 }
 
 // ValuesToSend returns the value each key sends: the one pushed, or the sum of several (in the

@@ -192,7 +192,7 @@ Key ToKey(const py::handle& key) {
   if (py::isinstance<py::bool_>(key) || !py::isinstance<py::int_>(key)) {
     throw StatusError{absl::StatusCode::kInvalidArgument,
                       absl::StrCat("a key is an int or a str, not ",
-                                   std::string(py::str(key.get_type().attr("__name__"))))};
+                                   std::string(py::str(py::type::of(key).attr("__name__"))))};
   }
   return Key(key.cast<int64_t>());
 }
@@ -213,7 +213,7 @@ py::object KeyToPython(const Key& key) {
 absl::StatusOr<Tensor> TryDLPack(const py::handle& obj) {
   if (!py::hasattr(obj, "__dlpack__")) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "a ", std::string(py::str(obj.get_type().attr("__name__"))),
+        "a ", std::string(py::str(py::type::of(obj).attr("__name__"))),
         " has no __dlpack__ (pass a NumPy array, a PyTorch tensor or another DLPack array)"));
   }
   py::object capsule;

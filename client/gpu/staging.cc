@@ -122,6 +122,24 @@ absl::StatusOr<std::shared_ptr<HostStaging>> StageToHost(const Key& key,
       key, std::vector<size_t>(chunk_ends.begin(), chunk_ends.end()), std::move(events));
 }
 
+std::vector<size_t> StageEnds(std::vector<size_t> chunk_ends, size_t total,
+                              size_t max_stage_bytes) {
+  std::sort(chunk_ends.begin(), chunk_ends.end());
+  std::vector<size_t> ends;
+  size_t begin = 0, target = 0;
+  for (size_t end : chunk_ends) {
+    if (end <= begin || end >= total) continue;
+    if (target == 0) target = end;  // The first stage: the first chunk.
+    if (end - begin >= target) {
+      ends.push_back(end);
+      begin = end;
+      target = std::min(target * 2, std::max(max_stage_bytes, size_t{1}));
+    }
+  }
+  ends.push_back(total);
+  return ends;
+}
+
 absl::Status SumToHost(const Key& key, absl::Span<const Tensor> values, Tensor* scratch,
                        Tensor* host) {
   const size_t bytes = values.front().byte_size();

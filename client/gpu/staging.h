@@ -69,6 +69,14 @@ absl::StatusOr<std::shared_ptr<HostStaging>> StageToHost(const Key& key,
                                                          absl::Span<const size_t> chunk_ends,
                                                          Tensor* scratch, Tensor* host);
 
+// StageEnds returns the stages in which StageToHost should move a value of `total` bytes sent
+// in chunks ending at `chunk_ends` (any order): the chunks' ends merged into stages that
+// double in size from the first chunk up to `max_stage_bytes`, ascending, the last `total`.
+// The first chunk can go as soon as it has landed, and a big value takes a few GPU operations
+// rather than one per chunk (each costs the host microseconds to enqueue).
+std::vector<size_t> StageEnds(std::vector<size_t> chunk_ends, size_t total,
+                              size_t max_stage_bytes = size_t{16} << 20);
+
 // SumToHost is StageToHost in one chunk, waited for.
 absl::Status SumToHost(const Key& key, absl::Span<const Tensor> values, Tensor* scratch,
                        Tensor* host);

@@ -5,7 +5,7 @@
 # else. Writes into $OUT (default ./gpu-results): summary.txt, one line per check
 # ("NAME: PASS|FAIL|SKIPPED (seconds) detail"), and NAME.log per check; gpubench.json and
 # gpu_job_{cuda,cpu}.json hold the figures docs/gpu.md records. Every step has its own time
-# limit; the whole runs in about 3 minutes on one H100/H200. Exits 1 when a check failed.
+# limit; the whole runs in about 90 seconds on one H200. Exits 1 when a check failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bundle=$(cd "${1:-gpu-bundle}" && pwd) || { echo "on_device.sh: no bundle" >&2; exit 1; }
