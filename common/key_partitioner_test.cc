@@ -1,11 +1,13 @@
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/key.h"
 #include "common/partitioner.h"
 #include "tests/test_util.h"
@@ -147,6 +149,46 @@ TEST_CASE("Partitioner: small values live whole on one server, spread by hash", 
   auto bounded = Partitioner::Create(4, 100).value();
   REQUIRE(bounded.Partition(9, 100).size() == 1);
   REQUIRE(bounded.Partition(9, 101).size() == 4);
+}
+
+// The fraction of small keys whose server changes from S to S + 1 servers, against the ideal
+// 1/(S + 1), over random int and string keys; every key that moves goes to the new server (and
+// back, from S + 1 to S, only the new server's keys move). Printed: docs/state.md records it.
+TEST_CASE("Partitioner: S to S + 1 servers moves about 1/(S + 1) of the small keys",
+          "[partitioner]") {
+  testing::TestRng rng;
+  INFO(rng.Describe());
+  std::vector<Key> keys;
+  for (int i = 0; i < 60000; ++i) {
+    if (i % 2 == 0) {
+      keys.emplace_back(static_cast<int64_t>(rng.engine()()));
+    } else {
+      keys.emplace_back(absl::StrCat("layer", rng.Int(0, 1 << 30), ".weight"));
+    }
+  }
+  for (int s = 1; s <= 8; ++s) {
+    const Partitioner before = Partitioner::Create(s).value();
+    const Partitioner after = Partitioner::Create(s + 1).value();
+    int64_t moved = 0;
+    std::vector<int64_t> load(s + 1, 0);
+    for (const Key& key : keys) {
+      const int from = before.ServerOf(key), to = after.ServerOf(key);
+      ++load[to];
+      if (from != to) {
+        ++moved;
+        REQUIRE(to == s);  // Only to the new server.
+      }
+    }
+    const double fraction = static_cast<double>(moved) / keys.size();
+    const double ideal = 1.0 / (s + 1);
+    std::printf("placement: %d -> %d servers moves %.4f of %zu keys (ideal %.4f)\n", s, s + 1,
+                fraction, keys.size(), ideal);
+    INFO(s << " -> " << s + 1 << " servers: moved " << fraction << ", ideal " << ideal);
+    REQUIRE(fraction > ideal * 0.9);
+    REQUIRE(fraction < ideal * 1.1);
+    for (int64_t l : load)
+      REQUIRE(std::abs(l - int64_t(keys.size()) / (s + 1)) < int64_t(keys.size()) / (s + 1) / 10);
+  }
 }
 
 TEST_CASE("Partitioner: rejects bad parameters", "[partitioner]") {

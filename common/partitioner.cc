@@ -24,8 +24,31 @@ int64_t Partitioner::SplitBoundary(int64_t n, int i, int s) {
   return static_cast<int64_t>(numerator / (2 * static_cast<__int128>(s)));
 }
 
+namespace {
+
+// Mix is splitmix64's finaliser: a bijection of 64-bit words whose every output bit depends on
+// every input bit.
+uint64_t Mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
 int Partitioner::ServerOf(const Key& key) const {
-  return static_cast<int>(key.StableHash() % static_cast<uint64_t>(num_servers_));
+  // Rendezvous (highest random weight) hashing: each server scores the key, the highest wins.
+  const uint64_t hash = key.StableHash();
+  int best = 0;
+  uint64_t best_score = 0;
+  for (int i = 0; i < num_servers_; ++i) {
+    const uint64_t score = Mix(hash ^ (static_cast<uint64_t>(i) + 1) * 0x9E3779B97F4A7C15ull);
+    if (i == 0 || score > best_score) {
+      best = i;
+      best_score = score;
+    }
+  }
+  return best;
 }
 
 std::vector<Slice> Partitioner::Partition(const Key& key, int64_t num_elements,

@@ -1,7 +1,10 @@
 // Partitioner: decides which server holds which part of a value.
 //
-// A value with at most `big_value_bound` elements lives whole on one server chosen by a stable
-// hash of its key. A bigger value of R rows of E elements (N = R*E; a row is one index of the
+// A value with at most `big_value_bound` elements lives whole on one server chosen by
+// rendezvous hashing of its key (every server scores the key's stable hash, the highest wins):
+// going from S to S + 1 servers moves only the keys the new server wins, about 1/(S + 1) of
+// them, and going from S to S - 1 only those of the server that left (docs/state.md measures
+// it). A bigger value of R rows of E elements (N = R*E; a row is one index of the
 // first dimension, see common/row_sparse.h) is split evenly by rows over all S servers: server
 // i holds the rows [round(R*i/S), round(R*(i+1)/S)), i.e. those flattened elements times E; a
 // server whose range is empty holds nothing. Row ranges let a row-sparse push send each server
@@ -17,6 +20,12 @@
 #include "common/key.h"
 
 namespace kvstore {
+
+// kPlacement names this placement in checkpoint manifests: a set written under another one (or
+// none: sets written when small values were placed by the key's hash modulo S) restores only
+// by re-placing every key, from every server's file (docs/state.md, "Restore onto another
+// number of servers").
+inline constexpr char kPlacement[] = "rendezvous";
 
 // kDefaultBigValueBound: values with more elements than this are split over all servers.
 inline constexpr int64_t kDefaultBigValueBound = 1000000;
@@ -58,7 +67,8 @@ class Partitioner {
   std::vector<Slice> Partition(const Key& key, int64_t num_elements,
                                int64_t row_elements = 1) const;
 
-  // ServerOf returns the server that holds a small (unsplit) value of `key`.
+  // ServerOf returns the server that holds a small (unsplit) value of `key` (rendezvous
+  // hashing, O(number of servers)).
   int ServerOf(const Key& key) const;
 
   // SplitBoundary returns round(n * i / s), the first element of server i's part of a split

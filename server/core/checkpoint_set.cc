@@ -5,7 +5,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/partitioner.h"
 #include "common/state_file.h"
 #include "common/status_macros.h"
 #include "server/core/controller.h"
@@ -81,21 +83,19 @@ absl::StatusOr<VerifiedSet> VerifyCheckpointSet(const ConfinedDirectory& dir, in
                                                       ": the checkpoint was written by a job with ",
                                                       what, " ", saved, ", this job has ", now));
   };
-  if (manifest.num_servers() != num_servers) {
-    return shape("servers:", manifest.num_servers(), num_servers);
-  }
   if (manifest.mode() != mode) return shape("mode", manifest.mode(), mode);
-  if (manifest.chunk_bytes() != chunk_bytes) {
-    return shape("chunk bytes", manifest.chunk_bytes(), chunk_bytes);
-  }
-  if (manifest.files_size() != num_servers) {
+  // Another number of servers, placement or chunk size: every file is read and re-placed.
+  set.reshard = manifest.num_servers() != num_servers || manifest.placement() != kPlacement ||
+                manifest.chunk_bytes() != chunk_bytes;
+  if (manifest.num_servers() < 1 || manifest.files_size() != manifest.num_servers()) {
     return absl::DataLossError(absl::StrCat(manifest_path, ": lists ", manifest.files_size(),
-                                            " files for ", num_servers, " servers"));
+                                            " files for ", manifest.num_servers(), " servers"));
   }
   std::map<std::string, const proto::CheckpointManifest::File*> listed;
   for (const auto& file : manifest.files()) listed[file.name()] = &file;
   ASSIGN_OR_RETURN(std::vector<std::string> names, dir.FileNames());
   bool own_seen = false;
+  std::map<std::string, proto::ShardCheckpoint> all;  // By file name.
   for (const std::string& name : names) {
     const int file_rank = ServerFileRank(name);
     if (file_rank < 0) continue;
@@ -108,10 +108,33 @@ absl::StatusOr<VerifiedSet> VerifyCheckpointSet(const ConfinedDirectory& dir, in
     }
     ASSIGN_OR_RETURN(proto::ShardCheckpoint checkpoint,
                      ReadListedFile(dir, name, file_rank, *it->second, manifest, manifest_path));
-    if (file_rank == rank) {
+    if (set.reshard) {
+      all[name] = std::move(checkpoint);
+    } else if (file_rank == rank) {
       own_seen = true;
       set.own = std::move(checkpoint);
     }
+  }
+  if (set.reshard) {
+    std::vector<std::string> missing;
+    for (const auto& file : manifest.files()) {
+      if (all.count(file.name()) == 0) missing.push_back(file.name());
+    }
+    if (!missing.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          manifest_path, ": checkpoint ", manifest.checkpoint_id(), " was written by ",
+          manifest.num_servers(), " servers",
+          manifest.placement() != kPlacement ? " under an older placement of small values" : "",
+          manifest.chunk_bytes() != chunk_bytes
+              ? absl::StrCat(" in chunks of ", manifest.chunk_bytes(), " bytes")
+              : "",
+          "; this job has ", num_servers, " servers in chunks of ", chunk_bytes,
+          " bytes. Restoring it re-places every key, which needs every server's file in ",
+          dir.path(), "; missing: ", absl::StrJoin(missing, ", "),
+          " (copy each server's files of the set there)"));
+    }
+    for (auto& [name, file] : all) set.all.push_back(std::move(file));
+    return set;
   }
   if (!own_seen) {
     return absl::FailedPreconditionError(absl::StrCat(

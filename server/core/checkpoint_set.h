@@ -17,10 +17,16 @@
 // every `server-*.ckpt` present in DIR (servers sharing one directory see each other's files)
 // is in the manifest with its size and checksum, and names the manifest's job and checkpoint.
 // Each refusal names the file and what is wrong.
+//
+// A set written by another number of servers, under another placement of small values
+// (CheckpointManifest::placement) or with another chunk size is restored by re-placing it
+// (checkpoint_reshard.h), which needs every server's file of the set in DIR: VerifyCheckpointSet
+// then reads them all, and refuses a set missing any, naming the files.
 #ifndef KVSTORE_SERVER_CORE_CHECKPOINT_SET_H_
 #define KVSTORE_SERVER_CORE_CHECKPOINT_SET_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/kvstore.pb.h"
@@ -34,16 +40,19 @@ inline constexpr char kManifestFileName[] = "MANIFEST";
 // written waits for the set to be complete.
 std::string PendingFileName(int rank);
 
-// VerifiedSet: a set that passed VerifyCheckpointSet, and this server's file of it.
+// VerifiedSet: a set that passed VerifyCheckpointSet, and this server's file of it; or, for a
+// set to re-place (`reshard`), every file of it, in rank order.
 struct VerifiedSet {
   proto::CheckpointManifest manifest;
   proto::ShardCheckpoint own;
+  bool reshard = false;
+  std::vector<proto::ShardCheckpoint> all;
 };
 
 // VerifyCheckpointSet checks the set in `dir` as the file comment says, for server `rank` of
 // a job of `num_servers` servers in `mode` with `chunk_bytes`. Errors: FailedPrecondition for a
-// missing manifest (partial) or another job's shape, DataLoss for a file that does not match
-// the manifest (mixed) or a damaged one, each naming the file.
+// missing manifest (partial), another mode, or a set to re-place that misses files; DataLoss for
+// a file that does not match the manifest (mixed) or a damaged one; each naming the file.
 absl::StatusOr<VerifiedSet> VerifyCheckpointSet(const ConfinedDirectory& dir, int rank,
                                                 int num_servers, const std::string& mode,
                                                 int64_t chunk_bytes);

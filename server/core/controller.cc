@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "common/store/optimizer.h"
 #include "common/store/updater_state.h"
+#include "server/core/checkpoint_reshard.h"
 #include "server/core/checkpoint_set.h"
 #include "server/core/engine_cuts.h"
 #include "server/core/engine_state.h"
@@ -217,10 +218,28 @@ absl::Status Controller::Restore(const std::string& dir) {
   const std::string path = directory.PathOf(CheckpointFileName(rank_));
   ASSIGN_OR_RETURN(VerifiedSet set, VerifyCheckpointSet(directory, rank_, job_.num_servers,
                                                         job_.mode, job_.chunk_bytes));
-  RETURN_IF_ERROR(RestoreShard(set.own, path));
+  std::string what = path;
+  if (set.reshard) {
+    // Written by another number of servers (or placement, or chunk size): this server's part
+    // of every key, re-placed from all the files.
+    what = absl::StrCat(directory.path(), " (checkpoint ", set.manifest.checkpoint_id(), " of ",
+                        set.manifest.num_servers(), " servers, re-placed for server ", rank_,
+                        " of ", job_.num_servers, ")");
+    ASSIGN_OR_RETURN(Partitioner partitioner,
+                     Partitioner::Create(job_.num_servers, job_.big_value_bound));
+    absl::StatusOr<proto::ShardCheckpoint> mine =
+        ReshardCheckpoint(set.all, rank_, partitioner, job_.chunk_bytes);
+    if (!mine.ok()) {
+      return absl::Status(mine.status().code(), absl::StrCat(what, ": ", mine.status().message()));
+    }
+    set.own = *std::move(mine);
+    set.all.clear();
+  }
+  RETURN_IF_ERROR(RestoreShard(set.own, what));
   if (set.manifest.round() >= 0) engine_->state().SetRoundsDone(set.manifest.round());
   restored_round_ = std::max<int64_t>(set.manifest.round(), 0);
   restored_checkpoint_ = set.manifest.checkpoint_id();
+  restored_from_ = what;
   return absl::OkStatus();
 }
 

@@ -68,6 +68,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/partitioner.h"
 #include "common/server_commands.h"
 #include "common/store/updater.h"
 #include "proto/kvstore.pb.h"
@@ -86,6 +87,9 @@ struct JobShape {
   int num_servers = 1;
   std::string mode;
   int64_t chunk_bytes = 0;
+  // The job's bound above which values are split over the servers (common/partitioner.h): a
+  // restore that re-places a set places keys with it.
+  int64_t big_value_bound = kDefaultBigValueBound;
 };
 
 using CustomController =
@@ -124,6 +128,8 @@ class Controller {
   // and "" when none).
   int64_t restored_round() const { return restored_round_; }
   const std::string& restored_checkpoint() const { return restored_checkpoint_; }
+  // restored_from names what Restore read: this server's file, or the set it re-placed.
+  const std::string& restored_from() const { return restored_from_; }
 
   // MakeUpdater builds the updater `spec` describes.
   absl::StatusOr<std::unique_ptr<Updater>> MakeUpdater(const proto::UpdaterSpec& spec) const;
@@ -170,6 +176,7 @@ class Controller {
   // The checkpoint set being cut (its id), empty when none.
   int64_t restored_round_ = -1;  // Set once, by Restore, before serving.
   std::string restored_checkpoint_;
+  std::string restored_from_;
   absl::Mutex cut_mu_;
   std::string cut_id_ ABSL_GUARDED_BY(cut_mu_);
   // Command 14: the copy taken (its cut's id and bytes); command 15: the copy received.

@@ -69,7 +69,8 @@ TEST_CASE("Controller: built-in heads and the sgd updater with momentum", "[serv
 
 // WriteSet writes a checkpoint set of one server into `dir` through the commands the
 // scheduler's coordinator sends (7-11), and returns the server file's path.
-absl::StatusOr<std::string> WriteSet(Controller& controller, const std::string& dir) {
+absl::StatusOr<std::string> WriteSet(Controller& controller, const std::string& dir,
+                                     const std::string& placement = kPlacement) {
   ASSIGN_OR_RETURN(std::string round, controller.Run(kCommandCutBegin, "job-1"));
   RETURN_IF_ERROR(controller.Run(kCommandCutLimit, "job-1 " + round).status());
   ASSIGN_OR_RETURN(std::string written,
@@ -83,6 +84,7 @@ absl::StatusOr<std::string> WriteSet(Controller& controller, const std::string& 
   manifest.set_num_servers(2);
   manifest.set_mode("dist_sync");
   manifest.set_chunk_bytes(1 << 20);
+  manifest.set_placement(placement);
   proto::CheckpointManifest::File* file = manifest.add_files();
   file->set_name("server-0.ckpt");
   file->set_payload_bytes(std::stoull(f[1]));
@@ -158,6 +160,20 @@ TEST_CASE("Controller: a checkpoint restores into the same job only", "[server][
   s = rank1.Restore(dir);
   CHECK(absl::IsFailedPrecondition(s));
   CHECK(s.message().find(dir + "/server-1.ckpt is missing") != absl::string_view::npos);
+  // Another number of servers needs every file of the set: refused, naming the missing one.
+  s = three.Restore(dir);
+  CHECK(s.message().find("missing: server-1.ckpt") != absl::string_view::npos);
+  // A set written under the placement before rendezvous hashing (no placement in its
+  // manifest) is re-placed too, so it needs every file even for the same number of servers.
+  const std::string old_dir = "engine-ckpt/modulo";
+  REQUIRE(WriteSet(controller, old_dir, "").ok());
+  Controller old_same(other.get(), &registry, nullptr, 0);
+  old_same.SetJob(JobShape{2, "dist_sync", 1 << 20});
+  old_same.SetCheckpointRoot(*root);
+  s = old_same.Restore(old_dir);
+  CHECK(absl::IsFailedPrecondition(s));
+  CHECK(s.message().find("older placement") != absl::string_view::npos);
+  CHECK(s.message().find("missing: server-1.ckpt") != absl::string_view::npos);
   CHECK(other->stats().num_keys == 0);
 }
 

@@ -25,7 +25,8 @@ absl::StatusOr<std::shared_ptr<ServerBackend>> MakeServerBackend(const BackendSp
                    ServerEngine::Create(std::move(engine_options), std::move(updater)));
   backend->controller = std::make_unique<Controller>(backend->engine.get(), spec.registry,
                                                      spec.custom_controller, spec.rank);
-  backend->controller->SetJob(JobShape{spec.num_servers, spec.mode, chunk_bytes});
+  backend->controller->SetJob(
+      JobShape{spec.num_servers, spec.mode, chunk_bytes, spec.big_value_bound});
   backend->controller->SetCheckpointRoot(spec.checkpoint_root);
   proto::UpdaterSpec updater_spec;
   updater_spec.set_registry_name(updater_name);

@@ -31,8 +31,9 @@ struct ServerBackend {
 struct BackendSpec {
   int rank = 0;
   int num_servers = 1;
-  std::string mode = "dist_sync";  // Or "dist_async".
-  int64_t chunk_bytes = 0;         // 0: kDefaultChunkBytes.
+  std::string mode = "dist_sync";                   // Or "dist_async".
+  int64_t chunk_bytes = 0;                          // 0: kDefaultChunkBytes.
+  int64_t big_value_bound = kDefaultBigValueBound;  // The cluster view's.
   // ServerEngineOptions::max_value_bytes and memory_budget_bytes.
   int64_t max_value_bytes = kDefaultMaxValueBytes;
   int64_t memory_budget_bytes = kUnlimitedBytes;

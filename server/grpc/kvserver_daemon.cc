@@ -355,6 +355,7 @@ absl::StatusOr<KVServerDaemon::Backends> KVServerDaemon::MakeBackends(
   spec.num_servers = view.num_servers();
   spec.mode = view.mode();
   spec.chunk_bytes = view.chunk_bytes();
+  if (view.big_value_bound() > 0) spec.big_value_bound = view.big_value_bound();
   spec.worker_node_ids.assign(view.worker_node_ids().begin(), view.worker_node_ids().end());
   spec.updater = options_.updater;
   spec.updater_config = options_.updater_config;
@@ -385,10 +386,9 @@ absl::StatusOr<KVServerDaemon::Backends> KVServerDaemon::MakeBackends(
   Backends backends;
   ASSIGN_OR_RETURN(backends.primary, MakeServerBackend(spec));
   if (!spec.restore_dir.empty()) {
-    spdlog::info(
-        "kvserver rank {} restored {} keys from {}", registration.rank(),
-        backends.primary->engine->stats().num_keys,
-        CheckpointPath(checkpoint_root_->PathOf(options_.restore_dir), registration.rank()));
+    spdlog::info("kvserver rank {} restored {} keys from {}", registration.rank(),
+                 backends.primary->engine->stats().num_keys,
+                 backends.primary->controller->restored_from());
   }
   // With replicas, this server also holds the backup of the previous rank's shard: a second
   // engine of that rank, restored from the same set, served through the Backup methods.

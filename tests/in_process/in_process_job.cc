@@ -157,6 +157,7 @@ absl::StatusOr<std::unique_ptr<InProcessJob>> InProcessJob::Start(InProcessJobOp
                            spec.num_servers = view.num_servers;
                            spec.mode = view.mode;
                            spec.chunk_bytes = view.chunk_bytes;
+                           spec.big_value_bound = view.big_value_bound;
                            spec.worker_node_ids = view.worker_node_ids;
                            spec.updater = raw->options_.updater;
                            spec.updater_config = raw->options_.updater_config;

@@ -221,6 +221,55 @@ TEST_CASE("Cluster: checkpoint, kill -9, restore: training continues bit-exactly
   REQUIRE(a == b);
 }
 
+// A set written by S servers restores onto S' servers (docs/state.md, "Restore onto another
+// number of servers"): every key and its Adam state re-placed, training goes on bit-exactly.
+TEST_CASE("Cluster: a checkpoint of S servers restores onto S' servers: 2->3, 3->2, 4->1",
+          "[cluster][checkpoint]") {
+  const uint64_t seed = absl::ToUnixNanos(absl::Now()) % 1000000007;
+  INFO("seed=" << seed);
+  const std::vector<std::string> job = {"--big_value_bound=100", "--chunk_bytes=1000"};
+  const std::string base = absl::StrCat(TempDir(), "/reshard-", getpid());
+  const std::string uninterrupted = base + "-uninterrupted.bin";
+  {
+    // The reference: rounds 1..6 on 2 servers without interruption.
+    Cluster cluster(2, 2, job);
+    for (int r = 0; r < 2; ++r) {
+      cluster.AddWorker(r, {"train", absl::StrCat(seed), "1", "6", "0", "run", uninterrupted});
+    }
+    cluster.ExpectCleanExit();
+  }
+  const std::string reference = ReadTextFile(uninterrupted);
+  REQUIRE(reference.size() == (600 * 5 + 7) * sizeof(float));
+  for (const auto& [from, to] : std::vector<std::pair<int, int>>{{2, 3}, {3, 2}, {4, 1}}) {
+    INFO(from << " -> " << to << " servers");
+    const std::string root =
+        "--checkpoint_root=" + FreshCheckpointRoot(absl::StrCat("reshard-", from, "-", to));
+    {
+      // Rounds 1..3 on `from` servers, then the checkpoint; the job is then torn down.
+      Cluster cluster(from, 2, job, {root});
+      for (int r = 0; r < 2; ++r) {
+        cluster.AddWorker(r, {"train", absl::StrCat(seed), "1", "3", "3", "run", "-"});
+      }
+      for (int r = 0; r < 2; ++r) {
+        INFO(cluster.worker(r).output());
+        REQUIRE(cluster.worker(r).WaitForOutput("CHECKPOINTED", absl::Seconds(60)));
+      }
+    }
+    // Rounds 4..6 on `to` servers restored from it.
+    const std::string resumed = absl::StrCat(base, "-", from, "-", to, ".bin");
+    Cluster cluster(to, 2, job, {root, "--restore=run"});
+    for (int r = 0; r < 2; ++r) {
+      cluster.AddWorker(r,
+                        {"train", absl::StrCat(seed), "4", "6", "0", "run", resumed, "restored"});
+    }
+    cluster.ExpectCleanExit();
+    INFO(cluster.server(0).output());
+    REQUIRE(cluster.server(0).output().find(absl::StrCat("of ", from, " servers, re-placed")) !=
+            std::string::npos);
+    REQUIRE(ReadTextFile(resumed) == reference);
+  }
+}
+
 TEST_CASE("Cluster: a damaged checkpoint stops the restoring server, naming the file",
           "[cluster][checkpoint]") {
   const std::string dir = FreshCheckpointRoot("damaged");

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/partitioner.h"
 #include "common/server_commands.h"
 #include "common/state_file.h"
 #include "common/status_macros.h"
@@ -210,6 +211,7 @@ absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(const
   manifest.set_num_servers(num_servers);
   manifest.set_mode(view.mode);
   manifest.set_chunk_bytes(view.chunk_bytes);
+  manifest.set_placement(kPlacement);
   const absl::Time deadline = started + options_.cut_timeout;
   for (int rank = 0; rank < num_servers; ++rank) {
     const absl::Status written = WriteFile(rank, id, round, trimmed, deadline, &manifest);

@@ -1,0 +1,247 @@
+#include "server/core/checkpoint_reshard.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/key.h"
+#include "common/proto_convert.h"
+#include "common/row_sparse.h"
+#include "common/status_macros.h"
+
+namespace kvstore {
+namespace {
+
+// Piece: elements [offset, offset + count) of a value, or of one of a state's buffers, held in
+// `bytes` (count elements).
+struct Piece {
+  int64_t offset = 0;
+  int64_t count = 0;
+  const std::string* bytes = nullptr;
+};
+
+// Gather returns elements [begin, begin + count) of `element`-byte elements from `pieces`
+// (sorted by offset, not overlapping); `covered` is set to whether every element was found.
+std::string Gather(const std::vector<Piece>& pieces, int64_t begin, int64_t count,
+                   size_t element, bool* covered) {
+  std::string out(static_cast<size_t>(count) * element, '\0');
+  int64_t found = 0;
+  for (const Piece& piece : pieces) {
+    const int64_t from = std::max(begin, piece.offset);
+    const int64_t to = std::min(begin + count, piece.offset + piece.count);
+    if (from >= to) continue;
+    std::copy_n(piece.bytes->data() + (from - piece.offset) * element, (to - from) * element,
+                out.data() + (from - begin) * element);
+    found += to - from;
+  }
+  *covered = found == count;
+  return out;
+}
+
+// KeyParts: what the set holds of one key.
+struct KeyParts {
+  proto::TensorHeader header;  // Of the first part seen (key, dtype, shape).
+  DType dtype = DType::kFloat32;
+  std::vector<Piece> values;
+  std::vector<const proto::PartState*> states;
+};
+
+std::string Range(int64_t begin, int64_t count) {
+  return absl::StrCat("[", begin, ", ", begin + count, ")");
+}
+
+// NewState returns the state of elements [begin, begin + count) of `key`, gathered from the
+// old chunks' states that overlap them; false when none does (the key had no state there).
+absl::StatusOr<bool> NewState(const Key& key, const std::vector<const proto::PartState*>& old,
+                              int64_t begin, int64_t count, proto::PartState* out) {
+  std::vector<const proto::PartState*> overlapping;
+  for (const proto::PartState* s : old) {
+    const int64_t end = s->offset() + std::max<int64_t>(s->count(), 1);
+    if (s->offset() < begin + std::max<int64_t>(count, 1) && end > begin) {
+      overlapping.push_back(s);
+    }
+  }
+  if (overlapping.empty()) return false;
+  const proto::PartState& first = *overlapping.front();
+  auto refuse = [&](absl::string_view what) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key ", key.Quoted(), ": the saved optimizer state of elements ", Range(begin, count),
+        " comes from chunks with different ", what, "; it cannot be re-split"));
+  };
+  for (const proto::PartState* s : overlapping) {
+    if (s->updates() != first.updates()) return refuse("update counts");
+    if (s->m_schedule() != first.m_schedule()) return refuse("momentum schedules");
+    if (s->dtype() != first.dtype()) return refuse("state types");
+    if (s->buffers_size() != first.buffers_size()) return refuse("numbers of buffers");
+    if (s->master().empty() != first.master().empty()) return refuse("master weights");
+  }
+  ASSIGN_OR_RETURN(const DType state_dtype, DTypeFromProto(first.dtype()));
+  const size_t element = DTypeSize(state_dtype);
+  *out = proto::PartState();
+  *out->mutable_key() = first.key();
+  out->set_offset(begin);
+  out->set_count(count);
+  out->set_updates(first.updates());
+  out->set_m_schedule(first.m_schedule());
+  out->set_dtype(first.dtype());
+  auto gather = [&](auto bytes_of, size_t size) -> absl::StatusOr<std::string> {
+    std::vector<Piece> pieces;
+    for (const proto::PartState* s : overlapping) {
+      const std::string& bytes = bytes_of(*s);
+      if (bytes.size() != static_cast<size_t>(s->count()) * size) {
+        return absl::DataLossError(absl::StrCat("key ", key.Quoted(), ": saved state of elements ",
+                                                Range(s->offset(), s->count()), " holds ",
+                                                bytes.size(), " bytes a buffer"));
+      }
+      pieces.push_back(Piece{s->offset(), s->count(), &bytes});
+    }
+    std::sort(pieces.begin(), pieces.end(),
+              [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+    bool covered = false;
+    std::string gathered = Gather(pieces, begin, count, size, &covered);
+    if (!covered) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("key ", key.Quoted(), ": the saved optimizer state covers only part of ",
+                       "elements ", Range(begin, count), "; it cannot be re-split"));
+    }
+    return gathered;
+  };
+  for (int b = 0; b < first.buffers_size(); ++b) {
+    // A buffer the optimizer does not use (empty in every chunk) stays empty.
+    if (std::all_of(overlapping.begin(), overlapping.end(),
+                    [b](const proto::PartState* s) { return s->buffers(b).empty(); })) {
+      out->add_buffers();
+      continue;
+    }
+    ASSIGN_OR_RETURN(
+        *out->add_buffers(),
+        gather([b](const proto::PartState& s) -> const std::string& { return s.buffers(b); },
+               element));
+  }
+  if (!first.master().empty()) {
+    ASSIGN_OR_RETURN(
+        *out->mutable_master(),
+        gather([](const proto::PartState& s) -> const std::string& { return s.master(); },
+               sizeof(float)));
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<proto::ShardCheckpoint> ReshardCheckpoint(
+    absl::Span<const proto::ShardCheckpoint> files, int rank, const Partitioner& partitioner,
+    int64_t chunk_bytes) {
+  if (files.empty()) return absl::InvalidArgumentError("no checkpoint files to re-split");
+  const proto::ShardCheckpoint& first = files.front();
+  for (const proto::ShardCheckpoint& file : files) {
+    if (file.updater().SerializeAsString() != first.updater().SerializeAsString() ||
+        file.updater_state().optimizer() != first.updater_state().optimizer()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the files of servers ", first.server_rank(), " and ", file.server_rank(),
+                       " name different updaters"));
+    }
+    if (file.mode() != first.mode()) {
+      return absl::FailedPreconditionError(absl::StrCat("the files of servers ",
+                                                        first.server_rank(), " and ",
+                                                        file.server_rank(), " name different modes"));
+    }
+  }
+  // Every key's parts and chunk states, over all files, in the order the keys first appear.
+  std::vector<std::pair<Key, std::string>> order;  // The key, and its proto bytes.
+  std::map<std::string, KeyParts> keys;            // By the key's proto bytes.
+  int64_t num_update = 0;
+  for (const proto::ShardCheckpoint& file : files) {
+    num_update = std::max(num_update, file.updater_state().num_update());
+    for (const proto::CheckpointValue& value : file.values()) {
+      const proto::TensorHeader& h = value.header();
+      ASSIGN_OR_RETURN(const Key key, KeyFromProto(h.key()));
+      ASSIGN_OR_RETURN(const DType dtype, DTypeFromProto(h.dtype()));
+      auto [it, fresh] = keys.try_emplace(h.key().SerializeAsString());
+      KeyParts& parts = it->second;
+      if (fresh) {
+        order.emplace_back(key, it->first);
+        parts.header = h;
+        parts.dtype = dtype;
+      } else if (h.dtype() != parts.header.dtype() ||
+                 !std::equal(h.shape().begin(), h.shape().end(), parts.header.shape().begin(),
+                             parts.header.shape().end())) {
+        return absl::DataLossError(absl::StrCat("key ", key.Quoted(),
+                                                ": its parts name different dtypes or shapes"));
+      }
+      if (h.element_count() < 0 ||
+          value.data().size() != static_cast<size_t>(h.element_count()) * DTypeSize(dtype)) {
+        return absl::DataLossError(absl::StrCat("key ", key.Quoted(), ": a part of ",
+                                                h.element_count(), " elements holds ",
+                                                value.data().size(), " bytes"));
+      }
+      parts.values.push_back(Piece{h.element_offset(), h.element_count(), &value.data()});
+    }
+  }
+  for (const proto::ShardCheckpoint& file : files) {
+    for (const proto::PartState& state : file.updater_state().parts()) {
+      auto it = keys.find(state.key().SerializeAsString());
+      if (it == keys.end()) continue;  // State of a key without a value: nothing to restore.
+      it->second.states.push_back(&state);
+    }
+  }
+
+  proto::ShardCheckpoint out;
+  out.set_server_rank(rank);
+  out.set_num_servers(partitioner.num_servers());
+  out.set_mode(first.mode());
+  out.set_chunk_bytes(chunk_bytes);
+  out.set_job_id(first.job_id());
+  out.set_checkpoint_id(first.checkpoint_id());
+  out.set_round(first.round());
+  *out.mutable_updater() = first.updater();
+  proto::UpdaterState* state = out.mutable_updater_state();
+  state->set_optimizer(first.updater_state().optimizer());
+  state->set_num_update(num_update);
+  for (const auto& [key, bytes] : order) {
+    KeyParts& parts = keys.at(bytes);
+    std::sort(parts.values.begin(), parts.values.end(),
+              [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+    const Shape shape(parts.header.shape().begin(), parts.header.shape().end());
+    const int64_t n = NumElements(shape);
+    // The parts must tile [0, n).
+    int64_t next = 0;
+    for (const Piece& piece : parts.values) {
+      if (piece.offset != next) {
+        return absl::DataLossError(absl::StrCat(
+            "key ", key.Quoted(), ": the set's parts ", piece.offset > next ? "leave out" : "repeat",
+            " elements from ", std::min(next, piece.offset), " (is a server's file missing?)"));
+      }
+      next += piece.count;
+    }
+    if (next != n) {
+      return absl::DataLossError(absl::StrCat("key ", key.Quoted(), ": the set's parts hold ",
+                                              next, " of its ", n, " elements"));
+    }
+    const size_t element = DTypeSize(parts.dtype);
+    for (const Slice& slice : partitioner.Partition(key, n, RowElements(shape))) {
+      if (slice.server != rank) continue;
+      proto::CheckpointValue* value = out.add_values();
+      proto::TensorHeader* header = value->mutable_header();
+      *header->mutable_key() = parts.header.key();
+      header->set_dtype(parts.header.dtype());
+      *header->mutable_shape() = parts.header.shape();
+      header->set_element_offset(slice.offset);
+      header->set_element_count(slice.count);
+      bool covered = false;
+      *value->mutable_data() = Gather(parts.values, slice.offset, slice.count, element, &covered);
+      for (const Slice& chunk : ChunkSlice(slice, element, chunk_bytes)) {
+        proto::PartState chunk_state;
+        ASSIGN_OR_RETURN(const bool has_state,
+                         NewState(key, parts.states, chunk.offset, chunk.count, &chunk_state));
+        if (has_state) *state->add_parts() = std::move(chunk_state);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace kvstore
