@@ -141,7 +141,11 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
       partitioner, view.chunk_bytes > 0 ? view.chunk_bytes : kDefaultChunkBytes);
   store->groups_ = std::make_unique<GroupCache>(servers);
   store->membership_->set_acknowledged_round(
-      [keys = store->keys_.get()](int rank) { return keys->AcknowledgedRound(rank); },
+      [keys = store->keys_.get(), groups = store->groups_.get()](int rank) {
+        absl::flat_hash_map<const KeyInfo*, int64_t> extra;
+        groups->AddAcknowledged(&extra);
+        return keys->AcknowledgedRound(rank, extra);
+      },
       mode == "dist_sync");
   if (!options.security.secret.empty()) {
     store->signer_ =
@@ -320,11 +324,7 @@ void DistStore::Start(Op op, OpDone done) {
 OpDone DistStore::CountingAcknowledged(const Op& op, OpDone done) {
   if (op.group != nullptr) {
     return [group = op.group, done = std::move(done)](absl::Status status) {
-      if (status.ok()) {
-        for (const KeyInfo* info : group->infos) {
-          info->acknowledged_pushes.fetch_add(1, std::memory_order_relaxed);
-        }
-      }
+      if (status.ok()) group->acknowledged_pushes.fetch_add(1, std::memory_order_relaxed);
       done(std::move(status));
     };
   }

@@ -51,6 +51,16 @@ std::shared_ptr<GroupPlan> GroupCache::Recent(size_t n) {
   return last_;
 }
 
+void GroupCache::AddAcknowledged(absl::flat_hash_map<const KeyInfo*, int64_t>* extra) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [fingerprint, group] : groups_) {
+    if (group == nullptr) continue;
+    const int64_t acknowledged = group->acknowledged_pushes.load(std::memory_order_relaxed);
+    if (acknowledged == 0) continue;
+    for (const KeyInfo* info : group->infos) (*extra)[info] += acknowledged;
+  }
+}
+
 std::shared_ptr<GroupPlan> GroupCache::For(absl::Span<const Key> keys, const KeyTable& table) {
   {
     absl::MutexLock lock(&mu_);

@@ -40,6 +40,10 @@ class GroupCache {
   // Recent returns the group used last when its list has `n` keys, without comparing them: the
   // check of the call's tensors compares them on the way (one pass over the call, not two).
   std::shared_ptr<GroupPlan> Recent(size_t n);
+  // AddAcknowledged adds, per member record, the acknowledged pushes of the groups remembered
+  // (GroupPlan::acknowledged_pushes) to `*extra`. A group forgotten while an operation still
+  // holds it counts again once that ends (its plan then adds its count to its members).
+  void AddAcknowledged(absl::flat_hash_map<const KeyInfo*, int64_t>* extra);
 
  private:
   const int num_servers_;

@@ -118,6 +118,14 @@ void FindUniform(GroupPlan* group) {
 
 }  // namespace
 
+GroupPlan::~GroupPlan() {
+  const int64_t acknowledged = acknowledged_pushes.load(std::memory_order_relaxed);
+  if (acknowledged == 0) return;
+  for (const KeyInfo* info : infos) {
+    info->acknowledged_pushes.fetch_add(acknowledged, std::memory_order_relaxed);
+  }
+}
+
 std::shared_ptr<GroupPlan> MakeGroupPlan(absl::Span<const Key> keys,
                                          absl::Span<const KeyInfo* const> infos, int num_servers) {
   auto group = std::make_shared<GroupPlan>();

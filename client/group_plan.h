@@ -8,7 +8,8 @@
 // call's tensors are checked against (group_check.h). GroupWork is one call's data.
 //
 // Threading: a plan is immutable once made, except `registered` (atomic: whether each server
-// has the member list) and the spare packed arrays (under spare_mu).
+// has the member list), `acknowledged_pushes` (atomic) and the spare packed arrays (under
+// spare_mu).
 #ifndef KVSTORE_CLIENT_GROUP_PLAN_H_
 #define KVSTORE_CLIENT_GROUP_PLAN_H_
 
@@ -32,6 +33,12 @@ inline constexpr int64_t kGroupMemberMaxBytes = 64 << 10;
 inline constexpr int64_t kGroupMaxBytes = 256 << 20;
 
 struct GroupPlan {
+  GroupPlan() = default;
+  GroupPlan(const GroupPlan&) = delete;
+  GroupPlan& operator=(const GroupPlan&) = delete;
+  // Adds acknowledged_pushes to each member's KeyInfo::acknowledged_pushes.
+  ~GroupPlan();
+
   uint64_t id = 0;
   std::vector<Key> keys;
   std::vector<int64_t> int_keys;      // The keys, when all are integers (compared faster).
@@ -86,6 +93,11 @@ struct GroupPlan {
   int64_t bytes = 0;
   // Per part: whether the server has the member list (sent with the first request).
   std::unique_ptr<std::atomic<bool>[]> registered;
+  // Pushes of the whole list the servers acknowledged: one count for the group rather than one
+  // per member on every push (100,000 atomic adds on scattered records cost more than the
+  // push). A member's acknowledged pushes are its own count plus those of the groups holding
+  // it (GroupCache::AddAcknowledged); a plan adds its count to its members when it goes.
+  std::atomic<int64_t> acknowledged_pushes{0};
   // Packed arrays of finished pushes, reused by the next ones.
   absl::Mutex spare_mu;
   std::vector<std::vector<Tensor>> spare ABSL_GUARDED_BY(spare_mu);

@@ -192,13 +192,16 @@ std::vector<const KeyInfo*> KeyTable::InfosOf(absl::Span<const Key> keys) const 
   return infos;
 }
 
-int64_t KeyTable::AcknowledgedRound(int server) const {
+int64_t KeyTable::AcknowledgedRound(
+    int server, const absl::flat_hash_map<const KeyInfo*, int64_t>& extra) const {
   absl::ReaderMutexLock lock(&mu_);
   int64_t round = 0;
   for (const auto& [key, info] : keys_) {
     for (const Slice& slice : info->slices) {
       if (slice.server == server && slice.count > 0) {
-        round = std::max(round, info->acknowledged_pushes.load(std::memory_order_relaxed));
+        const auto more = extra.find(info.get());
+        round = std::max(round, info->acknowledged_pushes.load(std::memory_order_relaxed) +
+                                    (more == extra.end() ? 0 : more->second));
       }
     }
   }

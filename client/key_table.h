@@ -61,10 +61,12 @@ class KeyTable {
   // InfosOf returns the records of `keys` in order, or nothing when one is unknown or of the
   // other key kind (key groups then leave the call to the per-key path, which reports it).
   std::vector<const KeyInfo*> InfosOf(absl::Span<const Key> keys) const;
-  // AcknowledgedRound returns the most acknowledged pushes (KeyInfo::acknowledged_pushes) of
-  // any key with a part on server `server`: the last round that server acknowledged to this
-  // worker. It reads every record (for error messages, not the hot path).
-  int64_t AcknowledgedRound(int server) const;
+  // AcknowledgedRound returns the most acknowledged pushes (KeyInfo::acknowledged_pushes, plus
+  // `extra`'s count for the record: its key groups', GroupCache::AddAcknowledged) of any key
+  // with a part on server `server`: the last round that server acknowledged to this worker.
+  // It reads every record (for error messages, not the hot path).
+  int64_t AcknowledgedRound(int server,
+                            const absl::flat_hash_map<const KeyInfo*, int64_t>& extra = {}) const;
 
  private:
   absl::Status CheckKeyKind(const Key& key) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

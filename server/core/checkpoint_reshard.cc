@@ -25,8 +25,8 @@ struct Piece {
 
 // Gather returns elements [begin, begin + count) of `element`-byte elements from `pieces`
 // (sorted by offset, not overlapping); `covered` is set to whether every element was found.
-std::string Gather(const std::vector<Piece>& pieces, int64_t begin, int64_t count,
-                   size_t element, bool* covered) {
+std::string Gather(const std::vector<Piece>& pieces, int64_t begin, int64_t count, size_t element,
+                   bool* covered) {
   std::string out(static_cast<size_t>(count) * element, '\0');
   int64_t found = 0;
   for (const Piece& piece : pieces) {
@@ -145,9 +145,9 @@ absl::StatusOr<proto::ShardCheckpoint> ReshardCheckpoint(
                        " name different updaters"));
     }
     if (file.mode() != first.mode()) {
-      return absl::FailedPreconditionError(absl::StrCat("the files of servers ",
-                                                        first.server_rank(), " and ",
-                                                        file.server_rank(), " name different modes"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the files of servers ", first.server_rank(), " and ", file.server_rank(),
+                       " name different modes"));
     }
   }
   // Every key's parts and chunk states, over all files, in the order the keys first appear.
@@ -169,8 +169,8 @@ absl::StatusOr<proto::ShardCheckpoint> ReshardCheckpoint(
       } else if (h.dtype() != parts.header.dtype() ||
                  !std::equal(h.shape().begin(), h.shape().end(), parts.header.shape().begin(),
                              parts.header.shape().end())) {
-        return absl::DataLossError(absl::StrCat("key ", key.Quoted(),
-                                                ": its parts name different dtypes or shapes"));
+        return absl::DataLossError(
+            absl::StrCat("key ", key.Quoted(), ": its parts name different dtypes or shapes"));
       }
       if (h.element_count() < 0 ||
           value.data().size() != static_cast<size_t>(h.element_count()) * DTypeSize(dtype)) {
@@ -211,15 +211,16 @@ absl::StatusOr<proto::ShardCheckpoint> ReshardCheckpoint(
     int64_t next = 0;
     for (const Piece& piece : parts.values) {
       if (piece.offset != next) {
-        return absl::DataLossError(absl::StrCat(
-            "key ", key.Quoted(), ": the set's parts ", piece.offset > next ? "leave out" : "repeat",
-            " elements from ", std::min(next, piece.offset), " (is a server's file missing?)"));
+        return absl::DataLossError(absl::StrCat("key ", key.Quoted(), ": the set's parts ",
+                                                piece.offset > next ? "leave out" : "repeat",
+                                                " elements from ", std::min(next, piece.offset),
+                                                " (is a server's file missing?)"));
       }
       next += piece.count;
     }
     if (next != n) {
-      return absl::DataLossError(absl::StrCat("key ", key.Quoted(), ": the set's parts hold ",
-                                              next, " of its ", n, " elements"));
+      return absl::DataLossError(absl::StrCat("key ", key.Quoted(), ": the set's parts hold ", next,
+                                              " of its ", n, " elements"));
     }
     const size_t element = DTypeSize(parts.dtype);
     for (const Slice& slice : partitioner.Partition(key, n, RowElements(shape))) {

@@ -127,15 +127,14 @@ TEST_CASE("ReshardCheckpoint: every key lands where the new placement puts it, w
     const int64_t bound = rng.Int(1, 60);
     const int64_t old_chunk = rng.Int(8, 200), new_chunk = rng.Int(8, 200);
     INFO("trial " << trial << ": " << keys.size() << " keys, " << from << " -> " << to
-                  << " servers, bound " << bound << ", chunks " << old_chunk << " -> "
-                  << new_chunk << " bytes");
+                  << " servers, bound " << bound << ", chunks " << old_chunk << " -> " << new_chunk
+                  << " bytes");
     std::vector<proto::ShardCheckpoint> files = WriteSet(keys, from, bound, old_chunk);
     std::shuffle(files.begin(), files.end(), rng.engine());
     const Partitioner after = Partitioner::Create(to, bound).value();
     std::map<std::string, int64_t> elements_seen;  // Per key, over the new servers.
     for (int rank = 0; rank < to; ++rank) {
-      absl::StatusOr<proto::ShardCheckpoint> out =
-          ReshardCheckpoint(files, rank, after, new_chunk);
+      absl::StatusOr<proto::ShardCheckpoint> out = ReshardCheckpoint(files, rank, after, new_chunk);
       INFO(out.status().ToString());
       REQUIRE(out.ok());
       REQUIRE(out->server_rank() == rank);
