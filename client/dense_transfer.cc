@@ -115,21 +115,22 @@ struct StagedWait {
   size_t bytes = 0;
 };
 
-// WaitForStaging returns, per request, what it must wait for before it is sent, and waits here
-// for what cannot wait: everything when the values are read on the CPU before sending
-// (`whole`: compression, Init), and the chunks small enough that EncodeFrame copies them.
-absl::StatusOr<std::vector<std::vector<StagedWait>>> WaitForStaging(
-    const Sent& sent, const std::vector<KeyWork>& work, const std::vector<Request>& requests,
-    bool whole) {
+// WaitForAllStaging waits until every key's sum on a GPU has landed in pinned memory: for
+// what reads the sums on the CPU before sending (compression) or sends them whole (Init).
+absl::Status WaitForAllStaging(const Sent& sent, const std::vector<KeyWork>& work) {
+  for (size_t i = 0; i < work.size(); ++i) {
+    if (sent.staging[i]) RETURN_IF_ERROR(sent.staging[i]->WaitFor(work[i].info->bytes));
+  }
+  return absl::OkStatus();
+}
+
+// StagedWaits returns, per request, the chunks of sums on GPUs it must wait for before it is
+// sent, and waits here for the chunks small enough that EncodeFrame copies them.
+absl::StatusOr<std::vector<std::vector<StagedWait>>> StagedWaits(
+    const Sent& sent, const std::vector<KeyWork>& work, const std::vector<Request>& requests) {
   std::vector<std::vector<StagedWait>> waits(requests.size());
   if (std::all_of(sent.staging.begin(), sent.staging.end(),
                   [](const auto& s) { return s == nullptr; })) {
-    return waits;
-  }
-  if (whole) {
-    for (size_t i = 0; i < work.size(); ++i) {
-      if (sent.staging[i]) RETURN_IF_ERROR(sent.staging[i]->WaitFor(work[i].info->bytes));
-    }
     return waits;
   }
   for (size_t r = 0; r < requests.size(); ++r) {
@@ -468,11 +469,12 @@ void TransferDense(const TransferContext& ctx, Kind kind, std::vector<KeyWork> w
     sent = *std::move(values);
   }
   const bool compressed = sends && kind != Kind::kInit && compression.enabled();
-  const bool init = kind == Kind::kInit || kind == Kind::kInitFill;
-  if (compressed || init) {
-    absl::StatusOr<std::vector<std::vector<StagedWait>>> staged =
-        WaitForStaging(sent, state->work, {}, /*whole=*/true);
-    if (!staged.ok()) return state->done(staged.status());
+  // Compression reads the sums on the CPU, and an Init sends them whole: no overlap.
+  const bool whole = compressed || kind == Kind::kInit || kind == Kind::kInitFill;
+  if (whole) {
+    if (absl::Status staged = WaitForAllStaging(sent, state->work); !staged.ok()) {
+      return state->done(staged);
+    }
   }
   std::vector<std::vector<size_t>> code_offset(state->work.size());
   if (compressed) code_offset = Compress(compression, state->work, sent.values);
@@ -482,7 +484,8 @@ void TransferDense(const TransferContext& ctx, Kind kind, std::vector<KeyWork> w
   }
   std::vector<Request> requests = plan.TakeRequests();
   absl::StatusOr<std::vector<std::vector<StagedWait>>> waits =
-      WaitForStaging(sent, state->work, requests, /*whole=*/compressed || init);
+      std::vector<std::vector<StagedWait>>(requests.size());
+  if (!whole) waits = StagedWaits(sent, state->work, requests);
   if (!waits.ok()) return state->done(waits.status());
   absl::StatusOr<std::vector<std::shared_ptr<const grpc::ByteBuffer>>> frames =
       EncodeFrames(ctx, kind, &requests);
