@@ -145,7 +145,12 @@ std::string StreamOf(int device, cudaStream_t* stream) {
   std::lock_guard<std::mutex> lock(mu);
   if (streams.size() <= static_cast<size_t>(device)) streams.resize(device + 1, nullptr);
   if (streams[device] == nullptr) {
-    KV_CUDA(cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking));
+    // A blocking stream: work a caller queued on the legacy default stream (cudaMemcpy,
+    // cudaMemset, kernels launched without a stream) is done before the library's next work
+    // starts, and the library's before theirs. A non-blocking stream let a sum read and write
+    // buffers that such a copy was still writing (seen on an H200: a poisoned output's
+    // pageable cudaMemcpy landed after the sum).
+    KV_CUDA(cudaStreamCreateWithFlags(&streams[device], cudaStreamDefault));
   }
   *stream = streams[device];
   return "";
@@ -356,10 +361,13 @@ std::string Free(int device, void* pointer) {
   return "";
 }
 
+// The copies return once done: cudaMemcpy from pageable host memory returns when the bytes are
+// staged, before they land, so each also waits for the legacy default stream.
 std::string CopyToDevice(int device, void* dst, const void* src, size_t bytes) {
   DeviceGuard guard;
   KV_CUDA(cudaSetDevice(device));
   KV_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  KV_CUDA(cudaStreamSynchronize(nullptr));
   return "";
 }
 
@@ -367,11 +375,13 @@ std::string CopyToHost(int device, void* dst, const void* src, size_t bytes) {
   DeviceGuard guard;
   KV_CUDA(cudaSetDevice(device));
   KV_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  KV_CUDA(cudaStreamSynchronize(nullptr));
   return "";
 }
 
 std::string Copy(void* dst, const void* src, size_t bytes) {
   KV_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  KV_CUDA(cudaStreamSynchronize(nullptr));
   return "";
 }
 

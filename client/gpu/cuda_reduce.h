@@ -49,7 +49,7 @@ std::string WaitChunk(void* event);
 // DestroyChunkEvents releases events of SumToHostInChunks (pending ones once they are done).
 void DestroyChunkEvents(const std::vector<void*>& events);
 
-// Memory helpers for tests and benchmarks.
+// Memory helpers for tests and benchmarks. Each copy returns once its bytes have landed.
 std::string Alloc(int device, size_t bytes, void** out);
 std::string Free(int device, void* pointer);
 std::string CopyToDevice(int device, void* dst, const void* src, size_t bytes);
