@@ -45,8 +45,10 @@
 //                          and the key behind; "read ID OFFSET LENGTH": reply those bytes of it;
 //                          "end ID": drop it; "abort ID": drop it, end the cut and refuse
 //                          nothing (the join failed).
-//  15  kCommandCopyIn      on the replacement server: "append\n" + bytes: add them to the copy
-//                          being received; "load BYTES CRC32": check the copy's size and CRC,
+//  15  kCommandCopyIn      on the replacement server: "begin BYTES": start receiving a copy of
+//                          BYTES bytes (at most the server's memory budget); "put OFFSET\n" +
+//                          bytes: place a page of it, in any order; "load BYTES CRC32": check
+//                          that every byte arrived and the copy's size and CRC,
 //                          restore it (values, rounds, updater and state, applied request ids)
 //                          into this server's engine, which must hold no key, and reply
 //                          "loaded N keys".
@@ -150,7 +152,7 @@ class Controller {
   // CutRound reads the "ID ROUND" leading a cut step's fields: the round, once ID is the
   // checkpoint being cut here; InvalidArgument or FailedPrecondition otherwise.
   absl::StatusOr<int64_t> CutRound(const std::vector<std::string>& fields);
-  // RunCopy runs commands 14 and 15 (controller_copy.cc): CopyIn (15: "append", "load"), and
+  // RunCopy runs commands 14 and 15 (controller_copy.cc): CopyIn (15: "begin", "put", "load"), and
   // the copy-out steps of 14: CopyOutCut ("cut": snapshot once every key reached the round,
   // refuse older views' writes from then on), CopyOutRead ("read") and CopyOutEnd ("end",
   // "abort": drop the copy; abort also ends the cut and accepts older views again).
@@ -184,6 +186,7 @@ class Controller {
   std::string copy_out_ ABSL_GUARDED_BY(cut_mu_);
   uint64_t copy_floor_before_ ABSL_GUARDED_BY(cut_mu_) = 0;  // The engine's view floor before.
   std::string copy_in_ ABSL_GUARDED_BY(cut_mu_);
+  uint64_t copy_in_received_ ABSL_GUARDED_BY(cut_mu_) = 0;
 };
 
 }  // namespace kvstore

@@ -36,27 +36,60 @@ absl::StatusOr<std::string> Controller::RunCopy(int head, absl::string_view body
 }
 
 absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
-  if (absl::ConsumePrefix(&body, "append\n")) {
+  const std::string what = absl::StrCat("the copy of shard ", rank_);
+  if (absl::ConsumePrefix(&body, "put ")) {
+    // "put OFFSET\n" + bytes: a page, in any order (the scheduler keeps several in flight).
+    const size_t newline = body.find('\n');
+    if (newline == absl::string_view::npos) {
+      return absl::InvalidArgumentError("copy-in \"put\" is \"put OFFSET\\n\" + bytes");
+    }
+    ASSIGN_OR_RETURN(const uint64_t offset,
+                     Number(std::string(body.substr(0, newline)), "an offset"));
+    const absl::string_view page = body.substr(newline + 1);
     absl::MutexLock lock(&cut_mu_);
-    copy_in_.append(body.data(), body.size());
-    return absl::StrCat("received ", copy_in_.size());
+    if (offset > copy_in_.size() || page.size() > copy_in_.size() - offset) {
+      return absl::OutOfRangeError(absl::StrCat(what, ": a page of ", page.size(), " bytes at ",
+                                                offset, " lies past the ", copy_in_.size(),
+                                                " bytes begun"));
+    }
+    std::copy(page.begin(), page.end(), copy_in_.begin() + static_cast<ptrdiff_t>(offset));
+    copy_in_received_ += page.size();
+    return absl::StrCat("received ", copy_in_received_);
   }
-  ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 3, "load BYTES CRC32"));
-  if (f[0] != "load") {
+  const std::string verb(body.substr(0, body.find(' ')));
+  if (verb != "begin" && verb != "load") {
     return absl::InvalidArgumentError(
-        absl::StrCat("copy-in command \"", f[0], "\" is not append or load"));
+        absl::StrCat("copy-in command \"", verb, "\" is not begin, put or load"));
   }
+  ASSIGN_OR_RETURN(std::vector<std::string> f, verb == "begin"
+                                                   ? SplitFields(body, 2, "begin BYTES")
+                                                   : SplitFields(body, 3, "load BYTES CRC32"));
   ASSIGN_OR_RETURN(const uint64_t bytes, Number(f[1], "a byte count"));
+  if (verb == "begin") {
+    // The copy is held whole before it is loaded: bounded by what this server may hold.
+    const int64_t budget = engine_->options().memory_budget_bytes;
+    if (budget != kUnlimitedBytes && bytes > static_cast<uint64_t>(budget)) {
+      return absl::ResourceExhaustedError(absl::StrCat(what, ": ", bytes, " bytes exceed the ",
+                                                       budget, " bytes this server may hold"));
+    }
+    absl::MutexLock lock(&cut_mu_);
+    copy_in_.assign(bytes, '\0');
+    copy_in_received_ = 0;
+    return absl::StrCat("begun ", bytes);
+  }
   ASSIGN_OR_RETURN(const uint64_t crc, Number(f[2], "a CRC-32"));
   std::string copy;
+  uint64_t received = 0;
   {
     absl::MutexLock lock(&cut_mu_);
     copy.swap(copy_in_);
+    received = copy_in_received_;
+    copy_in_received_ = 0;
   }
-  const std::string what = absl::StrCat("the copy of shard ", rank_);
-  if (copy.size() != bytes || Crc32(copy) != crc) {
-    return absl::DataLossError(absl::StrCat(what, ": received ", copy.size(), " bytes with CRC-32 ",
-                                            Crc32(copy), ", sent ", bytes, " with ", crc));
+  if (copy.size() != bytes || received != bytes || Crc32(copy) != crc) {
+    return absl::DataLossError(absl::StrCat(what, ": received ", received, " bytes of ",
+                                            copy.size(), " begun, with CRC-32 ", Crc32(copy),
+                                            "; sent ", bytes, " with ", crc));
   }
   if (engine_->stats().num_keys > 0) {
     return absl::FailedPreconditionError(

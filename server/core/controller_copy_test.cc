@@ -56,11 +56,15 @@ absl::StatusOr<std::string> Transfer(Controller& from, Controller& to, const std
   REQUIRE(f.size() == 3);
   uint64_t bytes = 0;
   REQUIRE(absl::SimpleAtoi(f[1], &bytes));
-  for (uint64_t offset = 0; offset < bytes; offset += page) {
+  REQUIRE(to.Run(kCommandCopyIn, absl::StrCat("begin ", bytes)).ok());
+  // The pages in reverse order: a page goes where its offset says.
+  const uint64_t pages = (bytes + page - 1) / page;
+  for (uint64_t p = pages; p-- > 0;) {
+    const uint64_t offset = p * page;
     absl::StatusOr<std::string> piece =
         from.Run(kCommandCopyOut, absl::StrCat("read ", id, " ", offset, " ", page));
     REQUIRE(piece.ok());
-    REQUIRE(to.Run(kCommandCopyIn, absl::StrCat("append\n", *piece)).ok());
+    REQUIRE(to.Run(kCommandCopyIn, absl::StrCat("put ", offset, "\n", *piece)).ok());
   }
   return to.Run(kCommandCopyIn, absl::StrCat("load ", f[1], " ", f[2]));
 }
@@ -190,15 +194,28 @@ TEST_CASE("Controller: a damaged copy, a server holding keys and an aborted copy
   auto target = NewEngine(true, {kWorkerA});
   Controller in(target.get(), &registry, nullptr, 0);
   in.SetJob(job);
-  REQUIRE(in.Run(kCommandCopyIn,
-                 absl::StrCat("append\n", out.Run(kCommandCopyOut, "read c 0 1000000").value()))
-              .ok());
+  const std::string whole = out.Run(kCommandCopyOut, "read c 0 1000000").value();
+  REQUIRE(in.Run(kCommandCopyIn, absl::StrCat("begin ", whole.size())).ok());
+  // A page past what was begun: refused.
+  CHECK(absl::IsOutOfRange(
+      in.Run(kCommandCopyIn, absl::StrCat("put ", whole.size(), "\nx")).status()));
+  REQUIRE(in.Run(kCommandCopyIn, absl::StrCat("put 0\n", whole)).ok());
   uint32_t crc = 0;
   REQUIRE(absl::SimpleAtoi(f[2], &crc));
   const absl::Status damaged =
       in.Run(kCommandCopyIn, absl::StrCat("load ", f[1], " ", crc ^ 1)).status();
   INFO(damaged.ToString());
   CHECK(absl::IsDataLoss(damaged));
+  CHECK(target->stats().num_keys == 0);
+  // A page missing: refused at the load, naming what arrived, nothing loaded.
+  REQUIRE(in.Run(kCommandCopyIn, absl::StrCat("begin ", whole.size())).ok());
+  REQUIRE(in.Run(kCommandCopyIn, absl::StrCat("put 0\n", whole.substr(0, whole.size() / 2))).ok());
+  const absl::Status partial =
+      in.Run(kCommandCopyIn, absl::StrCat("load ", f[1], " ", f[2])).status();
+  INFO(partial.ToString());
+  CHECK(absl::IsDataLoss(partial));
+  CHECK(partial.message().find(absl::StrCat("received ", whole.size() / 2, " bytes")) !=
+        absl::string_view::npos);
   CHECK(target->stats().num_keys == 0);
   // A server that already holds keys takes no copy.
   CHECK(Transfer(out, in, "c", copied, 1 << 20).ok());

@@ -228,6 +228,7 @@ class ServerEngine {
   // kPartOverheadBytes (and the key's text) per key, kChunkOverheadBytes per chunk, and per key
   // group kGroupMemberOverheadBytes per member plus its packed size.
   int64_t held_bytes() const;
+  const ServerEngineOptions& options() const { return options_; }
   static constexpr int64_t kPartOverheadBytes = PartTable::kPartOverheadBytes;
   static constexpr int64_t kChunkOverheadBytes = PartTable::kChunkOverheadBytes;
   static constexpr int64_t kGroupMemberOverheadBytes = 64;

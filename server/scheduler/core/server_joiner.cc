@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <atomic>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -9,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/server_commands.h"
 #include "common/status_macros.h"
@@ -54,23 +58,59 @@ absl::Status ServerJoiner::MoveCopy(int shard, const std::string& id, int64_t ro
                                     const std::string& copied, const std::string& address,
                                     bool backup) {
   const std::string what = absl::StrCat("copying shard ", shard);
+  const absl::Time started = absl::Now();
   const std::vector<std::string> f = absl::StrSplit(copied, ' ');
   uint64_t bytes = 0;
   if (f.size() != 3 || !absl::SimpleAtoi(f[1], &bytes)) {
     return absl::InternalError(absl::StrCat(what, ": the copy was answered \"", copied, "\""));
   }
-  absl::StatusOr<std::string> reply;
-  for (uint64_t offset = 0; offset < bytes; offset += kPageBytes) {
-    reply =
-        to_shard_(shard, kCommandCopyOut, absl::StrCat("read ", id, " ", offset, " ", kPageBytes));
-    if (!reply.ok()) return Step(what, reply.status());
-    reply = to_address_(address, backup, kCommandCopyIn, absl::StrCat("append\n", *reply));
-    if (!reply.ok()) return Step(absl::StrCat(what, " into the new server"), reply.status());
-  }
+  absl::StatusOr<std::string> reply =
+      to_address_(address, backup, kCommandCopyIn, absl::StrCat("begin ", bytes));
+  if (!reply.ok()) return Step(absl::StrCat(what, " into the new server"), reply.status());
+  // kPagesInFlight threads each read the next page from the living copy and put it into the
+  // new server, so that the pages' round trips overlap; the first error stops them all.
+  const uint64_t pages = (bytes + kPageBytes - 1) / kPageBytes;
+  std::atomic<uint64_t> next{0};
+  absl::Mutex mu;
+  absl::Status failed;
+  auto move_pages = [&] {
+    for (uint64_t page = next++; page < pages; page = next++) {
+      {
+        absl::MutexLock lock(&mu);
+        if (!failed.ok()) return;
+      }
+      const uint64_t offset = page * kPageBytes;
+      absl::StatusOr<std::string> piece = to_shard_(
+          shard, kCommandCopyOut, absl::StrCat("read ", id, " ", offset, " ", kPageBytes));
+      absl::Status status = piece.status();
+      if (!status.ok()) {
+        status = Step(what, status);
+      } else {
+        status =
+            to_address_(address, backup, kCommandCopyIn, absl::StrCat("put ", offset, "\n", *piece))
+                .status();
+        if (!status.ok()) status = Step(absl::StrCat(what, " into the new server"), status);
+      }
+      if (!status.ok()) {
+        absl::MutexLock lock(&mu);
+        if (failed.ok()) failed = status;
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> movers;
+  for (int t = 1; t < kPagesInFlight; ++t) movers.emplace_back(move_pages);
+  move_pages();
+  for (std::thread& mover : movers) mover.join();
+  if (!failed.ok()) return failed;
   reply = to_address_(address, backup, kCommandCopyIn, absl::StrCat("load ", f[1], " ", f[2]));
   if (!reply.ok()) return Step(absl::StrCat(what, " into the new server"), reply.status());
-  spdlog::info("join: shard {} ({} bytes, every key at round {}) copied into the server at {}: {}",
-               shard, bytes, round, address, *reply);
+  const absl::Duration took = absl::Now() - started;
+  spdlog::info(
+      "join: shard {} ({} bytes, every key at round {}) copied into the server at {} in {} "
+      "({:.0f} MB/s): {}",
+      shard, bytes, round, address, absl::FormatDuration(took),
+      bytes / std::max(absl::ToDoubleSeconds(took), 1e-9) / 1e6, *reply);
   return absl::OkStatus();
 }
 
@@ -121,6 +161,10 @@ absl::Status ServerJoiner::Join(const Registration& registration, const std::str
       waiting |= status.ok() && copied[i].empty();
     }
     if (waiting) absl::SleepFor(absl::Milliseconds(2));
+  }
+  if (status.ok()) {
+    spdlog::info("join: both copies cut {} after registration",
+                 absl::FormatDuration(absl::Now() - started));
   }
   for (size_t i = 0; i < shards.size() && status.ok(); ++i) {
     status = MoveCopy(shards[i].first, ids[i], rounds[i], copied[i], address, shards[i].second);
