@@ -136,6 +136,7 @@ absl::Status ServerJoiner::Join(const Registration& registration, const std::str
     absl::SleepFor(absl::Milliseconds(20));
   }
   if (!status.ok()) status = Step("waiting for the new server to serve", status);
+  const absl::Duration to_serve = absl::Now() - started;
   pause_(true);
   // Both living copies are cut first, then copied as each reaches its round: the two waits
   // for a round to complete overlap.
@@ -163,8 +164,8 @@ absl::Status ServerJoiner::Join(const Registration& registration, const std::str
     if (waiting) absl::SleepFor(absl::Milliseconds(2));
   }
   if (status.ok()) {
-    spdlog::info("join: both copies cut {} after registration",
-                 absl::FormatDuration(absl::Now() - started));
+    spdlog::info("join: the new server served {} after registration, both copies cut {} after",
+                 absl::FormatDuration(to_serve), absl::FormatDuration(absl::Now() - started));
   }
   for (size_t i = 0; i < shards.size() && status.ok(); ++i) {
     status = MoveCopy(shards[i].first, ids[i], rounds[i], copied[i], address, shards[i].second);
