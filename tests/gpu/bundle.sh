@@ -119,8 +119,11 @@ shutil.copytree(os.path.join(root, "python/kvstore"), os.path.join(out, "python/
 EOF
 
 # The GPU machines' Python is 3.12; where its headers are missing there, the extension is built
-# with these (any local Python 3.12's, when there is one).
-for inc in /usr/include/python3.12 /root/.pyenv/versions/3.12*/include/python3.12; do
+# with these: any local Python 3.12's, found on the PATH or among pyenv's versions.
+for py in python3.12 "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12; do
+  command -v "$py" >/dev/null 2>&1 || continue
+  inc=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null) ||
+    continue
   if [ -f "$inc/Python.h" ]; then
     cp -r "$inc" "$out/python/python3.12"
     break

@@ -44,7 +44,8 @@ check() {
   record "$name" "$status" "$(($(date +%s) - start))" "rc=$rc $detail"
 }
 
-echo "on_device.sh: bundle $bundle, results in $out" | tee -a "$summary"
+# The summary names the bundle as given (it is kept beside the figures; no machine's paths).
+echo "on_device.sh: bundle ${1:-gpu-bundle}" | tee -a "$summary"
 check nvidia-smi 30 nvidia-smi
 
 # The two builds run while the tests do (none of the tests is timed).
@@ -121,6 +122,5 @@ if command -v compute-sanitizer >/dev/null && [ -x "$work/selftest" ]; then
 fi
 
 rm -rf "$work"
-echo "on_device.sh: $( ((failed)) && echo FAILED || echo passed); summary in $summary" |
-  tee -a "$summary"
+echo "on_device.sh: $( ((failed)) && echo FAILED || echo passed)" | tee -a "$summary"
 exit $failed
