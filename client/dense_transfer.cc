@@ -66,7 +66,9 @@ absl::Status StagePulls(std::vector<KeyWork>* work) {
 // Sent: the value each key sends, and for values on GPUs their sum's way into pinned memory.
 struct Sent {
   std::vector<Tensor> values;
-  std::vector<std::shared_ptr<gpu::HostStaging>> staging;  // Per key; null off the GPU.
+  // Per key, null off the GPU; empty when no key is on a GPU (nothing to allocate or scan on
+  // the CPU path).
+  std::vector<std::shared_ptr<gpu::HostStaging>> staging;
 };
 
 // StageEnds returns where the stages of a key's sum on its way to pinned memory end
@@ -86,10 +88,10 @@ std::vector<size_t> StageEnds(const KeyInfo& info) {
 absl::StatusOr<Sent> ValuesToSend(std::vector<KeyWork>* work) {
   Sent sent;
   sent.values.resize(work->size());
-  sent.staging.resize(work->size());
   for (size_t i = 0; i < work->size(); ++i) {
     KeyWork& entry = (*work)[i];
     if (!entry.values.front().device().is_cpu()) {
+      sent.staging.resize(work->size());
       ASSIGN_OR_RETURN(sent.staging[i],
                        gpu::StageToHost(entry.key, entry.values, StageEnds(*entry.info),
                                         &entry.info->gpu_scratch, &entry.info->gpu_staging));
@@ -118,21 +120,20 @@ struct StagedWait {
 // WaitForAllStaging waits until every key's sum on a GPU has landed in pinned memory: for
 // what reads the sums on the CPU before sending (compression) or sends them whole (Init).
 absl::Status WaitForAllStaging(const Sent& sent, const std::vector<KeyWork>& work) {
-  for (size_t i = 0; i < work.size(); ++i) {
+  for (size_t i = 0; i < sent.staging.size(); ++i) {
     if (sent.staging[i]) RETURN_IF_ERROR(sent.staging[i]->WaitFor(work[i].info->bytes));
   }
   return absl::OkStatus();
 }
 
 // StagedWaits returns, per request, the chunks of sums on GPUs it must wait for before it is
-// sent, and waits here for the chunks small enough that EncodeFrame copies them.
+// sent (nothing at all when no key is on a GPU), and waits here for the chunks small enough
+// that EncodeFrame copies them.
 absl::StatusOr<std::vector<std::vector<StagedWait>>> StagedWaits(
     const Sent& sent, const std::vector<KeyWork>& work, const std::vector<Request>& requests) {
-  std::vector<std::vector<StagedWait>> waits(requests.size());
-  if (std::all_of(sent.staging.begin(), sent.staging.end(),
-                  [](const auto& s) { return s == nullptr; })) {
-    return waits;
-  }
+  std::vector<std::vector<StagedWait>> waits;
+  if (sent.staging.empty()) return waits;
+  waits.resize(requests.size());
   for (size_t r = 0; r < requests.size(); ++r) {
     for (const Target& target : requests[r].targets) {
       const std::shared_ptr<gpu::HostStaging>& staging = sent.staging[target.work_index];
@@ -462,7 +463,6 @@ void TransferDense(const TransferContext& ctx, Kind kind, std::vector<KeyWork> w
   }
   Sent sent;
   sent.values.resize(state->work.size());
-  sent.staging.resize(state->work.size());
   if (sends) {
     absl::StatusOr<Sent> values = ValuesToSend(&state->work);
     if (!values.ok()) return state->done(values.status());
@@ -484,7 +484,7 @@ void TransferDense(const TransferContext& ctx, Kind kind, std::vector<KeyWork> w
   }
   std::vector<Request> requests = plan.TakeRequests();
   absl::StatusOr<std::vector<std::vector<StagedWait>>> waits =
-      std::vector<std::vector<StagedWait>>(requests.size());
+      std::vector<std::vector<StagedWait>>();
   if (!whole) waits = StagedWaits(sent, state->work, requests);
   if (!waits.ok()) return state->done(waits.status());
   absl::StatusOr<std::vector<std::shared_ptr<const grpc::ByteBuffer>>> frames =
@@ -504,7 +504,8 @@ void TransferDense(const TransferContext& ctx, Kind kind, std::vector<KeyWork> w
     const int s = requests[r].server;
     state->launches[r] = [ctx, state, s, method, frame = (*frames)[r], receives,
                           targets = std::move(requests[r].targets),
-                          staged = std::move((*waits)[r])]() mutable {
+                          staged = waits->empty() ? std::vector<StagedWait>()
+                                                  : std::move((*waits)[r])]() mutable {
       // The chunks this request sends from pinned memory have landed there.
       for (const StagedWait& wait : staged) {
         if (absl::Status ready = wait.staging->WaitFor(wait.bytes); !ready.ok()) {
