@@ -87,9 +87,10 @@ absl::StatusOr<JobState> GrpcSchedulerLink::Heartbeat(uint64_t node_id, absl::Ti
   return state;
 }
 
-absl::Status GrpcSchedulerLink::Barrier(uint64_t node_id, absl::Time deadline) {
+absl::Status GrpcSchedulerLink::Barrier(uint64_t node_id, uint64_t sequence, absl::Time deadline) {
   proto::BarrierRequest request;
   request.set_node_id(node_id);
+  request.set_sequence(sequence);
   request.set_group(proto::GROUP_WORKERS);
   proto::BarrierResponse reply;
   Context context(deadline, node_credential_);

@@ -28,7 +28,7 @@ class GrpcSchedulerLink final : public SchedulerLink {
   absl::StatusOr<JobView> Register(const std::string& mode, int requested_rank,
                                    absl::Time deadline) override;
   absl::StatusOr<JobState> Heartbeat(uint64_t node_id, absl::Time deadline) override;
-  absl::Status Barrier(uint64_t node_id, absl::Time deadline) override;
+  absl::Status Barrier(uint64_t node_id, uint64_t sequence, absl::Time deadline) override;
   absl::Status Finish(uint64_t node_id, absl::Time deadline, const std::string& failure) override;
   absl::StatusOr<std::vector<std::string>> Command(uint64_t node_id, int head,
                                                    const std::string& body,

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,27 @@ absl::StatusOr<std::unique_ptr<Membership>> Membership::Join(std::unique_ptr<Sch
 }
 
 Membership::~Membership() { Leave(); }
+
+absl::Status Membership::WhileSchedulerAway(const std::string& what, absl::Time deadline,
+                                            const std::function<absl::Status()>& call) const {
+  absl::Duration backoff = absl::Milliseconds(100);
+  std::optional<absl::Time> give_up;  // From the first failure.
+  for (;;) {
+    absl::Status status = call();
+    if (!absl::IsUnavailable(status)) return status;
+    if (!give_up.has_value()) {
+      give_up = std::min(deadline, absl::Now() + options_.scheduler_lost_timeout);
+      SdkLogger()->warn(
+          "worker {}: {} {} failed ({}); retrying while the scheduler is away, "
+          "for up to {}",
+          view_.rank, what, link_->name(), std::string(status.message()),
+          absl::FormatDuration(absl::Trunc(*give_up - absl::Now(), absl::Milliseconds(100))));
+    }
+    if (absl::Now() + backoff > *give_up) return status;
+    absl::SleepFor(backoff);
+    backoff = std::min(2 * backoff, absl::Seconds(1));
+  }
+}
 
 absl::Status Membership::Named(const absl::Status& status, const std::string& what) const {
   return absl::Status(status.code(),
@@ -135,8 +157,11 @@ void Membership::Leave() {
       absl::MutexLock lock(&mu_);
       if (!failure_.ok()) failure = failure_.ToString();
     }
+    const absl::Time deadline =
+        absl::Now() + std::max(absl::Seconds(10), options_.scheduler_lost_timeout);
     const absl::Status status =
-        link_->Finish(view_.node_id, absl::Now() + absl::Seconds(10), failure);
+        WhileSchedulerAway("telling it has finished through", deadline,
+                           [&] { return link_->Finish(view_.node_id, deadline, failure); });
     if (!status.ok()) {
       SdkLogger()->warn("worker {}: telling {} that it finished: {}", view_.rank, link_->name(),
                         std::string(status.message()));
@@ -196,15 +221,23 @@ void Membership::HeartbeatLoop() {
 }
 
 absl::Status Membership::Barrier() {
-  const absl::Status status = link_->Barrier(view_.node_id, absl::Now() + options_.barrier_timeout);
+  const uint64_t sequence = ++barriers_;
+  const absl::Time deadline = absl::Now() + options_.barrier_timeout;
+  const absl::Status status = WhileSchedulerAway(
+      "a barrier at", deadline, [&] { return link_->Barrier(view_.node_id, sequence, deadline); });
   return status.ok() ? status : Noted(Named(status, "barrier at"));
 }
 
 absl::StatusOr<std::vector<std::string>> Membership::Command(int head, const std::string& body) {
-  absl::StatusOr<std::vector<std::string>> replies =
-      link_->Command(view_.node_id, head, body, absl::Now() + options_.command_timeout);
-  if (replies.ok()) return replies;
-  return Noted(Named(replies.status(), absl::StrCat("command ", head, " through")));
+  const absl::Time deadline = absl::Now() + options_.command_timeout;
+  absl::StatusOr<std::vector<std::string>> replies;
+  const absl::Status status =
+      WhileSchedulerAway(absl::StrCat("command ", head, " through"), deadline, [&] {
+        replies = link_->Command(view_.node_id, head, body, deadline);
+        return replies.status();
+      });
+  if (status.ok()) return replies;
+  return Noted(Named(status, absl::StrCat("command ", head, " through")));
 }
 
 absl::StatusOr<bool> Membership::ServerUnreachable(int rank, const absl::Status& error) {
@@ -227,10 +260,14 @@ void Membership::set_on_routing(OnRouting on_routing) {
 absl::StatusOr<int> Membership::NumDeadNodes(int group, absl::Duration timeout) {
   const int timeout_s = static_cast<int>(
       std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(timeout, absl::Seconds(1)))));
-  absl::StatusOr<int> dead =
-      link_->NumDeadNodes(view_.node_id, group, timeout_s, absl::Now() + absl::Seconds(30));
-  if (dead.ok()) return dead;
-  return Noted(Named(dead.status(), "counting dead nodes through"));
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  absl::StatusOr<int> dead;
+  const absl::Status status = WhileSchedulerAway("counting dead nodes through", deadline, [&] {
+    dead = link_->NumDeadNodes(view_.node_id, group, timeout_s, deadline);
+    return dead.status();
+  });
+  if (status.ok()) return dead;
+  return Noted(Named(status, "counting dead nodes through"));
 }
 
 }  // namespace kvstore

@@ -34,6 +34,9 @@ struct MembershipOptions {
   absl::Duration barrier_timeout = absl::Seconds(660);
   // Deadline of a controller command (every server runs it).
   absl::Duration command_timeout = absl::Seconds(120);
+  // How long a call waits for a scheduler that cannot be reached or does not know this worker
+  // yet (restarted in place, re-forming the job) before it fails.
+  absl::Duration scheduler_lost_timeout = absl::Seconds(30);
 };
 
 class Membership {
@@ -101,6 +104,12 @@ class Membership {
   void HeartbeatLoop();
   // Beat sends one heartbeat and takes in its answer; true once the job is over.
   absl::StatusOr<bool> Beat();
+  // WhileSchedulerAway runs `call` (one attempt) again, after a backoff, while it fails with
+  // Unavailable - the scheduler cannot be reached, or was restarted and is re-forming the job
+  // - for at most scheduler_lost_timeout and until `deadline`, saying once that it waits.
+  // (A call the scheduler died in the middle of may so run twice: commands run at least once.)
+  absl::Status WhileSchedulerAway(const std::string& what, absl::Time deadline,
+                                  const std::function<absl::Status()>& call) const;
   // Named prefixes `status`'s message with what was done and the scheduler's name.
   absl::Status Named(const absl::Status& status, const std::string& what) const;
   // DataLossLocked names every server restarted into the job and the rounds it lost ("" when
@@ -124,6 +133,7 @@ class Membership {
   absl::Notification stop_heartbeat_;
   std::thread heartbeat_;
   bool left_ = false;
+  std::atomic<uint64_t> barriers_{0};  // Barriers entered (their count travels with each).
 };
 
 }  // namespace kvstore

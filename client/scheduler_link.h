@@ -66,8 +66,10 @@ class SchedulerLink {
                                            absl::Time deadline) = 0;
   // Heartbeat reports that the worker is alive; returns whether the job is over (and failed).
   virtual absl::StatusOr<JobState> Heartbeat(uint64_t node_id, absl::Time deadline) = 0;
-  // Barrier blocks until every worker of the job has entered the barrier.
-  virtual absl::Status Barrier(uint64_t node_id, absl::Time deadline) = 0;
+  // Barrier blocks until every worker of the job has entered the barrier; `sequence` is the
+  // worker's count of its barriers, this one included (a retry after the scheduler restarted
+  // passes once; server/scheduler/core/barriers.h).
+  virtual absl::Status Barrier(uint64_t node_id, uint64_t sequence, absl::Time deadline) = 0;
   // Finish records that the worker is done; `failure` (empty: it succeeded) says why it failed.
   virtual absl::Status Finish(uint64_t node_id, absl::Time deadline,
                               const std::string& failure) = 0;

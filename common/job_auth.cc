@@ -85,6 +85,12 @@ NodeKey NodeKey::Random() {
   return key;
 }
 
+NodeKey NodeKey::ForJob(absl::string_view secret, absl::string_view job_id) {
+  NodeKey key;
+  key.key_ = HmacHex(secret, absl::StrCat("kvstore node key ", job_id));
+  return key;
+}
+
 std::string NodeKey::TokenFor(uint64_t node_id) const {
   return HmacHex(key_, absl::StrCat("kvstore node ", node_id));
 }

@@ -9,11 +9,16 @@
 // - a node token ("NODE_ID:TOKEN": metadata kNodeTokenKey on calls to the scheduler; in the
 //   request itself, proto::RequestNode's node_credential, on calls to a kvserver, where
 //   metadata would cost small calls more than the check), HMAC-SHA256 of the node id under a
-//   node key that only the scheduler holds (made at random when it starts). The scheduler issues
-//   each node its token when it registers, and gives every kvserver the tokens of the job's
-//   workers and its own; a kvserver then accepts a request only from the node its token names.
-//   A node cannot compute another's token, so it cannot read, push or poison request ids as
-//   another node.
+//   node key derived from the secret and the job's id (HMAC-SHA256(secret, "kvstore node key "
+//   + JOB_ID), the id drawn at random by the scheduler that forms the job), so that a
+//   scheduler restarted in place, or a standby, checks the tokens its predecessor issued
+//   without any state of its own, while tokens of another job of the same secret are
+//   worthless. The scheduler issues each node its token when it registers, and gives
+//   every kvserver the tokens of the job's workers and its own; a kvserver then accepts a
+//   request only from the node its token names. Only the secret's holders - the job's own
+//   processes - can compute a token: a process without the secret cannot read, push or poison
+//   request ids as any node. (A process with the secret could compute another node's token;
+//   the secret is the job's trust boundary, docs/security.md.)
 // A daemon started without a secret checks nothing (its binary refuses that unless told
 // --insecure).
 //
@@ -57,6 +62,9 @@ class NodeKey {
  public:
   // Random makes a fresh key.
   static NodeKey Random();
+  // ForJob derives the key of job `job_id` from the job's secret: every scheduler of the job
+  // makes the same one.
+  static NodeKey ForJob(absl::string_view secret, absl::string_view job_id);
   // TokenFor returns node `node_id`'s token (hex).
   std::string TokenFor(uint64_t node_id) const;
 

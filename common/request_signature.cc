@@ -218,8 +218,12 @@ RequestKey RequestKeyOf(absl::string_view node_token) {
   return key;
 }
 
-RequestSigner::RequestSigner(uint64_t node_id, absl::string_view node_token, bool signed_payloads)
-    : node_id_(node_id), key_(RequestKeyOf(node_token)), signed_payloads_(signed_payloads) {}
+RequestSigner::RequestSigner(uint64_t node_id, absl::string_view node_token, bool signed_payloads,
+                             uint64_t first_sequence)
+    : node_id_(node_id),
+      key_(RequestKeyOf(node_token)),
+      signed_payloads_(signed_payloads),
+      next_sequence_(first_sequence) {}
 
 grpc::ByteBuffer RequestSigner::Sign(const RequestRoute& route, const grpc::ByteBuffer& request) {
   Slices slices;

@@ -84,7 +84,10 @@ struct RequestRoute {
 class RequestSigner {
  public:
   // With `signed_payloads`, signatures cover every byte of a request, payloads included.
-  RequestSigner(uint64_t node_id, absl::string_view node_token, bool signed_payloads = false);
+  // The first request is signed under `first_sequence` (a scheduler started again draws it
+  // from the clock, above every sequence its predecessor used).
+  RequestSigner(uint64_t node_id, absl::string_view node_token, bool signed_payloads = false,
+                uint64_t first_sequence = 1);
 
   // Sign returns `request` followed by its trailer for `route`, under the next sequence. The
   // request's slices are shared, not copied.

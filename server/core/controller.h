@@ -129,6 +129,13 @@ class Controller {
   // restored_round / restored_checkpoint: the round and id of the set Restore restored (-1
   // and "" when none).
   int64_t restored_round() const { return restored_round_; }
+
+  // AbandonCut ends what the scheduler left half done when it died (a server registering again
+  // with a scheduler restarted in place, controller_cut.cc): a checkpoint set's cut (the pushes
+  // it holds go on) and this server's files of that set not yet published (a pending file, or
+  // a file committed without its manifest), and a shard copy taken for a join (as its abort
+  // does). Returns what it ended ("" when nothing was open), or the error of a file removal.
+  absl::StatusOr<std::string> AbandonCut();
   const std::string& restored_checkpoint() const { return restored_checkpoint_; }
   // restored_from names what Restore read: this server's file, or the set it re-placed.
   const std::string& restored_from() const { return restored_from_; }
@@ -181,6 +188,10 @@ class Controller {
   std::string restored_from_;
   absl::Mutex cut_mu_;
   std::string cut_id_ ABSL_GUARDED_BY(cut_mu_);
+  // The directory the cut's file went to (from its write until published or aborted), and
+  // whether it was committed there.
+  std::string cut_dir_ ABSL_GUARDED_BY(cut_mu_);
+  bool cut_committed_ ABSL_GUARDED_BY(cut_mu_) = false;
   // Command 14: the copy taken (its cut's id and bytes); command 15: the copy received.
   std::string copy_id_ ABSL_GUARDED_BY(cut_mu_);
   std::string copy_out_ ABSL_GUARDED_BY(cut_mu_);

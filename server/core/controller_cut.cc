@@ -3,6 +3,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/state_file.h"
@@ -73,6 +74,10 @@ absl::StatusOr<std::string> Controller::RunCut(int head, absl::string_view body)
     case kCommandCutCommit: {
       ASSIGN_OR_RETURN(const ConfinedDirectory directory,
                        CheckpointDirectory(std::string(body), /*create=*/false));
+      {
+        absl::MutexLock lock(&cut_mu_);
+        cut_committed_ = true;
+      }
       RETURN_IF_ERROR(directory.RemoveFile(kManifestFileName));
       RETURN_IF_ERROR(directory.RenameFile(PendingFileName(rank_), CheckpointFileName(rank_)));
       return directory.PathOf(CheckpointFileName(rank_));
@@ -95,6 +100,11 @@ absl::StatusOr<std::string> Controller::CutWrite(absl::string_view body) {
   RETURN_IF_ERROR(directory.CheckNotLink(CheckpointFileName(rank_)));
   RETURN_IF_ERROR(directory.CheckNotLink(kManifestFileName));
   ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->state().Snapshot());
+  {
+    absl::MutexLock lock(&cut_mu_);
+    cut_dir_ = f[3];
+    cut_committed_ = false;
+  }
   // The cut is in memory: the held pushes go on while the file is written.
   engine_->cuts().End();
   proto::ShardCheckpoint checkpoint = MakeCheckpoint(snapshot);
@@ -120,8 +130,49 @@ absl::StatusOr<std::string> Controller::CutPublish(absl::string_view body) {
   }
   ASSIGN_OR_RETURN(const ConfinedDirectory directory,
                    CheckpointDirectory(std::string(body.substr(0, newline)), false));
-  return directory.WriteStateFile(kManifestFileName, StateKind::kCheckpointManifest,
-                                  manifest.SerializeAsString());
+  ASSIGN_OR_RETURN(std::string written,
+                   directory.WriteStateFile(kManifestFileName, StateKind::kCheckpointManifest,
+                                            manifest.SerializeAsString()));
+  absl::MutexLock lock(&cut_mu_);
+  if (cut_id_ == manifest.checkpoint_id()) {
+    cut_id_.clear();
+    cut_dir_.clear();
+    cut_committed_ = false;
+  }
+  return written;
+}
+
+absl::StatusOr<std::string> Controller::AbandonCut() {
+  std::string copy_id, cut_id, dir;
+  bool committed = false;
+  {
+    absl::MutexLock lock(&cut_mu_);
+    copy_id = copy_id_;
+    cut_id.swap(cut_id_);
+    dir.swap(cut_dir_);
+    committed = cut_committed_;
+    cut_committed_ = false;
+  }
+  std::vector<std::string> ended;
+  if (!copy_id.empty()) {
+    RETURN_IF_ERROR(CopyOutEnd("abort", "abort " + copy_id).status());
+    ended.push_back(absl::StrCat("the shard copy ", copy_id));
+  }
+  if (!cut_id.empty()) {
+    engine_->cuts().End();
+    ended.push_back(absl::StrCat("the cut of checkpoint ", cut_id));
+  }
+  if (!dir.empty()) {
+    ASSIGN_OR_RETURN(const ConfinedDirectory directory, CheckpointDirectory(dir, false));
+    if (committed) {
+      RETURN_IF_ERROR(RemoveCheckpointSetFiles(directory, rank_));
+    } else {
+      RETURN_IF_ERROR(directory.RemoveFile(PendingFileName(rank_)));
+    }
+    RETURN_IF_ERROR(RemoveIfEmpty(*checkpoint_root_, dir));
+    ended.push_back(absl::StrCat("its unpublished file", committed ? "s" : "", " in ", dir));
+  }
+  return absl::StrJoin(ended, ", ");
 }
 
 absl::StatusOr<std::string> Controller::CutAbort(absl::string_view body) {
@@ -136,7 +187,11 @@ absl::StatusOr<std::string> Controller::CutAbort(absl::string_view body) {
   ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 2, "ID DIR"));
   {
     absl::MutexLock lock(&cut_mu_);
-    if (cut_id_ == f[0]) cut_id_.clear();
+    if (cut_id_ == f[0]) {
+      cut_id_.clear();
+      cut_dir_.clear();
+      cut_committed_ = false;
+    }
   }
   engine_->cuts().End();
   absl::StatusOr<ConfinedDirectory> directory = CheckpointDirectory(f[1], false);

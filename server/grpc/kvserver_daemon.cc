@@ -298,26 +298,74 @@ absl::Status KVServerDaemon::RegisterAndServe() {
   const Heartbeat beat(stub.get(), registration, *backends.primary,
                        !options_.security.secret.empty(), interval);
   if (!registration.replaced_address().empty()) RefuseLostUpdates(registration, backends, beat);
-  ServerEngine* engine = backends.primary->engine.get();
-  ServerEngine* backup_engine =
-      backends.backup != nullptr ? backends.backup->engine.get() : nullptr;
+  const Backends served = backends;
   service_.SetBackend(std::move(backends.primary), MakeVerifier(registration),
                       std::move(backends.backup));
   health_->SetServing(true);
   spdlog::info("kvserver rank {} (node {}) serving {} for {} workers", registration.rank(),
                registration.node_id(), view.mode(), view.num_workers());
-  return HeartbeatUntilOver(registration, beat, interval, engine, backup_engine);
+  return HeartbeatUntilOver(stub.get(), registration, beat, interval, served);
 }
 
 absl::StatusOr<proto::RegisterResponse> KVServerDaemon::Register(proto::Scheduler::Stub* stub) {
-  const bool secured = !options_.security.secret.empty();
   proto::RegisterRequest request;
   request.set_role(proto::SERVER);
   request.set_address(address());
   request.set_requested_rank(options_.requested_rank);
   request.set_hostname(LocalHostname());
+  return CallRegister(stub, request, absl::Now() + options_.register_timeout);
+}
+
+void KVServerDaemon::JobPicture::Update(const proto::HeartbeatResponse& reply) {
+  if (reply.view_epoch() > view_epoch) {
+    view_epoch = reply.view_epoch();
+    servers.assign(reply.servers().begin(), reply.servers().end());
+  }
+  dead_servers.assign(reply.dead_servers().begin(), reply.dead_servers().end());
+  left_workers.assign(reply.left_worker_node_ids().begin(), reply.left_worker_node_ids().end());
+  finished_workers.assign(reply.finished_worker_node_ids().begin(),
+                          reply.finished_worker_node_ids().end());
+}
+
+absl::Status KVServerDaemon::Rejoin(proto::Scheduler::Stub* stub, const JobPicture& picture,
+                                    const Backends& backends, absl::Time give_up) {
+  const proto::RegisterResponse& registration = picture.registration;
+  proto::RegisterRequest request;
+  request.set_role(proto::SERVER);
+  request.set_address(address());
+  request.set_requested_rank(registration.rank());
+  request.set_hostname(LocalHostname());
+  proto::Rejoin& rejoin = *request.mutable_rejoin();
+  rejoin.set_node_id(registration.node_id());
+  rejoin.set_rank(registration.rank());
+  *rejoin.mutable_view() = registration.view();
+  rejoin.set_view_epoch(picture.view_epoch);
+  for (const proto::ServerInfo& server : picture.servers) *rejoin.add_servers() = server;
+  for (int rank : picture.dead_servers) rejoin.add_dead_servers(rank);
+  for (uint64_t id : picture.left_workers) rejoin.add_left_worker_node_ids(id);
+  for (uint64_t id : picture.finished_workers) rejoin.add_finished_worker_node_ids(id);
+  rejoin.set_max_round(backends.primary->engine->cuts().MaxRoundStarted());
+  ASSIGN_OR_RETURN(const proto::RegisterResponse again, CallRegister(stub, request, give_up));
+  if (again.node_id() != registration.node_id() || again.rank() != registration.rank()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("registered again as node ", again.node_id(), " rank ", again.rank(),
+                     ", not node ", registration.node_id(), " rank ", registration.rank()));
+  }
+  for (const std::shared_ptr<ServerBackend>& backend : {backends.primary, backends.backup}) {
+    if (backend == nullptr) continue;
+    ASSIGN_OR_RETURN(const std::string ended, backend->controller->AbandonCut());
+    if (!ended.empty()) {
+      spdlog::warn("kvserver rank {}: ended what the lost scheduler left half done: {}",
+                   registration.rank(), ended);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<proto::RegisterResponse> KVServerDaemon::CallRegister(
+    proto::Scheduler::Stub* stub, const proto::RegisterRequest& request, absl::Time give_up) {
+  const bool secured = !options_.security.secret.empty();
   proto::RegisterResponse registration;
-  const absl::Time give_up = absl::Now() + options_.register_timeout;
   // The scheduler may still be starting: retried while it cannot be reached, saying so.
   const grpc::Status status = CallWhileUnreachable(
       absl::StrCat("the scheduler at ", options_.scheduler_address), give_up,
@@ -450,25 +498,52 @@ void KVServerDaemon::RefuseLostUpdates(const proto::RegisterResponse& registrati
   }
 }
 
-absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& registration,
+absl::Status KVServerDaemon::HeartbeatUntilOver(proto::Scheduler::Stub* stub,
+                                                const proto::RegisterResponse& registration,
                                                 const Heartbeat& beat, absl::Duration interval,
-                                                ServerEngine* engine, ServerEngine* backup_engine) {
+                                                const Backends& backends) {
   const proto::ClusterView& view = registration.view();
+  ServerEngine* engine = backends.primary->engine.get();
+  ServerEngine* backup_engine =
+      backends.backup != nullptr ? backends.backup->engine.get() : nullptr;
+  JobPicture picture{registration};
   absl::Time last_contact = absl::Now();
   int left_workers = 0;  // How many workers had left the job at the last heartbeat.
   while (!stop_.WaitForNotificationWithTimeout(interval)) {
     proto::HeartbeatResponse reply;
     const grpc::Status status = beat.Send(&reply);
     if (!status.ok()) {
-      if (absl::Now() - last_contact > options_.scheduler_lost_timeout) {
-        return absl::UnavailableError(absl::StrCat(
-            "lost the scheduler at ", options_.scheduler_address, ": no heartbeat answered for ",
-            absl::FormatDuration(options_.scheduler_lost_timeout), " (", status.error_message(),
-            ")"));
+      const absl::Time give_up = last_contact + options_.scheduler_lost_timeout;
+      const std::string lost = absl::StrCat(
+          "lost the scheduler at ", options_.scheduler_address, ": no heartbeat answered for ",
+          absl::FormatDuration(options_.scheduler_lost_timeout), " (", status.error_message(), ")");
+      if (absl::Now() > give_up) return absl::UnavailableError(lost);
+      // A scheduler restarted in place knows this server once it registers again; until
+      // then, or while none listens, this waits (up to scheduler_lost_timeout in all).
+      spdlog::warn(
+          "kvserver rank {}: a heartbeat to the scheduler at {} failed ({}); registering "
+          "again, waiting up to {} for it",
+          registration.rank(), options_.scheduler_address, status.error_message(),
+          absl::FormatDuration(absl::Trunc(give_up - absl::Now(), absl::Milliseconds(100))));
+      const absl::Status again = Rejoin(stub, picture, backends, give_up);
+      if (stop_.HasBeenNotified()) break;
+      if (!again.ok()) {
+        if (absl::IsFailedPrecondition(again) || absl::IsInvalidArgument(again) ||
+            absl::IsPermissionDenied(again) || absl::IsUnauthenticated(again)) {
+          return absl::Status(again.code(),
+                              absl::StrCat("registering again with the scheduler at ",
+                                           options_.scheduler_address, ": ", again.message()));
+        }
+        if (absl::Now() > give_up) return absl::UnavailableError(lost);
+        continue;
       }
+      spdlog::info("kvserver rank {} (node {}): registered again with the scheduler at {}",
+                   registration.rank(), registration.node_id(), options_.scheduler_address);
+      last_contact = absl::Now();
       continue;
     }
     last_contact = absl::Now();
+    picture.Update(reply);
     if (!reply.join_failure().empty()) {
       spdlog::error("kvserver rank {}: joining the running job failed: {}", registration.rank(),
                     reply.join_failure());

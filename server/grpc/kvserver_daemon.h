@@ -146,6 +146,29 @@ class KVServerDaemon {
   // Register registers with the scheduler, retrying while it cannot be reached, until
   // register_timeout; Cancelled once Shutdown was called.
   absl::StatusOr<proto::RegisterResponse> Register(proto::Scheduler::Stub* stub);
+  // CallRegister sends `request`, retried while the scheduler cannot be reached until
+  // `give_up`; Shutdown cancels it.
+  absl::StatusOr<proto::RegisterResponse> CallRegister(proto::Scheduler::Stub* stub,
+                                                       const proto::RegisterRequest& request,
+                                                       absl::Time give_up);
+  // JobPicture: what this server knows of the running job - the view it registered with, and
+  // what heartbeats told it since - which it presents when it registers again with a scheduler
+  // restarted in place (Rejoin).
+  struct JobPicture {
+    proto::RegisterResponse registration;
+    uint64_t view_epoch = 0;
+    std::vector<proto::ServerInfo> servers;
+    std::vector<int> dead_servers;
+    std::vector<uint64_t> left_workers;
+    std::vector<uint64_t> finished_workers;
+    // Takes in a heartbeat's answer.
+    void Update(const proto::HeartbeatResponse& reply);
+  };
+  // Rejoin registers this server again, presenting `picture` (its node id, rank, view and what
+  // heartbeats told it), and waits until `give_up` for the scheduler to re-form the job. Then
+  // it ends what the scheduler left half done on this server (Controller::AbandonCut).
+  absl::Status Rejoin(proto::Scheduler::Stub* stub, const JobPicture& picture,
+                      const Backends& backends, absl::Time give_up);
   // MakeBackends makes (and restores, or empties for a join) the engines the registration
   // assigns.
   absl::StatusOr<Backends> MakeBackends(const proto::RegisterResponse& registration);
@@ -159,9 +182,12 @@ class KVServerDaemon {
   // HeartbeatUntilOver beats every `interval` until the job is over (OK), failed or joining
   // failed (Aborted), the scheduler was lost for scheduler_lost_timeout (Unavailable), or
   // Shutdown (Cancelled); it drops the workers that left an elastic job from the engines.
-  absl::Status HeartbeatUntilOver(const proto::RegisterResponse& registration,
+  // When a heartbeat fails, it registers again (Rejoin): a scheduler restarted in place
+  // re-forms the job from its servers, and one that only missed a beat answers at once.
+  absl::Status HeartbeatUntilOver(proto::Scheduler::Stub* stub,
+                                  const proto::RegisterResponse& registration,
                                   const Heartbeat& beat, absl::Duration interval,
-                                  ServerEngine* engine, ServerEngine* backup_engine);
+                                  const Backends& backends);
   // AddCollectors adds the metrics read at scrape time (process, keys and bytes held, info).
   void AddCollectors();
 

@@ -79,12 +79,15 @@ class InProcessJob::Link final : public SchedulerLink {
                     job_->core_->failover().data_loss()};
   }
 
-  absl::Status Barrier(uint64_t node_id, absl::Time deadline) override {
+  absl::Status Barrier(uint64_t node_id, uint64_t sequence, absl::Time deadline) override {
     auto waiting = Waiting<absl::Status>::Make();
-    job_->core_->Barrier(node_id, kGroupWorkers, absl::Now(), [waiting](absl::Status status) {
-      waiting->outcome = std::move(status);
-      waiting->done.Notify();
-    });
+    job_->core_->Barrier(
+        node_id, kGroupWorkers, absl::Now(),
+        [waiting](absl::Status status) {
+          waiting->outcome = std::move(status);
+          waiting->done.Notify();
+        },
+        sequence);
     return waiting->Wait(deadline, "in a barrier");
   }
 

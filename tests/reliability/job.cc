@@ -51,6 +51,7 @@ Job::Job(std::vector<std::vector<std::string>> server_args, int workers,
                                    "--heartbeat_interval=100ms",
                                    "--register_timeout=30s"};
   argv.insert(argv.end(), scheduler_args.begin(), scheduler_args.end());
+  scheduler_argv_ = argv;
   scheduler_ = StartProcess("scheduler", argv, {{"DMLC_ROLE", "scheduler"}});
   const absl::StatusOr<int> port = scheduler_->WaitForPortFile(port_file, absl::Seconds(20));
   INFO(port.status().ToString() << "\n" << scheduler_->output());
@@ -102,6 +103,17 @@ Process& Job::AddWorker(int rank, std::vector<std::string> args) {
   args.insert(args.begin(), Runfile("tests/reliability/sum_worker"));
   workers_.push_back(StartProcess(absl::StrCat("worker ", rank), args, Env("worker", rank)));
   return *workers_.back();
+}
+
+Process& Job::RestartScheduler(std::vector<std::string> extra_args) {
+  std::vector<std::string> argv = scheduler_argv_;
+  for (std::string& arg : argv) {
+    if (arg == "--port=0") arg = absl::StrCat("--port=", port_);
+  }
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  retired_.push_back(std::move(scheduler_));
+  scheduler_ = StartProcess("scheduler (restarted)", argv, {{"DMLC_ROLE", "scheduler"}});
+  return *scheduler_;
 }
 
 std::string Job::Kvctl(const std::vector<std::string>& args, int* exit_code) {

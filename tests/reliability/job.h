@@ -39,6 +39,10 @@ class Job {
   // passed on: the server then runs with its file size limit at N KiB and SIGXFSZ ignored, so
   // that a write past it fails (EFBIG) as on a full disk.
   Process& StartServer(int rank, std::vector<std::string> args);
+  // RestartScheduler starts the scheduler again on the same port with the same flags (what
+  // systemd's Restart=on-failure does), `extra_args` added; the old process must be dead
+  // (killed by the test), and is kept for its log.
+  Process& RestartScheduler(std::vector<std::string> extra_args = {});
   // Kvctl runs kvctl with `args` and returns its output; `*exit_code` gets its status.
   std::string Kvctl(const std::vector<std::string>& args, int* exit_code);
 
@@ -55,6 +59,7 @@ class Job {
 
   int num_workers_;
   int port_ = 0;
+  std::vector<std::string> scheduler_argv_;
   std::unique_ptr<Process> scheduler_;
   std::vector<std::unique_ptr<Process>> servers_;
   std::vector<std::unique_ptr<Process>> workers_;

@@ -4,7 +4,7 @@
 // reference; exits 0 after the last round, 1 with a one-line reason otherwise.
 //
 //   sum_worker SEED FIRST LAST [PAUSE_MS [MAX_RETRIES]] [elastic=VICTIM:FILE] [barrier]
-//              [linger=MS] [crash=RANK:ROUND]
+//              [linger=MS] [crash=RANK:ROUND] [barrier_every=N]
 //
 // Rounds FIRST..LAST (FIRST > 1: the servers were restored from a checkpoint cut at round
 // FIRST - 1, and Init keeps their values). After each round "round R ok (T ms)" is printed, T
@@ -21,6 +21,8 @@
 // ROUND, for jobs whose workers all run one command line (deploy/launch.py).
 // barrier: a barrier over the workers after the last round ("barrier passed" once through).
 // linger=MS: MS milliseconds of sleep after that, before leaving the job.
+// barrier_every=N: a barrier over the workers after every N-th round too ("barrier after round
+// R passed"), and the time spent in it counted in the round's.
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -65,6 +67,7 @@ absl::Status Run(int argc, char** argv) {
   int64_t linger_ms = 0;
   int crash_rank = -1;
   int64_t crash_round = 0;
+  int64_t barrier_every = 0;
   std::vector<std::string> numbers;
   for (int i = 4; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -72,6 +75,10 @@ absl::Status Run(int argc, char** argv) {
       barrier = true;
     } else if (absl::StartsWith(arg, "linger=")) {
       if (!absl::SimpleAtoi(arg.substr(7), &linger_ms)) {
+        return absl::InvalidArgumentError(absl::StrCat("bad argument ", arg));
+      }
+    } else if (absl::StartsWith(arg, "barrier_every=")) {
+      if (!absl::SimpleAtoi(arg.substr(14), &barrier_every) || barrier_every < 1) {
         return absl::InvalidArgumentError(absl::StrCat("bad argument ", arg));
       }
     } else if (absl::StartsWith(arg, "crash=")) {
@@ -96,7 +103,7 @@ absl::Status Run(int argc, char** argv) {
       (numbers.size() > 1 && !absl::SimpleAtoi(numbers[1], &max_retries))) {
     return absl::InvalidArgumentError(
         "usage: sum_worker SEED FIRST LAST [PAUSE_MS [MAX_RETRIES]] [elastic=VICTIM:FILE] "
-        "[barrier] [linger=MS] [crash=RANK:ROUND]");
+        "[barrier] [linger=MS] [crash=RANK:ROUND] [barrier_every=N]");
   }
   ASSIGN_OR_RETURN(DistOptions options, DistOptions::FromEnvironment());
   options.rpc_timeout = absl::Seconds(30);
@@ -173,6 +180,10 @@ absl::Status Run(int argc, char** argv) {
                            outs[k].GetAsDouble(i), ", the float64 reference is ", want[k][i]));
         }
       }
+    }
+    if (barrier_every > 0 && round % barrier_every == 0) {
+      RETURN_IF_ERROR(kv->Barrier());
+      std::printf("barrier after round %lld passed\n", static_cast<long long>(round));
     }
     const absl::Duration took = absl::Now() - started;
     longest = std::max(longest, took);

@@ -9,18 +9,44 @@ namespace kvstore {
 
 absl::StatusOr<std::optional<Barriers::Passed>> Barriers::Enter(int group, uint64_t node_id,
                                                                 absl::Time now,
-                                                                absl::Duration timeout,
-                                                                Done* done) {
+                                                                absl::Duration timeout, Done* done,
+                                                                uint64_t sequence,
+                                                                std::vector<Done>* passed_before) {
   Barrier& barrier = open_[Key(group)];
   if (std::find(barrier.entered.begin(), barrier.entered.end(), node_id) != barrier.entered.end()) {
     return absl::InvalidArgumentError(
         absl::StrCat("node ", node_id, " is already in this barrier"));
+  }
+  if (sequence > 0 && passed_before != nullptr) {
+    std::map<uint64_t, uint64_t>& highest = highest_[Key(group)];
+    // A member got through a later barrier: this one passed before (a retry after a restart).
+    for (const auto& [member, count] : highest) {
+      if (count > sequence) {
+        passed_before->push_back(std::move(*done));
+        *done = nullptr;
+        if (barrier.entered.empty()) open_.erase(Key(group));
+        return std::optional<Passed>();
+      }
+    }
+    highest[node_id] = std::max(highest[node_id], sequence);
+    // Members waiting for an earlier count: this node got through it, so it passed.
+    for (size_t i = 0; i < barrier.entered.size();) {
+      if (barrier.sequence[i] == 0 || barrier.sequence[i] >= sequence) {
+        ++i;
+        continue;
+      }
+      passed_before->push_back(std::move(barrier.done[i]));
+      barrier.entered.erase(barrier.entered.begin() + i);
+      barrier.sequence.erase(barrier.sequence.begin() + i);
+      barrier.done.erase(barrier.done.begin() + i);
+    }
   }
   if (barrier.entered.empty()) {
     barrier.opened = now;
     barrier.deadline = now + timeout;
   }
   barrier.entered.push_back(node_id);
+  barrier.sequence.push_back(sequence);
   barrier.done.push_back(std::move(*done));
   *done = nullptr;
   if (Entered(barrier.entered) != Living(group)) return std::optional<Passed>();

@@ -3,6 +3,12 @@
 // deadline. A barrier passes once every member of its group that has not left the job has
 // entered: workers that left an elastic job (Left) are not waited for.
 //
+// Counted barriers: a node may give each entry its count of barriers over the group (1, 2, ...;
+// 0: not counted). That makes a barrier retried across a scheduler restarted in place pass
+// once: when a member enters barrier n + 1, barrier n has passed (the member got through it,
+// before the restart), so the members still waiting in n - having retried it after the restart
+// - are released, and a later entry of n is released at once.
+//
 // Threading: not thread-safe; SchedulerCore drives it under its lock. It never runs a
 // callback: those of barriers that pass, expire or are ended are handed back, to be run once
 // the lock is released.
@@ -52,8 +58,13 @@ class Barriers {
   // Enter adds node `node_id` to the barrier over `group` (opened now, with a deadline of
   // now + timeout, by its first node), taking `*done`. InvalidArgument, `*done` left to the
   // caller, when the node is in it already; the barrier, when this entry makes it pass.
+  // `sequence` is the node's count of this barrier (0: not counted; see the top): the
+  // callbacks of the entries that a counted entry shows to have passed before - this one's,
+  // or those of members waiting for an earlier count - go to `*passed_before` instead.
   absl::StatusOr<std::optional<Passed>> Enter(int group, uint64_t node_id, absl::Time now,
-                                              absl::Duration timeout, Done* done);
+                                              absl::Duration timeout, Done* done,
+                                              uint64_t sequence = 0,
+                                              std::vector<Done>* passed_before = nullptr);
   // Left records that worker `node_id` left the job and returns the barriers that now pass
   // (every other member has entered; `waited` is not set).
   std::vector<Passed> Left(uint64_t node_id);
@@ -76,6 +87,7 @@ class Barriers {
     absl::Time opened;
     absl::Time deadline;
     std::vector<uint64_t> entered;
+    std::vector<uint64_t> sequence;  // Each entry's count (0: not counted).
     std::vector<Done> done;
   };
   static int Key(int group) { return group & (kGroupServers | kGroupWorkers); }
@@ -84,6 +96,8 @@ class Barriers {
   const int num_workers_;
   absl::flat_hash_set<uint64_t> left_;  // Workers that left the job.
   std::map<int, Barrier> open_;         // By group.
+  // The highest count each node has entered, by group (counted barriers).
+  std::map<int, std::map<uint64_t, uint64_t>> highest_;
 };
 
 }  // namespace kvstore

@@ -152,7 +152,7 @@ absl::Status CheckpointCoordinator::WriteFile(int rank, const std::string& id, i
   for (;;) {
     ASSIGN_OR_RETURN(const std::string reply,
                      call_(rank, kCommandCutWrite,
-                           absl::StrCat(id, " ", round, " ", options_.job_id, " ", dir)));
+                           absl::StrCat(id, " ", round, " ", manifest->job_id(), " ", dir)));
     if (absl::StartsWith(reply, "written ")) {
       std::vector<std::string> f = absl::StrSplit(reply, ' ');
       uint64_t bytes = 0;
@@ -180,12 +180,13 @@ absl::Status CheckpointCoordinator::WriteFile(int rank, const std::string& id, i
 }
 
 absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(const std::string& dir) {
-  const std::string id = absl::StrCat(options_.job_id, "-", ++sequence_);
   const std::string trimmed(absl::StripAsciiWhitespace(dir));
   if (trimmed.empty()) {
     return absl::InvalidArgumentError("checkpoint: name a directory below the servers' roots");
   }
   ASSIGN_OR_RETURN(const ClusterView view, view_());
+  // The job's id names the job in every manifest and server file.
+  const std::string id = absl::StrCat(view.job_id, "-", ++sequence_);
   const int num_servers = view.num_servers;
   const absl::Time started = absl::Now();
   bool committed = false;
@@ -205,7 +206,7 @@ absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(const
   }
   // 3. Each server writes its file once its keys are there.
   proto::CheckpointManifest manifest;
-  manifest.set_job_id(options_.job_id);
+  manifest.set_job_id(view.job_id);
   manifest.set_checkpoint_id(id);
   manifest.set_round(view.mode == "dist_async" ? -1 : round);
   manifest.set_num_servers(num_servers);

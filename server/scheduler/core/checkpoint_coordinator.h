@@ -41,8 +41,6 @@
 namespace kvstore {
 
 struct CheckpointCoordinatorOptions {
-  // Names the job in every manifest and server file (the scheduler draws one at start).
-  std::string job_id;
   // How long the servers may take to bring every key to the cut's round.
   absl::Duration cut_timeout = absl::Seconds(60);
   // Periodic checkpoints: every `every_rounds` rounds (0: not by rounds) and/or every

@@ -43,6 +43,13 @@ NodeInfo& NodeTable::TakeOver(const NodeInfo& old, std::string address, std::str
   return nodes_[id] = std::move(node);
 }
 
+NodeInfo& NodeTable::Restore(NodeInfo node) {
+  const uint64_t id = node.node_id;
+  next_id_ = std::max(next_id_, id + 1);
+  requested_rank_[id] = node.rank;
+  return nodes_[id] = std::move(node);
+}
+
 NodeInfo* NodeTable::Find(uint64_t id) {
   auto it = nodes_.find(id);
   return it == nodes_.end() ? nullptr : &it->second;

@@ -36,6 +36,9 @@ struct ClusterView {
   int64_t chunk_bytes = 0;
   // "dist_sync" or "dist_async": the first registering worker's mode.
   std::string mode;
+  // Names the job (SchedulerCore::job_id): nodes present it when they register again with a
+  // scheduler restarted in place.
+  std::string job_id;
   absl::Duration heartbeat_interval;
   int replicas = 1;
   bool signed_payloads = false;  // SchedulerOptions::signed_payloads.
@@ -91,6 +94,9 @@ class NodeTable {
   // keys, bytes and restored round reset; `replaced_address` the old one's address).
   NodeInfo& TakeOver(const NodeInfo& old, std::string address, std::string hostname,
                      absl::Time now);
+  // Restore adds `node` under its own node id and rank (a running job re-formed by a scheduler
+  // restarted in place); later ids are above it.
+  NodeInfo& Restore(NodeInfo node);
   // next_id: the node id the next Add or TakeOver gives.
   uint64_t next_id() const { return next_id_; }
 

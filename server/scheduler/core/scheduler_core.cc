@@ -4,6 +4,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/scheduler/core/server_failover.h"
@@ -34,6 +35,7 @@ SchedulerCore::SchedulerCore(const SchedulerOptions& options)
     : options_(options),
       nodes_(options.num_servers, options.num_workers),
       barriers_(options.num_servers, options.num_workers),
+      job_id_(options.job_id),
       failover_(std::make_unique<ServerFailover>(this)),
       liveness_(std::make_unique<WorkerLiveness>(this)) {}
 
@@ -67,7 +69,38 @@ absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("chunk size must be positive, got ", options.chunk_bytes, " bytes"));
   }
-  return std::unique_ptr<SchedulerCore>(new SchedulerCore(options));
+  SchedulerOptions named = options;
+  if (named.job_id.empty()) {
+    absl::BitGen random;
+    named.job_id = absl::StrCat(absl::Hex(absl::Uniform<uint64_t>(random), absl::kZeroPad16));
+  }
+  return std::unique_ptr<SchedulerCore>(new SchedulerCore(named));
+}
+
+std::string SchedulerCore::job_id() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return job_id_;
+}
+
+absl::Status SchedulerCore::UnknownNodeLocked(uint64_t node_id, absl::string_view what) const {
+  if (!complete_) {
+    return absl::UnavailableError(absl::StrCat(
+        what, " from node ", node_id, ", which this scheduler does not know yet: ",
+        claims_.empty() ? "it has just started (a node of a running job registers again first)"
+                        : absl::StrCat("it is re-forming job ", job_id_, " from its servers (",
+                                       MissingFromReformLocked(), ")")));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " from node id ", node_id, ", never issued by this scheduler"));
+}
+
+std::vector<uint64_t> SchedulerCore::finished_worker_ids() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<uint64_t> ids;
+  for (const auto& [id, node] : nodes_) {
+    if (node.role == NodeRole::kWorker && node.finished) ids.push_back(id);
+  }
+  return ids;
 }
 
 bool SchedulerCore::InGroup(NodeRole role, int group) {
@@ -185,6 +218,7 @@ ClusterView SchedulerCore::ViewLocked() const {
   cluster.big_value_bound = options_.big_value_bound;
   cluster.chunk_bytes = options_.chunk_bytes;
   cluster.mode = mode_.empty() ? "dist_sync" : mode_;
+  cluster.job_id = job_id_;
   cluster.heartbeat_interval = options_.heartbeat_interval;
   cluster.replicas = options_.replicas;
   cluster.signed_payloads = options_.signed_payloads;
@@ -192,15 +226,15 @@ ClusterView SchedulerCore::ViewLocked() const {
   return cluster;
 }
 
-void SchedulerCore::Barrier(uint64_t node_id, int group, absl::Time now, BarrierDone done) {
+void SchedulerCore::Barrier(uint64_t node_id, int group, absl::Time now, BarrierDone done,
+                            uint64_t sequence) {
   std::vector<BarrierDone> released;
   absl::Status error;
   {
     absl::MutexLock lock(&mu_);
     auto it = nodes_.find(node_id);
     if (it == nodes_.end()) {
-      error = absl::InvalidArgumentError(
-          absl::StrCat("node id ", node_id, " was never issued by this scheduler"));
+      error = UnknownNodeLocked(node_id, "a barrier");
     } else if (!complete_) {
       error = absl::FailedPreconditionError(
           absl::StrCat("barrier before the job is complete: ", nodes_.Missing()));
@@ -213,8 +247,17 @@ void SchedulerCore::Barrier(uint64_t node_id, int group, absl::Time now, Barrier
           absl::StrCat("worker ", it->second.rank, " (node ", node_id,
                        ") has left the job and cannot enter a barrier: ", it->second.failure));
     } else {
-      absl::StatusOr<std::optional<Barriers::Passed>> passed =
-          barriers_.Enter(group, node_id, now, options_.barrier_timeout, &done);
+      std::vector<BarrierDone> passed_before;
+      absl::StatusOr<std::optional<Barriers::Passed>> passed = barriers_.Enter(
+          group, node_id, now, options_.barrier_timeout, &done, sequence, &passed_before);
+      if (!passed_before.empty()) {
+        spdlog::info(
+            "barrier over the {}: {} {} entered its barrier {}, which shows that {} "
+            "entr{} retried after this scheduler started had passed before it",
+            GroupName(group), std::string(RoleName(it->second.role)), it->second.rank, sequence,
+            passed_before.size(), passed_before.size() == 1 ? "y" : "ies");
+        for (BarrierDone& release : passed_before) released.push_back(std::move(release));
+      }
       if (!passed.ok()) {
         error = absl::InvalidArgumentError(absl::StrCat(
             RoleName(it->second.role), " ", it->second.rank, " is already in this barrier"));
@@ -252,10 +295,7 @@ std::string SchedulerCore::MissingFromBarrier(int group,
 absl::StatusOr<bool> SchedulerCore::Heartbeat(uint64_t node_id, absl::Time now, ServerLoad load) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(node_id);
-  if (it == nodes_.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("heartbeat from node id ", node_id, ", never issued by this scheduler"));
-  }
+  if (it == nodes_.end()) return UnknownNodeLocked(node_id, "a heartbeat");
   it->second.last_heartbeat = std::max(it->second.last_heartbeat, now);
   if (it->second.role == NodeRole::kServer) {
     NodeInfo& node = it->second;
@@ -307,6 +347,10 @@ void SchedulerCore::RequestShutdown(std::string reason) {
       registrations.push_back(std::move(pending.done));
     }
     pending_registrations_.clear();
+    for (PendingRegistration& pending : pending_rejoins_) {
+      registrations.push_back(std::move(pending.done));
+    }
+    pending_rejoins_.clear();
     for (RegisterDone& done : failover_->TakePending()) registrations.push_back(std::move(done));
     for (BarrierDone& done : barriers_.TakeAll()) barriers.push_back(std::move(done));
   }
@@ -349,10 +393,7 @@ absl::Status SchedulerCore::Finish(uint64_t node_id, absl::Time now, std::string
   {
     absl::MutexLock lock(&mu_);
     auto it = nodes_.find(node_id);
-    if (it == nodes_.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("finish from node id ", node_id, ", never issued by this scheduler"));
-    }
+    if (it == nodes_.end()) return UnknownNodeLocked(node_id, "finish");
     if (it->second.role != NodeRole::kWorker) {
       return absl::InvalidArgumentError(
           absl::StrCat("only workers finish the job; node ", node_id, " is a server"));
@@ -424,6 +465,18 @@ void SchedulerCore::ExpireDeadlines(absl::Time now) {
       pending_registrations_.clear();
       registration_failed_ = true;
       registration_error_ = status;
+    }
+    if (!complete_ && !pending_rejoins_.empty() &&
+        now > first_rejoin_ + options_.register_timeout) {
+      const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
+          "waited ", absl::FormatDuration(options_.register_timeout), " to re-form job ", job_id_,
+          " from its servers: ", MissingFromReformLocked()));
+      for (PendingRegistration& pending : pending_rejoins_) {
+        failed_registrations.emplace_back(std::move(pending.done), status);
+      }
+      pending_rejoins_.clear();
+      claims_.clear();
+      first_rejoin_ = absl::InfiniteFuture();
     }
     for (Barriers::Expired& expired : barriers_.Expire(now)) {
       const absl::Status status = absl::DeadlineExceededError(

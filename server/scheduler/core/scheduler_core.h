@@ -13,9 +13,17 @@
 // (left_worker_ids), and the job is over once every worker has finished or left. When no
 // worker is left that could finish the job, it fails as a job in the default mode does.
 //
-// Waiting calls (Register, Barrier) never block: they take a completion callback, which runs
-// exactly once - when the wait is satisfied, or from ExpireDeadlines() with DeadlineExceeded and a
-// message naming what is still missing. A gRPC reactor can therefore Finish from the callback
+// A scheduler restarted in place (or a standby that took over) re-forms the running job from
+// its nodes' registrations (Rejoin, scheduler_core_rejoin.cc): each server presents its node
+// id, rank, the view it serves by and what heartbeats told it of the job; once every server of
+// the newest view that is not dead has, the job is re-formed as it was - node ids, ranks, the
+// cluster view, its epoch, dead servers, workers that finished or left - and runs on. Workers
+// need not register again: their heartbeats and barriers name node ids the re-formed job knows.
+// Until then, calls naming a node id this scheduler does not know yet are Unavailable (retry).
+//
+// Waiting calls (Register, Rejoin, Barrier) never block: they take a completion callback, which
+// runs exactly once - when the wait is satisfied, or from ExpireDeadlines() with DeadlineExceeded
+// and a message naming what is still missing. A gRPC reactor can therefore Finish from the callback
 // without blocking in a reaction. Callbacks run on the thread whose call completed the wait,
 // after the core's lock is released.
 //
@@ -71,6 +79,30 @@ struct SchedulerOptions {
   bool elastic = false;
   // Published in the view: request signatures cover payloads too (common/request_signature.h).
   bool signed_payloads = false;
+  // Names the job (in the view, checkpoint manifests and node keys); empty: drawn at random by
+  // Create. A scheduler that re-forms a running job takes the job's own.
+  std::string job_id;
+};
+
+// RejoinClaim: a node of a running job registering again with a scheduler restarted in place:
+// who it is and, for servers, what it knows of the job.
+struct RejoinClaim {
+  NodeRole role = NodeRole::kWorker;
+  uint64_t node_id = 0;
+  int rank = 0;
+  std::string address;  // Servers: the address they serve on.
+  std::string hostname;
+  // The view the node registered with; its job_id names the job (servers: every field).
+  ClusterView view;
+  // Servers: the view epoch and every server's address at it that heartbeats last published
+  // (epoch 0: none), and the servers declared dead, the workers that left an elastic job and
+  // those that finished, as heartbeats told them.
+  uint64_t view_epoch = 0;
+  std::vector<ServerEntry> servers;
+  std::vector<int> dead_servers;
+  std::vector<uint64_t> left_workers;
+  std::vector<uint64_t> finished_workers;
+  int64_t max_round = 0;
 };
 
 struct Registration {
@@ -126,13 +158,27 @@ class SchedulerCore {
   void Register(NodeRole role, int requested_rank, std::string address, std::string hostname,
                 absl::Time now, RegisterDone done, std::string mode = "");
 
+  // Rejoin takes a node of a running job registering again (see the top). `done` runs with the
+  // node's registration - its node id, rank and the job's view - once the job is re-formed (or
+  // at once when this scheduler knows the node); FailedPrecondition when this scheduler runs
+  // or forms another job, or the node is not one of the job's; InvalidArgument for a server's
+  // claim without a view; DeadlineExceeded from ExpireDeadlines, naming the servers missing,
+  // when the job is not re-formed within register_timeout of the first claim.
+  void Rejoin(RejoinClaim claim, absl::Time now, RegisterDone done);
+
+  // job_id names the job (SchedulerOptions::job_id, or the re-formed job's).
+  std::string job_id() const;
+
   // Barrier enters node `node_id` into a barrier over `group` (bits of kGroupServers and
   // kGroupWorkers, including the node's own role); `done` runs when every node of the group has
   // entered - in an elastic job, every node of the group that has not left, so a barrier
   // waiting for a worker that leaves passes then. InvalidArgument for a node id this scheduler
   // never issued or a group without the node's role; FailedPrecondition for a worker that has
-  // left the job.
-  void Barrier(uint64_t node_id, int group, absl::Time now, BarrierDone done);
+  // left the job; Unavailable for a node id not known yet while a job is re-formed. `sequence`
+  // is the node's count of its barriers over the group (Barriers, "counted barriers"; 0: not
+  // counted), so that a barrier retried after a restart passes once.
+  void Barrier(uint64_t node_id, int group, absl::Time now, BarrierDone done,
+               uint64_t sequence = 0);
 
   // Heartbeat records that the node is alive. Returns whether the job is over (every worker has
   // finished), so a server knows to exit. InvalidArgument for an unknown node id.
@@ -185,6 +231,10 @@ class SchedulerCore {
   const ServerFailover& failover() const { return *failover_; }
   ~SchedulerCore();
 
+  // finished_worker_ids returns the node ids of the workers that have finished (heartbeats
+  // tell the servers, which present them when they register again).
+  std::vector<uint64_t> finished_worker_ids() const;
+
   // Nodes returns every registered node (servers by rank, then workers by rank).
   std::vector<NodeInfo> Nodes() const;
   // view returns the cluster view; FailedPrecondition until every node has registered.
@@ -216,6 +266,21 @@ class SchedulerCore {
                std::string mode, absl::Time now, RegisterDone done,
                std::vector<PendingRegistration>* completed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool InGroup(NodeRole role, int group);
+  // UnknownNodeLocked is the error for `what` ("a heartbeat") naming a node id this scheduler
+  // does not know: Unavailable while the job is not (re-)formed - it may be a node of a
+  // running job this scheduler re-forms - and InvalidArgument after.
+  absl::Status UnknownNodeLocked(uint64_t node_id, absl::string_view what) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Re-forming (scheduler_core_rejoin.cc). ReformReadyLocked: every server of the newest
+  // claimed view that is not dead has presented itself. ReformLocked rebuilds the job from the
+  // claims, moving the waiting registrations into `*completed` (an error when the claims do
+  // not fit this scheduler's options).
+  bool ReformReadyLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status ReformLocked(absl::Time now, std::vector<PendingRegistration>* completed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // MissingFromReformLocked names the servers of the newest claimed view not heard from yet.
+  std::string MissingFromReformLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  const RejoinClaim* NewestClaimLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::string MissingFromBarrier(int group, const std::vector<uint64_t>& entered) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
@@ -230,6 +295,13 @@ class SchedulerCore {
   bool registration_failed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status registration_error_ ABSL_GUARDED_BY(mu_);
   Barriers barriers_ ABSL_GUARDED_BY(mu_);
+  std::string job_id_ ABSL_GUARDED_BY(mu_);
+  // Re-forming a running job: the servers' claims by node id, the registrations waiting for
+  // the job to re-form, and when the first claim came.
+  std::map<uint64_t, RejoinClaim> claims_ ABSL_GUARDED_BY(mu_);
+  std::vector<PendingRegistration> pending_rejoins_ ABSL_GUARDED_BY(mu_);
+  absl::Time first_rejoin_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  bool reformed_ ABSL_GUARDED_BY(mu_) = false;
   int finished_workers_ ABSL_GUARDED_BY(mu_) = 0;
   std::string mode_ ABSL_GUARDED_BY(mu_);
   std::string shutdown_reason_ ABSL_GUARDED_BY(mu_);  // Set by RequestShutdown.

@@ -164,6 +164,12 @@ std::string ServerFailover::join_failure(uint64_t node_id) const {
   return it == core_.nodes_.end() ? std::string() : it->second.join_failure;
 }
 
+void ServerFailover::RestoreEpoch(uint64_t epoch) {
+  core_.mu_.AssertHeld();
+  view_epoch_ = std::max(view_epoch_, epoch);
+  last_join_epoch_ = std::max(last_join_epoch_, epoch);
+}
+
 Routing ServerFailover::routing() const {
   absl::ReaderMutexLock lock(&core_.mu_);
   Routing routing;

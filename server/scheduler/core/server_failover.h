@@ -83,6 +83,8 @@ class ServerFailover {
   void RetryReplacements(absl::Time now,
                          std::vector<std::pair<RegisterDone, Registration>>* replaced,
                          std::vector<std::pair<RegisterDone, absl::Status>>* failed);
+  // RestoreEpoch sets the view epoch published (a running job re-formed at that epoch).
+  void RestoreEpoch(uint64_t epoch);
   // TakePending forgets the pending replacements, returning their callbacks (the job is over).
   std::vector<RegisterDone> TakePending();
   // RecordLoss adds a restarted server's data loss (its first heartbeat said what it restored).

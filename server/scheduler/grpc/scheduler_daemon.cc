@@ -5,7 +5,6 @@
 
 #include <algorithm>
 
-#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "common/advertise.h"
 #include "common/grpc_channel.h"
@@ -64,11 +63,7 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
 }
 
 void SchedulerDaemon::MakeCoordinators() {
-  CheckpointCoordinatorOptions checkpoints = options_.checkpoints;
-  if (checkpoints.job_id.empty()) {
-    absl::BitGen random;
-    checkpoints.job_id = absl::StrCat(absl::Hex(absl::Uniform<uint64_t>(random), absl::kZeroPad16));
-  }
+  const CheckpointCoordinatorOptions& checkpoints = options_.checkpoints;
   SchedulerCore* core = core_.get();
   CommandFanOut* commands = service_->commands();
   coordinator_ = std::make_unique<CheckpointCoordinator>(

@@ -40,6 +40,43 @@ void ViewToProto(const ClusterView& view, proto::ClusterView* out) {
     info->set_address(server.address);
   }
   for (uint64_t id : view.worker_node_ids) out->add_worker_node_ids(id);
+  out->set_job_id(view.job_id);
+}
+
+std::vector<ServerEntry> ServersFromProto(
+    const google::protobuf::RepeatedPtrField<proto::ServerInfo>& servers) {
+  std::vector<ServerEntry> entries;
+  for (const proto::ServerInfo& info : servers) {
+    entries.push_back(ServerEntry{info.rank(), info.node_id(), info.address()});
+  }
+  return entries;
+}
+
+// ClaimFromProto: a node's registration again with a scheduler restarted in place.
+RejoinClaim ClaimFromProto(const proto::RegisterRequest& request) {
+  const proto::Rejoin& rejoin = request.rejoin();
+  const proto::ClusterView& view = rejoin.view();
+  RejoinClaim claim;
+  claim.role = request.role() == proto::SERVER ? NodeRole::kServer : NodeRole::kWorker;
+  claim.node_id = rejoin.node_id();
+  claim.rank = rejoin.rank();
+  claim.address = request.address();
+  claim.hostname = request.hostname();
+  claim.view.num_servers = view.num_servers();
+  claim.view.num_workers = view.num_workers();
+  claim.view.servers = ServersFromProto(view.servers());
+  claim.view.worker_node_ids.assign(view.worker_node_ids().begin(), view.worker_node_ids().end());
+  claim.view.mode = view.mode();
+  claim.view.job_id = view.job_id();
+  claim.view_epoch = rejoin.view_epoch();
+  claim.servers = ServersFromProto(rejoin.servers());
+  claim.dead_servers.assign(rejoin.dead_servers().begin(), rejoin.dead_servers().end());
+  claim.left_workers.assign(rejoin.left_worker_node_ids().begin(),
+                            rejoin.left_worker_node_ids().end());
+  claim.finished_workers.assign(rejoin.finished_worker_node_ids().begin(),
+                                rejoin.finished_worker_node_ids().end());
+  claim.max_round = rejoin.max_round();
+  return claim;
 }
 
 // Metadata returns the value of `key` in the call's metadata, or nothing.
@@ -84,13 +121,27 @@ SchedulerService::SchedulerService(SchedulerCore* core, absl::Duration command_t
     : core_(core),
       commands_(core, this),
       command_timeout_(command_timeout),
+      secret_(secret),
       server_credentials_(std::move(server_credentials)) {
-  if (!secret.empty()) {
-    job_token_ = JobToken(secret);
-    node_key_ = NodeKey::Random();
-    signer_ =
-        std::make_unique<RequestSigner>(kSchedulerNodeId, node_key_->TokenFor(kSchedulerNodeId));
+  if (!secret.empty()) job_token_ = JobToken(secret);
+}
+
+std::shared_ptr<const SchedulerService::Keys> SchedulerService::JobKeys() const {
+  if (secret_.empty()) return nullptr;
+  const std::string job_id = core_->job_id();
+  absl::MutexLock lock(&keys_mu_);
+  if (keys_ == nullptr || keys_->job_id != job_id) {
+    const NodeKey key = NodeKey::ForJob(secret_, job_id);
+    // Sequences from the clock (microseconds): above every one an earlier scheduler of the
+    // job signed, so that the kvservers accept this one's commands and refuse replays of its.
+    const uint64_t first =
+        static_cast<uint64_t>(std::max<int64_t>(1, absl::ToUnixMicros(absl::Now())));
+    keys_ = std::make_shared<const Keys>(
+        Keys{job_id, key,
+             std::make_shared<RequestSigner>(kSchedulerNodeId, key.TokenFor(kSchedulerNodeId),
+                                             false, first)});
   }
+  return keys_;
 }
 
 absl::Status SchedulerService::Check(const grpc::CallbackServerContext& context, Allowed allowed,
@@ -105,7 +156,7 @@ absl::Status SchedulerService::Check(const grpc::CallbackServerContext& context,
   if (allowed != Allowed::kJob) {
     if (auto credential = Metadata(context, kNodeTokenKey)) {
       const std::optional<ParsedCredential> parsed = ParseNodeCredential(*credential);
-      if (parsed && TokensEqual(parsed->token, node_key_->TokenFor(parsed->node_id))) {
+      if (parsed && TokensEqual(parsed->token, JobKeys()->node_key.TokenFor(parsed->node_id))) {
         if (parsed->node_id != node_id) {
           return absl::PermissionDeniedError(absl::StrCat("the request names node ", node_id,
                                                           " but its credential is node ",
@@ -122,6 +173,15 @@ absl::Status SchedulerService::Check(const grpc::CallbackServerContext& context,
         return absl::OkStatus();
       }
     }
+  }
+  if (allowed != Allowed::kJob && Metadata(context, kNodeTokenKey).has_value() &&
+      !core_->view().ok()) {
+    // A node token is made with the job's id, which a scheduler restarted in place learns
+    // from the servers registering again: a node of the running job retries until then.
+    return absl::UnavailableError(absl::StrCat(
+        "this scheduler has not formed or re-formed its job yet, so it cannot check the node "
+        "token of node ",
+        node_id, " yet"));
   }
   switch (allowed) {
     case Allowed::kJob:
@@ -182,42 +242,45 @@ void SchedulerService::HandleRegister(const proto::RegisterRequest& request,
     return done(absl::InvalidArgumentError(
         absl::StrCat("unknown mode \"", request.mode(), "\" (dist_sync or dist_async)")));
   }
-  core_->Register(
-      role, request.requested_rank(), request.address(), request.hostname(), absl::Now(),
-      [this, role, response, address = request.address(),
-       done = std::move(done)](absl::StatusOr<Registration> registration) {
-        if (registration.ok() && role == NodeRole::kServer && signer_ != nullptr) {
-          // Commands signed before this server registered are not its to accept. Taken before
-          // a join starts, whose first commands go to this server.
-          response->set_scheduler_sequence(signer_->next_sequence() - 1);
-        }
-        if (registration.ok() && registration->join_epoch > 0) {
-          response->set_join_epoch(registration->join_epoch);
-          if (join_) {
-            join_(*registration, address);
-          } else {
-            core_->failover().FailJoin(registration->node_id, "this scheduler copies no shards");
+  const bool rejoin = request.has_rejoin();
+  auto answer = [this, role, rejoin, response, address = request.address(),
+                 done = std::move(done)](absl::StatusOr<Registration> registration) {
+    const std::shared_ptr<const Keys> keys = JobKeys();
+    if (registration.ok() && role == NodeRole::kServer && keys != nullptr && !rejoin) {
+      // Commands signed before this server registered are not its to accept. Taken before
+      // a join starts, whose first commands go to this server. (A server registering again
+      // keeps the sequences it has seen.)
+      response->set_scheduler_sequence(keys->signer->next_sequence() - 1);
+    }
+    if (registration.ok() && registration->join_epoch > 0) {
+      response->set_join_epoch(registration->join_epoch);
+      if (join_) {
+        join_(*registration, address);
+      } else {
+        core_->failover().FailJoin(registration->node_id, "this scheduler copies no shards");
+      }
+    }
+    if (registration.ok()) {
+      response->set_node_id(registration->node_id);
+      response->set_replaced_address(registration->replaced_address);
+      response->set_rank(registration->rank);
+      ViewToProto(registration->view, response->mutable_view());
+      if (keys != nullptr) {
+        response->set_node_token(keys->node_key.TokenFor(registration->node_id));
+        if (role == NodeRole::kServer) {
+          auto& peers = *response->mutable_peer_tokens();
+          peers[kSchedulerNodeId] = keys->node_key.TokenFor(kSchedulerNodeId);
+          for (uint64_t id : registration->view.worker_node_ids) {
+            peers[id] = keys->node_key.TokenFor(id);
           }
         }
-        if (registration.ok()) {
-          response->set_node_id(registration->node_id);
-          response->set_replaced_address(registration->replaced_address);
-          response->set_rank(registration->rank);
-          ViewToProto(registration->view, response->mutable_view());
-          if (node_key_.has_value()) {
-            response->set_node_token(node_key_->TokenFor(registration->node_id));
-            if (role == NodeRole::kServer) {
-              auto& peers = *response->mutable_peer_tokens();
-              peers[kSchedulerNodeId] = node_key_->TokenFor(kSchedulerNodeId);
-              for (uint64_t id : registration->view.worker_node_ids) {
-                peers[id] = node_key_->TokenFor(id);
-              }
-            }
-          }
-        }
-        done(registration.status());
-      },
-      request.mode());
+      }
+    }
+    done(registration.status());
+  };
+  if (rejoin) return core_->Rejoin(ClaimFromProto(request), absl::Now(), std::move(answer));
+  core_->Register(role, request.requested_rank(), request.address(), request.hostname(),
+                  absl::Now(), std::move(answer), request.mode());
 }
 
 grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContext* context,
@@ -262,6 +325,7 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
         }
         for (uint64_t id : core_->liveness().left_worker_ids())
           response->add_left_worker_node_ids(id);
+        for (uint64_t id : core_->finished_worker_ids()) response->add_finished_worker_node_ids(id);
         // A worker that left an elastic job (declared dead, yet still running) stops.
         if (const std::string left = core_->liveness().left_reason(request.node_id());
             !left.empty()) {
@@ -282,7 +346,8 @@ grpc::ServerUnaryReactor* SchedulerService::Barrier(grpc::CallbackServerContext*
         const absl::Status status = Check(*context, Allowed::kSelf, request.node_id());
         if (!status.ok()) return done(status);
         if (barrier_wait_ == nullptr) {
-          return core_->Barrier(request.node_id(), request.group(), absl::Now(), std::move(done));
+          return core_->Barrier(request.node_id(), request.group(), absl::Now(), std::move(done),
+                                request.sequence());
         }
         const absl::Time entered = absl::Now();
         core_->Barrier(
@@ -290,7 +355,8 @@ grpc::ServerUnaryReactor* SchedulerService::Barrier(grpc::CallbackServerContext*
             [done = std::move(done), entered, wait = barrier_wait_](absl::Status status) {
               if (status.ok()) wait->ObserveDuration(absl::Now() - entered);
               done(std::move(status));
-            });
+            },
+            request.sequence());
       });
 }
 
@@ -341,8 +407,9 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
 grpc::ByteBuffer SchedulerService::Signed(ServerMethod method, bool backup,
                                           const std::string& address,
                                           const grpc::ByteBuffer& request) const {
-  if (signer_ == nullptr) return request;
-  return signer_->Sign({method, backup, address, 0}, request);
+  const std::shared_ptr<const Keys> keys = JobKeys();
+  if (keys == nullptr) return request;
+  return keys->signer->Sign({method, backup, address, 0}, request);
 }
 
 void SchedulerService::Send(const std::string& address, bool backup, int head,

@@ -143,11 +143,21 @@ class SchedulerService final : public RawSchedulerService, private ServerCommand
   CommandFanOut commands_;
   Histogram* barrier_wait_ = nullptr;  // Optional; set before serving.
   const absl::Duration command_timeout_;
-  // With a secret: the job token and the key of node tokens.
+  // With a secret: the job token, and the keys of the job the core runs (JobKeys).
+  const std::string secret_;
   std::optional<std::string> job_token_;
-  std::optional<NodeKey> node_key_;
-  // With node_key_: signs the commands sent to kvservers as node 1 (the scheduler).
-  std::unique_ptr<RequestSigner> signer_;
+  // The key of node tokens (common/job_auth.h: made from the secret and the job's id) and the
+  // signer of the commands sent to kvservers as node 1 (the scheduler), for job `job_id`.
+  struct Keys {
+    std::string job_id;
+    NodeKey node_key;
+    std::shared_ptr<RequestSigner> signer;
+  };
+  // JobKeys returns the keys of the job the core runs now (a re-formed job takes its own id);
+  // null without a secret.
+  std::shared_ptr<const Keys> JobKeys() const;
+  mutable absl::Mutex keys_mu_;
+  mutable std::shared_ptr<const Keys> keys_ ABSL_GUARDED_BY(keys_mu_);
   // Signed returns `request` signed for `method` (its Backup method with `backup`) on the
   // kvserver at `address`, or `request` itself in a job without a secret.
   grpc::ByteBuffer Signed(ServerMethod method, bool backup, const std::string& address,

@@ -1,0 +1,218 @@
+// SchedulerCore: re-forming a running job from its nodes' registrations, when this scheduler
+// was restarted in place or took over (scheduler_core.h, the top).
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/scheduler/core/scheduler_core.h"
+#include "server/scheduler/core/server_failover.h"
+#include "server/scheduler/core/worker_liveness.h"
+#include "spdlog/spdlog.h"
+
+namespace kvstore {
+namespace {
+
+std::string NodeName(const RejoinClaim& claim) {
+  return absl::StrCat(claim.role == NodeRole::kServer ? "server " : "worker ", claim.rank,
+                      " (node ", claim.node_id, ")");
+}
+
+// ServersOf: the servers of a claim - those a heartbeat last published, else its view's.
+const std::vector<ServerEntry>& ServersOf(const RejoinClaim& claim) {
+  return claim.view_epoch > 0 && !claim.servers.empty() ? claim.servers : claim.view.servers;
+}
+
+}  // namespace
+
+void SchedulerCore::Rejoin(RejoinClaim claim, absl::Time now, RegisterDone done) {
+  std::optional<absl::StatusOr<Registration>> answer;
+  std::vector<PendingRegistration> completed;
+  absl::Status reform_error;
+  {
+    absl::MutexLock lock(&mu_);
+    const NodeInfo* known = nodes_.Find(claim.node_id);
+    if (complete_) {
+      if (known != nullptr && known->role == claim.role && known->rank == claim.rank &&
+          (claim.view.job_id.empty() || claim.view.job_id == job_id_)) {
+        // Heartbeats failed for a while, but this scheduler knows the node: nothing to re-form.
+        nodes_.Find(claim.node_id)->last_heartbeat = std::max(known->last_heartbeat, now);
+        answer = Registration{claim.node_id, claim.rank, ViewLocked()};
+      } else {
+        answer = absl::FailedPreconditionError(absl::StrCat(
+            NodeName(claim), " of job ", claim.view.job_id.empty() ? "?" : claim.view.job_id,
+            " is not a node of the job this scheduler runs (job ", job_id_, ")"));
+      }
+    } else if (!nodes_.empty() || registration_failed_) {
+      answer = absl::FailedPreconditionError(
+          absl::StrCat("this scheduler is forming a new job (", nodes_.Missing(), "); ",
+                       NodeName(claim), " of a running job cannot register again with it"));
+    } else if (claim.view.job_id.empty()) {
+      answer = absl::InvalidArgumentError(
+          absl::StrCat(NodeName(claim), " registers again without naming its job"));
+    } else if (!claims_.empty() && claim.view.job_id != job_id_) {
+      answer = absl::FailedPreconditionError(
+          absl::StrCat(NodeName(claim), " belongs to job ", claim.view.job_id,
+                       ", but this scheduler is re-forming job ", job_id_));
+    } else if (claim.role == NodeRole::kServer &&
+               (claim.view.servers.empty() || claim.view.num_servers != options_.num_servers ||
+                claim.view.num_workers != options_.num_workers)) {
+      answer = absl::InvalidArgumentError(
+          absl::StrCat(NodeName(claim), " presents a view of ", claim.view.num_servers,
+                       " servers and ", claim.view.num_workers, " workers (",
+                       claim.view.servers.size(), " listed); this scheduler runs a job of ",
+                       options_.num_servers, " servers and ", options_.num_workers, " workers"));
+    } else {
+      if (claims_.empty() && pending_rejoins_.empty()) {
+        job_id_ = claim.view.job_id;
+        first_rejoin_ = now;
+      }
+      const std::string name = NodeName(claim);
+      const uint64_t node_id = claim.node_id;
+      if (claim.role == NodeRole::kServer) claims_[node_id] = std::move(claim);
+      pending_rejoins_.push_back(PendingRegistration{node_id, std::move(done)});
+      if (ReformReadyLocked()) {
+        reform_error = ReformLocked(now, &completed);
+      } else {
+        spdlog::info("re-forming job {}: {} registered again; {}", job_id_, name,
+                     MissingFromReformLocked());
+      }
+    }
+  }
+  if (answer.has_value()) {
+    if (done) done(*std::move(answer));
+    return;
+  }
+  for (PendingRegistration& pending : completed) {
+    if (!reform_error.ok()) {
+      pending.done(reform_error);
+      continue;
+    }
+    absl::StatusOr<Registration> registration;
+    {
+      absl::ReaderMutexLock lock(&mu_);
+      const NodeInfo* node = nodes_.Find(pending.node_id);
+      if (node == nullptr) {
+        registration = absl::FailedPreconditionError(absl::StrCat("node ", pending.node_id,
+                                                                  " is not a node of job ", job_id_,
+                                                                  " as its servers know it"));
+      } else {
+        registration = Registration{node->node_id, node->rank, ViewLocked()};
+      }
+    }
+    pending.done(std::move(registration));
+  }
+}
+
+const RejoinClaim* SchedulerCore::NewestClaimLocked() const {
+  const RejoinClaim* newest = nullptr;
+  for (const auto& [id, claim] : claims_) {
+    if (newest == nullptr || claim.view_epoch > newest->view_epoch) newest = &claim;
+  }
+  return newest;
+}
+
+bool SchedulerCore::ReformReadyLocked() const {
+  const RejoinClaim* newest = NewestClaimLocked();
+  if (newest == nullptr) return false;
+  std::set<int> dead;
+  for (const auto& [id, claim] : claims_)
+    dead.insert(claim.dead_servers.begin(), claim.dead_servers.end());
+  for (const ServerEntry& server : ServersOf(*newest)) {
+    if (dead.count(server.rank) == 0 && claims_.count(server.node_id) == 0) return false;
+  }
+  return true;
+}
+
+std::string SchedulerCore::MissingFromReformLocked() const {
+  const RejoinClaim* newest = NewestClaimLocked();
+  if (newest == nullptr) return "no server has registered again yet";
+  std::set<int> dead;
+  for (const auto& [id, claim] : claims_)
+    dead.insert(claim.dead_servers.begin(), claim.dead_servers.end());
+  std::vector<std::string> missing;
+  int expected = 0;
+  for (const ServerEntry& server : ServersOf(*newest)) {
+    if (dead.count(server.rank) > 0) continue;
+    ++expected;
+    if (claims_.count(server.node_id) == 0) {
+      missing.push_back(absl::StrCat("server ", server.rank, " (node ", server.node_id, " at ",
+                                     server.address, ")"));
+    }
+  }
+  return absl::StrCat(expected - static_cast<int>(missing.size()), " of ", expected,
+                      " servers registered again",
+                      missing.empty() ? "" : "; waiting for " + absl::StrJoin(missing, ", "));
+}
+
+absl::Status SchedulerCore::ReformLocked(absl::Time now,
+                                         std::vector<PendingRegistration>* completed) {
+  completed->swap(pending_rejoins_);
+  const RejoinClaim newest = *NewestClaimLocked();
+  std::set<int> dead;
+  std::set<uint64_t> left, finished;
+  int64_t max_round = 0;
+  for (const auto& [id, claim] : claims_) {
+    dead.insert(claim.dead_servers.begin(), claim.dead_servers.end());
+    left.insert(claim.left_workers.begin(), claim.left_workers.end());
+    finished.insert(claim.finished_workers.begin(), claim.finished_workers.end());
+    max_round = std::max(max_round, claim.max_round);
+  }
+  const std::vector<ServerEntry>& servers = ServersOf(newest);
+  if (static_cast<int>(servers.size()) != options_.num_servers ||
+      static_cast<int>(newest.view.worker_node_ids.size()) != options_.num_workers) {
+    claims_.clear();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id_, " has ", servers.size(), " servers and ",
+        newest.view.worker_node_ids.size(), " workers; this scheduler was started for ",
+        options_.num_servers, " and ", options_.num_workers));
+  }
+  for (const ServerEntry& server : servers) {
+    NodeInfo node;
+    node.node_id = server.node_id;
+    node.role = NodeRole::kServer;
+    node.rank = server.rank;
+    node.address = server.address;
+    node.last_heartbeat = now;
+    if (auto it = claims_.find(server.node_id); it != claims_.end()) {
+      node.hostname = it->second.hostname;
+      node.max_round = it->second.max_round;
+    }
+    if (dead.count(server.rank) > 0) {
+      node.dead = true;
+      node.death = "declared dead before the scheduler restarted";
+    }
+    nodes_.Restore(std::move(node));
+  }
+  std::vector<BarrierDone> released;  // No barrier is open yet: stays empty.
+  for (size_t rank = 0; rank < newest.view.worker_node_ids.size(); ++rank) {
+    NodeInfo node;
+    node.node_id = newest.view.worker_node_ids[rank];
+    node.role = NodeRole::kWorker;
+    node.rank = static_cast<int>(rank);
+    node.last_heartbeat = now;
+    NodeInfo& restored = nodes_.Restore(std::move(node));
+    if (finished.count(restored.node_id) > 0) {
+      restored.finished = true;
+      ++finished_workers_;
+    }
+    if (left.count(restored.node_id) > 0) {
+      liveness_->Leave(&restored, "left the job before the scheduler restarted", &released);
+    }
+  }
+  failover_->RestoreEpoch(newest.view_epoch);
+  mode_ = newest.view.mode;
+  complete_ = true;
+  reformed_ = true;
+  claims_.clear();
+  first_rejoin_ = absl::InfiniteFuture();
+  spdlog::info(
+      "re-formed the running job {} from its servers: {} servers ({} dead), {} workers ({} "
+      "finished, {} left), {}, view epoch {}, rounds started up to {}",
+      job_id_, servers.size(), dead.size(), newest.view.worker_node_ids.size(), finished.size(),
+      left.size(), mode_, newest.view_epoch, max_round);
+  return absl::OkStatus();
+}
+
+}  // namespace kvstore
