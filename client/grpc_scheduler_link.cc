@@ -26,7 +26,8 @@ GrpcSchedulerLink::GrpcSchedulerLink(std::string address,
                                      const std::string& secret)
     : address_(std::move(address)),
       stub_(proto::Scheduler::NewStub(MakeChannel(address_, std::move(credentials)))),
-      job_token_(secret.empty() ? "" : JobToken(secret)) {}
+      job_token_(secret.empty() ? "" : JobToken(secret)),
+      hostname_(LocalHostname()) {}
 
 std::string GrpcSchedulerLink::name() const { return absl::StrCat("the scheduler at ", address_); }
 
@@ -67,9 +68,12 @@ absl::StatusOr<JobView> GrpcSchedulerLink::Register(const std::string& mode, int
   return job;
 }
 
-absl::StatusOr<JobState> GrpcSchedulerLink::Heartbeat(uint64_t node_id, absl::Time deadline) {
+absl::StatusOr<JobState> GrpcSchedulerLink::Heartbeat(uint64_t node_id, uint64_t barriers_passed,
+                                                      absl::Time deadline) {
   proto::HeartbeatRequest request;
   request.set_node_id(node_id);
+  request.set_hostname(hostname_);
+  request.set_barriers_passed(barriers_passed);
   proto::HeartbeatResponse reply;
   Context context(deadline, node_credential_);
   const grpc::Status status = stub_->Heartbeat(&context, request, &reply);

@@ -27,7 +27,8 @@ class GrpcSchedulerLink final : public SchedulerLink {
   std::string name() const override;
   absl::StatusOr<JobView> Register(const std::string& mode, int requested_rank,
                                    absl::Time deadline) override;
-  absl::StatusOr<JobState> Heartbeat(uint64_t node_id, absl::Time deadline) override;
+  absl::StatusOr<JobState> Heartbeat(uint64_t node_id, uint64_t barriers_passed,
+                                     absl::Time deadline) override;
   absl::Status Barrier(uint64_t node_id, uint64_t sequence, absl::Time deadline) override;
   absl::Status Finish(uint64_t node_id, absl::Time deadline, const std::string& failure) override;
   absl::StatusOr<std::vector<std::string>> Command(uint64_t node_id, int head,
@@ -45,6 +46,7 @@ class GrpcSchedulerLink final : public SchedulerLink {
   const std::string address_;
   std::unique_ptr<proto::Scheduler::Stub> stub_;
   const std::string job_token_;  // Empty without a secret.
+  const std::string hostname_;   // Sent with heartbeats (a restarted scheduler learns it).
   std::string node_credential_;  // Set by Register, with a secret.
 };
 

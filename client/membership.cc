@@ -49,7 +49,7 @@ absl::Status Membership::WhileSchedulerAway(const std::string& what, absl::Time 
     }
     if (absl::Now() + backoff > *give_up) return status;
     absl::SleepFor(backoff);
-    backoff = std::min(2 * backoff, absl::Seconds(1));
+    backoff = std::min(2 * backoff, absl::Milliseconds(250));
   }
 }
 
@@ -173,8 +173,8 @@ void Membership::Leave() {
 
 absl::StatusOr<bool> Membership::Beat() {
   const absl::Duration interval = view_.heartbeat_interval;
-  absl::StatusOr<JobState> over =
-      link_->Heartbeat(view_.node_id, absl::Now() + std::max(interval, absl::Seconds(2)));
+  absl::StatusOr<JobState> over = link_->Heartbeat(
+      view_.node_id, barriers_passed_.load(), absl::Now() + std::max(interval, absl::Seconds(2)));
   if (!over.ok()) return over.status();
   OnRouting on_routing;
   {
@@ -225,7 +225,11 @@ absl::Status Membership::Barrier() {
   const absl::Time deadline = absl::Now() + options_.barrier_timeout;
   const absl::Status status = WhileSchedulerAway(
       "a barrier at", deadline, [&] { return link_->Barrier(view_.node_id, sequence, deadline); });
-  return status.ok() ? status : Noted(Named(status, "barrier at"));
+  if (status.ok()) {
+    barriers_passed_ = sequence;
+    return status;
+  }
+  return Noted(Named(status, "barrier at"));
 }
 
 absl::StatusOr<std::vector<std::string>> Membership::Command(int head, const std::string& body) {

@@ -133,7 +133,8 @@ class Membership {
   absl::Notification stop_heartbeat_;
   std::thread heartbeat_;
   bool left_ = false;
-  std::atomic<uint64_t> barriers_{0};  // Barriers entered (their count travels with each).
+  std::atomic<uint64_t> barriers_{0};         // Barriers entered (their count travels with each).
+  std::atomic<uint64_t> barriers_passed_{0};  // Got through (heartbeats say so).
 };
 
 }  // namespace kvstore

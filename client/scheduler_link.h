@@ -64,8 +64,10 @@ class SchedulerLink {
   // until every node of the job has registered; waits for a scheduler still starting.
   virtual absl::StatusOr<JobView> Register(const std::string& mode, int requested_rank,
                                            absl::Time deadline) = 0;
-  // Heartbeat reports that the worker is alive; returns whether the job is over (and failed).
-  virtual absl::StatusOr<JobState> Heartbeat(uint64_t node_id, absl::Time deadline) = 0;
+  // Heartbeat reports that the worker is alive, and how many barriers it has got through;
+  // returns whether the job is over (and failed).
+  virtual absl::StatusOr<JobState> Heartbeat(uint64_t node_id, uint64_t barriers_passed,
+                                             absl::Time deadline) = 0;
   // Barrier blocks until every worker of the job has entered the barrier; `sequence` is the
   // worker's count of its barriers, this one included (a retry after the scheduler restarted
   // passes once; server/scheduler/core/barriers.h).

@@ -24,9 +24,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  // Reconnect quickly after a peer restarts (the default backoff grows to two minutes).
+  // Reconnect quickly after a peer restarts (the default backoff grows to two minutes): a
+  // scheduler restarted in place is reached within half a second of listening again.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
   // Despite its name, gRPC takes this as the time one connection attempt may take (TCP
   // connect, the TLS handshake, the first SETTINGS frame), not as a backoff. 100 ms is too short
   // for a TLS handshake on a busy machine or a distant peer: the attempt fails ("connection

@@ -10,10 +10,10 @@ namespace kvstore {
 grpc::Status CallWhileUnreachable(const std::string& peer, absl::Time deadline,
                                   const std::function<grpc::Status(absl::Time)>& attempt,
                                   const std::function<void(const std::string&)>& progress,
-                                  absl::Duration progress_every) {
+                                  absl::Duration progress_every, absl::Duration max_backoff) {
   const absl::Time started = absl::Now();
   absl::Time next_progress = started + progress_every;
-  absl::Duration backoff = absl::Milliseconds(100);
+  absl::Duration backoff = std::min(absl::Milliseconds(100), max_backoff);
   for (;;) {
     const grpc::Status status = attempt(deadline);
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
@@ -32,7 +32,7 @@ grpc::Status CallWhileUnreachable(const std::string& peer, absl::Time deadline,
       next_progress = now + progress_every;
     }
     absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(1));
+    backoff = std::min(backoff * 2, max_backoff);
   }
 }
 

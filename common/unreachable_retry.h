@@ -19,7 +19,8 @@
 namespace kvstore {
 
 // CallWhileUnreachable runs `attempt(deadline)` - one call, failing fast (no wait_for_ready),
-// with `deadline` as its own - again after a short backoff (100 ms doubling to 1 s) while it
+// with `deadline` as its own - again after a short backoff (100 ms doubling to `max_backoff`,
+// 1 s unless given) while it
 // returns UNAVAILABLE and `deadline` has not passed. Every `progress_every` of waiting it calls
 // `progress` with a line such as "the scheduler at HOST:PORT is not reachable yet (...);
 // retrying for 115 s more". Returns the first other status; at the deadline, DEADLINE_EXCEEDED
@@ -27,7 +28,8 @@ namespace kvstore {
 grpc::Status CallWhileUnreachable(const std::string& peer, absl::Time deadline,
                                   const std::function<grpc::Status(absl::Time)>& attempt,
                                   const std::function<void(const std::string&)>& progress,
-                                  absl::Duration progress_every = absl::Seconds(5));
+                                  absl::Duration progress_every = absl::Seconds(5),
+                                  absl::Duration max_backoff = absl::Seconds(1));
 
 }  // namespace kvstore
 

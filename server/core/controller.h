@@ -62,6 +62,7 @@
 #ifndef KVSTORE_SERVER_CORE_CONTROLLER_H_
 #define KVSTORE_SERVER_CORE_CONTROLLER_H_
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -136,6 +137,11 @@ class Controller {
   // a file committed without its manifest), and a shard copy taken for a join (as its abort
   // does). Returns what it ended ("" when nothing was open), or the error of a file removal.
   absl::StatusOr<std::string> AbandonCut();
+  // published returns the checkpoint sets this server published last (at most
+  // kPublishedKept, oldest first): a server presents them when it registers again, so that a
+  // restarted scheduler continues the job's checkpoint ids and periodic sets.
+  std::vector<proto::PublishedCheckpoint> published() const;
+  static constexpr size_t kPublishedKept = 64;
   const std::string& restored_checkpoint() const { return restored_checkpoint_; }
   // restored_from names what Restore read: this server's file, or the set it re-placed.
   const std::string& restored_from() const { return restored_from_; }
@@ -186,12 +192,13 @@ class Controller {
   int64_t restored_round_ = -1;  // Set once, by Restore, before serving.
   std::string restored_checkpoint_;
   std::string restored_from_;
-  absl::Mutex cut_mu_;
+  mutable absl::Mutex cut_mu_;
   std::string cut_id_ ABSL_GUARDED_BY(cut_mu_);
   // The directory the cut's file went to (from its write until published or aborted), and
   // whether it was committed there.
   std::string cut_dir_ ABSL_GUARDED_BY(cut_mu_);
   bool cut_committed_ ABSL_GUARDED_BY(cut_mu_) = false;
+  std::deque<proto::PublishedCheckpoint> published_ ABSL_GUARDED_BY(cut_mu_);
   // Command 14: the copy taken (its cut's id and bytes); command 15: the copy received.
   std::string copy_id_ ABSL_GUARDED_BY(cut_mu_);
   std::string copy_out_ ABSL_GUARDED_BY(cut_mu_);

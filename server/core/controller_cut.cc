@@ -1,4 +1,5 @@
 // Controller: the steps of a checkpoint set (commands 7-12, checkpoint_set.h) on one server.
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -139,7 +140,18 @@ absl::StatusOr<std::string> Controller::CutPublish(absl::string_view body) {
     cut_dir_.clear();
     cut_committed_ = false;
   }
+  proto::PublishedCheckpoint set;
+  set.set_checkpoint_id(manifest.checkpoint_id());
+  set.set_dir(std::string(body.substr(0, newline)));
+  set.set_round(manifest.round());
+  published_.push_back(std::move(set));
+  while (published_.size() > kPublishedKept) published_.pop_front();
   return written;
+}
+
+std::vector<proto::PublishedCheckpoint> Controller::published() const {
+  absl::MutexLock lock(&cut_mu_);
+  return std::vector<proto::PublishedCheckpoint>(published_.begin(), published_.end());
 }
 
 absl::StatusOr<std::string> Controller::AbandonCut() {
@@ -178,6 +190,14 @@ absl::StatusOr<std::string> Controller::AbandonCut() {
 absl::StatusOr<std::string> Controller::CutAbort(absl::string_view body) {
   if (absl::ConsumePrefix(&body, "remove ")) {
     const std::string dir(body);
+    {
+      absl::MutexLock lock(&cut_mu_);
+      published_.erase(std::remove_if(published_.begin(), published_.end(),
+                                      [&dir](const proto::PublishedCheckpoint& set) {
+                                        return set.dir() == dir;
+                                      }),
+                       published_.end());
+    }
     ASSIGN_OR_RETURN(const ConfinedDirectory directory, CheckpointDirectory(dir, false));
     RETURN_IF_ERROR(RemoveCheckpointSetFiles(directory, rank_));
     // The directory itself, once empty (servers sharing it: the last one removes it).

@@ -4,15 +4,18 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "common/store/sgd_updater.h"
 #include "proto/kvstore.pb.h"
+#include "server/core/checkpoint_set.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
@@ -96,6 +99,63 @@ absl::StatusOr<std::string> WriteSet(Controller& controller, const std::string& 
   RETURN_IF_ERROR(
       controller.Run(kCommandCutPublish, dir + "\n" + manifest.SerializeAsString()).status());
   return path;
+}
+
+TEST_CASE(
+    "Controller: AbandonCut ends what a lost scheduler left half done - the cut, a pending or "
+    "committed file - and leaves a published set alone",
+    "[server][checkpoint]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  auto root = CheckpointRoot::Open(tmp != nullptr ? tmp : "/tmp");
+  REQUIRE(root.ok());
+  UpdaterRegistry registry = UpdaterRegistry::WithBuiltins();
+  auto engine = NewEngine(true, {3});
+  Controller controller(engine.get(), &registry, nullptr, /*rank=*/0);
+  controller.SetJob(JobShape{2, "dist_sync", 1 << 20});
+  controller.SetCheckpointRoot(*root);
+  const Tensor init = rng.RandomTensor(DType::kFloat32, {4});
+  REQUIRE(engine->Init(3, {Incoming(2, init)}).ok());
+  const std::string base = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/");
+  auto exists = [&](const std::string& path) { return std::filesystem::exists(base + path); };
+  CHECK(controller.AbandonCut().value().empty());
+
+  // Frozen by a cut: a push of a new round is held until the cut ends.
+  REQUIRE(controller.Run(kCommandCutBegin, "job-1").ok());
+  bool pushed = false;
+  engine->Push(3, 1, {Incoming(2, rng.RandomTensor(DType::kFloat32, {4}))},
+               [&pushed](absl::Status s) {
+                 CHECK(s.ok());
+                 pushed = true;
+               });
+  CHECK(!pushed);
+  CHECK(controller.AbandonCut().value() == "the cut of checkpoint job-1");
+  CHECK(pushed);
+
+  // Written under the pending name, or committed without a manifest: removed, with the
+  // directory the set would have made.
+  for (const bool commit : {false, true}) {
+    const std::string dir = commit ? "abandoned-committed/set" : "abandoned-pending/set";
+    const std::string round = controller.Run(kCommandCutBegin, "job-2").value();
+    REQUIRE(controller.Run(kCommandCutLimit, "job-2 " + round).ok());
+    REQUIRE(absl::StartsWith(
+        controller.Run(kCommandCutWrite, absl::StrCat("job-2 ", round, " job ", dir)).value(),
+        "written "));
+    REQUIRE(exists(dir + "/" + PendingFileName(0)));
+    if (commit) REQUIRE(controller.Run(kCommandCutCommit, dir).ok());
+    CHECK(exists(dir + "/" + (commit ? CheckpointFileName(0) : PendingFileName(0))));
+    const std::string ended = controller.AbandonCut().value();
+    INFO(ended);
+    CHECK(absl::StrContains(ended, "in " + dir));
+    CHECK(!exists(dir));
+  }
+  // A published set is the scheduler's finished work: nothing to end, nothing removed.
+  const absl::StatusOr<std::string> path = WriteSet(controller, "abandoned-published");
+  REQUIRE(path.ok());
+  CHECK(controller.AbandonCut().value().empty());
+  CHECK(std::filesystem::exists(*path));
+  CHECK(exists(std::string("abandoned-published/") + kManifestFileName));
 }
 
 TEST_CASE("Controller: a checkpoint restores into the same job only", "[server][checkpoint]") {

@@ -345,7 +345,12 @@ absl::Status KVServerDaemon::Rejoin(proto::Scheduler::Stub* stub, const JobPictu
   for (uint64_t id : picture.left_workers) rejoin.add_left_worker_node_ids(id);
   for (uint64_t id : picture.finished_workers) rejoin.add_finished_worker_node_ids(id);
   rejoin.set_max_round(backends.primary->engine->cuts().MaxRoundStarted());
-  ASSIGN_OR_RETURN(const proto::RegisterResponse again, CallRegister(stub, request, give_up));
+  for (proto::PublishedCheckpoint& set : backends.primary->controller->published()) {
+    *rejoin.add_checkpoints() = std::move(set);
+  }
+  // Pushes may be held by a cut the lost scheduler began: tried often, to end it soon.
+  ASSIGN_OR_RETURN(const proto::RegisterResponse again,
+                   CallRegister(stub, request, give_up, absl::Milliseconds(200)));
   if (again.node_id() != registration.node_id() || again.rank() != registration.rank()) {
     return absl::FailedPreconditionError(
         absl::StrCat("registered again as node ", again.node_id(), " rank ", again.rank(),
@@ -363,7 +368,8 @@ absl::Status KVServerDaemon::Rejoin(proto::Scheduler::Stub* stub, const JobPictu
 }
 
 absl::StatusOr<proto::RegisterResponse> KVServerDaemon::CallRegister(
-    proto::Scheduler::Stub* stub, const proto::RegisterRequest& request, absl::Time give_up) {
+    proto::Scheduler::Stub* stub, const proto::RegisterRequest& request, absl::Time give_up,
+    absl::Duration max_backoff) {
   const bool secured = !options_.security.secret.empty();
   proto::RegisterResponse registration;
   // The scheduler may still be starting: retried while it cannot be reached, saying so.
@@ -385,7 +391,8 @@ absl::StatusOr<proto::RegisterResponse> KVServerDaemon::CallRegister(
         registering_ = nullptr;
         return attempt;
       },
-      [](const std::string& line) { spdlog::warn("kvserver: {}", line); });
+      [](const std::string& line) { spdlog::warn("kvserver: {}", line); }, absl::Seconds(5),
+      max_backoff);
   if (!status.ok()) {
     if (stop_.HasBeenNotified()) return absl::CancelledError("kvserver stopped");
     return absl::Status(FromGrpcStatus(status).code(),

@@ -148,9 +148,10 @@ class KVServerDaemon {
   absl::StatusOr<proto::RegisterResponse> Register(proto::Scheduler::Stub* stub);
   // CallRegister sends `request`, retried while the scheduler cannot be reached until
   // `give_up`; Shutdown cancels it.
-  absl::StatusOr<proto::RegisterResponse> CallRegister(proto::Scheduler::Stub* stub,
-                                                       const proto::RegisterRequest& request,
-                                                       absl::Time give_up);
+  // `max_backoff` bounds the wait between attempts.
+  absl::StatusOr<proto::RegisterResponse> CallRegister(
+      proto::Scheduler::Stub* stub, const proto::RegisterRequest& request, absl::Time give_up,
+      absl::Duration max_backoff = absl::Seconds(1));
   // JobPicture: what this server knows of the running job - the view it registered with, and
   // what heartbeats told it since - which it presents when it registers again with a scheduler
   // restarted in place (Rejoin).

@@ -73,8 +73,10 @@ class InProcessJob::Link final : public SchedulerLink {
     return job;
   }
 
-  absl::StatusOr<JobState> Heartbeat(uint64_t node_id, absl::Time /*deadline*/) override {
-    ASSIGN_OR_RETURN(const bool over, job_->core_->Heartbeat(node_id, absl::Now()));
+  absl::StatusOr<JobState> Heartbeat(uint64_t node_id, uint64_t barriers_passed,
+                                     absl::Time /*deadline*/) override {
+    ASSIGN_OR_RETURN(const bool over, job_->core_->Heartbeat(node_id, absl::Now(), {},
+                                                             WorkerReport{"", barriers_passed}));
     return JobState{over, over ? job_->core_->job_failure() : std::string(),
                     job_->core_->failover().data_loss()};
   }

@@ -3,6 +3,8 @@
 // register again, the scheduler re-forms the job from them, and training goes on. Every worker
 // checks every pull against the float64 reference (sum_worker); every process must exit 0.
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/state_file.h"
+#include "proto/kvstore.pb.h"
 #include "tests/reliability/job.h"
 
 namespace kvstore::testing {
@@ -27,7 +31,70 @@ int64_t LongestRound(const std::string& output) {
   return ms;
 }
 
+// CheckPeriodicSets checks each server's root after a job with periodic checkpoints (every
+// round, the last 2 kept) whose scheduler was restarted: nothing half written is left (no
+// pending file), exactly the 2 newest sets remain, numbered on from the sets before the restart
+// (ckpt-N holds checkpoint JOB-N, consecutive, above `before_kill` + 1: the newest set when the
+// scheduler was killed, and one it may have been writing), all of one job, each listing every
+// server.
+// NewestSet returns the highest N of the ckpt-N directories in server 0's root (0: none).
+int64_t NewestSet(const std::string& base) {
+  int64_t newest = 0;
+  const std::filesystem::path dir = std::filesystem::path(base) / "0" / "checkpoints";
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    int64_t n = 0;
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, "ckpt-") && absl::SimpleAtoi(name.substr(5), &n)) {
+      newest = std::max(newest, n);
+    }
+  }
+  return newest;
+}
+
+void CheckPeriodicSets(const std::string& base, int servers, int64_t before_kill, Job* job) {
+  std::string job_id;
+  for (int s = 0; s < servers; ++s) {
+    const std::filesystem::path root = std::filesystem::path(base) / std::to_string(s);
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+      INFO(entry.path().string());
+      CHECK(!absl::EndsWith(entry.path().string(), ".pending"));
+    }
+    std::map<int64_t, std::string> sets;  // Number -> checkpoint id.
+    for (const auto& entry : std::filesystem::directory_iterator(root / "checkpoints")) {
+      const std::string name = entry.path().filename().string();
+      int64_t n = 0;
+      REQUIRE(absl::StartsWith(name, "ckpt-"));
+      REQUIRE(absl::SimpleAtoi(name.substr(5), &n));
+      const absl::StatusOr<std::string> payload =
+          ReadStateFile((entry.path() / "MANIFEST").string(), StateKind::kCheckpointManifest);
+      INFO(payload.status().ToString());
+      REQUIRE(payload.ok());
+      proto::CheckpointManifest manifest;
+      REQUIRE(manifest.ParseFromString(*payload));
+      CHECK(manifest.files_size() == servers);
+      CHECK(std::filesystem::exists(entry.path() / absl::StrCat("server-", s, ".ckpt")));
+      if (job_id.empty()) job_id = manifest.job_id();
+      CHECK(manifest.job_id() == job_id);
+      sets[n] = manifest.checkpoint_id();
+    }
+    REQUIRE(sets.size() == 2);
+    const int64_t newest = sets.rbegin()->first;
+    // Numbered on from the sets before the kill (a restart from 1 would be at most as high).
+    CHECK(newest > before_kill + 1);
+    CHECK(sets.begin()->first == newest - 1);
+    for (const auto& [n, id] : sets) CHECK(id == absl::StrCat(job_id, "-", n));
+    std::printf("server %d keeps ckpt-%06lld and the one before (job %s)\n", s,
+                static_cast<long long>(newest), job_id.c_str());
+    if (absl::StrContains(job->server(s).output(), "left half done")) {
+      std::printf("server %d ended a checkpoint the lost scheduler left half done\n", s);
+    }
+  }
+}
+
 struct RestartCase {
+  // A name for the servers' checkpoint roots; empty: none.
+  std::string roots;
   int servers = 2;
   int workers = 3;
   std::vector<std::string> scheduler_args;
@@ -46,7 +113,11 @@ void KillAndRestart(const RestartCase& c) {
   const int kill_after = 3 + static_cast<int>(rng() % 25);
   const absl::Duration delay = absl::Milliseconds(rng() % 1500);
   std::vector<std::vector<std::string>> server_args(c.servers);
-  for (auto& args : server_args) args.push_back("--scheduler_lost_timeout=20s");
+  const std::string base = c.roots.empty() ? "" : FreshDirectory(c.roots);
+  for (int s = 0; s < c.servers; ++s) {
+    server_args[s].push_back("--scheduler_lost_timeout=20s");
+    if (!base.empty()) server_args[s].push_back(absl::StrCat("--checkpoint_root=", base, "/", s));
+  }
   Job job(server_args, c.workers, c.scheduler_args);
   for (int w = 0; w < c.workers; ++w) {
     std::vector<std::string> args = {absl::StrCat(seed), "1", absl::StrCat(c.rounds), "20"};
@@ -58,6 +129,7 @@ void KillAndRestart(const RestartCase& c) {
   REQUIRE(job.worker(0).WaitForOutput(kill_at, absl::Seconds(60)));
   job.scheduler().Kill();
   const absl::Time killed = absl::Now();
+  const int64_t sets_before = base.empty() ? 0 : NewestSet(base);
   std::printf("scheduler killed at \"%s\" of worker 0; restarted %lld ms later\n", kill_at.c_str(),
               static_cast<long long>(absl::ToInt64Milliseconds(delay)));
   absl::SleepFor(delay);
@@ -82,6 +154,11 @@ void KillAndRestart(const RestartCase& c) {
   Job::ExpectExit(restarted, 0);
   INFO(restarted.output());
   CHECK(absl::StrContains(restarted.output(), "every worker finished"));
+  if (!base.empty()) {
+    std::printf("newest set when the scheduler was killed: ckpt-%06lld\n",
+                static_cast<long long>(sets_before));
+    CheckPeriodicSets(base, c.servers, sets_before, &job);
+  }
 }
 
 TEST_CASE(
@@ -106,6 +183,17 @@ TEST_CASE("Scheduler restart: with replicas (3 servers), the job re-forms and fi
   RestartCase c;
   c.servers = 3;
   c.scheduler_args = {"--replicas=2"};
+  KillAndRestart(c);
+}
+
+TEST_CASE(
+    "Scheduler restart: periodic checkpoints every round, the scheduler killed at any moment of "
+    "one: nothing half written is left, and the sets go on numbered from before",
+    "[reliability][scheduler_restart]") {
+  RestartCase c;
+  c.roots = "scheduler-restart-sets";
+  c.rounds = 200;  // Training goes on while the scheduler is away: sets are cut after it too.
+  c.scheduler_args = {"--checkpoint_every=1", "--checkpoint_keep=2"};
   KillAndRestart(c);
 }
 

@@ -12,35 +12,28 @@ absl::StatusOr<std::optional<Barriers::Passed>> Barriers::Enter(int group, uint6
                                                                 absl::Duration timeout, Done* done,
                                                                 uint64_t sequence,
                                                                 std::vector<Done>* passed_before) {
-  Barrier& barrier = open_[Key(group)];
-  if (std::find(barrier.entered.begin(), barrier.entered.end(), node_id) != barrier.entered.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("node ", node_id, " is already in this barrier"));
+  if (auto open = open_.find(Key(group)); open != open_.end()) {
+    const std::vector<uint64_t>& entered = open->second.entered;
+    if (std::find(entered.begin(), entered.end(), node_id) != entered.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("node ", node_id, " is already in this barrier"));
+    }
   }
   if (sequence > 0 && passed_before != nullptr) {
-    std::map<uint64_t, uint64_t>& highest = highest_[Key(group)];
-    // A member got through a later barrier: this one passed before (a retry after a restart).
-    for (const auto& [member, count] : highest) {
-      if (count > sequence) {
+    // A member got through this barrier: it passed before (a retry after a restart).
+    for (const auto& [member, count] : through_[Key(group)]) {
+      if (count >= sequence) {
         passed_before->push_back(std::move(*done));
         *done = nullptr;
-        if (barrier.entered.empty()) open_.erase(Key(group));
         return std::optional<Passed>();
       }
     }
-    highest[node_id] = std::max(highest[node_id], sequence);
-    // Members waiting for an earlier count: this node got through it, so it passed.
-    for (size_t i = 0; i < barrier.entered.size();) {
-      if (barrier.sequence[i] == 0 || barrier.sequence[i] >= sequence) {
-        ++i;
-        continue;
-      }
-      passed_before->push_back(std::move(barrier.done[i]));
-      barrier.entered.erase(barrier.entered.begin() + i);
-      barrier.sequence.erase(barrier.sequence.begin() + i);
-      barrier.done.erase(barrier.done.begin() + i);
+    // Entering barrier n, this node got through n - 1.
+    for (Done& released : Through(group, node_id, sequence - 1)) {
+      passed_before->push_back(std::move(released));
     }
   }
+  Barrier& barrier = open_[Key(group)];
   if (barrier.entered.empty()) {
     barrier.opened = now;
     barrier.deadline = now + timeout;
@@ -53,6 +46,29 @@ absl::StatusOr<std::optional<Barriers::Passed>> Barriers::Enter(int group, uint6
   Passed passed{Key(group), barrier.entered.size(), now - barrier.opened, std::move(barrier.done)};
   open_.erase(Key(group));
   return std::optional<Passed>(std::move(passed));
+}
+
+std::vector<Barriers::Done> Barriers::Through(int group, uint64_t node_id, uint64_t count) {
+  std::vector<Done> released;
+  if (count == 0) return released;
+  uint64_t& through = through_[Key(group)][node_id];
+  through = std::max(through, count);
+  auto it = open_.find(Key(group));
+  if (it == open_.end()) return released;
+  // Entries waiting for a barrier this node got through: it passed.
+  Barrier& barrier = it->second;
+  for (size_t i = 0; i < barrier.entered.size();) {
+    if (barrier.sequence[i] == 0 || barrier.sequence[i] > count) {
+      ++i;
+      continue;
+    }
+    released.push_back(std::move(barrier.done[i]));
+    barrier.entered.erase(barrier.entered.begin() + i);
+    barrier.sequence.erase(barrier.sequence.begin() + i);
+    barrier.done.erase(barrier.done.begin() + i);
+  }
+  if (barrier.entered.empty()) open_.erase(it);
+  return released;
 }
 
 std::vector<Barriers::Passed> Barriers::Left(uint64_t node_id) {

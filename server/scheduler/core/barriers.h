@@ -4,9 +4,10 @@
 // entered: workers that left an elastic job (Left) are not waited for.
 //
 // Counted barriers: a node may give each entry its count of barriers over the group (1, 2, ...;
-// 0: not counted). That makes a barrier retried across a scheduler restarted in place pass
-// once: when a member enters barrier n + 1, barrier n has passed (the member got through it,
-// before the restart), so the members still waiting in n - having retried it after the restart
+// 0: not counted), and say how many it has got through (Through: a worker's heartbeats do).
+// That makes a barrier retried across a scheduler restarted in place pass once: once a member
+// is known to have got through barrier n (it entered n + 1, or said so), barrier n has passed
+// before the restart, so the members still waiting in n - having retried it after the restart
 // - are released, and a later entry of n is released at once.
 //
 // Threading: not thread-safe; SchedulerCore drives it under its lock. It never runs a
@@ -65,6 +66,9 @@ class Barriers {
                                               absl::Duration timeout, Done* done,
                                               uint64_t sequence = 0,
                                               std::vector<Done>* passed_before = nullptr);
+  // Through records that node `node_id` has got through `count` barriers over `group` and
+  // returns the callbacks of the counted entries that this shows to have passed.
+  std::vector<Done> Through(int group, uint64_t node_id, uint64_t count);
   // Left records that worker `node_id` left the job and returns the barriers that now pass
   // (every other member has entered; `waited` is not set).
   std::vector<Passed> Left(uint64_t node_id);
@@ -96,8 +100,8 @@ class Barriers {
   const int num_workers_;
   absl::flat_hash_set<uint64_t> left_;  // Workers that left the job.
   std::map<int, Barrier> open_;         // By group.
-  // The highest count each node has entered, by group (counted barriers).
-  std::map<int, std::map<uint64_t, uint64_t>> highest_;
+  // How many barriers each node is known to have got through, by group (counted barriers).
+  std::map<int, std::map<uint64_t, uint64_t>> through_;
 };
 
 }  // namespace kvstore

@@ -97,7 +97,32 @@ absl::StatusOr<int64_t> CheckpointCoordinator::HighestRound(int num_servers, int
   return max_round;
 }
 
+void CheckpointCoordinator::Resume() {
+  if (!resumed_) return;
+  std::optional<std::vector<PublishedCheckpoint>> sets = resumed_();
+  if (!sets.has_value()) return;
+  const std::string periodic = absl::StrCat(options_.prefix, "/ckpt-");
+  for (const PublishedCheckpoint& set : *sets) {
+    int64_t n = 0;
+    const size_t dash = set.id.rfind('-');
+    if (dash != std::string::npos && absl::SimpleAtoi(set.id.substr(dash + 1), &n)) {
+      sequence_ = std::max(sequence_, n);
+    }
+    if (absl::StartsWith(set.dir, periodic) &&
+        absl::SimpleAtoi(set.dir.substr(periodic.size()), &n)) {
+      periodic_count_ = std::max(periodic_count_, n);
+      if (std::find(kept_.begin(), kept_.end(), set.dir) == kept_.end()) kept_.push_back(set.dir);
+    }
+    last_round_ = std::max(last_round_, set.round);
+  }
+  spdlog::info(
+      "checkpoints: the re-formed job had published {} sets; ids go on after {}, periodic sets "
+      "after ckpt-{:06d}, rounds counted from {}",
+      sets->size(), sequence_, periodic_count_, last_round_);
+}
+
 void CheckpointCoordinator::Periodic() {
+  Resume();
   if (options_.every_rounds <= 0 && options_.every_time <= absl::ZeroDuration()) return;
   absl::StatusOr<ClusterView> view = view_();
   if (!view.ok() || !ready_()) {
@@ -180,6 +205,7 @@ absl::Status CheckpointCoordinator::WriteFile(int rank, const std::string& id, i
 }
 
 absl::StatusOr<std::vector<std::string>> CheckpointCoordinator::Checkpoint(const std::string& dir) {
+  Resume();
   const std::string trimmed(absl::StripAsciiWhitespace(dir));
   if (trimmed.empty()) {
     return absl::InvalidArgumentError("checkpoint: name a directory below the servers' roots");

@@ -79,6 +79,14 @@ class CheckpointCoordinator {
   // replacement server's join, server_joiner.h, which cuts servers too).
   void RunExclusive(std::function<void()> task);
 
+  // SetResumed gives the coordinator `resumed`, which it asks before each checkpoint (explicit
+  // or periodic) for the sets a re-formed job had published (SchedulerCore::
+  // TakeResumedCheckpoints): it then goes on from them - checkpoint ids after the highest, the
+  // periodic sets numbered after the highest, kept and removed with the earlier ones, rounds
+  // counted from the last. Call it before serving.
+  using Resumed = std::function<std::optional<std::vector<PublishedCheckpoint>>()>;
+  void SetResumed(Resumed resumed) { resumed_ = std::move(resumed); }
+
   // Checkpoint runs one checkpoint now, on the calling thread (the coordinator's, or a test's).
   absl::StatusOr<std::vector<std::string>> Checkpoint(const std::string& dir);
 
@@ -101,11 +109,14 @@ class CheckpointCoordinator {
   absl::Status WriteFile(int rank, const std::string& id, int64_t round, const std::string& dir,
                          absl::Time deadline, proto::CheckpointManifest* manifest);
   void Periodic();
+  // Resume takes in the sets `resumed_` returns, if any (see SetResumed).
+  void Resume();
 
   const CheckpointCoordinatorOptions options_;
   const ServerCall call_;
   const View view_;
   const Ready ready_;
+  Resumed resumed_;       // Optional; set before serving.
   int64_t sequence_ = 0;  // Used on the coordinator's thread (and by Checkpoint's caller).
   int64_t last_round_ = 0;
   absl::Time last_time_ = absl::Now();

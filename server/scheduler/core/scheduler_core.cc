@@ -292,10 +292,31 @@ std::string SchedulerCore::MissingFromBarrier(int group,
   return absl::StrJoin(missing, ", ");
 }
 
-absl::StatusOr<bool> SchedulerCore::Heartbeat(uint64_t node_id, absl::Time now, ServerLoad load) {
+absl::StatusOr<bool> SchedulerCore::Heartbeat(uint64_t node_id, absl::Time now, ServerLoad load,
+                                              const WorkerReport& report) {
+  std::vector<BarrierDone> released;
+  absl::StatusOr<bool> over = HeartbeatLocked(node_id, now, std::move(load), report, &released);
+  for (BarrierDone& release : released) release(absl::OkStatus());
+  return over;
+}
+
+absl::StatusOr<bool> SchedulerCore::HeartbeatLocked(uint64_t node_id, absl::Time now,
+                                                    ServerLoad load, const WorkerReport& report,
+                                                    std::vector<BarrierDone>* released) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(node_id);
   if (it == nodes_.end()) return UnknownNodeLocked(node_id, "a heartbeat");
+  if (it->second.hostname.empty()) it->second.hostname = report.hostname;
+  if (it->second.role == NodeRole::kWorker && report.barriers_passed > 0) {
+    *released = barriers_.Through(kGroupWorkers, node_id, report.barriers_passed);
+    if (!released->empty()) {
+      spdlog::info(
+          "barrier over the workers: worker {} got through {} barriers, so {} entr{} retried "
+          "after this scheduler started had passed before it",
+          it->second.rank, report.barriers_passed, released->size(),
+          released->size() == 1 ? "y" : "ies");
+    }
+  }
   it->second.last_heartbeat = std::max(it->second.last_heartbeat, now);
   if (it->second.role == NodeRole::kServer) {
     NodeInfo& node = it->second;

@@ -84,6 +84,14 @@ struct SchedulerOptions {
   std::string job_id;
 };
 
+// PublishedCheckpoint: a checkpoint set the job published - its id ("JOB-N"), its directory
+// and the round it cut.
+struct PublishedCheckpoint {
+  std::string id;
+  std::string dir;
+  int64_t round = 0;
+};
+
 // RejoinClaim: a node of a running job registering again with a scheduler restarted in place:
 // who it is and, for servers, what it knows of the job.
 struct RejoinClaim {
@@ -103,6 +111,8 @@ struct RejoinClaim {
   std::vector<uint64_t> left_workers;
   std::vector<uint64_t> finished_workers;
   int64_t max_round = 0;
+  // Servers: the checkpoint sets they published last.
+  std::vector<PublishedCheckpoint> checkpoints;
 };
 
 struct Registration {
@@ -132,6 +142,14 @@ struct ServerLoad {
   int64_t max_round = 0;
   int64_t restored_round = -1;
   std::string restored_checkpoint;
+};
+
+// What a worker reports with its heartbeat: its host's name (which a scheduler that re-formed
+// the job from its servers does not know) and how many barriers it has got through (Barriers,
+// "counted barriers").
+struct WorkerReport {
+  std::string hostname;
+  uint64_t barriers_passed = 0;
 };
 
 class ServerFailover;
@@ -168,6 +186,10 @@ class SchedulerCore {
 
   // job_id names the job (SchedulerOptions::job_id, or the re-formed job's).
   std::string job_id() const;
+  // TakeResumedCheckpoints returns, once, the checkpoint sets a re-formed job's servers had
+  // published (each once, oldest round first), for the checkpoint coordinator to continue
+  // from; nothing before a job is re-formed, and after.
+  std::optional<std::vector<PublishedCheckpoint>> TakeResumedCheckpoints();
 
   // Barrier enters node `node_id` into a barrier over `group` (bits of kGroupServers and
   // kGroupWorkers, including the node's own role); `done` runs when every node of the group has
@@ -183,7 +205,10 @@ class SchedulerCore {
   // Heartbeat records that the node is alive. Returns whether the job is over (every worker has
   // finished), so a server knows to exit. InvalidArgument for an unknown node id.
   // A true return also marks the node released (see all_servers_released).
-  absl::StatusOr<bool> Heartbeat(uint64_t node_id, absl::Time now, ServerLoad load = {});
+  // A worker's `report` names its host, when this scheduler does not know it, and releases the
+  // counted barrier entries its barriers passed show to have passed.
+  absl::StatusOr<bool> Heartbeat(uint64_t node_id, absl::Time now, ServerLoad load = {},
+                                 const WorkerReport& report = {});
 
   // RequestShutdown ends the job now (kvctl shutdown): every later heartbeat says so, and
   // registrations and barriers still waiting are answered ABORTED naming the reason.
@@ -266,6 +291,11 @@ class SchedulerCore {
                std::string mode, absl::Time now, RegisterDone done,
                std::vector<PendingRegistration>* completed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool InGroup(NodeRole role, int group);
+  // HeartbeatLocked is Heartbeat under the lock (which it takes); the barrier entries it
+  // releases go to `*released`, run once it is released.
+  absl::StatusOr<bool> HeartbeatLocked(uint64_t node_id, absl::Time now, ServerLoad load,
+                                       const WorkerReport& report,
+                                       std::vector<BarrierDone>* released) ABSL_LOCKS_EXCLUDED(mu_);
   // UnknownNodeLocked is the error for `what` ("a heartbeat") naming a node id this scheduler
   // does not know: Unavailable while the job is not (re-)formed - it may be a node of a
   // running job this scheduler re-forms - and InvalidArgument after.
@@ -302,6 +332,7 @@ class SchedulerCore {
   std::vector<PendingRegistration> pending_rejoins_ ABSL_GUARDED_BY(mu_);
   absl::Time first_rejoin_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool reformed_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<std::vector<PublishedCheckpoint>> resumed_checkpoints_ ABSL_GUARDED_BY(mu_);
   int finished_workers_ ABSL_GUARDED_BY(mu_) = 0;
   std::string mode_ ABSL_GUARDED_BY(mu_);
   std::string shutdown_reason_ ABSL_GUARDED_BY(mu_);  // Set by RequestShutdown.

@@ -1,6 +1,7 @@
 // SchedulerCore: re-forming a running job from its nodes' registrations, when this scheduler
 // was restarted in place or took over (scheduler_core.h, the top).
 #include <algorithm>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -105,6 +106,13 @@ void SchedulerCore::Rejoin(RejoinClaim claim, absl::Time now, RegisterDone done)
   }
 }
 
+std::optional<std::vector<PublishedCheckpoint>> SchedulerCore::TakeResumedCheckpoints() {
+  absl::MutexLock lock(&mu_);
+  std::optional<std::vector<PublishedCheckpoint>> taken;
+  taken.swap(resumed_checkpoints_);
+  return taken;
+}
+
 const RejoinClaim* SchedulerCore::NewestClaimLocked() const {
   const RejoinClaim* newest = nullptr;
   for (const auto& [id, claim] : claims_) {
@@ -153,7 +161,9 @@ absl::Status SchedulerCore::ReformLocked(absl::Time now,
   std::set<int> dead;
   std::set<uint64_t> left, finished;
   int64_t max_round = 0;
+  std::map<std::pair<std::string, std::string>, PublishedCheckpoint> published;
   for (const auto& [id, claim] : claims_) {
+    for (const PublishedCheckpoint& set : claim.checkpoints) published[{set.id, set.dir}] = set;
     dead.insert(claim.dead_servers.begin(), claim.dead_servers.end());
     left.insert(claim.left_workers.begin(), claim.left_workers.end());
     finished.insert(claim.finished_workers.begin(), claim.finished_workers.end());
@@ -202,6 +212,12 @@ absl::Status SchedulerCore::ReformLocked(absl::Time now,
     }
   }
   failover_->RestoreEpoch(newest.view_epoch);
+  std::vector<PublishedCheckpoint> sets;
+  for (auto& [key, set] : published) sets.push_back(std::move(set));
+  std::stable_sort(
+      sets.begin(), sets.end(),
+      [](const PublishedCheckpoint& a, const PublishedCheckpoint& b) { return a.round < b.round; });
+  resumed_checkpoints_ = std::move(sets);
   mode_ = newest.view.mode;
   complete_ = true;
   reformed_ = true;

@@ -72,6 +72,7 @@ void SchedulerDaemon::MakeCoordinators() {
         return commands->CallServer(rank, head, body);
       },
       [core] { return core->view(); }, [core] { return !core->shutdown_requested(); });
+  coordinator_->SetResumed([core] { return core->TakeResumedCheckpoints(); });
   service_->SetCheckpointCoordinator(coordinator_.get());
   // A replacement server's join cuts servers too: it runs between checkpoints.
   joiner_ = std::make_unique<ServerJoiner>(

@@ -76,6 +76,9 @@ RejoinClaim ClaimFromProto(const proto::RegisterRequest& request) {
   claim.finished_workers.assign(rejoin.finished_worker_node_ids().begin(),
                                 rejoin.finished_worker_node_ids().end());
   claim.max_round = rejoin.max_round();
+  for (const proto::PublishedCheckpoint& set : rejoin.checkpoints()) {
+    claim.checkpoints.push_back(PublishedCheckpoint{set.checkpoint_id(), set.dir(), set.round()});
+  }
   return claim;
 }
 
@@ -295,7 +298,8 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
         const absl::StatusOr<bool> over = core_->Heartbeat(
             request.node_id(), absl::Now(),
             ServerLoad{request.num_keys(), request.num_bytes(), request.max_round(),
-                       request.restored_round(), request.restored_checkpoint()});
+                       request.restored_round(), request.restored_checkpoint()},
+            WorkerReport{request.hostname(), request.barriers_passed()});
         if (over.ok()) response->set_shutdown(*over);
         for (LostUpdates& loss : core_->failover().data_loss()) {
           proto::LostUpdates* lost = response->add_data_loss();
