@@ -40,7 +40,8 @@ ABSL_FLAG(std::string, updater_config, "", "Configuration of --updater, e.g. \"l
 ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(120),
           "How long to wait for the scheduler and the rest of the job.");
 ABSL_FLAG(absl::Duration, scheduler_lost_timeout, absl::Seconds(30),
-          "How long the scheduler may be unreachable before the server exits.");
+          "How long the scheduler may be unreachable before the server exits; meanwhile it "
+          "serves on and registers again with a scheduler restarted in place.");
 ABSL_FLAG(std::string, checkpoint_root, "",
           "Checkpoints are written under this directory and restored from it only: the DIR of "
           "`kvctl checkpoint DIR`, the SDK's Checkpoint(dir) and --restore is relative to it "

@@ -76,7 +76,8 @@ struct KVServerOptions {
   CustomController custom_controller;
   // How long to wait for the scheduler and the rest of the job.
   absl::Duration register_timeout = absl::Seconds(120);
-  // How long the scheduler may be unreachable before the server gives up.
+  // How long the scheduler may be unreachable before the server gives up; meanwhile it serves
+  // on and registers again with a scheduler restarted in place (HeartbeatUntilOver).
   absl::Duration scheduler_lost_timeout = absl::Seconds(30);
   // Threads that read, run and answer requests, each with a completion queue of its own (a
   // connection's calls all go to one of them); 0: one per 4 cores, at least one.

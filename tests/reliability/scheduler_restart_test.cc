@@ -197,5 +197,45 @@ TEST_CASE(
   KillAndRestart(c);
 }
 
+TEST_CASE(
+    "Scheduler restart: in an elastic job a worker left, then the scheduler is killed and "
+    "restarted: the re-formed job remembers who left, and the others finish exact",
+    "[reliability][scheduler_restart]") {
+  const uint64_t seed = TestSeed();
+  std::mt19937_64 rng(seed);
+  constexpr int kWorkers = 3;
+  const int victim = static_cast<int>(rng() % kWorkers);
+  const int kill_after = 3 + static_cast<int>(rng() % 10);
+  Job job({{"--scheduler_lost_timeout=20s"}, {"--scheduler_lost_timeout=20s"}}, kWorkers,
+          {"--heartbeat_timeout=1s", "--elastic"});
+  for (int w = 0; w < kWorkers; ++w) {
+    job.AddWorker(w, {absl::StrCat(seed), "1", "60", "50", absl::StrCat("elastic=", victim, ":-")});
+  }
+  REQUIRE(job.worker(victim).WaitForOutput(absl::StrCat("round ", kill_after, " ok"),
+                                           absl::Seconds(60)));
+  job.worker(victim).Kill();
+  REQUIRE(job.scheduler().WaitForOutput("has left the job", absl::Seconds(20)));
+  job.scheduler().Kill();
+  std::printf("worker %d killed after round %d; the scheduler killed once it had left\n", victim,
+              kill_after);
+  absl::SleepFor(absl::Milliseconds(rng() % 1000));
+  Process& restarted = job.RestartScheduler();
+  REQUIRE(restarted.WaitForOutput("re-formed the running job", absl::Seconds(30)));
+  CHECK(restarted.WaitForOutput("0 finished, 1 left", absl::Seconds(1)));
+  int code = 0;
+  const std::string status = job.Kvctl({"status"}, &code);
+  INFO(status);
+  CHECK(code == 0);
+  CHECK(absl::StrContains(status, "left"));
+  for (int w = 0; w < kWorkers; ++w) {
+    if (w == victim) continue;
+    Job::ExpectExit(job.worker(w), 0);
+    CHECK(absl::StrContains(job.worker(w).output(), "rounds 1..60 checked"));
+  }
+  for (int s = 0; s < 2; ++s) Job::ExpectExit(job.server(s), 0);
+  Job::ExpectExit(restarted, 0);
+  CHECK(absl::StrContains(restarted.output(), "every remaining worker finished"));
+}
+
 }  // namespace
 }  // namespace kvstore::testing
