@@ -345,6 +345,11 @@ absl::Status KVServerDaemon::Rejoin(proto::Scheduler::Stub* stub, const JobPictu
   for (uint64_t id : picture.left_workers) rejoin.add_left_worker_node_ids(id);
   for (uint64_t id : picture.finished_workers) rejoin.add_finished_worker_node_ids(id);
   rejoin.set_max_round(backends.primary->engine->cuts().MaxRoundStarted());
+  uint64_t floor = registration.join_epoch();
+  for (const std::shared_ptr<ServerBackend>& backend : {backends.primary, backends.backup}) {
+    if (backend != nullptr) floor = std::max(floor, backend->engine->view_floor().epoch());
+  }
+  rejoin.set_epoch_floor(floor);
   for (proto::PublishedCheckpoint& set : backends.primary->controller->published()) {
     *rejoin.add_checkpoints() = std::move(set);
   }

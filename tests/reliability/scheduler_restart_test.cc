@@ -237,5 +237,71 @@ TEST_CASE(
   CHECK(absl::StrContains(restarted.output(), "every remaining worker finished"));
 }
 
+TEST_CASE(
+    "Scheduler restart: killed while a replacement kvserver joins (replicas, 3 servers): the "
+    "join is finished or aborted, never half-published, and training ends exact",
+    "[reliability][scheduler_restart]") {
+  const uint64_t seed = TestSeed();
+  std::mt19937_64 rng(seed);
+  constexpr int kWorkers = 3;
+  constexpr int kServers = 3;
+  const int victim = static_cast<int>(rng() % kServers);
+  const int kill_after = 3 + static_cast<int>(rng() % 15);
+  const absl::Duration into_join = absl::Milliseconds(rng() % 60);
+  std::vector<std::vector<std::string>> server_args(kServers, {"--scheduler_lost_timeout=20s"});
+  Job job(server_args, kWorkers, {"--replicas=2"});
+  for (int w = 0; w < kWorkers; ++w) {
+    job.AddWorker(w, {absl::StrCat(seed), "1", "300", "5"});
+  }
+  REQUIRE(
+      job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"), absl::Seconds(60)));
+  job.server(victim).Kill();
+  REQUIRE(job.scheduler().WaitForOutput(absl::StrCat("server ", victim, " is dead"),
+                                        absl::Seconds(10)));
+  Process& replacement = job.StartServer(victim, {"--scheduler_lost_timeout=20s"});
+  REQUIRE(replacement.WaitForOutput("replaces a dead server", absl::Seconds(20)));
+  absl::SleepFor(into_join);
+  job.scheduler().Kill();
+  const bool published = absl::StrContains(job.scheduler().output(), "serves shards");
+  std::printf(
+      "server %d killed after round %d; its replacement registered; the scheduler killed %lld "
+      "ms later, %s\n",
+      victim, kill_after, static_cast<long long>(absl::ToInt64Milliseconds(into_join)),
+      published ? "after it had published the join" : "before it had published the join");
+  absl::SleepFor(absl::Milliseconds(200));
+  Process& restarted = job.RestartScheduler();
+  if (!restarted.WaitForOutput("re-formed the running job", absl::Seconds(30))) {
+    std::string logs = "restarted scheduler:\n" + restarted.output();
+    for (int s = 0; s < kServers; ++s) {
+      absl::StrAppend(&logs, "\nserver ", s, ":\n", job.server(s).output());
+    }
+    FAIL(logs);
+  }
+  for (int w = 0; w < kWorkers; ++w) {
+    if (!job.worker(w).Wait(absl::Seconds(60)).ok() || job.worker(w).exit_code() != 0) {
+      std::printf("worker %d failed; the restarted scheduler's log:\n%s\n", w,
+                  restarted.output().c_str());
+    }
+    Job::ExpectExit(job.worker(w), 0);
+    CHECK(absl::StrContains(job.worker(w).output(), "rounds 1..300 checked"));
+  }
+  for (int s = 0; s < kServers; ++s) {
+    if (s != victim) Job::ExpectExit(job.server(s), 0);
+  }
+  // The replacement either serves on as a member of the re-formed job, or - its join not
+  // published where the job's servers could tell - is refused and exits, naming why.
+  const absl::StatusOr<int> code = replacement.Wait(absl::Seconds(60));
+  REQUIRE(code.ok());
+  INFO(replacement.output());
+  if (*code == 0) {
+    CHECK(absl::StrContains(replacement.output(), "registered again with the scheduler"));
+    std::printf("the replacement was re-formed into the job and served to the end\n");
+  } else {
+    CHECK(absl::StrContains(replacement.output(), "is not a node of"));
+    std::printf("the replacement's join was aborted: it exited %d\n", *code);
+  }
+  Job::ExpectExit(restarted, 0);
+}
+
 }  // namespace
 }  // namespace kvstore::testing

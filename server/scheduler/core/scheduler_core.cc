@@ -497,6 +497,7 @@ void SchedulerCore::ExpireDeadlines(absl::Time now) {
       }
       pending_rejoins_.clear();
       claims_.clear();
+      reform_dead_.clear();
       first_rejoin_ = absl::InfiniteFuture();
     }
     for (Barriers::Expired& expired : barriers_.Expire(now)) {

@@ -35,6 +35,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -113,6 +114,9 @@ struct RejoinClaim {
   int64_t max_round = 0;
   // Servers: the checkpoint sets they published last.
   std::vector<PublishedCheckpoint> checkpoints;
+  // Servers: the highest view epoch they know of other than from heartbeats (the epoch they
+  // joined at, or one a join's copy made their engines require).
+  uint64_t epoch_floor = 0;
 };
 
 struct Registration {
@@ -183,6 +187,17 @@ class SchedulerCore {
   // claim without a view; DeadlineExceeded from ExpireDeadlines, naming the servers missing,
   // when the job is not re-formed within register_timeout of the first claim.
   void Rejoin(RejoinClaim claim, absl::Time now, RegisterDone done);
+
+  // ReformMissing returns the servers a job being re-formed still waits for, once `after` has
+  // passed since the first claim; empty otherwise, and in a job without replicas (which cannot
+  // go on without one).
+  std::vector<ServerEntry> ReformMissing(absl::Time now, absl::Duration after) const;
+  // ReformWithout declares server `rank`, which a job being re-formed waits for, dead for good
+  // (`reason`: nothing answers at its address - it died while the scheduler was away), and
+  // re-forms the job once every other server is there. FailedPrecondition, changing nothing,
+  // without replicas, when no job is being re-formed, or when the other copy of one of its
+  // shards is dead too (the job then fails as the claims expire).
+  absl::Status ReformWithout(int rank, std::string reason, absl::Time now);
 
   // job_id names the job (SchedulerOptions::job_id, or the re-formed job's).
   std::string job_id() const;
@@ -308,9 +323,15 @@ class SchedulerCore {
   bool ReformReadyLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status ReformLocked(absl::Time now, std::vector<PendingRegistration>* completed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AnswerRejoins answers the registrations a re-forming completed (`reform_error`, or each
+  // node's registration).
+  void AnswerRejoins(std::vector<PendingRegistration> completed, const absl::Status& reform_error)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // MissingFromReformLocked names the servers of the newest claimed view not heard from yet.
   std::string MissingFromReformLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   const RejoinClaim* NewestClaimLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // DeadInNewestLocked: the ranks declared dead by the claims of the newest view's epoch.
+  std::set<int> DeadInNewestLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::string MissingFromBarrier(int group, const std::vector<uint64_t>& entered) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
@@ -333,6 +354,8 @@ class SchedulerCore {
   absl::Time first_rejoin_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool reformed_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<std::vector<PublishedCheckpoint>> resumed_checkpoints_ ABSL_GUARDED_BY(mu_);
+  // Servers declared dead while the job was re-formed (ReformWithout), and why.
+  std::map<int, std::string> reform_dead_ ABSL_GUARDED_BY(mu_);
   int finished_workers_ ABSL_GUARDED_BY(mu_) = 0;
   std::string mode_ ABSL_GUARDED_BY(mu_);
   std::string shutdown_reason_ ABSL_GUARDED_BY(mu_);  // Set by RequestShutdown.

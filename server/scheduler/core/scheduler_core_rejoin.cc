@@ -85,6 +85,11 @@ void SchedulerCore::Rejoin(RejoinClaim claim, absl::Time now, RegisterDone done)
     if (done) done(*std::move(answer));
     return;
   }
+  AnswerRejoins(std::move(completed), reform_error);
+}
+
+void SchedulerCore::AnswerRejoins(std::vector<PendingRegistration> completed,
+                                  const absl::Status& reform_error) {
   for (PendingRegistration& pending : completed) {
     if (!reform_error.ok()) {
       pending.done(reform_error);
@@ -106,11 +111,75 @@ void SchedulerCore::Rejoin(RejoinClaim claim, absl::Time now, RegisterDone done)
   }
 }
 
+std::vector<ServerEntry> SchedulerCore::ReformMissing(absl::Time now, absl::Duration after) const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<ServerEntry> missing;
+  const RejoinClaim* newest = NewestClaimLocked();
+  if (complete_ || options_.replicas < 2 || newest == nullptr || now - first_rejoin_ < after) {
+    return missing;
+  }
+  const std::set<int> dead = DeadInNewestLocked();
+  for (const ServerEntry& server : ServersOf(*newest)) {
+    if (dead.count(server.rank) == 0 && claims_.count(server.node_id) == 0) {
+      missing.push_back(server);
+    }
+  }
+  return missing;
+}
+
+absl::Status SchedulerCore::ReformWithout(int rank, std::string reason, absl::Time now) {
+  std::vector<PendingRegistration> completed;
+  absl::Status reform_error;
+  {
+    absl::MutexLock lock(&mu_);
+    if (complete_ || claims_.empty()) {
+      return absl::FailedPreconditionError("no job is being re-formed");
+    }
+    if (options_.replicas < 2) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", rank, " is missing and the job has no replicas: it cannot go on without it"));
+    }
+    const int servers = options_.num_servers;
+    const std::set<int> dead = DeadInNewestLocked();
+    for (const int neighbour : {(rank + 1) % servers, (rank + servers - 1) % servers}) {
+      if (neighbour != rank && dead.count(neighbour) > 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "server ", rank, " is missing and server ", neighbour,
+            ", which holds the other copy of one of its shards, is dead: the job cannot go on"));
+      }
+    }
+    spdlog::warn("re-forming job {}: server {} is dead: {}", job_id_, rank, reason);
+    reform_dead_[rank] = std::move(reason);
+    if (ReformReadyLocked()) {
+      reform_error = ReformLocked(now, &completed);
+    } else {
+      spdlog::info("re-forming job {}: {}", job_id_, MissingFromReformLocked());
+    }
+  }
+  AnswerRejoins(std::move(completed), reform_error);
+  return absl::OkStatus();
+}
+
 std::optional<std::vector<PublishedCheckpoint>> SchedulerCore::TakeResumedCheckpoints() {
   absl::MutexLock lock(&mu_);
   std::optional<std::vector<PublishedCheckpoint>> taken;
   taken.swap(resumed_checkpoints_);
   return taken;
+}
+
+std::set<int> SchedulerCore::DeadInNewestLocked() const {
+  // Ranks declared dead, as the servers that heard the newest view know them: a rank declared
+  // dead before a join that revived it is dead only to those that did not hear of the join.
+  std::set<int> dead;
+  for (const auto& [rank, reason] : reform_dead_) dead.insert(rank);
+  const RejoinClaim* newest = NewestClaimLocked();
+  if (newest == nullptr) return dead;
+  for (const auto& [id, claim] : claims_) {
+    if (claim.view_epoch == newest->view_epoch) {
+      dead.insert(claim.dead_servers.begin(), claim.dead_servers.end());
+    }
+  }
+  return dead;
 }
 
 const RejoinClaim* SchedulerCore::NewestClaimLocked() const {
@@ -124,9 +193,7 @@ const RejoinClaim* SchedulerCore::NewestClaimLocked() const {
 bool SchedulerCore::ReformReadyLocked() const {
   const RejoinClaim* newest = NewestClaimLocked();
   if (newest == nullptr) return false;
-  std::set<int> dead;
-  for (const auto& [id, claim] : claims_)
-    dead.insert(claim.dead_servers.begin(), claim.dead_servers.end());
+  const std::set<int> dead = DeadInNewestLocked();
   for (const ServerEntry& server : ServersOf(*newest)) {
     if (dead.count(server.rank) == 0 && claims_.count(server.node_id) == 0) return false;
   }
@@ -136,9 +203,7 @@ bool SchedulerCore::ReformReadyLocked() const {
 std::string SchedulerCore::MissingFromReformLocked() const {
   const RejoinClaim* newest = NewestClaimLocked();
   if (newest == nullptr) return "no server has registered again yet";
-  std::set<int> dead;
-  for (const auto& [id, claim] : claims_)
-    dead.insert(claim.dead_servers.begin(), claim.dead_servers.end());
+  const std::set<int> dead = DeadInNewestLocked();
   std::vector<std::string> missing;
   int expected = 0;
   for (const ServerEntry& server : ServersOf(*newest)) {
@@ -158,13 +223,16 @@ absl::Status SchedulerCore::ReformLocked(absl::Time now,
                                          std::vector<PendingRegistration>* completed) {
   completed->swap(pending_rejoins_);
   const RejoinClaim newest = *NewestClaimLocked();
-  std::set<int> dead;
+  const std::set<int> dead = DeadInNewestLocked();
   std::set<uint64_t> left, finished;
   int64_t max_round = 0;
+  // The highest epoch any server heard of, joined at or requires: a join the lost scheduler
+  // may have published without every node hearing of it.
+  uint64_t highest_epoch = 0;
   std::map<std::pair<std::string, std::string>, PublishedCheckpoint> published;
   for (const auto& [id, claim] : claims_) {
     for (const PublishedCheckpoint& set : claim.checkpoints) published[{set.id, set.dir}] = set;
-    dead.insert(claim.dead_servers.begin(), claim.dead_servers.end());
+    highest_epoch = std::max({highest_epoch, claim.view_epoch, claim.epoch_floor});
     left.insert(claim.left_workers.begin(), claim.left_workers.end());
     finished.insert(claim.finished_workers.begin(), claim.finished_workers.end());
     max_round = std::max(max_round, claim.max_round);
@@ -173,6 +241,7 @@ absl::Status SchedulerCore::ReformLocked(absl::Time now,
   if (static_cast<int>(servers.size()) != options_.num_servers ||
       static_cast<int>(newest.view.worker_node_ids.size()) != options_.num_workers) {
     claims_.clear();
+    reform_dead_.clear();
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id_, " has ", servers.size(), " servers and ",
         newest.view.worker_node_ids.size(), " workers; this scheduler was started for ",
@@ -189,7 +258,10 @@ absl::Status SchedulerCore::ReformLocked(absl::Time now,
       node.hostname = it->second.hostname;
       node.max_round = it->second.max_round;
     }
-    if (dead.count(server.rank) > 0) {
+    if (auto it = reform_dead_.find(server.rank); it != reform_dead_.end()) {
+      node.dead = true;
+      node.death = it->second;
+    } else if (dead.count(server.rank) > 0) {
       node.dead = true;
       node.death = "declared dead before the scheduler restarted";
     }
@@ -211,7 +283,10 @@ absl::Status SchedulerCore::ReformLocked(absl::Time now,
       liveness_->Leave(&restored, "left the job before the scheduler restarted", &released);
     }
   }
-  failover_->RestoreEpoch(newest.view_epoch);
+  // The re-formed view is published above every epoch a node may know, so that a worker which
+  // heard of a join the servers present no more routes by this view, not that one.
+  const uint64_t epoch = highest_epoch > newest.view_epoch ? highest_epoch + 1 : newest.view_epoch;
+  failover_->RestoreEpoch(epoch);
   std::vector<PublishedCheckpoint> sets;
   for (auto& [key, set] : published) sets.push_back(std::move(set));
   std::stable_sort(
@@ -222,12 +297,13 @@ absl::Status SchedulerCore::ReformLocked(absl::Time now,
   complete_ = true;
   reformed_ = true;
   claims_.clear();
+  reform_dead_.clear();
   first_rejoin_ = absl::InfiniteFuture();
   spdlog::info(
       "re-formed the running job {} from its servers: {} servers ({} dead), {} workers ({} "
       "finished, {} left), {}, view epoch {}, rounds started up to {}",
       job_id_, servers.size(), dead.size(), newest.view.worker_node_ids.size(), finished.size(),
-      left.size(), mode_, newest.view_epoch, max_round);
+      left.size(), mode_, epoch, max_round);
   return absl::OkStatus();
 }
 

@@ -314,5 +314,77 @@ TEST_CASE(
   for (const Answer& a : plain) CHECK(a.status.ok());
 }
 
+TEST_CASE(
+    "SchedulerCore rejoin: with replicas, a server that died while the scheduler was away is "
+    "declared dead and the job re-forms without it, above every epoch a server requires",
+    "[scheduler][rejoin]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  const int servers = static_cast<int>(rng.Int(3, 5));
+  SchedulerOptions options = Options(servers, 2);
+  options.replicas = 2;
+  auto before = SchedulerCore::Create(options).value();
+  FormJob(before.get(), servers, 2, &rng);
+  const ClusterView view = before->view().value();
+  const int gone = static_cast<int>(rng.Int(0, servers - 1));
+  const uint64_t floor = static_cast<uint64_t>(rng.Int(1, 9));
+  auto after = SchedulerCore::Create(options).value();
+  std::vector<Answer> answers(servers);
+  for (const ServerEntry& server : view.servers) {
+    if (server.rank == gone) continue;
+    RejoinClaim claim =
+        ServerClaim(NodeInfo{server.node_id, NodeRole::kServer, server.rank, server.address}, view);
+    // One server's engines require an epoch no heartbeat told of (a join's copy).
+    if (server.rank == (gone + 1) % servers) claim.epoch_floor = floor;
+    after->Rejoin(claim, kStart, answers[server.rank].OnRegister());
+  }
+  CHECK(!answers[(gone + 1) % servers].done);
+  CHECK(after->ReformMissing(kStart, absl::Seconds(1)).empty());  // Not waited long enough.
+  const std::vector<ServerEntry> missing =
+      after->ReformMissing(kStart + absl::Seconds(2), absl::Seconds(1));
+  REQUIRE(missing.size() == 1);
+  CHECK(missing[0].rank == gone);
+  REQUIRE(after->ReformWithout(gone, "nothing answers", kStart + absl::Seconds(2)).ok());
+  for (const ServerEntry& server : view.servers) {
+    if (server.rank != gone) CHECK(answers[server.rank].registration.ok());
+  }
+  const Routing routing = after->failover().routing();
+  CHECK(routing.dead == std::vector<int>{gone});
+  CHECK(routing.epoch == floor + 1);
+  CHECK(after->ReformMissing(kStart + absl::Seconds(9), absl::Seconds(1)).empty());
+  CHECK(absl::IsFailedPrecondition(after->ReformWithout(gone, "again", kStart)));
+}
+
+TEST_CASE(
+    "SchedulerCore rejoin: a missing server is not given up without replicas, nor when the "
+    "other copy of one of its shards is dead",
+    "[scheduler][rejoin]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  for (const int replicas : {1, 2}) {
+    SchedulerOptions options = Options(3, 1);
+    options.replicas = replicas;
+    auto before = SchedulerCore::Create(options).value();
+    FormJob(before.get(), 3, 1, &rng);
+    const ClusterView view = before->view().value();
+    auto after = SchedulerCore::Create(options).value();
+    // Server 0 presents itself; with replicas it says server 2 was declared dead; server 1 is
+    // missing - and holds the other copy of shard 0, whose first copy's server is dead.
+    RejoinClaim claim = ServerClaim(
+        NodeInfo{view.servers[0].node_id, NodeRole::kServer, 0, view.servers[0].address}, view);
+    if (replicas == 2) claim.dead_servers = {2};
+    Answer answer;
+    after->Rejoin(claim, kStart, answer.OnRegister());
+    if (replicas == 1) {
+      CHECK(after->ReformMissing(kStart + absl::Seconds(5), absl::Seconds(1)).empty());
+    }
+    const absl::Status refused = after->ReformWithout(1, "nothing answers", kStart);
+    INFO(refused.ToString());
+    CHECK(absl::IsFailedPrecondition(refused));
+    CHECK(!answer.done);
+    CHECK(absl::IsFailedPrecondition(after->view().status()));
+  }
+}
+
 }  // namespace
 }  // namespace kvstore

@@ -288,6 +288,9 @@ absl::Status SchedulerDaemon::Tick() {
   while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(50))) {
     const absl::Time now = absl::Now();
     core_->ExpireDeadlines(now);
+    // Re-forming a running job with replicas: a server that does not register again and does
+    // not answer at its address died while the scheduler was away.
+    service_->CheckMissingServers(2 * options_.job.heartbeat_interval + absl::Milliseconds(300));
     Watch(now);
     if (!assembled) {
       // A job nobody joins must end too: the registration window also runs from the start.

@@ -76,6 +76,7 @@ RejoinClaim ClaimFromProto(const proto::RegisterRequest& request) {
   claim.finished_workers.assign(rejoin.finished_worker_node_ids().begin(),
                                 rejoin.finished_worker_node_ids().end());
   claim.max_round = rejoin.max_round();
+  claim.epoch_floor = rejoin.epoch_floor();
   for (const proto::PublishedCheckpoint& set : rejoin.checkpoints()) {
     claim.checkpoints.push_back(PublishedCheckpoint{set.checkpoint_id(), set.dir(), set.round()});
   }
@@ -467,6 +468,35 @@ void SchedulerService::HandleServerUnreachable(const proto::ServerUnreachableReq
   }
   const absl::StatusOr<std::string> address = core_->failover().ServerAddress(rank);
   if (!address.ok()) return done(address.status());
+  HealthCheck(*address, [this, rank, address = *address, request, response,
+                         done = std::move(done)](absl::Status result) {
+    if (!absl::IsUnavailable(result)) {
+      response->set_dead(false);
+      response->set_reason(absl::StrCat("server ", rank, " at ", address,
+                                        " answers a health check (",
+                                        result.ok() ? "OK" : result.ToString(), ")"));
+      return done(absl::OkStatus());
+    }
+    const std::string reason =
+        absl::StrCat("nothing answers at ", address, " (", result.message(), "; worker node ",
+                     request.node_id(), " saw: ", request.error(), ")");
+    const absl::StatusOr<bool> declared =
+        core_->failover().DeclareServerDead(rank, reason, absl::Now());
+    if (!declared.ok()) return done(declared.status());
+    if (*declared) {
+      spdlog::error(
+          "scheduler: server {} is dead: {}; its shard is served by its backup "
+          "on the next rank from now on",
+          rank, reason);
+    }
+    response->set_dead(true);
+    response->set_reason(absl::StrCat("server ", rank, " is dead: ", reason));
+    done(absl::OkStatus());
+  });
+}
+
+void SchedulerService::HealthCheck(const std::string& address,
+                                   std::function<void(absl::Status)> done) {
   struct Check {
     grpc::ClientContext context;
     grpc::ByteBuffer request;
@@ -476,35 +506,34 @@ void SchedulerService::HandleServerUnreachable(const proto::ServerUnreachableReq
   grpc::Slice empty;  // An empty grpc.health.v1.HealthCheckRequest: the server as a whole.
   check->request = grpc::ByteBuffer(&empty, 1);
   check->context.set_deadline(GrpcDeadline(absl::Now() + kUnreachableCheck));
-  ServerStub(*address)->UnaryCall(
-      &check->context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &check->request,
-      &check->reply,
-      [this, check, rank, address = *address, request, response,
-       done = std::move(done)](grpc::Status grpc_status) {
-        const absl::Status result = FromGrpcStatus(grpc_status);
-        if (!absl::IsUnavailable(result)) {
-          response->set_dead(false);
-          response->set_reason(absl::StrCat("server ", rank, " at ", address,
-                                            " answers a health check (",
-                                            result.ok() ? "OK" : result.ToString(), ")"));
-          return done(absl::OkStatus());
+  ServerStub(address)->UnaryCall(&check->context, "/grpc.health.v1.Health/Check",
+                                 grpc::StubOptions(), &check->request, &check->reply,
+                                 [check, done = std::move(done)](grpc::Status grpc_status) {
+                                   done(FromGrpcStatus(grpc_status));
+                                 });
+}
+
+void SchedulerService::CheckMissingServers(absl::Duration after) {
+  for (const ServerEntry& server : core_->ReformMissing(absl::Now(), after)) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!checking_.insert(server.rank).second) continue;
+    }
+    HealthCheck(server.address, [this, server](absl::Status result) {
+      if (absl::IsUnavailable(result)) {
+        const absl::Status declared =
+            core_->ReformWithout(server.rank,
+                                 absl::StrCat("it did not register again and nothing answers at ",
+                                              server.address, " (", result.message(), ")"),
+                                 absl::Now());
+        if (!declared.ok()) {
+          spdlog::error("scheduler: re-forming the job: {}", std::string(declared.message()));
         }
-        const std::string reason =
-            absl::StrCat("nothing answers at ", address, " (", result.message(), "; worker node ",
-                         request.node_id(), " saw: ", request.error(), ")");
-        const absl::StatusOr<bool> declared =
-            core_->failover().DeclareServerDead(rank, reason, absl::Now());
-        if (!declared.ok()) return done(declared.status());
-        if (*declared) {
-          spdlog::error(
-              "scheduler: server {} is dead: {}; its shard is served by its backup "
-              "on the next rank from now on",
-              rank, reason);
-        }
-        response->set_dead(true);
-        response->set_reason(absl::StrCat("server ", rank, " is dead: ", reason));
-        done(absl::OkStatus());
-      });
+      }
+      absl::MutexLock lock(&mu_);
+      checking_.erase(server.rank);
+    });
+  }
 }
 
 grpc::ServerUnaryReactor* SchedulerService::ClusterStatus(grpc::CallbackServerContext* context,

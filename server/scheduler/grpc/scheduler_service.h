@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,13 @@ class SchedulerService final : public RawSchedulerService, private ServerCommand
                                               grpc::ByteBuffer* response) override;
   static constexpr absl::Duration kUnreachableCheck = absl::Milliseconds(500);
 
+  // CheckMissingServers: while a job with replicas is re-formed (SchedulerCore::Rejoin), each
+  // server it has waited for longer than `after` is checked with a gRPC health check, as
+  // ServerUnreachable checks one, and when nothing answers at its address it is declared dead
+  // (SchedulerCore::ReformWithout): it died while the scheduler was away. The daemon calls it
+  // periodically; it never blocks, and checks a server once at a time.
+  void CheckMissingServers(absl::Duration after);
+
   // SetCheckpointCoordinator makes checkpoint commands (head 4) run as checkpoint sets through
   // `coordinator` (server/scheduler/core/checkpoint_coordinator.h), which must outlive the service.
   // Call it before serving.
@@ -127,6 +135,9 @@ class SchedulerService final : public RawSchedulerService, private ServerCommand
   // call's error.
   void Send(const std::string& address, bool backup, int head, const std::string& body,
             Reply done) override;
+  // HealthCheck checks the server at `address` as a whole (grpc.health.v1, within
+  // kUnreachableCheck); `done` gets the call's status (UNAVAILABLE: nothing answers there).
+  void HealthCheck(const std::string& address, std::function<void(absl::Status)> done);
   // ServerStub returns the (cached) raw stub for a server's address.
   std::shared_ptr<grpc::GenericStub> ServerStub(const std::string& address);
 
@@ -167,6 +178,7 @@ class SchedulerService final : public RawSchedulerService, private ServerCommand
   std::function<void(Registration, std::string)> join_;  // Optional; set before serving.
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<grpc::GenericStub>> stubs_ ABSL_GUARDED_BY(mu_);
+  std::set<int> checking_ ABSL_GUARDED_BY(mu_);  // Ranks CheckMissingServers is checking.
 };
 
 }  // namespace kvstore
