@@ -215,6 +215,11 @@ TEST_CASE(
                                            absl::Seconds(60)));
   job.worker(victim).Kill();
   REQUIRE(job.scheduler().WaitForOutput("has left the job", absl::Seconds(20)));
+  // Once the servers have heard it (a worker that leaves while the scheduler is away is
+  // noticed again after the re-forming, by its silence).
+  for (int s = 0; s < 2; ++s) {
+    REQUIRE(job.server(s).WaitForOutput("have left the job", absl::Seconds(5)));
+  }
   job.scheduler().Kill();
   std::printf("worker %d killed after round %d; the scheduler killed once it had left\n", victim,
               kill_after);
