@@ -361,6 +361,8 @@ absl::Status KVServerDaemon::Rejoin(proto::Scheduler::Stub* stub, const JobPictu
         absl::StrCat("registered again as node ", again.node_id(), " rank ", again.rank(),
                      ", not node ", registration.node_id(), " rank ", registration.rank()));
   }
+  // A scheduler that knew this server did not restart: its checkpoint or join goes on.
+  if (again.scheduler_knew()) return absl::OkStatus();
   for (const std::shared_ptr<ServerBackend>& backend : {backends.primary, backends.backup}) {
     if (backend == nullptr) continue;
     ASSIGN_OR_RETURN(const std::string ended, backend->controller->AbandonCut());

@@ -168,7 +168,8 @@ class KVServerDaemon {
   };
   // Rejoin registers this server again, presenting `picture` (its node id, rank, view and what
   // heartbeats told it), and waits until `give_up` for the scheduler to re-form the job. Then
-  // it ends what the scheduler left half done on this server (Controller::AbandonCut).
+  // it ends what the scheduler left half done on this server (Controller::AbandonCut) - unless
+  // the scheduler knew it still (it did not restart: the heartbeat failed otherwise).
   absl::Status Rejoin(proto::Scheduler::Stub* stub, const JobPicture& picture,
                       const Backends& backends, absl::Time give_up);
   // MakeBackends makes (and restores, or empties for a join) the engines the registration

@@ -129,6 +129,8 @@ struct Registration {
   // A server that took the rank of a dead one in a job without replicas (ReplaceServer): the
   // dead one's address. The updates it had acknowledged since the checkpoint are lost.
   std::string replaced_address;
+  // A node registering again (Rejoin) that this scheduler knew already: it did not restart.
+  bool known = false;
 };
 
 // Routing: what a worker routes its requests by in a job with replicas - the view epoch, every

@@ -39,7 +39,9 @@ void SchedulerCore::Rejoin(RejoinClaim claim, absl::Time now, RegisterDone done)
           (claim.view.job_id.empty() || claim.view.job_id == job_id_)) {
         // Heartbeats failed for a while, but this scheduler knows the node: nothing to re-form.
         nodes_.Find(claim.node_id)->last_heartbeat = std::max(known->last_heartbeat, now);
-        answer = Registration{claim.node_id, claim.rank, ViewLocked()};
+        Registration known_node{claim.node_id, claim.rank, ViewLocked()};
+        known_node.known = true;
+        answer = std::move(known_node);
       } else {
         answer = absl::FailedPreconditionError(absl::StrCat(
             NodeName(claim), " of job ", claim.view.job_id.empty() ? "?" : claim.view.job_id,

@@ -144,7 +144,9 @@ TEST_CASE("SchedulerCore rejoin: a fresh core re-forms a running job from its se
   CHECK(absl::IsFailedPrecondition(extra.registration.status()));
   Answer again;
   after->Rejoin(claims[0], kStart, again.OnRegister());
-  CHECK(again.registration.ok());
+  REQUIRE(again.registration.ok());
+  CHECK(again.registration->known);
+  CHECK(!answers[0].registration->known);
   RejoinClaim stranger = claims[0];
   stranger.node_id = 999;
   Answer refused;

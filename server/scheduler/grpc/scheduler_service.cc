@@ -267,6 +267,7 @@ void SchedulerService::HandleRegister(const proto::RegisterRequest& request,
     if (registration.ok()) {
       response->set_node_id(registration->node_id);
       response->set_replaced_address(registration->replaced_address);
+      response->set_scheduler_knew(registration->known);
       response->set_rank(registration->rank);
       ViewToProto(registration->view, response->mutable_view());
       if (keys != nullptr) {
