@@ -177,6 +177,49 @@ TEST_CASE(
   ReplaceOneServer(3);
 }
 
+TEST_CASE(
+    "Replicas: a replacement kvserver killed (SIGKILL) while it joins leaves nothing "
+    "half-published: the job goes on on the other copies, exact",
+    "[reliability][replicas]") {
+  const uint64_t seed = TestSeed();
+  std::mt19937_64 rng(seed);
+  constexpr int kServers = 3, kWorkers = 3, kRounds = 300;
+  const int victim = static_cast<int>(rng() % kServers);
+  const int kill_after = 3 + static_cast<int>(rng() % 15);
+  const absl::Duration into_join = absl::Milliseconds(rng() % 40);
+  Job job(std::vector<std::vector<std::string>>(kServers), kWorkers, {"--replicas=2"});
+  for (int w = 0; w < kWorkers; ++w) {
+    job.AddWorker(w, {absl::StrCat(seed), "1", absl::StrCat(kRounds), "5"});
+  }
+  REQUIRE(
+      job.worker(0).WaitForOutput(absl::StrCat("round ", kill_after, " ok"), absl::Seconds(60)));
+  job.server(victim).Kill();
+  REQUIRE(job.scheduler().WaitForOutput(absl::StrCat("server ", victim, " is dead"),
+                                        absl::Seconds(10)));
+  Process& replacement = job.StartServer(victim, {});
+  REQUIRE(replacement.WaitForOutput("replaces a dead server", absl::Seconds(20)));
+  absl::SleepFor(into_join);
+  replacement.Kill();
+  const bool published = absl::StrContains(job.scheduler().output(), "serves shards");
+  std::printf("server %d killed after round %d; its replacement killed %lld ms into its join, %s\n",
+              victim, kill_after, static_cast<long long>(absl::ToInt64Milliseconds(into_join)),
+              published ? "after the join was published" : "before the join was published");
+  ExpectExactTraining(job, kWorkers, kRounds);
+  for (int s = 0; s < kServers; ++s) {
+    if (s != victim) Job::ExpectExit(job.server(s), 0);
+  }
+  Job::ExpectExit(job.scheduler(), 0);
+  // Either the join failed, named, or the published replacement was found dead again (the
+  // rank declared dead a second time).
+  const std::string log = job.scheduler().output();
+  INFO(log);
+  const std::string dead = absl::StrCat("server ", victim, " is dead");
+  const size_t first = log.find(dead);
+  const bool dead_again =
+      first != std::string::npos && log.find(dead, first + dead.size()) != std::string::npos;
+  CHECK((absl::StrContains(log, "could not join") || dead_again));
+}
+
 TEST_CASE("Replicas: both copies of a shard dead fails the job, naming the shard",
           "[reliability][replicas]") {
   const uint64_t seed = TestSeed();
