@@ -52,6 +52,8 @@ PACKAGES=(
   libcpp-httplib-dev
   libbrotli-dev
   prometheus
+  # the scheduler standby: a real etcd, started by the tests
+  etcd-server
 )
 
 missing=()

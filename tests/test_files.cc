@@ -1,5 +1,8 @@
 #include "tests/test_files.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +15,19 @@
 #include "tools/cpp/runfiles/runfiles.h"
 
 namespace kvstore::testing {
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t length = sizeof(addr);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
 
 std::string Runfile(const std::string& path) {
   using bazel::tools::cpp::runfiles::Runfiles;

@@ -19,6 +19,10 @@ std::string TempDir();
 // JobSecret returns the path of a job secret (tests/job_secret.h) made once per test process.
 const std::string& JobSecret();
 
+// FreePort returns a port on 127.0.0.1 that the OS just chose and released, for a third-party
+// server that cannot bind port 0 and report it (Prometheus, etcd).
+int FreePort();
+
 using Variables = std::vector<std::pair<std::string, std::string>>;
 
 // StartProcess starts `argv` as `name` with `env` added (and KV_SECRET_FILE=JobSecret() unless

@@ -46,21 +46,6 @@ int ExitCode(Process& process, absl::Duration timeout = absl::Seconds(30)) {
   return *code;
 }
 
-// FreePort returns a port on 127.0.0.1 that the OS just chose and released (for Prometheus,
-// whose web server cannot bind port 0 and report it).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t length = sizeof(addr);
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // LoggedPort returns the port in the first match of `pattern` (one group) in `process`'s log,
 // waiting up to 20 s for `text` to appear first.
 int LoggedPort(Process& process, const std::string& text, const std::string& pattern) {
