@@ -36,7 +36,8 @@ int ConnectionsPerServer(int requested, const JobView& view) {
 
 absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
                                                               const DistOptions& options) {
-  if (options.scheduler_port <= 0 || options.scheduler_port > 65535) {
+  if (options.etcd_endpoints.empty() &&
+      (options.scheduler_port <= 0 || options.scheduler_port > 65535)) {
     return absl::InvalidArgumentError(
         absl::StrCat("scheduler port ", options.scheduler_port, " is not in 1..65535"));
   }
@@ -44,11 +45,17 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
   std::shared_ptr<CompletionThread> completions = options.completion_thread;
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                    ChannelCredentialsFor(options.security.tls));
+  std::unique_ptr<SchedulerEndpoint> scheduler;
+  if (options.etcd_endpoints.empty()) {
+    scheduler = SchedulerEndpoint::Fixed(
+        absl::StrCat(options.scheduler_host, ":", options.scheduler_port), credentials);
+  } else {
+    ASSIGN_OR_RETURN(scheduler, SchedulerEndpoint::ThroughEtcd(options.etcd_endpoints, options.job,
+                                                               credentials));
+  }
   return Connect(
       std::move(type), options,
-      std::make_unique<GrpcSchedulerLink>(
-          absl::StrCat(options.scheduler_host, ":", options.scheduler_port), credentials,
-          options.security.secret),
+      std::make_unique<GrpcSchedulerLink>(std::move(scheduler), options.security.secret),
       [connections, credentials,
        completions](const JobView& view) -> absl::StatusOr<std::unique_ptr<ServerTransport>> {
         ASSIGN_OR_RETURN(std::unique_ptr<GrpcServerTransport> transport,

@@ -24,12 +24,27 @@ struct GrpcSchedulerLink::Context : grpc::ClientContext {
 GrpcSchedulerLink::GrpcSchedulerLink(std::string address,
                                      std::shared_ptr<grpc::ChannelCredentials> credentials,
                                      const std::string& secret)
-    : address_(std::move(address)),
-      stub_(proto::Scheduler::NewStub(MakeChannel(address_, std::move(credentials)))),
+    : GrpcSchedulerLink(SchedulerEndpoint::Fixed(std::move(address), std::move(credentials)),
+                        secret) {}
+
+GrpcSchedulerLink::GrpcSchedulerLink(std::unique_ptr<SchedulerEndpoint> endpoint,
+                                     const std::string& secret)
+    : endpoint_(std::move(endpoint)),
       job_token_(secret.empty() ? "" : JobToken(secret)),
       hostname_(LocalHostname()) {}
 
-std::string GrpcSchedulerLink::name() const { return absl::StrCat("the scheduler at ", address_); }
+std::string GrpcSchedulerLink::name() const { return endpoint_->name(); }
+
+std::shared_ptr<proto::Scheduler::Stub> GrpcSchedulerLink::Stub() const {
+  std::shared_ptr<proto::Scheduler::Stub> stub = endpoint_->stub();
+  if (stub == nullptr && endpoint_->Resolve().ok()) stub = endpoint_->stub();
+  return stub;
+}
+
+grpc::Status GrpcSchedulerLink::Called(grpc::Status status) const {
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) endpoint_->Resolve().IgnoreError();
+  return status;
+}
 
 absl::StatusOr<JobView> GrpcSchedulerLink::Register(const std::string& mode, int requested_rank,
                                                     absl::Time deadline) {
@@ -45,7 +60,11 @@ absl::StatusOr<JobView> GrpcSchedulerLink::Register(const std::string& mode, int
       [&](absl::Time attempt_deadline) {
         Context context(attempt_deadline, "");
         if (!job_token_.empty()) context.AddMetadata(kJobTokenKey, job_token_);
-        return stub_->Register(&context, request, &reply);
+        // Through etcd: the leader now (a standby may have taken over).
+        if (const absl::Status found = endpoint_->Resolve(); !found.ok()) {
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(found.message()));
+        }
+        return endpoint_->stub()->Register(&context, request, &reply);
       },
       [](const std::string& line) { SdkLogger()->warn("{}", line); });
   if (!status.ok()) return FromGrpcStatus(status);
@@ -76,7 +95,7 @@ absl::StatusOr<JobState> GrpcSchedulerLink::Heartbeat(uint64_t node_id, uint64_t
   request.set_barriers_passed(barriers_passed);
   proto::HeartbeatResponse reply;
   Context context(deadline, node_credential_);
-  const grpc::Status status = stub_->Heartbeat(&context, request, &reply);
+  const grpc::Status status = Call(&proto::Scheduler::Stub::Heartbeat, &context, request, &reply);
   if (!status.ok()) return FromGrpcStatus(status);
   JobState state{reply.shutdown(), reply.job_failed() ? reply.failure() : std::string(), {}};
   for (const proto::LostUpdates& lost : reply.data_loss()) {
@@ -98,7 +117,7 @@ absl::Status GrpcSchedulerLink::Barrier(uint64_t node_id, uint64_t sequence, abs
   request.set_group(proto::GROUP_WORKERS);
   proto::BarrierResponse reply;
   Context context(deadline, node_credential_);
-  return FromGrpcStatus(stub_->Barrier(&context, request, &reply));
+  return FromGrpcStatus(Call(&proto::Scheduler::Stub::Barrier, &context, request, &reply));
 }
 
 absl::Status GrpcSchedulerLink::Finish(uint64_t node_id, absl::Time deadline,
@@ -108,7 +127,7 @@ absl::Status GrpcSchedulerLink::Finish(uint64_t node_id, absl::Time deadline,
   request.set_failure(failure);
   proto::FinishResponse reply;
   Context context(deadline, node_credential_);
-  return FromGrpcStatus(stub_->Finish(&context, request, &reply));
+  return FromGrpcStatus(Call(&proto::Scheduler::Stub::Finish, &context, request, &reply));
 }
 
 absl::StatusOr<std::vector<std::string>> GrpcSchedulerLink::Command(uint64_t node_id, int head,
@@ -120,7 +139,7 @@ absl::StatusOr<std::vector<std::string>> GrpcSchedulerLink::Command(uint64_t nod
   request.set_body(body);
   proto::CommandResponse reply;
   Context context(deadline, node_credential_);
-  const grpc::Status status = stub_->Command(&context, request, &reply);
+  const grpc::Status status = Call(&proto::Scheduler::Stub::Command, &context, request, &reply);
   if (!status.ok()) return FromGrpcStatus(status);
   return std::vector<std::string>(reply.replies().begin(), reply.replies().end());
 }
@@ -133,7 +152,8 @@ absl::StatusOr<int> GrpcSchedulerLink::NumDeadNodes(uint64_t node_id, int group,
   request.set_timeout_s(timeout_s);
   proto::ClusterStatusResponse reply;
   Context context(deadline, node_credential_);
-  const grpc::Status status = stub_->ClusterStatus(&context, request, &reply);
+  const grpc::Status status =
+      Call(&proto::Scheduler::Stub::ClusterStatus, &context, request, &reply);
   if (!status.ok()) return FromGrpcStatus(status);
   return reply.num_dead();
 }
@@ -148,7 +168,8 @@ absl::StatusOr<bool> GrpcSchedulerLink::ServerUnreachable(uint64_t node_id, int 
   request.set_error(error);
   proto::ServerUnreachableResponse reply;
   Context context(deadline, node_credential_);
-  const grpc::Status status = stub_->ServerUnreachable(&context, request, &reply);
+  const grpc::Status status =
+      Call(&proto::Scheduler::Stub::ServerUnreachable, &context, request, &reply);
   if (!status.ok()) return FromGrpcStatus(status);
   if (reason != nullptr) *reason = reply.reason();
   return reply.dead();

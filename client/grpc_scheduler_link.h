@@ -1,6 +1,8 @@
 // GrpcSchedulerLink: the SchedulerLink of a distributed job - unary calls of the Scheduler
-// service (proto/kvstore.proto) on one channel, each with its deadline. With a job secret,
-// Register carries the job token and every later call the node token registration returned
+// service (proto/kvstore.proto), each with its deadline, to the scheduler at an address or to
+// the job's leader that etcd names (common/scheduler_endpoint.h): through etcd, a call that
+// finds no scheduler (UNAVAILABLE) makes the next go to the leader etcd names then. With a job
+// secret, Register carries the job token and every later call the node token registration returned
 // (common/job_auth.h).
 //
 // Threading: thread-safe once Register has returned (gRPC stubs are).
@@ -13,6 +15,7 @@
 #include <string>
 
 #include "client/scheduler_link.h"
+#include "common/scheduler_endpoint.h"
 #include "proto/kvstore.grpc.pb.h"
 
 namespace kvstore {
@@ -23,6 +26,8 @@ class GrpcSchedulerLink final : public SchedulerLink {
   // `secret` is the job secret, or empty.
   GrpcSchedulerLink(std::string address, std::shared_ptr<grpc::ChannelCredentials> credentials,
                     const std::string& secret);
+  // The scheduler `endpoint` finds (an address, or etcd's leader).
+  GrpcSchedulerLink(std::unique_ptr<SchedulerEndpoint> endpoint, const std::string& secret);
 
   std::string name() const override;
   absl::StatusOr<JobView> Register(const std::string& mode, int requested_rank,
@@ -43,8 +48,24 @@ class GrpcSchedulerLink final : public SchedulerLink {
   // Context is a client context with `deadline` and this node's credential.
   struct Context;
 
-  const std::string address_;
-  std::unique_ptr<proto::Scheduler::Stub> stub_;
+  // Stub returns the stub to the scheduler, resolving it first through etcd when none is
+  // known yet; null when none is found.
+  std::shared_ptr<proto::Scheduler::Stub> Stub() const;
+  // Called returns `status`, and after an UNAVAILABLE one reads etcd's leader again.
+  grpc::Status Called(grpc::Status status) const;
+  // Call makes one call of `method` on the scheduler's stub (UNAVAILABLE when none is found).
+  template <typename Request, typename Reply>
+  grpc::Status Call(grpc::Status (proto::Scheduler::Stub::*method)(grpc::ClientContext*,
+                                                                   const Request&, Reply*),
+                    grpc::ClientContext* context, const Request& request, Reply* reply) const {
+    const std::shared_ptr<proto::Scheduler::Stub> stub = Stub();
+    if (stub == nullptr) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no scheduler found: " + name());
+    }
+    return Called(((*stub).*method)(context, request, reply));
+  }
+
+  const std::unique_ptr<SchedulerEndpoint> endpoint_;
   const std::string job_token_;  // Empty without a secret.
   const std::string hostname_;   // Sent with heartbeats (a restarted scheduler learns it).
   std::string node_credential_;  // Set by Register, with a secret.

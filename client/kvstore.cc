@@ -42,14 +42,17 @@ absl::Status CheckOutputs(absl::Span<const Key> keys, absl::Span<Tensor* const> 
 absl::StatusOr<DistOptions> DistOptions::FromEnvironment() {
   absl::StatusOr<JobEnvironment> env = ReadJobEnvironment();
   if (!env.ok()) return env.status();
-  if (!env->scheduler_port) {
+  DistOptions options;
+  options.etcd_endpoints = env->etcd_endpoints.value_or("");
+  options.job = env->job.value_or("");
+  if (!env->scheduler_port && options.etcd_endpoints.empty()) {
     return absl::InvalidArgumentError(
         "a distributed store needs the scheduler's port: set DMLC_PS_ROOT_PORT (or "
-        "KV_SCHEDULER_PORT) and DMLC_PS_ROOT_URI, as a launcher such as deploy/launch.py does");
+        "KV_SCHEDULER_PORT) and DMLC_PS_ROOT_URI, as a launcher such as deploy/launch.py does "
+        "(or KV_ETCD_ENDPOINTS and KV_JOB, to find it through etcd)");
   }
-  DistOptions options;
   options.scheduler_host = env->scheduler_host.value_or("127.0.0.1");
-  options.scheduler_port = *env->scheduler_port;
+  options.scheduler_port = env->scheduler_port.value_or(0);
   options.requested_rank = env->rank.value_or(-1);
   if (env->secret_file.has_value()) {
     absl::StatusOr<std::string> secret = ReadSecretFile(*env->secret_file);

@@ -106,9 +106,12 @@ std::shared_ptr<CompletionThread> NewCompletionThread();
 
 // DistOptions: how a distributed store ("dist_sync", "dist_async") joins its job.
 struct DistOptions {
-  // The scheduler's address.
+  // The scheduler's address; or, when etcd_endpoints is set (KV_ETCD_ENDPOINTS and KV_JOB),
+  // job `job`'s leading scheduler, whose address etcd holds (a standby may take over).
   std::string scheduler_host = "127.0.0.1";
   int scheduler_port = 0;
+  std::string etcd_endpoints;
+  std::string job;
   // Requested worker rank, or -1 to be ranked by registration order.
   int requested_rank = -1;
   // How long to wait for the scheduler and for the whole job to register.

@@ -137,7 +137,9 @@ absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv_or_null) 
       {"KV_TLS_CA", &env.tls_ca},
       {"KV_TLS_CERT", &env.tls_cert},
       {"KV_TLS_KEY", &env.tls_key},
-      {"KV_TRACE_FILE", &env.trace_file}};
+      {"KV_TRACE_FILE", &env.trace_file},
+      {"KV_ETCD_ENDPOINTS", &env.etcd_endpoints},
+      {"KV_JOB", &env.job}};
   for (const auto& [name, field] : paths) {
     if (const auto value = Lookup(getenv, {name})) *field = value->second;
   }

@@ -72,6 +72,10 @@ struct JobEnvironment {
   // KV_REPLICAS: copies of each shard (1 or 2), for a scheduler the SDK runs (its --replicas
   // otherwise).
   std::optional<int> replicas;
+  // KV_ETCD_ENDPOINTS and KV_JOB: find the job's scheduler through etcd (its leader, among a
+  // standby or two; server/scheduler/scheduler_election.h) instead of at one address.
+  std::optional<std::string> etcd_endpoints;
+  std::optional<std::string> job;
 };
 
 // Getenv returns the value of a variable, or nullptr when it is unset.

@@ -27,15 +27,22 @@ absl::StatusOr<KVServerOptions> KVServerOptionsFrom(const JobEnvironment& env,
                                                     const DaemonCommandLine& given) {
   KVServerOptions options;
   options.scheduler_address = given.scheduler;
+  options.etcd_endpoints = !given.etcd.empty() ? given.etcd : env.etcd_endpoints.value_or("");
+  options.job = !given.job.empty() ? given.job : env.job.value_or("");
+  if (options.etcd_endpoints.empty() != options.job.empty()) {
+    return absl::InvalidArgumentError(
+        "--etcd and --job go together (or KV_ETCD_ENDPOINTS and KV_JOB)");
+  }
   if (options.scheduler_address.empty() && env.scheduler_port.has_value()) {
     options.scheduler_address =
         FormatHostPort(env.scheduler_host.value_or("127.0.0.1"), *env.scheduler_port);
   }
-  if (options.scheduler_address.empty()) {
+  if (options.scheduler_address.empty() && options.etcd_endpoints.empty()) {
     return absl::InvalidArgumentError(
         "no scheduler address: pass --scheduler=HOST:PORT or set DMLC_PS_ROOT_URI and "
-        "DMLC_PS_ROOT_PORT");
+        "DMLC_PS_ROOT_PORT (or find it through etcd: --etcd and --job)");
   }
+  if (!options.etcd_endpoints.empty()) options.scheduler_address.clear();
   if (!given.host.empty()) {
     options.host = given.host;
   } else if (env.bind_host.has_value()) {
@@ -43,7 +50,13 @@ absl::StatusOr<KVServerOptions> KVServerOptionsFrom(const JobEnvironment& env,
   } else if (env.node_host.has_value() || env.interface.has_value()) {
     ASSIGN_OR_RETURN(options.host, ChooseAdvertiseHost("", "", env));
   } else {
-    options.host = IsLoopback(HostOf(options.scheduler_address)) ? "127.0.0.1" : "0.0.0.0";
+    // On loopback when the scheduler is, or etcd which names it.
+    absl::string_view peer = options.scheduler_address;
+    if (!options.etcd_endpoints.empty()) {
+      peer = absl::string_view(options.etcd_endpoints).substr(0, options.etcd_endpoints.find(','));
+      absl::ConsumePrefix(&peer, "http://");
+    }
+    options.host = IsLoopback(HostOf(std::string(peer))) ? "127.0.0.1" : "0.0.0.0";
   }
   if (given.port >= 0) options.port = given.port;
   ASSIGN_OR_RETURN(options.advertise_host,

@@ -41,9 +41,12 @@ struct DaemonCommandLine {
   std::string host;
   std::string advertise_host;
   int port = -1;
-  // kvserver: the scheduler's "host:port", and the requested rank.
+  // kvserver: the scheduler's "host:port", and the requested rank; or, instead of the address,
+  // etcd's endpoints and the job's name there (its leading scheduler's address).
   std::string scheduler;
   int rank = -1;
+  std::string etcd;
+  std::string job;
   // scheduler: the job's size, and its shape.
   int num_servers = 0;
   int num_workers = 0;

@@ -30,6 +30,10 @@ ABSL_FLAG(std::string, advertise_host, "",
           "unless it is a wildcard, else this host's name resolved. Never 0.0.0.0 or ::.");
 ABSL_FLAG(std::string, scheduler, "",
           "The scheduler's host:port; empty: DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT.");
+ABSL_FLAG(std::string, etcd, "",
+          "etcd endpoints (HOST:PORT,...) holding the address of the job's leading scheduler "
+          "(with --job), instead of --scheduler; empty: KV_ETCD_ENDPOINTS.");
+ABSL_FLAG(std::string, job, "", "The job's name in etcd (with --etcd); empty: KV_JOB.");
 ABSL_FLAG(int, rank, -1,
           "Requested server rank; -1: KV_RANK / DMLC_SERVER_ID, else registration order.");
 ABSL_FLAG(std::string, updater, "",
@@ -76,6 +80,8 @@ DaemonCommandLine KVServerCommandLineFromFlags() {
   given.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   given.port = absl::GetFlag(FLAGS_port);
   given.scheduler = absl::GetFlag(FLAGS_scheduler);
+  given.etcd = absl::GetFlag(FLAGS_etcd);
+  given.job = absl::GetFlag(FLAGS_job);
   given.rank = absl::GetFlag(FLAGS_rank);
   given.security = SecuritySettingsFromFlags();
   return given;

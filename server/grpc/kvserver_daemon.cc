@@ -39,8 +39,9 @@ int64_t HalfPhysicalMemory() {
 // memory budget. InvalidArgument naming the option otherwise.
 absl::Status CheckAndComplete(KVServerOptions* options_in) {
   KVServerOptions& options = *options_in;
-  if (options.scheduler_address.empty()) {
-    return absl::InvalidArgumentError("a kvserver needs the scheduler's address");
+  if (options.scheduler_address.empty() && options.etcd_endpoints.empty()) {
+    return absl::InvalidArgumentError(
+        "a kvserver needs the scheduler's address, or etcd's endpoints and the job's name");
   }
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("port ", options.port, " is not in 0..65535"));
@@ -252,9 +253,9 @@ void KVServerDaemon::Run() {
 // node's credential; thread-compatible (the serving loop's).
 class KVServerDaemon::Heartbeat {
  public:
-  Heartbeat(proto::Scheduler::Stub* stub, const proto::RegisterResponse& registration,
+  Heartbeat(const SchedulerEndpoint* scheduler, const proto::RegisterResponse& registration,
             const ServerBackend& backend, bool secured, absl::Duration interval)
-      : stub_(stub),
+      : scheduler_(scheduler),
         node_id_(registration.node_id()),
         engine_(backend.engine.get()),
         controller_(backend.controller.get()),
@@ -274,11 +275,13 @@ class KVServerDaemon::Heartbeat {
     grpc::ClientContext context;
     if (!credential_.empty()) context.AddMetadata(kNodeTokenKey, credential_);
     context.set_deadline(GrpcDeadline(absl::Now() + std::max(interval_, absl::Seconds(2))));
-    return stub_->Heartbeat(&context, request, reply);
+    const std::shared_ptr<proto::Scheduler::Stub> stub = scheduler_->stub();
+    if (stub == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no scheduler known");
+    return stub->Heartbeat(&context, request, reply);
   }
 
  private:
-  proto::Scheduler::Stub* const stub_;
+  const SchedulerEndpoint* const scheduler_;
   const uint64_t node_id_;
   const ServerEngine* const engine_;
   const Controller* const controller_;
@@ -289,13 +292,18 @@ class KVServerDaemon::Heartbeat {
 absl::Status KVServerDaemon::RegisterAndServe() {
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> to_scheduler,
                    ChannelCredentialsFor(options_.security.tls));
-  auto stub = proto::Scheduler::NewStub(MakeChannel(options_.scheduler_address, to_scheduler));
-  ASSIGN_OR_RETURN(const proto::RegisterResponse registration, Register(stub.get()));
+  if (options_.etcd_endpoints.empty()) {
+    scheduler_ = SchedulerEndpoint::Fixed(options_.scheduler_address, to_scheduler);
+  } else {
+    ASSIGN_OR_RETURN(scheduler_, SchedulerEndpoint::ThroughEtcd(options_.etcd_endpoints,
+                                                                options_.job, to_scheduler));
+  }
+  ASSIGN_OR_RETURN(const proto::RegisterResponse registration, Register());
   if (options_.name_log_lines) SetLogNode(absl::StrCat("kvserver ", registration.rank()));
   ASSIGN_OR_RETURN(Backends backends, MakeBackends(registration));
   const proto::ClusterView& view = registration.view();
   const absl::Duration interval = absl::Milliseconds(std::max(10, view.heartbeat_interval_ms()));
-  const Heartbeat beat(stub.get(), registration, *backends.primary,
+  const Heartbeat beat(scheduler_.get(), registration, *backends.primary,
                        !options_.security.secret.empty(), interval);
   if (!registration.replaced_address().empty()) RefuseLostUpdates(registration, backends, beat);
   const Backends served = backends;
@@ -304,16 +312,16 @@ absl::Status KVServerDaemon::RegisterAndServe() {
   health_->SetServing(true);
   spdlog::info("kvserver rank {} (node {}) serving {} for {} workers", registration.rank(),
                registration.node_id(), view.mode(), view.num_workers());
-  return HeartbeatUntilOver(stub.get(), registration, beat, interval, served);
+  return HeartbeatUntilOver(registration, beat, interval, served);
 }
 
-absl::StatusOr<proto::RegisterResponse> KVServerDaemon::Register(proto::Scheduler::Stub* stub) {
+absl::StatusOr<proto::RegisterResponse> KVServerDaemon::Register() {
   proto::RegisterRequest request;
   request.set_role(proto::SERVER);
   request.set_address(address());
   request.set_requested_rank(options_.requested_rank);
   request.set_hostname(LocalHostname());
-  return CallRegister(stub, request, absl::Now() + options_.register_timeout);
+  return CallRegister(request, absl::Now() + options_.register_timeout);
 }
 
 void KVServerDaemon::JobPicture::Update(const proto::HeartbeatResponse& reply) {
@@ -327,8 +335,8 @@ void KVServerDaemon::JobPicture::Update(const proto::HeartbeatResponse& reply) {
                           reply.finished_worker_node_ids().end());
 }
 
-absl::Status KVServerDaemon::Rejoin(proto::Scheduler::Stub* stub, const JobPicture& picture,
-                                    const Backends& backends, absl::Time give_up) {
+absl::Status KVServerDaemon::Rejoin(const JobPicture& picture, const Backends& backends,
+                                    absl::Time give_up) {
   const proto::RegisterResponse& registration = picture.registration;
   proto::RegisterRequest request;
   request.set_role(proto::SERVER);
@@ -355,7 +363,7 @@ absl::Status KVServerDaemon::Rejoin(proto::Scheduler::Stub* stub, const JobPictu
   }
   // Pushes may be held by a cut the lost scheduler began: tried often, to end it soon.
   ASSIGN_OR_RETURN(const proto::RegisterResponse again,
-                   CallRegister(stub, request, give_up, absl::Milliseconds(200)));
+                   CallRegister(request, give_up, absl::Milliseconds(200)));
   if (again.node_id() != registration.node_id() || again.rank() != registration.rank()) {
     return absl::FailedPreconditionError(
         absl::StrCat("registered again as node ", again.node_id(), " rank ", again.rank(),
@@ -375,13 +383,12 @@ absl::Status KVServerDaemon::Rejoin(proto::Scheduler::Stub* stub, const JobPictu
 }
 
 absl::StatusOr<proto::RegisterResponse> KVServerDaemon::CallRegister(
-    proto::Scheduler::Stub* stub, const proto::RegisterRequest& request, absl::Time give_up,
-    absl::Duration max_backoff) {
+    const proto::RegisterRequest& request, absl::Time give_up, absl::Duration max_backoff) {
   const bool secured = !options_.security.secret.empty();
   proto::RegisterResponse registration;
   // The scheduler may still be starting: retried while it cannot be reached, saying so.
   const grpc::Status status = CallWhileUnreachable(
-      absl::StrCat("the scheduler at ", options_.scheduler_address), give_up,
+      scheduler_->name(), give_up,
       [&](absl::Time deadline) {
         grpc::ClientContext context;
         context.set_deadline(GrpcDeadline(deadline));
@@ -393,7 +400,13 @@ absl::StatusOr<proto::RegisterResponse> KVServerDaemon::CallRegister(
           }
           registering_ = &context;
         }
-        const grpc::Status attempt = stub->Register(&context, request, &registration);
+        // Through etcd: the leader now (a standby may have taken over).
+        if (const absl::Status found = scheduler_->Resolve(); !found.ok()) {
+          absl::MutexLock lock(&registering_mu_);
+          registering_ = nullptr;
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(found.message()));
+        }
+        const grpc::Status attempt = scheduler_->stub()->Register(&context, request, &registration);
         absl::MutexLock lock(&registering_mu_);
         registering_ = nullptr;
         return attempt;
@@ -402,9 +415,9 @@ absl::StatusOr<proto::RegisterResponse> KVServerDaemon::CallRegister(
       max_backoff);
   if (!status.ok()) {
     if (stop_.HasBeenNotified()) return absl::CancelledError("kvserver stopped");
-    return absl::Status(FromGrpcStatus(status).code(),
-                        absl::StrCat("registering with the scheduler at ",
-                                     options_.scheduler_address, ": ", status.error_message()));
+    return absl::Status(
+        FromGrpcStatus(status).code(),
+        absl::StrCat("registering with ", scheduler_->name(), ": ", status.error_message()));
   }
   return registration;
 }
@@ -512,8 +525,7 @@ void KVServerDaemon::RefuseLostUpdates(const proto::RegisterResponse& registrati
   }
 }
 
-absl::Status KVServerDaemon::HeartbeatUntilOver(proto::Scheduler::Stub* stub,
-                                                const proto::RegisterResponse& registration,
+absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& registration,
                                                 const Heartbeat& beat, absl::Duration interval,
                                                 const Backends& backends) {
   const proto::ClusterView& view = registration.view();
@@ -529,30 +541,30 @@ absl::Status KVServerDaemon::HeartbeatUntilOver(proto::Scheduler::Stub* stub,
     if (!status.ok()) {
       const absl::Time give_up = last_contact + options_.scheduler_lost_timeout;
       const std::string lost = absl::StrCat(
-          "lost the scheduler at ", options_.scheduler_address, ": no heartbeat answered for ",
+          "lost ", scheduler_->name(), ": no heartbeat answered for ",
           absl::FormatDuration(options_.scheduler_lost_timeout), " (", status.error_message(), ")");
       if (absl::Now() > give_up) return absl::UnavailableError(lost);
       // A scheduler restarted in place knows this server once it registers again; until
       // then, or while none listens, this waits (up to scheduler_lost_timeout in all).
       spdlog::warn(
-          "kvserver rank {}: a heartbeat to the scheduler at {} failed ({}); registering "
+          "kvserver rank {}: a heartbeat to {} failed ({}); registering "
           "again, waiting up to {} for it",
-          registration.rank(), options_.scheduler_address, status.error_message(),
+          registration.rank(), scheduler_->name(), status.error_message(),
           absl::FormatDuration(absl::Trunc(give_up - absl::Now(), absl::Milliseconds(100))));
-      const absl::Status again = Rejoin(stub, picture, backends, give_up);
+      const absl::Status again = Rejoin(picture, backends, give_up);
       if (stop_.HasBeenNotified()) break;
       if (!again.ok()) {
         if (absl::IsFailedPrecondition(again) || absl::IsInvalidArgument(again) ||
             absl::IsPermissionDenied(again) || absl::IsUnauthenticated(again)) {
-          return absl::Status(again.code(),
-                              absl::StrCat("registering again with the scheduler at ",
-                                           options_.scheduler_address, ": ", again.message()));
+          return absl::Status(
+              again.code(),
+              absl::StrCat("registering again with ", scheduler_->name(), ": ", again.message()));
         }
         if (absl::Now() > give_up) return absl::UnavailableError(lost);
         continue;
       }
-      spdlog::info("kvserver rank {} (node {}): registered again with the scheduler at {}",
-                   registration.rank(), registration.node_id(), options_.scheduler_address);
+      spdlog::info("kvserver rank {} (node {}): registered again with {}", registration.rank(),
+                   registration.node_id(), scheduler_->name());
       last_contact = absl::Now();
       continue;
     }

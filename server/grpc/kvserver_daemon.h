@@ -31,6 +31,7 @@
 #include "common/metrics_http.h"
 #include "common/metrics_registry.h"
 #include "common/request_signature.h"
+#include "common/scheduler_endpoint.h"
 #include "common/security_options.h"
 #include "common/store/updater.h"
 #include "common/trace_writer.h"
@@ -50,8 +51,12 @@ struct KVServerOptions {
   // The host registered with the scheduler, which workers connect to (the advertised address;
   // common/advertise.h chooses it). Empty: `host`. A wildcard (0.0.0.0, ::) is refused by Start.
   std::string advertise_host;
-  // The scheduler's "host:port".
+  // The scheduler's "host:port"; or, when etcd_endpoints is set, the address of job `job`'s
+  // leading scheduler that etcd holds, read again whenever the scheduler is lost
+  // (common/scheduler_endpoint.h).
   std::string scheduler_address;
+  std::string etcd_endpoints;
+  std::string job;
   // Requested server rank, or -1 for registration order.
   int requested_rank = -1;
   // Updater applied to pushes until a worker sets another (kCommandSetUpdater). Empty: none
@@ -146,12 +151,13 @@ class KVServerDaemon {
   };
   // Register registers with the scheduler, retrying while it cannot be reached, until
   // register_timeout; Cancelled once Shutdown was called.
-  absl::StatusOr<proto::RegisterResponse> Register(proto::Scheduler::Stub* stub);
+  absl::StatusOr<proto::RegisterResponse> Register();
   // CallRegister sends `request`, retried while the scheduler cannot be reached until
   // `give_up`; Shutdown cancels it.
   // `max_backoff` bounds the wait between attempts.
+  // Through etcd, each attempt goes to the leader etcd names then.
   absl::StatusOr<proto::RegisterResponse> CallRegister(
-      proto::Scheduler::Stub* stub, const proto::RegisterRequest& request, absl::Time give_up,
+      const proto::RegisterRequest& request, absl::Time give_up,
       absl::Duration max_backoff = absl::Seconds(1));
   // JobPicture: what this server knows of the running job - the view it registered with, and
   // what heartbeats told it since - which it presents when it registers again with a scheduler
@@ -170,8 +176,7 @@ class KVServerDaemon {
   // heartbeats told it), and waits until `give_up` for the scheduler to re-form the job. Then
   // it ends what the scheduler left half done on this server (Controller::AbandonCut) - unless
   // the scheduler knew it still (it did not restart: the heartbeat failed otherwise).
-  absl::Status Rejoin(proto::Scheduler::Stub* stub, const JobPicture& picture,
-                      const Backends& backends, absl::Time give_up);
+  absl::Status Rejoin(const JobPicture& picture, const Backends& backends, absl::Time give_up);
   // MakeBackends makes (and restores, or empties for a join) the engines the registration
   // assigns.
   absl::StatusOr<Backends> MakeBackends(const proto::RegisterResponse& registration);
@@ -187,8 +192,7 @@ class KVServerDaemon {
   // Shutdown (Cancelled); it drops the workers that left an elastic job from the engines.
   // When a heartbeat fails, it registers again (Rejoin): a scheduler restarted in place
   // re-forms the job from its servers, and one that only missed a beat answers at once.
-  absl::Status HeartbeatUntilOver(proto::Scheduler::Stub* stub,
-                                  const proto::RegisterResponse& registration,
+  absl::Status HeartbeatUntilOver(const proto::RegisterResponse& registration,
                                   const Heartbeat& beat, absl::Duration interval,
                                   const Backends& backends);
   // AddCollectors adds the metrics read at scrape time (process, keys and bytes held, info).
@@ -214,6 +218,8 @@ class KVServerDaemon {
   std::thread thread_;
   absl::Notification stop_;
   // The registration call while it waits for the scheduler; Shutdown cancels it.
+  // Where the scheduler is (set by RegisterAndServe, then used by its thread only).
+  std::unique_ptr<SchedulerEndpoint> scheduler_;
   absl::Mutex registering_mu_;
   grpc::ClientContext* registering_ ABSL_GUARDED_BY(registering_mu_) = nullptr;
   absl::Notification done_;

@@ -68,6 +68,14 @@ ABSL_FLAG(std::string, checkpoint_prefix, "checkpoints",
 ABSL_FLAG(int, checkpoint_keep, 3, "Periodic checkpoints kept (older ones are removed); 0: all.");
 ABSL_FLAG(absl::Duration, checkpoint_timeout, absl::Seconds(60),
           "How long a checkpoint may wait for every key to reach the cut's round.");
+ABSL_FLAG(std::string, etcd, "",
+          "etcd endpoints (HOST:PORT,...): elect the job's scheduler among this one and its "
+          "standbys, and publish the leader's address there (with --job); empty: "
+          "KV_ETCD_ENDPOINTS, else no election.");
+ABSL_FLAG(std::string, job, "", "The job's name in etcd (with --etcd); empty: KV_JOB.");
+ABSL_FLAG(absl::Duration, etcd_lease, absl::Seconds(1),
+          "The leader's etcd lease: a standby takes over this long after the leader's last "
+          "keep-alive (etcd may raise it to its minimum, about 2 s).");
 
 namespace kvstore {
 
@@ -119,5 +127,25 @@ absl::StatusOr<SchedulerDaemonOptions> SchedulerOptionsFromFlags(const JobEnviro
 }
 
 std::string SchedulerPortFileFlag() { return absl::GetFlag(FLAGS_port_file); }
+
+absl::StatusOr<std::optional<SchedulerElectionFlags>> SchedulerElectionFromFlags(
+    const JobEnvironment& env) {
+  SchedulerElectionFlags flags;
+  flags.etcd = absl::GetFlag(FLAGS_etcd);
+  if (flags.etcd.empty()) flags.etcd = env.etcd_endpoints.value_or("");
+  flags.job = absl::GetFlag(FLAGS_job);
+  if (flags.job.empty()) flags.job = env.job.value_or("");
+  flags.lease = absl::GetFlag(FLAGS_etcd_lease);
+  if (flags.etcd.empty() && flags.job.empty()) return std::nullopt;
+  if (flags.etcd.empty() || flags.job.empty()) {
+    return absl::InvalidArgumentError(
+        "--etcd and --job go together (or KV_ETCD_ENDPOINTS and KV_JOB)");
+  }
+  if (flags.lease < absl::Seconds(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--etcd_lease must be 1s or more, not ", absl::FormatDuration(flags.lease)));
+  }
+  return flags;
+}
 
 }  // namespace kvstore

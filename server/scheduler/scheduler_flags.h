@@ -3,6 +3,7 @@
 #ifndef KVSTORE_SERVER_SCHEDULER_SCHEDULER_FLAGS_H_
 #define KVSTORE_SERVER_SCHEDULER_SCHEDULER_FLAGS_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -26,6 +27,17 @@ absl::StatusOr<SchedulerDaemonOptions> SchedulerOptionsFromFlags(const JobEnviro
 
 // --port_file.
 std::string SchedulerPortFileFlag();
+
+// --etcd, --job, --etcd_lease: the election among the job's schedulers
+// (server/scheduler/scheduler_election.h), or nothing when neither endpoints nor a job is
+// given (flags, else KV_ETCD_ENDPOINTS and KV_JOB). InvalidArgument when only one is.
+struct SchedulerElectionFlags {
+  std::string etcd;
+  std::string job;
+  absl::Duration lease;
+};
+absl::StatusOr<std::optional<SchedulerElectionFlags>> SchedulerElectionFromFlags(
+    const JobEnvironment& env);
 
 }  // namespace kvstore
 

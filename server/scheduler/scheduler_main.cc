@@ -7,7 +7,9 @@
 // the OS choose; --port_file then tells launchers which port was bound. --metrics_port serves
 // Prometheus metrics (docs/operations.md). `--help` lists the
 // flags, `--version` prints the version. Exits 0 when the job is over, non-zero with a one-line
-// reason otherwise.
+// reason otherwise. With --etcd and --job it is one of the job's schedulers - a leader and its
+// standbys - elected through etcd (server/scheduler/scheduler_election.h): a standby serves
+// nothing until the leader's lease lapses.
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -18,15 +20,18 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/advertise.h"
 #include "common/daemon_flags.h"
 #include "common/environment.h"
+#include "common/etcd_client.h"
 #include "common/flags_usage.h"
 #include "common/logging.h"
 #include "common/security_flags.h"
 #include "common/status_macros.h"
 #include "common/stop_signals.h"
 #include "server/scheduler/grpc/scheduler_daemon.h"
+#include "server/scheduler/scheduler_election.h"
 #include "server/scheduler/scheduler_flags.h"
 
 namespace kvstore {
@@ -47,15 +52,41 @@ absl::Status WritePortFile(const std::string& path, int port) {
 
 absl::Status Run() {
   ASSIGN_OR_RETURN(const JobEnvironment env, ReadJobEnvironment());
-  ASSIGN_OR_RETURN(const SchedulerDaemonOptions options, SchedulerOptionsFromFlags(env));
+  ASSIGN_OR_RETURN(SchedulerDaemonOptions options, SchedulerOptionsFromFlags(env));
+  ASSIGN_OR_RETURN(const std::optional<SchedulerElectionFlags> elected,
+                   SchedulerElectionFromFlags(env));
+  std::unique_ptr<SchedulerElection> election;
+  if (elected.has_value()) {
+    ASSIGN_OR_RETURN(EtcdClient etcd, EtcdClient::Create(elected->etcd));
+    election = std::make_unique<SchedulerElection>(
+        std::move(etcd), SchedulerElection::Options{elected->job, elected->lease});
+    options.standby = absl::StrCat("this scheduler is a standby of job ", elected->job,
+                                   ": its leader's address is in etcd at ", elected->etcd);
+  }
   ASSIGN_OR_RETURN(auto daemon, SchedulerDaemon::Start(options));
+  absl::Notification stop_campaign;
   // SIGTERM / SIGINT: end the job (heartbeats tell every node), stop serving once the servers
-  // have heard it (at most 10 s), exit 0.
-  ASSIGN_OR_RETURN(auto signals, StopSignals::Install([d = daemon.get()](int signal) {
+  // have heard it (at most 10 s), exit 0; a standby just stops.
+  ASSIGN_OR_RETURN(auto signals,
+                   StopSignals::Install([d = daemon.get(), &stop_campaign](int signal) {
+                     if (!stop_campaign.HasBeenNotified()) stop_campaign.Notify();
                      d->EndJob(StopSignals::Name(signal));
                    }));
   if (const std::string port_file = SchedulerPortFileFlag(); !port_file.empty()) {
     RETURN_IF_ERROR(WritePortFile(port_file, daemon->port()));
+  }
+  if (election != nullptr) {
+    // A standby serves nothing until it leads; a leader that loses its lease stops.
+    if (!election->Campaign(daemon->address(), &stop_campaign).ok()) {
+      daemon->Shutdown();
+      daemon->Wait().IgnoreError();
+      return absl::OkStatus();
+    }
+    daemon->Lead();
+    election->KeepLeading([d = daemon.get()](const std::string& why) {
+      spdlog::error("scheduler: {}", why);
+      d->Abandon(why);
+    });
   }
   const absl::Status status = daemon->Wait();
   if (const int signal = signals->received(); signal != 0) {

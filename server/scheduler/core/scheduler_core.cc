@@ -77,6 +77,16 @@ absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
   return std::unique_ptr<SchedulerCore>(new SchedulerCore(named));
 }
 
+void SchedulerCore::SetStandby(std::string why) {
+  absl::MutexLock lock(&mu_);
+  standby_ = std::move(why);
+}
+
+bool SchedulerCore::standby() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return !standby_.empty();
+}
+
 std::string SchedulerCore::job_id() const {
   absl::ReaderMutexLock lock(&mu_);
   return job_id_;
@@ -114,8 +124,10 @@ void SchedulerCore::Register(NodeRole role, int requested_rank, std::string addr
   std::optional<absl::StatusOr<Registration>> answer;
   {
     absl::MutexLock lock(&mu_);
-    if (!failover_->TakeRunningJobRank(role, requested_rank, address, hostname, now, &done,
-                                       &answer)) {
+    if (!standby_.empty()) {
+      answer = absl::UnavailableError(standby_);
+    } else if (!failover_->TakeRunningJobRank(role, requested_rank, address, hostname, now, &done,
+                                              &answer)) {
       const absl::Status error = CheckRegistration(role, requested_rank, address, hostname, mode);
       if (error.ok()) {
         AddNode(role, requested_rank, std::move(address), std::move(hostname), std::move(mode), now,

@@ -201,6 +201,13 @@ class SchedulerCore {
   // shards is dead too (the job then fails as the claims expire).
   absl::Status ReformWithout(int rank, std::string reason, absl::Time now);
 
+  // SetStandby makes this scheduler a standby (`why` not empty: it says where the leader is)
+  // or the job's scheduler again (`why` empty). A standby answers Register and Rejoin with
+  // Unavailable saying `why`, so that nodes keep to the leader (server/scheduler/
+  // scheduler_election.h).
+  void SetStandby(std::string why);
+  bool standby() const;
+
   // job_id names the job (SchedulerOptions::job_id, or the re-formed job's).
   std::string job_id() const;
   // TakeResumedCheckpoints returns, once, the checkpoint sets a re-formed job's servers had
@@ -349,6 +356,7 @@ class SchedulerCore {
   absl::Status registration_error_ ABSL_GUARDED_BY(mu_);
   Barriers barriers_ ABSL_GUARDED_BY(mu_);
   std::string job_id_ ABSL_GUARDED_BY(mu_);
+  std::string standby_ ABSL_GUARDED_BY(mu_);  // SetStandby's reason; empty: not a standby.
   // Re-forming a running job: the servers' claims by node id, the registrations waiting for
   // the job to re-form, and when the first claim came.
   std::map<uint64_t, RejoinClaim> claims_ ABSL_GUARDED_BY(mu_);

@@ -34,7 +34,9 @@ void SchedulerCore::Rejoin(RejoinClaim claim, absl::Time now, RegisterDone done)
   {
     absl::MutexLock lock(&mu_);
     const NodeInfo* known = nodes_.Find(claim.node_id);
-    if (complete_) {
+    if (!standby_.empty()) {
+      answer = absl::UnavailableError(standby_);
+    } else if (complete_) {
       if (known != nullptr && known->role == claim.role && known->rank == claim.rank &&
           (claim.view.job_id.empty() || claim.view.job_id == job_id_)) {
         // Heartbeats failed for a while, but this scheduler knows the node: nothing to re-form.

@@ -31,6 +31,7 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   }
   std::unique_ptr<SchedulerDaemon> daemon(new SchedulerDaemon(std::move(options)));
   ASSIGN_OR_RETURN(daemon->core_, SchedulerCore::Create(daemon->options_.job));
+  if (!daemon->options_.standby.empty()) daemon->core_->SetStandby(daemon->options_.standby);
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> to_servers,
                    ChannelCredentialsFor(daemon->options_.security.tls));
   daemon->service_ =
@@ -160,10 +161,22 @@ std::string SchedulerDaemon::address() const {
 
 absl::Status SchedulerDaemon::Wait() {
   done_.WaitForNotification();
+  absl::MutexLock lock(&abandon_mu_);
+  if (!abandoned_.empty()) return absl::AbortedError(abandoned_);
   return status_;
 }
 
 void SchedulerDaemon::EndJob(const std::string& reason) { core_->RequestShutdown(reason); }
+
+void SchedulerDaemon::Lead() { core_->SetStandby(""); }
+
+void SchedulerDaemon::Abandon(const std::string& why) {
+  {
+    absl::MutexLock lock(&abandon_mu_);
+    if (abandoned_.empty()) abandoned_ = why;
+  }
+  Shutdown();
+}
 
 void SchedulerDaemon::Shutdown() {
   if (health_ != nullptr) health_->Stopping();
@@ -282,11 +295,13 @@ absl::Status SchedulerDaemon::Tick() {
   absl::Time over_since = absl::InfiniteFuture();
   absl::Time failed_since = absl::InfiniteFuture();
   const absl::Duration linger = options_.job.heartbeat_interval * 2 + absl::Milliseconds(200);
-  const absl::Time started = absl::Now();
+  absl::Time started = absl::Now();
   bool assembled = false;
   absl::Status outcome;  // Not OK when the scheduler ended the job itself.
   while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(50))) {
     const absl::Time now = absl::Now();
+    // A standby's registration window opens when it leads.
+    if (core_->standby()) started = now;
     core_->ExpireDeadlines(now);
     // Re-forming a running job with replicas: a server that does not register again and does
     // not answer at its address died while the scheduler was away.

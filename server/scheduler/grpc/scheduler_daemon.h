@@ -61,6 +61,8 @@ struct SchedulerDaemonOptions {
   int metrics_port = -1;
   // How often the scheduler logs what the job waits for (registration, barriers).
   absl::Duration progress_interval = absl::Seconds(5);
+  // Not empty: start as a standby (SchedulerCore::SetStandby with this reason) until Lead.
+  std::string standby;
 };
 
 class SchedulerDaemon {
@@ -83,6 +85,12 @@ class SchedulerDaemon {
   // tells its node the job is over, and Wait returns OK once every server has heard it, or
   // after shutdown_grace.
   void EndJob(const std::string& reason);
+  // Lead ends the standby (SchedulerDaemonOptions::standby): the scheduler serves its job from
+  // now on, its registration window counted from now.
+  void Lead();
+  // Abandon stops the scheduler now and makes Wait return Aborted with `why` (a leader that
+  // lost its lease: another scheduler may lead the job).
+  void Abandon(const std::string& why);
 
  private:
   explicit SchedulerDaemon(SchedulerDaemonOptions options) : options_(std::move(options)) {}
@@ -124,6 +132,8 @@ class SchedulerDaemon {
   absl::Notification stop_;
   absl::Notification done_;
   absl::Status status_;
+  absl::Mutex abandon_mu_;
+  std::string abandoned_ ABSL_GUARDED_BY(abandon_mu_);  // Abandon's reason.
 };
 
 }  // namespace kvstore
