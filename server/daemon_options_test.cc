@@ -115,6 +115,39 @@ TEST_CASE("DaemonOptions: refusals name what is missing, the same either way", "
   const absl::Status none = KVServerOptionsFrom(Environment({{"KV_INSECURE", "1"}}), {}).status();
   CHECK(absl::IsInvalidArgument(none));
   CHECK(none.message().find("DMLC_PS_ROOT_URI") != absl::string_view::npos);
+  // etcd's endpoints without the job's name, or the name alone.
+  for (const testing::Vars& vars :
+       std::vector<testing::Vars>{{{"KV_INSECURE", "1"}, {"KV_ETCD_ENDPOINTS", "127.0.0.1:2379"}},
+                                  {{"KV_INSECURE", "1"}, {"KV_JOB", "j"}}}) {
+    const absl::Status half = KVServerOptionsFrom(Environment(vars), {}).status();
+    CHECK(absl::IsInvalidArgument(half));
+    CHECK(half.message().find("--etcd and --job") != absl::string_view::npos);
+  }
+}
+
+TEST_CASE("DaemonOptions: a kvserver finds its scheduler through etcd, on loopback when etcd is",
+          "[daemon_options]") {
+  const absl::StatusOr<KVServerOptions> options = KVServerOptionsFrom(
+      Environment({{"KV_INSECURE", "1"},
+                   {"KV_ETCD_ENDPOINTS", "http://127.0.0.1:2379,127.0.0.2:2379"},
+                   {"KV_JOB", "train-7"}}),
+      {});
+  INFO(options.status().ToString());
+  REQUIRE(options.ok());
+  CHECK(options->etcd_endpoints == "http://127.0.0.1:2379,127.0.0.2:2379");
+  CHECK(options->job == "train-7");
+  CHECK(options->scheduler_address.empty());
+  CHECK(options->host == "127.0.0.1");
+  // Flags win over the environment.
+  DaemonCommandLine given;
+  given.etcd = "10.0.0.5:2379";
+  given.job = "other";
+  const KVServerOptions flagged = *KVServerOptionsFrom(
+      Environment({{"KV_INSECURE", "1"}, {"KV_ETCD_ENDPOINTS", "127.0.0.1:2379"}, {"KV_JOB", "j"}}),
+      given);
+  CHECK(flagged.etcd_endpoints == "10.0.0.5:2379");
+  CHECK(flagged.job == "other");
+  CHECK(flagged.host == "0.0.0.0");
 }
 
 }  // namespace

@@ -28,16 +28,22 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/environment.h"
+#include "common/etcd_client.h"
 #include "common/flags_usage.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/job_auth.h"
+#include "common/scheduler_endpoint.h"
 #include "common/security_flags.h"
 #include "common/status_macros.h"
 #include "proto/health.grpc.pb.h"
 #include "proto/kvstore.grpc.pb.h"
 
 ABSL_FLAG(std::string, scheduler, "", "The scheduler's host:port (default: DMLC_PS_ROOT_*).");
+ABSL_FLAG(std::string, etcd, "",
+          "etcd endpoints (HOST:PORT,...) holding the address of the job's leading scheduler "
+          "(with --job), instead of --scheduler; default: KV_ETCD_ENDPOINTS.");
+ABSL_FLAG(std::string, job, "", "The job's name in etcd (with --etcd); default: KV_JOB.");
 ABSL_FLAG(bool, json, false, "Print machine-readable JSON instead of tables.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "Deadline of the request.");
 ABSL_FLAG(std::string, service, "",
@@ -95,6 +101,20 @@ absl::StatusOr<std::string> SchedulerAddress() {
   std::string address = absl::GetFlag(FLAGS_scheduler);
   if (!address.empty()) return address;
   ASSIGN_OR_RETURN(const JobEnvironment env, ReadJobEnvironment());
+  std::string etcd = absl::GetFlag(FLAGS_etcd);
+  if (etcd.empty()) etcd = env.etcd_endpoints.value_or("");
+  std::string job = absl::GetFlag(FLAGS_job);
+  if (job.empty()) job = env.job.value_or("");
+  if (!etcd.empty() || !job.empty()) {
+    // The job's leading scheduler, as etcd names it now.
+    if (etcd.empty() || job.empty()) {
+      return absl::InvalidArgumentError(
+          "--etcd and --job go together (or KV_ETCD_ENDPOINTS "
+          "and KV_JOB)");
+    }
+    ASSIGN_OR_RETURN(const EtcdClient client, EtcdClient::Create(etcd));
+    return client.Get(SchedulerKey(job));
+  }
   if (!env.scheduler_port) {
     return absl::InvalidArgumentError(
         "no scheduler address: pass --scheduler=HOST:PORT or set DMLC_PS_ROOT_URI and "

@@ -83,6 +83,14 @@ TEST_CASE(
       "%lld ms after the kill (lease 1s; etcd's minimum is about 2 s)\n",
       kill_after, static_cast<long long>(absl::ToInt64Milliseconds(took_over)),
       static_cast<long long>(absl::ToInt64Milliseconds(reformed)));
+  // kvctl finds the new leader through etcd too.
+  std::unique_ptr<Process> kvctl = StartProcess(
+      "kvctl",
+      {Runfile("client/kvctl/kvctl"), "--etcd=" + etcd->endpoint(), "--job=" + job, "status"});
+  const absl::StatusOr<int> kvctl_code = kvctl->Wait(absl::Seconds(30));
+  INFO(kvctl->output());
+  CHECK((kvctl_code.ok() && *kvctl_code == 0));
+  CHECK(absl::StrContains(kvctl->output(), "server"));
   for (int w = 0; w < kWorkers; ++w) {
     Job::ExpectExit(*workers[w], 0);
     CHECK(absl::StrContains(workers[w]->output(), absl::StrCat("rounds 1..", kRounds, " checked")));

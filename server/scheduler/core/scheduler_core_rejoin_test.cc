@@ -388,5 +388,31 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("SchedulerCore: a standby answers registrations Unavailable until it leads",
+          "[scheduler][rejoin]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto before = SchedulerCore::Create(Options(1, 1)).value();
+  FormJob(before.get(), 1, 1, &rng);
+  const ClusterView view = before->view().value();
+  auto standby = SchedulerCore::Create(Options(1, 1)).value();
+  standby->SetStandby("a standby of job j");
+  CHECK(standby->standby());
+  Answer ordinary, claimed;
+  standby->Register(NodeRole::kWorker, -1, "", "h", kStart, ordinary.OnRegister());
+  standby->Rejoin(ServerClaim(before->Nodes()[0], view), kStart, claimed.OnRegister());
+  for (const Answer* answer : {&ordinary, &claimed}) {
+    CHECK(absl::IsUnavailable(answer->registration.status()));
+    CHECK(absl::StrContains(answer->registration.status().message(), "a standby of job j"));
+  }
+  CHECK(absl::IsFailedPrecondition(standby->view().status()));
+  // Leading, it re-forms the job from the same claim.
+  standby->SetStandby("");
+  Answer again;
+  standby->Rejoin(ServerClaim(before->Nodes()[0], view), kStart, again.OnRegister());
+  CHECK(again.registration.ok());
+  CHECK(standby->job_id() == before->job_id());
+}
+
 }  // namespace
 }  // namespace kvstore
