@@ -275,6 +275,13 @@ absl::StatusOr<bool> EtcdClient::PutIfAbsent(const std::string& key, const std::
   return false;
 }
 
+absl::Status EtcdClient::Put(const std::string& key, const std::string& value) const {
+  etcd::PutRequest request;
+  request.set_key(key);
+  request.set_value(value);
+  return Post("/v3/kv/put", ToJson(request)).status();
+}
+
 absl::StatusOr<std::string> EtcdClient::Get(const std::string& key) const {
   etcd::RangeRequest request;
   request.set_key(key);

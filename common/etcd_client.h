@@ -37,6 +37,8 @@ class EtcdClient {
   // returns true when it did, false when the key exists (its value in `*holder`).
   absl::StatusOr<bool> PutIfAbsent(const std::string& key, const std::string& value, int64_t lease,
                                    std::string* holder) const;
+  // Put sets `key` to `value`, under no lease (it stays).
+  absl::Status Put(const std::string& key, const std::string& value) const;
   // Get returns the value of `key`; NotFound when there is none.
   absl::StatusOr<std::string> Get(const std::string& key) const;
 

@@ -19,11 +19,29 @@ SchedulerElection::~SchedulerElection() {
   if (leading_ && lease_ != 0) etcd_.Revoke(lease_).IgnoreError();
 }
 
+std::string SchedulerElection::OverKeyOf(const std::string& job) {
+  return absl::StrCat("/kvstore/jobs/", job, "/over");
+}
+
+absl::Status SchedulerElection::Finish() {
+  const absl::Status put = etcd_.Put(OverKeyOf(options_.job), "the job is over");
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (keeper_.joinable()) keeper_.join();
+  if (leading_ && lease_ != 0) etcd_.Revoke(lease_).IgnoreError();
+  leading_ = false;
+  return put;
+}
+
 absl::Status SchedulerElection::Campaign(const std::string& address, absl::Notification* stop) {
   const std::string key = KeyOf(options_.job);
   absl::Time next_log = absl::InfinitePast();
   std::string last_holder;
   while (!stop->HasBeenNotified()) {
+    if (const absl::StatusOr<std::string> over = etcd_.Get(OverKeyOf(options_.job)); over.ok()) {
+      spdlog::info("scheduler: job {} is over (its leader said so in etcd); a standby stops",
+                   options_.job);
+      return absl::NotFoundError(absl::StrCat("job ", options_.job, " is over"));
+    }
     absl::Status failed;
     if (lease_ == 0) {
       absl::StatusOr<int64_t> lease = etcd_.GrantLease(options_.lease);

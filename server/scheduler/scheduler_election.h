@@ -43,10 +43,14 @@ class SchedulerElection {
   SchedulerElection(const SchedulerElection&) = delete;
   SchedulerElection& operator=(const SchedulerElection&) = delete;
 
-  // Campaign blocks until this candidate leads with `address` published (OK) or `stop` is
-  // notified (Cancelled). It logs the leader it waits behind, and etcd's errors (retried) at
-  // most every few seconds.
+  // Campaign blocks until this candidate leads with `address` published (OK), `stop` is
+  // notified (Cancelled), or the job is over (NotFound: its leader said so, Finish). It logs
+  // the leader it waits behind, and etcd's errors (retried) at most every few seconds.
   absl::Status Campaign(const std::string& address, absl::Notification* stop);
+  // Finish records in etcd that the job is over (the key OverKeyOf(job), under no lease), so
+  // that its standbys stop too, then steps down. A leader calls it when its job ended well.
+  absl::Status Finish();
+  static std::string OverKeyOf(const std::string& job);
   // KeepLeading keeps the leader's lease alive from now on, every third of its time to live,
   // on a thread of its own; `lost` runs once (on that thread) when the lease has lapsed or etcd
   // has not renewed it for the lease's time: another scheduler may lead, so this one must stop.

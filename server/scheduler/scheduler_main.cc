@@ -77,7 +77,8 @@ absl::Status Run() {
   }
   if (election != nullptr) {
     // A standby serves nothing until it leads; a leader that loses its lease stops.
-    if (!election->Campaign(daemon->address(), &stop_campaign).ok()) {
+    if (const absl::Status led = election->Campaign(daemon->address(), &stop_campaign); !led.ok()) {
+      // Stopped, or the job is over: a standby has nothing to do.
       daemon->Shutdown();
       daemon->Wait().IgnoreError();
       return absl::OkStatus();
@@ -89,6 +90,13 @@ absl::Status Run() {
     });
   }
   const absl::Status status = daemon->Wait();
+  if (election != nullptr && status.ok()) {
+    // The job ended well: its standbys stop too.
+    if (const absl::Status finished = election->Finish(); !finished.ok()) {
+      spdlog::warn("scheduler: telling the standbys through etcd that the job is over: {}",
+                   finished.ToString());
+    }
+  }
   if (const int signal = signals->received(); signal != 0) {
     spdlog::info("scheduler: got {}; ended the job and stopped serving, exiting",
                  StopSignals::Name(signal));

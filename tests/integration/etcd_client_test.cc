@@ -62,6 +62,9 @@ TEST_CASE("EtcdClient: the election a scheduler standby runs, on a real etcd",
   // Revoked, at once.
   REQUIRE(client.Revoke(second).ok());
   CHECK(absl::IsNotFound(client.Get(key).status()));
+  // A key under no lease stays.
+  REQUIRE(client.Put(key + "/over", "the job is over").ok());
+  CHECK(client.Get(key + "/over").value() == "the job is over");
 }
 
 TEST_CASE("EtcdClient: bad endpoints are refused, unreachable ones named", "[etcd]") {

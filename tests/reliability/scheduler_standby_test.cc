@@ -1,8 +1,9 @@
-// Two schedulers of one job elect their leader through a real etcd (Debian's etcd-server,
+// Three schedulers of one job elect their leader through a real etcd (Debian's etcd-server,
 // started here); kvservers and workers find the leader there. The leader is killed (SIGKILL) at
 // a random round of dist_sync training: the standby takes over when its lease lapses, the
 // kvservers register again with it, and training ends exact - every pull checked against the
-// float64 reference (sum_worker), every exit status checked.
+// float64 reference (sum_worker), every exit status checked; the standby that did not take
+// over stops once the new leader has recorded in etcd that the job is over.
 #include <catch2/catch.hpp>
 #include <memory>
 #include <random>
@@ -45,8 +46,10 @@ TEST_CASE(
   const std::string job = absl::StrCat("standby-", seed);
   std::unique_ptr<Process> first = StartScheduler("scheduler A", etcd->endpoint(), job);
   REQUIRE(first->WaitForOutput("leads job", absl::Seconds(20)));
-  std::unique_ptr<Process> second = StartScheduler("scheduler B", etcd->endpoint(), job);
-  REQUIRE(second->WaitForOutput("a standby of job", absl::Seconds(20)));
+  std::unique_ptr<Process> standby_b = StartScheduler("scheduler B", etcd->endpoint(), job);
+  std::unique_ptr<Process> standby_c = StartScheduler("scheduler C", etcd->endpoint(), job);
+  REQUIRE(standby_b->WaitForOutput("a standby of job", absl::Seconds(20)));
+  REQUIRE(standby_c->WaitForOutput("a standby of job", absl::Seconds(20)));
 
   std::vector<std::unique_ptr<Process>> servers, workers;
   for (int s = 0; s < kServers; ++s) {
@@ -74,7 +77,20 @@ TEST_CASE(
   }
   first->Kill();
   const absl::Time killed = absl::Now();
-  REQUIRE(second->WaitForOutput("leads job", absl::Seconds(20)));
+  // One of the standbys leads; the other stays a standby.
+  Process* second = nullptr;
+  Process* third = nullptr;
+  while (second == nullptr && absl::Now() - killed < absl::Seconds(20)) {
+    if (absl::StrContains(standby_b->output(), "leads job")) {
+      second = standby_b.get();
+      third = standby_c.get();
+    } else if (absl::StrContains(standby_c->output(), "leads job")) {
+      second = standby_c.get();
+      third = standby_b.get();
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  REQUIRE(second != nullptr);
   const absl::Duration took_over = absl::Now() - killed;
   REQUIRE(second->WaitForOutput("re-formed the running job", absl::Seconds(20)));
   const absl::Duration reformed = absl::Now() - killed;
@@ -101,6 +117,10 @@ TEST_CASE(
   }
   Job::ExpectExit(*second, 0);
   CHECK(absl::StrContains(second->output(), "every worker finished"));
+  // The other standby hears in etcd that the job is over, and stops.
+  Job::ExpectExit(*third, 0);
+  CHECK(absl::StrContains(third->output(), "is over"));
+  CHECK(!absl::StrContains(third->output(), "leads job"));
 }
 
 }  // namespace
