@@ -7,6 +7,7 @@ Usage:
       [--timeout SECONDS] [--shutdown-timeout SECONDS] [--tls [--tls-mutual]]
       [--same-command] [--launcher ssh -H HOSTFILE [--host-ip IP] [--ssh-arg=ARG ...]]
       [--env NAME[=VALUE] ...] [--elastic] [--workers-started-by-command]
+      [--etcd ENDPOINTS [--job NAME] [--standbys N]]
       -- worker_command [args ...]
 
 The scheduler is started with --port=0 and reports the port it bound through a
@@ -50,6 +51,12 @@ DMLC_WORKER_ID is unset (kvstore.torch, docs/pytorch.md):
 
   python3 deploy/launch.py -n 2 --workers-started-by-command -- \
       torchrun --standalone --nproc_per_node=2 train.py
+
+--etcd ENDPOINTS starts the scheduler with N standbys (--standbys, default 1), which elect
+their leader through etcd (scheduler --etcd --job; docs/reliability.md); the kvservers and
+workers find the leader there (--etcd --job, KV_ETCD_ENDPOINTS and KV_JOB). A scheduler that
+dies is then logged, not fatal, while another runs: a standby takes over. --job names the job
+in etcd (default: a fresh name).
 
 --elastic runs an elastic job (docs/reliability.md): the scheduler gets --elastic (and
 every process KV_ELASTIC=1, which a scheduler started by --same-command reads), so a worker
@@ -329,7 +336,25 @@ def run(args, worker_cmd, job, tmpdir):
         if args.tls_mutual:
             tls_args = ["--tls_mutual"]
 
-    if args.same_command:
+    schedulers = []
+    if args.etcd:
+        # A leader and its standbys, elected through etcd; every node finds the leader there.
+        common["KV_ETCD_ENDPOINTS"] = args.etcd
+        common["KV_JOB"] = args.job
+        for k in range(1 + args.standbys):
+            port_file = os.path.join(tmpdir, f"scheduler-{k}.port")
+            name = "scheduler" if k == 0 else f"scheduler {k}"
+            proc = job.start(name,
+                             [args.scheduler, f"--host={host_ip}", "--port=0",
+                              f"--port_file={port_file}", f"--num_servers={ns}",
+                              f"--num_workers={nw}", f"--etcd={args.etcd}", f"--job={args.job}",
+                              *tls_args, *(["--elastic"] if args.elastic else []),
+                              *args.scheduler_arg],
+                             {**base, **common, "DMLC_ROLE": "scheduler"})
+            schedulers.append((name, proc))
+            port = wait_for_port(job, proc, port_file)
+        sched = schedulers[0][1]
+    elif args.same_command:
         # MXNet's way: the scheduler is the user's program too, so the launcher picks its port.
         port = free_port(host_ip)
         common["DMLC_PS_ROOT_PORT"] = str(port)
@@ -348,8 +373,9 @@ def run(args, worker_cmd, job, tmpdir):
         transport = ", mutual TLS" if args.tls_mutual else ", TLS" if args.tls else ""
         mode = ", one command for every role" if args.same_command else ""
         where = f", over ssh on {len(hosts)} hosts" if hosts else ""
-        print(f"{PROG}: scheduler at {host_ip}:{port}, {ns} servers, {nw} workers"
-              f"{transport}{mode}{where}", flush=True)
+        at = (f"{len(schedulers)} schedulers elected through etcd at {args.etcd} (job {args.job})"
+              if args.etcd else f"scheduler at {host_ip}:{port}")
+        print(f"{PROG}: {at}, {ns} servers, {nw} workers{transport}{mode}{where}", flush=True)
 
     def start_node(name, index, cmd, env):
         """Starts a server or worker here, or on the next host of the hostfile over ssh."""
@@ -367,15 +393,17 @@ def run(args, worker_cmd, job, tmpdir):
             pass  # ssh already failed; its status says why.
         return proc
 
-    daemons = [("scheduler", sched)]
+    daemons = schedulers if args.etcd else [("scheduler", sched)]
     for i in range(ns):
         env = {**base, **common, "DMLC_ROLE": "server", "DMLC_SERVER_ID": str(i)}
         if args.same_command:
             cmd = worker_cmd
         else:
             server_host = hosts[i % len(hosts)][0] if hosts else HOST
-            cmd = [args.kvserver, f"--host={server_host}", "--port=0",
-                   f"--scheduler={host_ip}:{port}", f"--rank={i}", *tls_args, *args.server_arg]
+            to_scheduler = ([f"--etcd={args.etcd}", f"--job={args.job}"] if args.etcd
+                            else [f"--scheduler={host_ip}:{port}"])
+            cmd = [args.kvserver, f"--host={server_host}", "--port=0", *to_scheduler,
+                   f"--rank={i}", *tls_args, *args.server_arg]
         daemons.append((f"server {i}", start_node(f"server {i}", i, cmd, env)))
     if args.workers_started_by_command:
         # One command starts the W workers itself (torchrun sets each one's RANK and
@@ -410,6 +438,13 @@ def run(args, worker_cmd, job, tmpdir):
         if args.elastic and len(lost) == nw:
             j, rc = next(iter(lost.items()))
             raise JobEnd(rc if rc > 0 else 1, f"every worker failed; worker {j} {describe(rc)}")
+        # With standbys, a scheduler that dies is not the end while another runs.
+        if args.etcd:
+            for name, d in list(daemons):
+                if name.startswith("scheduler") and d.poll() not in (None, 0):
+                    if any(o.poll() is None for n, o in daemons if n.startswith("scheduler")):
+                        job.log(f"{name} {describe(d.returncode)}; a standby takes over")
+                        daemons.remove((name, d))
         # A daemon may exit 0 just before the last worker process does; that is fine.
         if any(d.poll() not in (None, 0) for _, d in daemons):
             # Servers refused by the scheduler exit at once and the scheduler a moment
@@ -479,6 +514,11 @@ def parse_args(argv):
                    help="run the worker command once, without DMLC_WORKER_ID: it starts the -n "
                    "workers itself (torchrun --nproc_per_node=W, which sets RANK and "
                    "WORLD_SIZE)")
+    p.add_argument("--etcd", help="etcd endpoints (HOST:PORT,...): run the scheduler with "
+                   "standbys elected through etcd, and every node finds the leader there")
+    p.add_argument("--job", help="the job's name in etcd (default: a fresh one)")
+    p.add_argument("--standbys", type=int, default=1,
+                   help="with --etcd: standby schedulers besides the leader (default: %(default)s)")
     p.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="pass variable NAME (or set it to VALUE) to every process (repeatable)")
     args = p.parse_args(own)
@@ -505,6 +545,12 @@ def parse_args(argv):
     if args.workers_started_by_command and (args.same_command or args.launcher == "ssh"):
         p.error("--workers-started-by-command runs one local command: not with --same-command "
                 "or --launcher ssh")
+    if args.etcd and args.same_command:
+        p.error("--etcd starts the scheduler and its standbys: not with --same-command")
+    if args.standbys < 0:
+        p.error("--standbys must be 0 or more")
+    if args.etcd and not args.job:
+        args.job = f"launch-{socket.gethostname()}-{os.getpid()}-{int(time.time())}"
     if args.same_command and (args.scheduler_arg or args.server_arg):
         p.error("--scheduler-arg and --server-arg do not apply with --same-command: the "
                 "command runs every role and reads its settings from DMLC_*/KV_* variables")

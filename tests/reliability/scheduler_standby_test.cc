@@ -4,13 +4,19 @@
 // kvservers register again with it, and training ends exact - every pull checked against the
 // float64 reference (sum_worker), every exit status checked; the standby that did not take
 // over stops once the new leader has recorded in etcd that the job is over.
+#include <signal.h>
+
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "tests/etcd_server.h"
@@ -121,6 +127,83 @@ TEST_CASE(
   Job::ExpectExit(*third, 0);
   CHECK(absl::StrContains(third->output(), "is over"));
   CHECK(!absl::StrContains(third->output(), "leads job"));
+}
+
+// SchedulerPid returns the pid of the scheduler process whose command line names `job` and
+// launch.py's port file `port_file` ("scheduler-K.port"); 0 when there is none.
+int SchedulerPid(const std::string& job, const std::string& port_file) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    std::ifstream in(entry.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (absl::StrContains(cmdline, "--job=" + job) && absl::StrContains(cmdline, port_file)) {
+      return pid;
+    }
+  }
+  return 0;
+}
+
+TEST_CASE(
+    "Scheduler standby: deploy/launch.py --etcd runs a leader and a standby; the leader killed, "
+    "the job goes on and the launcher exits 0",
+    "[reliability][scheduler_standby][etcd][launcher]") {
+  const uint64_t seed = TestSeed();
+  std::mt19937_64 rng(seed);
+  const int kill_after = 3 + static_cast<int>(rng() % 15);
+  std::unique_ptr<EtcdServer> etcd = EtcdServer::Start();
+  const std::string job = absl::StrCat("launch-standby-", seed);
+  const std::vector<std::string> argv = {
+      "/usr/bin/env",
+      "python3",
+      Runfile("deploy/launch.py"),
+      "-n",
+      "2",
+      "-s",
+      "2",
+      "--etcd",
+      etcd->endpoint(),
+      "--job",
+      job,
+      "--scheduler",
+      Runfile("server/scheduler/scheduler"),
+      "--kvserver",
+      Runfile("server/kvserver"),
+      "--timeout",
+      "90",
+      absl::StrCat("--scheduler-arg=--big_value_bound=", kBigValueBound),
+      absl::StrCat("--scheduler-arg=--chunk_bytes=", kChunkBytes),
+      "--scheduler-arg=--heartbeat_interval=100ms",
+      "--server-arg=--updater=sum",
+      "--server-arg=--scheduler_lost_timeout=20s",
+      "--",
+      Runfile("tests/reliability/sum_worker"),
+      absl::StrCat(seed),
+      "1",
+      "60",
+      "40"};
+  std::unique_ptr<Process> launcher = StartProcess("launch", argv, {});
+  REQUIRE(launcher->WaitForOutput(absl::StrCat("round ", kill_after, " ok"), absl::Seconds(60)));
+  // The leader: the scheduler whose log line says it leads ("[scheduler] " or "[scheduler 1] ").
+  const std::string log = launcher->output();
+  const size_t leads = log.find("leads job");
+  REQUIRE(leads != std::string::npos);
+  const size_t line = log.rfind('\n', leads) + 1;
+  const int leader = absl::StartsWith(log.substr(line), "[scheduler 1]") ? 1 : 0;
+  const int pid = SchedulerPid(job, absl::StrCat("scheduler-", leader, ".port"));
+  REQUIRE(pid > 0);
+  std::printf("killing scheduler %d (the leader, pid %d) after round %d\n", leader, pid,
+              kill_after);
+  REQUIRE(kill(pid, SIGKILL) == 0);
+  Job::ExpectExit(*launcher, 0);
+  const std::string output = launcher->output();
+  INFO(output);
+  CHECK(absl::StrContains(output, "a standby takes over"));
+  for (int w = 0; w < 2; ++w) {
+    CHECK(absl::StrContains(output,
+                            absl::StrCat("[worker ", w, "] worker ", w, ": rounds 1..60 checked")));
+  }
+  CHECK(absl::StrContains(output, "re-formed the running job"));
 }
 
 }  // namespace
