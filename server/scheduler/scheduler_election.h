@@ -12,6 +12,7 @@
 #ifndef KVSTORE_SERVER_SCHEDULER_SCHEDULER_ELECTION_H_
 #define KVSTORE_SERVER_SCHEDULER_SCHEDULER_ELECTION_H_
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <thread>
@@ -60,7 +61,7 @@ class SchedulerElection {
   EtcdClient etcd_;
   const Options options_;
   int64_t lease_ = 0;
-  bool leading_ = false;
+  std::atomic<bool> leading_{false};  // Written by Campaign, Finish and the keep-alive thread.
   absl::Notification stop_;
   std::thread keeper_;
 };
