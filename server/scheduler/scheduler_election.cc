@@ -10,8 +10,6 @@
 
 namespace kvstore {
 
-std::string SchedulerElection::KeyOf(const std::string& job) { return SchedulerKey(job); }
-
 SchedulerElection::~SchedulerElection() {
   if (!stop_.HasBeenNotified()) stop_.Notify();
   if (keeper_.joinable()) keeper_.join();
@@ -33,7 +31,7 @@ absl::Status SchedulerElection::Finish() {
 }
 
 absl::Status SchedulerElection::Campaign(const std::string& address, absl::Notification* stop) {
-  const std::string key = KeyOf(options_.job);
+  const std::string key = SchedulerKey(options_.job);
   absl::Time next_log = absl::InfinitePast();
   std::string last_holder;
   while (!stop->HasBeenNotified()) {

@@ -1,6 +1,7 @@
 // SchedulerElection: the schedulers of one job - a leader and its standbys - elect the one that
 // serves through etcd (`scheduler --etcd=ENDPOINTS --job=NAME`). Each candidate holds a lease
-// and tries to create the job's key, KeyOf(job), holding its address, under that lease; the one
+// and tries to create the job's key, SchedulerKey(job) (common/scheduler_endpoint.h), holding
+// its address, under that lease; the one
 // that creates it leads and keeps its lease alive. The others try again every poll until the
 // leader's lease lapses (it died, or lost etcd) and the key goes with it; one of them then takes
 // over, and the job's kvservers, which find the scheduler through the key, register again with
@@ -27,16 +28,13 @@ namespace kvstore {
 class SchedulerElection {
  public:
   struct Options {
-    std::string job;  // The job's name; its key is KeyOf(job).
+    std::string job;  // The job's name; its key is SchedulerKey(job).
     // The leader's lease: a standby takes over this long after the leader's last keep-alive
     // (etcd may raise it to its minimum, about 2 s for etcd 3.4's defaults).
     absl::Duration lease = absl::Seconds(1);
     // How often a standby tries to take the key.
     absl::Duration poll = absl::Milliseconds(100);
   };
-
-  // KeyOf is the etcd key holding job `job`'s scheduler address.
-  static std::string KeyOf(const std::string& job);
 
   SchedulerElection(EtcdClient etcd, Options options)
       : etcd_(std::move(etcd)), options_(std::move(options)) {}

@@ -336,6 +336,9 @@ class SchedulerCore {
   // node's registration).
   void AnswerRejoins(std::vector<PendingRegistration> completed, const absl::Status& reform_error)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // AwaitedLocked returns the servers of the newest claimed view, not dead, that have not
+  // presented themselves yet; `*expected` (when given) counts those not dead.
+  std::vector<ServerEntry> AwaitedLocked(int* expected) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // MissingFromReformLocked names the servers of the newest claimed view not heard from yet.
   std::string MissingFromReformLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   const RejoinClaim* NewestClaimLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);

@@ -117,18 +117,8 @@ void SchedulerCore::AnswerRejoins(std::vector<PendingRegistration> completed,
 
 std::vector<ServerEntry> SchedulerCore::ReformMissing(absl::Time now, absl::Duration after) const {
   absl::ReaderMutexLock lock(&mu_);
-  std::vector<ServerEntry> missing;
-  const RejoinClaim* newest = NewestClaimLocked();
-  if (complete_ || options_.replicas < 2 || newest == nullptr || now - first_rejoin_ < after) {
-    return missing;
-  }
-  const std::set<int> dead = DeadInNewestLocked();
-  for (const ServerEntry& server : ServersOf(*newest)) {
-    if (dead.count(server.rank) == 0 && claims_.count(server.node_id) == 0) {
-      missing.push_back(server);
-    }
-  }
-  return missing;
+  if (complete_ || options_.replicas < 2 || now - first_rejoin_ < after) return {};
+  return AwaitedLocked(nullptr);
 }
 
 absl::Status SchedulerCore::ReformWithout(int rank, std::string reason, absl::Time now) {
@@ -194,29 +184,31 @@ const RejoinClaim* SchedulerCore::NewestClaimLocked() const {
   return newest;
 }
 
-bool SchedulerCore::ReformReadyLocked() const {
+std::vector<ServerEntry> SchedulerCore::AwaitedLocked(int* expected) const {
+  std::vector<ServerEntry> awaited;
+  if (expected != nullptr) *expected = 0;
   const RejoinClaim* newest = NewestClaimLocked();
-  if (newest == nullptr) return false;
+  if (newest == nullptr) return awaited;
   const std::set<int> dead = DeadInNewestLocked();
   for (const ServerEntry& server : ServersOf(*newest)) {
-    if (dead.count(server.rank) == 0 && claims_.count(server.node_id) == 0) return false;
+    if (dead.count(server.rank) > 0) continue;
+    if (expected != nullptr) ++*expected;
+    if (claims_.count(server.node_id) == 0) awaited.push_back(server);
   }
-  return true;
+  return awaited;
+}
+
+bool SchedulerCore::ReformReadyLocked() const {
+  return NewestClaimLocked() != nullptr && AwaitedLocked(nullptr).empty();
 }
 
 std::string SchedulerCore::MissingFromReformLocked() const {
-  const RejoinClaim* newest = NewestClaimLocked();
-  if (newest == nullptr) return "no server has registered again yet";
-  const std::set<int> dead = DeadInNewestLocked();
-  std::vector<std::string> missing;
+  if (NewestClaimLocked() == nullptr) return "no server has registered again yet";
   int expected = 0;
-  for (const ServerEntry& server : ServersOf(*newest)) {
-    if (dead.count(server.rank) > 0) continue;
-    ++expected;
-    if (claims_.count(server.node_id) == 0) {
-      missing.push_back(absl::StrCat("server ", server.rank, " (node ", server.node_id, " at ",
-                                     server.address, ")"));
-    }
+  std::vector<std::string> missing;
+  for (const ServerEntry& server : AwaitedLocked(&expected)) {
+    missing.push_back(absl::StrCat("server ", server.rank, " (node ", server.node_id, " at ",
+                                   server.address, ")"));
   }
   return absl::StrCat(expected - static_cast<int>(missing.size()), " of ", expected,
                       " servers registered again",
