@@ -42,16 +42,21 @@
 //                          (common/view_epoch.h; the pushes the cut holds too), keep the
 //                          serialized ShardCheckpoint (with each chunk's round and the applied
 //                          request ids) and reply "copied BYTES CRC32" - until then "waiting: "
-//                          and the key behind; "read ID OFFSET LENGTH": reply those bytes of it;
-//                          "end ID": drop it; "abort ID": drop it, end the cut and refuse
-//                          nothing (the join failed).
-//  15  kCommandCopyIn      on the replacement server: "begin BYTES": start receiving a copy of
-//                          BYTES bytes (at most the server's memory budget); "put OFFSET\n" +
-//                          bytes: place a page of it, in any order; "load BYTES CRC32": check
-//                          that every byte arrived and the copy's size and CRC,
-//                          restore it (values, rounds, updater and state, applied request ids)
-//                          into this server's engine, which must hold no key, and reply
-//                          "loaded N keys".
+//                          and the key behind; "send ID ADDRESS BACKUP": send it, server to
+//                          server, into the server at ADDRESS (its backup engine when BACKUP is
+//                          1) through the copy sender (SetCopySender: pages of command 15
+//                          "put", signed by this server) and reply "sent BYTES"; "end ID": drop
+//                          it; "abort ID": drop it, end the cut and refuse nothing (the join
+//                          failed).
+//  15  kCommandCopyIn      on the replacement server: "begin BYTES FROM": start receiving a
+//                          copy of BYTES bytes (at most the server's memory budget) whose pages
+//                          node FROM (the server sending it) may put; "put OFFSET\n" + bytes:
+//                          place a page of it, in any order; "load BYTES CRC32": check that
+//                          every byte arrived and the copy's size and CRC, restore it (values,
+//                          rounds, updater and state, applied request ids) into this server's
+//                          engine, which must hold no key, and reply "loaded N keys".
+//                          Only the scheduler begins and loads a copy; a page comes from the
+//                          scheduler or from the node the begin named (copy_sender()).
 // Heads from kFirstCustomCommand up go to the custom controller given to the kvserver
 // (KVServerOptions::custom_controller, MXNet's `kvstore_server._controller`): a function
 // (head, body) -> StatusOr<reply>. Other heads, or custom heads without a custom controller, are
@@ -98,6 +103,13 @@ struct JobShape {
 using CustomController =
     std::function<absl::StatusOr<std::string>(int head, absl::string_view body)>;
 
+// CopySender sends `copy` into the server at `address` (its backup engine with `backup`) as
+// command 15 "put" pages, signed by this server, and returns once every page was accepted; the
+// first error names the page and the server. It blocks; the gRPC daemon's is
+// server/grpc/shard_copy_sender.h.
+using CopySender =
+    std::function<absl::Status(const std::string& address, bool backup, absl::string_view copy)>;
+
 class Controller {
  public:
   // The engine and registry must outlive the controller.
@@ -116,6 +128,15 @@ class Controller {
   // daemon calls it once, before serving). Without one, both are FailedPrecondition.
   void SetCheckpointRoot(std::shared_ptr<const CheckpointRoot> root) {
     checkpoint_root_ = std::move(root);
+  }
+  // SetCopySender sets how this server sends a copy it holds to another server (command 14
+  // "send"); without one, "send" is FailedPrecondition. Call once, before serving.
+  void SetCopySender(CopySender sender) { copy_sender_ = std::move(sender); }
+  // copy_sender returns the node the copy being received may come from (command 15 "begin
+  // BYTES FROM"), 0 when none: the request handler lets that node put its pages.
+  uint64_t copy_sender() const {
+    absl::MutexLock lock(&cut_mu_);
+    return copy_in_from_;
   }
   // SetUpdaterSpec records how the current updater was made (the daemon's --updater).
   void SetUpdaterSpec(proto::UpdaterSpec spec);
@@ -167,12 +188,12 @@ class Controller {
   absl::StatusOr<int64_t> CutRound(const std::vector<std::string>& fields);
   // RunCopy runs commands 14 and 15 (controller_copy.cc): CopyIn (15: "begin", "put", "load"), and
   // the copy-out steps of 14: CopyOutCut ("cut": snapshot once every key reached the round,
-  // refuse older views' writes from then on), CopyOutRead ("read") and CopyOutEnd ("end",
+  // refuse older views' writes from then on), CopyOutSend ("send") and CopyOutEnd ("end",
   // "abort": drop the copy; abort also ends the cut and accepts older views again).
   absl::StatusOr<std::string> RunCopy(int head, absl::string_view body);
   absl::StatusOr<std::string> CopyIn(absl::string_view body);
   absl::StatusOr<std::string> CopyOutCut(absl::string_view body);
-  absl::StatusOr<std::string> CopyOutRead(absl::string_view body);
+  absl::StatusOr<std::string> CopyOutSend(absl::string_view body);
   absl::StatusOr<std::string> CopyOutEnd(const std::string& verb, absl::string_view body);
   // RestoreShard restores `checkpoint` (checked against the job) into the engine; `what`
   // names where it came from in errors (a file's path).
@@ -200,11 +221,14 @@ class Controller {
   bool cut_committed_ ABSL_GUARDED_BY(cut_mu_) = false;
   std::deque<proto::PublishedCheckpoint> published_ ABSL_GUARDED_BY(cut_mu_);
   // Command 14: the copy taken (its cut's id and bytes); command 15: the copy received.
+  // The copy is shared with a "send" in progress, so that the lock is not held while it goes.
   std::string copy_id_ ABSL_GUARDED_BY(cut_mu_);
-  std::string copy_out_ ABSL_GUARDED_BY(cut_mu_);
+  std::shared_ptr<const std::string> copy_out_ ABSL_GUARDED_BY(cut_mu_);
   uint64_t copy_floor_before_ ABSL_GUARDED_BY(cut_mu_) = 0;  // The engine's view floor before.
   std::string copy_in_ ABSL_GUARDED_BY(cut_mu_);
   uint64_t copy_in_received_ ABSL_GUARDED_BY(cut_mu_) = 0;
+  uint64_t copy_in_from_ ABSL_GUARDED_BY(cut_mu_) = 0;
+  CopySender copy_sender_;  // Set before serving; optional.
 };
 
 }  // namespace kvstore

@@ -1,5 +1,6 @@
 // Controller: the copy of a shard a replacement server takes from a survivor (command 14) and
 // loads (command 15), in a job with replicas.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,10 +30,10 @@ absl::StatusOr<std::string> Controller::RunCopy(int head, absl::string_view body
   if (head == kCommandCopyIn) return CopyIn(body);
   const std::string verb(body.substr(0, body.find(' ')));
   if (verb == "cut") return CopyOutCut(body);
-  if (verb == "read") return CopyOutRead(body);
+  if (verb == "send") return CopyOutSend(body);
   if (verb == "end" || verb == "abort") return CopyOutEnd(verb, body);
   return absl::InvalidArgumentError(
-      absl::StrCat("copy-out command \"", verb, "\" is not cut, read, end or abort"));
+      absl::StrCat("copy-out command \"", verb, "\" is not cut, send, end or abort"));
 }
 
 absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
@@ -62,10 +63,11 @@ absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
         absl::StrCat("copy-in command \"", verb, "\" is not begin, put or load"));
   }
   ASSIGN_OR_RETURN(std::vector<std::string> f, verb == "begin"
-                                                   ? SplitFields(body, 2, "begin BYTES")
+                                                   ? SplitFields(body, 3, "begin BYTES FROM")
                                                    : SplitFields(body, 3, "load BYTES CRC32"));
   ASSIGN_OR_RETURN(const uint64_t bytes, Number(f[1], "a byte count"));
   if (verb == "begin") {
+    ASSIGN_OR_RETURN(const uint64_t from, Number(f[2], "a node id"));
     // The copy is held whole before it is loaded: bounded by what this server may hold.
     const int64_t budget = engine_->options().memory_budget_bytes;
     if (budget != kUnlimitedBytes && bytes > static_cast<uint64_t>(budget)) {
@@ -75,6 +77,7 @@ absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
     absl::MutexLock lock(&cut_mu_);
     copy_in_.assign(bytes, '\0');
     copy_in_received_ = 0;
+    copy_in_from_ = from;
     return absl::StrCat("begun ", bytes);
   }
   ASSIGN_OR_RETURN(const uint64_t crc, Number(f[2], "a CRC-32"));
@@ -85,6 +88,7 @@ absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
     copy.swap(copy_in_);
     received = copy_in_received_;
     copy_in_received_ = 0;
+    copy_in_from_ = 0;
   }
   if (copy.size() != bytes || received != bytes || Crc32(copy) != crc) {
     return absl::DataLossError(absl::StrCat(what, ": received ", received, " bytes of ",
@@ -133,24 +137,29 @@ absl::StatusOr<std::string> Controller::CopyOutCut(absl::string_view body) {
   if (cut_id_ == f[1]) cut_id_.clear();
   copy_id_ = f[1];
   copy_floor_before_ = before;
-  copy_out_ = checkpoint.SerializeAsString();
-  return absl::StrCat("copied ", copy_out_.size(), " ", Crc32(copy_out_));
+  copy_out_ = std::make_shared<const std::string>(checkpoint.SerializeAsString());
+  return absl::StrCat("copied ", copy_out_->size(), " ", Crc32(*copy_out_));
 }
 
-absl::StatusOr<std::string> Controller::CopyOutRead(absl::string_view body) {
-  ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 4, "read ID OFFSET LENGTH"));
-  ASSIGN_OR_RETURN(const uint64_t offset, Number(f[2], "an offset"));
-  ASSIGN_OR_RETURN(const uint64_t length, Number(f[3], "a length"));
-  absl::MutexLock lock(&cut_mu_);
-  if (copy_id_ != f[1]) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no copy ", f[1], " is held here (", copy_id_, " is)"));
+absl::StatusOr<std::string> Controller::CopyOutSend(absl::string_view body) {
+  ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 4, "send ID ADDRESS BACKUP"));
+  if (f[3] != "0" && f[3] != "1") {
+    return absl::InvalidArgumentError(absl::StrCat("BACKUP is 0 or 1, not \"", f[3], "\""));
   }
-  if (offset > copy_out_.size()) {
-    return absl::OutOfRangeError(
-        absl::StrCat("offset ", offset, " is past the copy's ", copy_out_.size(), " bytes"));
+  if (!copy_sender_) {
+    return absl::FailedPreconditionError("this server has no way to send a copy to another");
   }
-  return copy_out_.substr(offset, length);
+  std::shared_ptr<const std::string> copy;
+  {
+    absl::MutexLock lock(&cut_mu_);
+    if (copy_id_ != f[1] || copy_out_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no copy ", f[1], " is held here (", copy_id_, " is)"));
+    }
+    copy = copy_out_;
+  }
+  RETURN_IF_ERROR(copy_sender_(f[2], f[3] == "1", *copy));
+  return absl::StrCat("sent ", copy->size());
 }
 
 absl::StatusOr<std::string> Controller::CopyOutEnd(const std::string& verb,
@@ -165,7 +174,7 @@ absl::StatusOr<std::string> Controller::CopyOutEnd(const std::string& verb,
       copied = true;
       floor_before = copy_floor_before_;
       copy_id_.clear();
-      std::string().swap(copy_out_);
+      copy_out_.reset();
     }
     if (verb == "abort" && cut_id_ == f[1]) {
       cut_id_.clear();
@@ -173,7 +182,8 @@ absl::StatusOr<std::string> Controller::CopyOutEnd(const std::string& verb,
     }
   }
   if (verb == "abort") {
-    // The join failed: its view is never published, so what it refused is accepted again.
+    // The join failed: what the cut refused is accepted again (the scheduler moves the view
+    // to the join's epoch unchanged, so that refused writers send them again here).
     if (copied) engine_->view_floor().Set(floor_before, false);
     if (ended_cut) engine_->cuts().End();
   }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
 #include "common/store/sgd_updater.h"
 #include "common/view_epoch.h"
 #include "server/core/controller.h"
@@ -49,24 +50,36 @@ void PushBoth(ServerEngine& engine, const std::vector<Key>& keys,
   }
 }
 
-// Transfer moves the copy held by `from` (cut `id`) into `to` in pages of `page` bytes.
+// Transfer has `from` send the copy it holds (cut `id`) into `to` (command 14 "send"), in
+// pages of `page` bytes put last first - a page goes where its offset says - and loads it.
 absl::StatusOr<std::string> Transfer(Controller& from, Controller& to, const std::string& id,
                                      const std::string& copied, size_t page) {
   const std::vector<std::string> f = absl::StrSplit(copied, ' ');
   REQUIRE(f.size() == 3);
   uint64_t bytes = 0;
   REQUIRE(absl::SimpleAtoi(f[1], &bytes));
-  REQUIRE(to.Run(kCommandCopyIn, absl::StrCat("begin ", bytes)).ok());
-  // The pages in reverse order: a page goes where its offset says.
-  const uint64_t pages = (bytes + page - 1) / page;
-  for (uint64_t p = pages; p-- > 0;) {
-    const uint64_t offset = p * page;
-    absl::StatusOr<std::string> piece =
-        from.Run(kCommandCopyOut, absl::StrCat("read ", id, " ", offset, " ", page));
-    REQUIRE(piece.ok());
-    REQUIRE(to.Run(kCommandCopyIn, absl::StrCat("put ", offset, "\n", *piece)).ok());
-  }
-  return to.Run(kCommandCopyIn, absl::StrCat("load ", f[1], " ", f[2]));
+  REQUIRE(to.Run(kCommandCopyIn, absl::StrCat("begin ", bytes, " 7")).ok());
+  CHECK(to.copy_sender() == 7);
+  from.SetCopySender(
+      [&to, page](const std::string& address, bool backup, absl::string_view copy) -> absl::Status {
+        CHECK(address == "127.0.0.1:9");
+        CHECK(!backup);
+        for (size_t p = (copy.size() + page - 1) / page; p-- > 0;) {
+          const size_t offset = p * page;
+          RETURN_IF_ERROR(
+              to.Run(kCommandCopyIn, absl::StrCat("put ", offset, "\n", copy.substr(offset, page)))
+                  .status());
+        }
+        return absl::OkStatus();
+      });
+  const absl::StatusOr<std::string> sent =
+      from.Run(kCommandCopyOut, absl::StrCat("send ", id, " 127.0.0.1:9 0"));
+  REQUIRE(sent.ok());
+  CHECK(*sent == absl::StrCat("sent ", bytes));
+  absl::StatusOr<std::string> loaded =
+      to.Run(kCommandCopyIn, absl::StrCat("load ", f[1], " ", f[2]));
+  CHECK(to.copy_sender() == 0);
+  return loaded;
 }
 
 TEST_CASE(
@@ -186,16 +199,26 @@ TEST_CASE("Controller: a damaged copy, a server holding keys and an aborted copy
   REQUIRE(out.Run(kCommandCutBegin, "c").ok());
   REQUIRE(out.Run(kCommandCutLimit, "c 0").ok());
   const std::string copied = out.Run(kCommandCopyOut, "cut c 0 3").value();
-  CHECK(absl::IsFailedPrecondition(out.Run(kCommandCopyOut, "read other 0 10").status()));
+  // No way to send it yet; then a copy not held, and a bad BACKUP field.
+  CHECK(absl::IsFailedPrecondition(out.Run(kCommandCopyOut, "send c 127.0.0.1:9 0").status()));
+  std::string whole;
+  out.SetCopySender([&whole](const std::string&, bool, absl::string_view copy) {
+    whole = std::string(copy);
+    return absl::OkStatus();
+  });
+  CHECK(absl::IsFailedPrecondition(out.Run(kCommandCopyOut, "send other 127.0.0.1:9 0").status()));
+  CHECK(absl::IsInvalidArgument(out.Run(kCommandCopyOut, "send c 127.0.0.1:9 2").status()));
   CHECK(absl::IsInvalidArgument(out.Run(kCommandCopyOut, "cut c 0").status()));
+  REQUIRE(out.Run(kCommandCopyOut, "send c 127.0.0.1:9 0").ok());
   std::vector<std::string> f = absl::StrSplit(copied, ' ');
   REQUIRE(f.size() == 3);
   // A wrong CRC: refused, nothing loaded.
   auto target = NewEngine(true, {kWorkerA});
   Controller in(target.get(), &registry, nullptr, 0);
   in.SetJob(job);
-  const std::string whole = out.Run(kCommandCopyOut, "read c 0 1000000").value();
-  REQUIRE(in.Run(kCommandCopyIn, absl::StrCat("begin ", whole.size())).ok());
+  CHECK(absl::IsInvalidArgument(
+      in.Run(kCommandCopyIn, absl::StrCat("begin ", whole.size())).status()));  // No sender named.
+  REQUIRE(in.Run(kCommandCopyIn, absl::StrCat("begin ", whole.size(), " 0")).ok());
   // A page past what was begun: refused.
   CHECK(absl::IsOutOfRange(
       in.Run(kCommandCopyIn, absl::StrCat("put ", whole.size(), "\nx")).status()));
@@ -208,7 +231,7 @@ TEST_CASE("Controller: a damaged copy, a server holding keys and an aborted copy
   CHECK(absl::IsDataLoss(damaged));
   CHECK(target->stats().num_keys == 0);
   // A page missing: refused at the load, naming what arrived, nothing loaded.
-  REQUIRE(in.Run(kCommandCopyIn, absl::StrCat("begin ", whole.size())).ok());
+  REQUIRE(in.Run(kCommandCopyIn, absl::StrCat("begin ", whole.size(), " 0")).ok());
   REQUIRE(in.Run(kCommandCopyIn, absl::StrCat("put 0\n", whole.substr(0, whole.size() / 2))).ok());
   const absl::Status partial =
       in.Run(kCommandCopyIn, absl::StrCat("load ", f[1], " ", f[2])).status();
@@ -225,7 +248,7 @@ TEST_CASE("Controller: a damaged copy, a server holding keys and an aborted copy
   CHECK(RequiredViewEpoch(source->view_floor().Check(2, true)) == 3);
   REQUIRE(out.Run(kCommandCopyOut, "abort c").ok());
   CHECK(source->view_floor().Check(2, true).ok());
-  CHECK(absl::IsFailedPrecondition(out.Run(kCommandCopyOut, "read c 0 10").status()));
+  CHECK(absl::IsFailedPrecondition(out.Run(kCommandCopyOut, "send c 127.0.0.1:9 0").status()));
 }
 
 }  // namespace

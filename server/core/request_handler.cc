@@ -5,9 +5,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_auth.h"
 #include "common/proto_convert.h"
+#include "common/server_commands.h"
 #include "common/status_macros.h"
 #include "common/wire_frame.h"
 #include "proto/kvstore.pb.h"
@@ -335,8 +337,21 @@ void HandleCommand(const std::shared_ptr<ServerBackend>& backend, const grpc::By
                    grpc::ByteBuffer* response, Done done, const VerifiedCaller* caller) {
   proto::ServerCommandRequest command;
   absl::Status status = DecodeMessage(*request, &command);
-  if (status.ok()) status = CheckCaller(command, caller);
-  if (status.ok()) status = backend->engine->workers().CheckSender(command.node_id());
+  // A page of a copy sent server to server (command 15 "put") comes from the server the
+  // scheduler's "begin" named, signed by that server; every other command from the scheduler.
+  const uint64_t copy_sender = backend->controller->copy_sender();
+  const bool copy_page = status.ok() && copy_sender != 0 && command.node_id() == copy_sender &&
+                         command.head() == kCommandCopyIn &&
+                         absl::StartsWith(command.body(), "put ");
+  if (copy_page) {
+    if (caller != nullptr && caller->node_id != copy_sender) {
+      status = absl::PermissionDeniedError(absl::StrCat(
+          "the page names node ", copy_sender, " but is signed by node ", caller->node_id));
+    }
+  } else {
+    if (status.ok()) status = CheckCaller(command, caller);
+    if (status.ok()) status = backend->engine->workers().CheckSender(command.node_id());
+  }
   if (!status.ok()) return done(status);
   auto reply = backend->controller->Run(command.head(), command.body());
   if (reply.ok()) {

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/proto_convert.h"
+#include "common/server_commands.h"
 #include "common/wire_frame.h"
 #include "proto/kvstore.pb.h"
 #include "tests/test_util.h"
@@ -39,12 +41,25 @@ struct Job {
 
   // Call runs one request and returns its status (every request here is answered at once).
   absl::Status Call(ServerMethod method, const grpc::ByteBuffer& request,
-                    grpc::ByteBuffer* response = nullptr) {
+                    grpc::ByteBuffer* response = nullptr, const VerifiedCaller* caller = nullptr) {
     grpc::ByteBuffer ignored;
     absl::Status result = absl::UnknownError("not answered");
-    HandleServerRequest(backend, method, request, response != nullptr ? response : &ignored,
-                        [&](absl::Status s) { result = s; });
+    HandleServerRequest(
+        backend, method, request, response != nullptr ? response : &ignored,
+        [&](absl::Status s) { result = s; }, caller);
     return result;
+  }
+
+  // Command runs controller command `head` with `body`, named as from node `from` and, in a
+  // job with a secret, signed by node `signer` (0: no secret).
+  absl::Status Command(uint64_t from, uint64_t signer, int head, const std::string& body) {
+    proto::ServerCommandRequest command;
+    command.set_node_id(from);
+    command.set_head(head);
+    command.set_body(body);
+    const VerifiedCaller caller{signer};
+    return Call(ServerMethod::kCommand, EncodeMessage(command), nullptr,
+                signer == 0 ? nullptr : &caller);
   }
 
   // Stored returns the bytes of key kKey as a pull returns them.
@@ -201,6 +216,47 @@ TEST_CASE("RequestHandler: a RowSparsePull reply over max_value_bytes is refused
   const absl::Status status = job.Call(ServerMethod::kRowSparsePull, EncodeMessage(pull));
   INFO(status.ToString());
   REQUIRE(absl::IsResourceExhausted(status));
+}
+
+}  // namespace
+}  // namespace kvstore
+
+namespace kvstore {
+namespace {
+
+TEST_CASE("RequestHandler: a copy's pages come from the server its begin named, and only pages",
+          "[kvserver][replicas]") {
+  constexpr uint64_t kSender = 9, kOther = 10;
+  for (const bool secret : {false, true}) {
+    INFO((secret ? "with" : "without") << " a secret");
+    Job job;
+    auto signer = [&](uint64_t node) { return secret ? node : 0; };
+    // Before a begin names it, a server may send no page.
+    CHECK(absl::IsPermissionDenied(
+        job.Command(kSender, signer(kSender), kCommandCopyIn, "put 0\nabcd")));
+    REQUIRE(job.Command(kSchedulerNodeId, signer(kSchedulerNodeId), kCommandCopyIn,
+                        absl::StrCat("begin 8 ", kSender))
+                .ok());
+    CHECK(job.Command(kSender, signer(kSender), kCommandCopyIn, "put 0\nabcd").ok());
+    // Another server, a page signed by another node, and any other command are refused.
+    CHECK(absl::IsPermissionDenied(
+        job.Command(kOther, signer(kOther), kCommandCopyIn, "put 4\nefgh")));
+    if (secret) {
+      CHECK(absl::IsPermissionDenied(
+          job.Command(kSender, signer(kOther), kCommandCopyIn, "put 4\nefgh")));
+    }
+    CHECK(absl::IsPermissionDenied(
+        job.Command(kSender, signer(kSender), kCommandCopyIn, "load 8 0")));
+    CHECK(absl::IsPermissionDenied(job.Command(kSender, signer(kSender), kCommandStats, "")));
+    // The scheduler's load finds the half that was put, and ends the copy: no more pages.
+    const absl::Status load =
+        job.Command(kSchedulerNodeId, signer(kSchedulerNodeId), kCommandCopyIn, "load 8 0");
+    INFO(load.ToString());
+    CHECK(absl::IsDataLoss(load));
+    CHECK(load.message().find("received 4 bytes") != absl::string_view::npos);
+    CHECK(absl::IsPermissionDenied(
+        job.Command(kSender, signer(kSender), kCommandCopyIn, "put 4\nefgh")));
+  }
 }
 
 }  // namespace

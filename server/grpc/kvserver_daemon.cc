@@ -23,6 +23,7 @@
 #include "common/unreachable_retry.h"
 #include "server/core/engine_cuts.h"
 #include "server/core/server_backend.h"
+#include "server/grpc/shard_copy_sender.h"
 namespace kvstore {
 namespace {
 
@@ -302,6 +303,18 @@ absl::Status KVServerDaemon::RegisterAndServe() {
   if (options_.name_log_lines) SetLogNode(absl::StrCat("kvserver ", registration.rank()));
   ASSIGN_OR_RETURN(Backends backends, MakeBackends(registration));
   const proto::ClusterView& view = registration.view();
+  // Shard copies for replacement servers go from this server to them directly.
+  auto copies = std::make_shared<const ShardCopySender>(ShardCopySender::Options{
+      registration.node_id(),
+      options_.security.secret.empty() ? std::string() : registration.node_token(),
+      view.signed_payloads(), to_scheduler});
+  for (const std::shared_ptr<ServerBackend>& backend : {backends.primary, backends.backup}) {
+    if (backend == nullptr) continue;
+    backend->controller->SetCopySender(
+        [copies](const std::string& address, bool backup, absl::string_view copy) {
+          return copies->Send(address, backup, copy);
+        });
+  }
   const absl::Duration interval = absl::Milliseconds(std::max(10, view.heartbeat_interval_ms()));
   const Heartbeat beat(scheduler_.get(), registration, *backends.primary,
                        !options_.security.secret.empty(), interval);

@@ -381,3 +381,39 @@ TEST_CASE("Launcher: --tls-mutual runs a job over mutual TLS", "[tls][launcher]"
 
 }  // namespace
 }  // namespace kvstore::testing
+
+namespace kvstore::testing {
+namespace {
+
+TEST_CASE(
+    "TLS: a replacement kvserver joins a job with replicas over mutual TLS; the survivor "
+    "sends it its shards directly",
+    "[tls][mutual][replicas]") {
+  TlsJob job(JobCertificates(), 2, 1, {"--tls_mutual"}, {"--replicas=2", "--big_value_bound=100"});
+  // Every round's pulls are checked against the sums the worker computes itself.
+  Process& worker = job.AddWorker(0, {"rounds", "dist_sync", "4000"});
+  REQUIRE(job.scheduler().WaitForOutput("barrier over the workers passed", absl::Seconds(20)));
+  absl::SleepFor(absl::Milliseconds(300));
+  job.server(1).Kill();
+  std::unique_ptr<Process> replacement =
+      Run("replacement 1",
+          {Path("server/kvserver"), "--scheduler=" + job.scheduler_address(), "--rank=1",
+           "--tls_mutual"},
+          job.env());
+  const bool joined =
+      job.scheduler().WaitForOutput("serves shards 1 and 0 again", absl::Seconds(30));
+  const std::string log = job.scheduler().output();
+  INFO(log);
+  REQUIRE(joined);
+  // Both shards came from server 0, the only living copy of each, to the replacement.
+  CHECK(log.find("shard 1 (") != std::string::npos);
+  CHECK(log.find("copied from server 0 into the server at") != std::string::npos);
+  CHECK(log.find("could not join") == std::string::npos);
+  REQUIRE(ExitCode(worker) == 0);
+  CHECK(ExitCode(*replacement) == 0);
+  CHECK(ExitCode(job.server(0)) == 0);
+  CHECK(ExitCode(job.scheduler()) == 0);
+}
+
+}  // namespace
+}  // namespace kvstore::testing

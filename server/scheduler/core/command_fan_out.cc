@@ -99,14 +99,10 @@ absl::StatusOr<std::string> CommandFanOut::Call(const std::string& address, bool
 }
 
 absl::StatusOr<std::string> CommandFanOut::CallServer(int rank, int head, const std::string& body) {
-  ASSIGN_OR_RETURN(const ClusterView view, core_->view());
-  if (rank < 0 || rank >= static_cast<int>(view.servers.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("no server of rank ", rank));
-  }
   // A dead server's shard is served by its backup, on the next rank (a job with replicas).
-  const std::vector<int> dead = core_->failover().dead_servers();
-  const bool backup = std::find(dead.begin(), dead.end(), rank) != dead.end();
-  const ServerEntry server = view.servers[backup ? (rank + 1) % view.servers.size() : rank];
+  ASSIGN_OR_RETURN(const ServerFailover::ShardCopy copy, core_->failover().LivingCopy(rank));
+  const ServerEntry& server = copy.server;
+  const bool backup = copy.backup;
   absl::StatusOr<std::string> reply = Call(server.address, backup, head, body);
   if (!reply.ok()) {
     return absl::Status(reply.status().code(),

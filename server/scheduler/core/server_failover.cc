@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace kvstore {
 
@@ -66,6 +67,15 @@ std::vector<int> ServerFailover::dead_servers() const {
   }
   std::sort(ranks.begin(), ranks.end());
   return ranks;
+}
+
+absl::StatusOr<ServerFailover::ShardCopy> ServerFailover::LivingCopy(int shard) const {
+  ASSIGN_OR_RETURN(const ClusterView view, core_.view());
+  const int n = static_cast<int>(view.servers.size());
+  if (shard < 0 || shard >= n) return absl::InvalidArgumentError(absl::StrCat("no shard ", shard));
+  const std::vector<int> dead = dead_servers();
+  const bool backup = std::find(dead.begin(), dead.end(), shard) != dead.end();
+  return ShardCopy{view.servers[backup ? (shard + 1) % n : shard], backup};
 }
 
 absl::StatusOr<std::string> ServerFailover::ServerAddress(int rank) const {
@@ -156,6 +166,9 @@ void ServerFailover::FailJoin(uint64_t node_id, std::string reason) {
   node.joining = false;
   node.death = absl::StrCat("its replacement at ", node.address, " failed to join: ", reason);
   node.join_failure = std::move(reason);
+  // Writes the join's copies refused asked for its epoch: the view moves to it as it is, the
+  // rank still dead, so that their senders find it and send them again to the living copies.
+  view_epoch_ = std::max(view_epoch_, node.join_epoch);
 }
 
 std::string ServerFailover::join_failure(uint64_t node_id) const {

@@ -55,12 +55,22 @@ class ServerFailover {
   // FailedPrecondition when it is no longer joining (the job ended, or the join failed).
   absl::Status CompleteJoin(uint64_t node_id);
   // FailJoin records that its shards could not be copied (`reason`): it stays dead, and its
-  // heartbeats are answered with join_failure, so that it exits.
+  // heartbeats are answered with join_failure, so that it exits. The view still moves to the
+  // join's epoch (unchanged but for the epoch): the writes the living copies refused once their
+  // copy was taken name that epoch, and their senders wait for it before sending them again.
   void FailJoin(uint64_t node_id, std::string reason);
   // join_failure returns why node `node_id`'s join failed, or "".
   std::string join_failure(uint64_t node_id) const;
   // routing returns the view epoch, the servers and the dead ones, at one moment.
   Routing routing() const;
+  // LivingCopy returns the server that serves shard `shard` now: its own, or, while that one
+  // is dead, the next rank's, which holds its backup (`backup` true). InvalidArgument for a
+  // shard out of range; FailedPrecondition before the job assembled.
+  struct ShardCopy {
+    ServerEntry server;
+    bool backup = false;
+  };
+  absl::StatusOr<ShardCopy> LivingCopy(int shard) const;
   // ServerAddress returns the address of the server of `rank`, or NotFound.
   absl::StatusOr<std::string> ServerAddress(int rank) const;
   // data_loss returns one record per server restarted into the running job (ReplaceServer),

@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <atomic>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -12,7 +11,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/server_commands.h"
 #include "common/status_macros.h"
@@ -64,53 +62,26 @@ absl::Status ServerJoiner::MoveCopy(int shard, const std::string& id, int64_t ro
   if (f.size() != 3 || !absl::SimpleAtoi(f[1], &bytes)) {
     return absl::InternalError(absl::StrCat(what, ": the copy was answered \"", copied, "\""));
   }
-  absl::StatusOr<std::string> reply =
-      to_address_(address, backup, kCommandCopyIn, absl::StrCat("begin ", bytes));
+  // The server holding the living copy sends it to the new server itself; the new server
+  // takes pages from that server only.
+  absl::StatusOr<ServerFailover::ShardCopy> holder = core_->failover().LivingCopy(shard);
+  if (!holder.ok()) return Step(what, holder.status());
+  absl::StatusOr<std::string> reply = to_address_(
+      address, backup, kCommandCopyIn, absl::StrCat("begin ", bytes, " ", holder->server.node_id));
   if (!reply.ok()) return Step(absl::StrCat(what, " into the new server"), reply.status());
-  // kPagesInFlight threads each read the next page from the living copy and put it into the
-  // new server, so that the pages' round trips overlap; the first error stops them all.
-  const uint64_t pages = (bytes + kPageBytes - 1) / kPageBytes;
-  std::atomic<uint64_t> next{0};
-  absl::Mutex mu;
-  absl::Status failed;
-  auto move_pages = [&] {
-    for (uint64_t page = next++; page < pages; page = next++) {
-      {
-        absl::MutexLock lock(&mu);
-        if (!failed.ok()) return;
-      }
-      const uint64_t offset = page * kPageBytes;
-      absl::StatusOr<std::string> piece = to_shard_(
-          shard, kCommandCopyOut, absl::StrCat("read ", id, " ", offset, " ", kPageBytes));
-      absl::Status status = piece.status();
-      if (!status.ok()) {
-        status = Step(what, status);
-      } else {
-        status =
-            to_address_(address, backup, kCommandCopyIn, absl::StrCat("put ", offset, "\n", *piece))
-                .status();
-        if (!status.ok()) status = Step(absl::StrCat(what, " into the new server"), status);
-      }
-      if (!status.ok()) {
-        absl::MutexLock lock(&mu);
-        if (failed.ok()) failed = status;
-        return;
-      }
-    }
-  };
-  std::vector<std::thread> movers;
-  for (int t = 1; t < kPagesInFlight; ++t) movers.emplace_back(move_pages);
-  move_pages();
-  for (std::thread& mover : movers) mover.join();
-  if (!failed.ok()) return failed;
+  reply = to_shard_(shard, kCommandCopyOut,
+                    absl::StrCat("send ", id, " ", address, " ", backup ? 1 : 0));
+  if (!reply.ok()) return Step(what, reply.status());
+  const absl::Duration sent = absl::Now() - started;
   reply = to_address_(address, backup, kCommandCopyIn, absl::StrCat("load ", f[1], " ", f[2]));
   if (!reply.ok()) return Step(absl::StrCat(what, " into the new server"), reply.status());
   const absl::Duration took = absl::Now() - started;
   spdlog::info(
-      "join: shard {} ({} bytes, every key at round {}) copied into the server at {} in {} "
-      "({:.0f} MB/s): {}",
-      shard, bytes, round, address, absl::FormatDuration(took),
-      bytes / std::max(absl::ToDoubleSeconds(took), 1e-9) / 1e6, *reply);
+      "join: shard {} ({} bytes, every key at round {}) copied from server {} into the server "
+      "at {} in {} ({:.0f} MB/s; sent in {}, {:.0f} MB/s): {}",
+      shard, bytes, round, holder->server.rank, address, absl::FormatDuration(took),
+      bytes / std::max(absl::ToDoubleSeconds(took), 1e-9) / 1e6, absl::FormatDuration(sent),
+      bytes / std::max(absl::ToDoubleSeconds(sent), 1e-9) / 1e6, *reply);
   return absl::OkStatus();
 }
 
@@ -167,8 +138,19 @@ absl::Status ServerJoiner::Join(const Registration& registration, const std::str
     spdlog::info("join: the new server served {} after registration, both copies cut {} after",
                  absl::FormatDuration(to_serve), absl::FormatDuration(absl::Now() - started));
   }
-  for (size_t i = 0; i < shards.size() && status.ok(); ++i) {
-    status = MoveCopy(shards[i].first, ids[i], rounds[i], copied[i], address, shards[i].second);
+  if (status.ok()) {
+    // Both copies move at once: one's load overlaps the other's sending.
+    std::vector<absl::Status> moved(shards.size());
+    std::vector<std::thread> movers;
+    for (size_t i = 1; i < shards.size(); ++i) {
+      movers.emplace_back([&, i] {
+        moved[i] =
+            MoveCopy(shards[i].first, ids[i], rounds[i], copied[i], address, shards[i].second);
+      });
+    }
+    moved[0] = MoveCopy(shards[0].first, ids[0], rounds[0], copied[0], address, shards[0].second);
+    for (std::thread& mover : movers) mover.join();
+    for (const absl::Status& one : moved) status.Update(one);
   }
   if (status.ok()) status = core_->failover().CompleteJoin(registration.node_id);
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -8,9 +8,11 @@
 //             round it has started; once every key of one has completed it (command 14 "cut"),
 //             its copy is taken and, from that moment, it refuses writes routed by a view
 //             older than the join's epoch (common/view_epoch.h) - the pushes the cut held too;
-//   2. move:  the copy goes to the new server in pages (14 "read", 15 "begin" and "put"),
-//             kPagesInFlight at a time, and is loaded there (15 "load": every byte, the size
-//             and CRC-32 checked; values, rounds, updater and state, applied request ids);
+//   2. move:  the new server is told to expect the copy from the server holding it (15
+//             "begin BYTES FROM"), that server sends it there directly, in pages, several at
+//             once (14 "send"; server/grpc/shard_copy_sender.h), and the copy is loaded (15
+//             "load": every byte, the size and CRC-32 checked; values, rounds, updater and
+//             state, applied request ids);
 //   3. publish: ServerFailover::CompleteJoin: the server is alive at its address and the view
 //             at the join's epoch. Workers learn it from heartbeats (or at once, when a refusal
 //             sends them to the scheduler) and send the refused writes again, under the same
@@ -61,10 +63,6 @@ class ServerJoiner {
   // registered as `registration` and publishes it; on error it is failed (see the top).
   absl::Status Join(const Registration& registration, const std::string& address);
 
-  // The bytes of one page of a copy, and the pages moving at once.
-  static constexpr size_t kPageBytes = size_t{1} << 20;
-  static constexpr int kPagesInFlight = 4;
-
  private:
   // BeginCopy cuts the living copy of `shard` (controller commands 7 and 8) as copy `id`
   // and returns the cut's round.
@@ -73,8 +71,8 @@ class ServerJoiner {
   // while a key is still short of `round`; DeadlineExceeded past `deadline`.
   absl::StatusOr<std::string> TakeCopy(int shard, const std::string& id, int64_t round,
                                        uint64_t epoch, absl::Time deadline);
-  // MoveCopy sends the copy `copied` describes into the new server's engine (`backup`) and
-  // loads it there.
+  // MoveCopy has the copy `copied` describes sent into the new server's engine (`backup`) by
+  // the server holding it, and loads it there.
   absl::Status MoveCopy(int shard, const std::string& id, int64_t round, const std::string& copied,
                         const std::string& address, bool backup);
 

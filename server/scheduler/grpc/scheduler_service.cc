@@ -278,6 +278,13 @@ void SchedulerService::HandleRegister(const proto::RegisterRequest& request,
           for (uint64_t id : registration->view.worker_node_ids) {
             peers[id] = keys->node_key.TokenFor(id);
           }
+          // The other servers, which send a replacement the copies of its shards
+          // (server_joiner.h); a server accepts only those copies' pages from them.
+          for (const ServerEntry& server : registration->view.servers) {
+            if (server.node_id != 0 && server.node_id != registration->node_id) {
+              peers[server.node_id] = keys->node_key.TokenFor(server.node_id);
+            }
+          }
         }
       }
     }

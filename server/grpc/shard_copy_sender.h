@@ -1,0 +1,63 @@
+// ShardCopySender: how a kvserver sends a copy of a shard it holds straight to another kvserver
+// (controller command 14 "send", server/core/controller.h): a replacement server joining the
+// job receives its shards from the servers that hold their living copies, not through the
+// scheduler (server/scheduler/core/server_joiner.h).
+//
+// Send cuts the copy into pages of Options::page_bytes and keeps Options::pages_in_flight of
+// them travelling at once, each a command 15 "put OFFSET\n" + bytes on the receiver's Command
+// method (BackupCommand for its backup engine), sent under this server's node id and, in a job
+// with a secret, signed with its node token (common/request_signature.h). The receiver takes
+// pages only from the node the scheduler named when it began the copy (command 15 "begin").
+// Every page has a deadline; the first error stops the sending and is returned, naming the
+// page and the receiver. Nothing is retried: the scheduler fails the join, and the copy is
+// sent again by the next one.
+//
+// Threading: Send blocks and may be called from several threads; the sender is immutable
+// once made.
+#ifndef KVSTORE_SERVER_GRPC_SHARD_COPY_SENDER_H_
+#define KVSTORE_SERVER_GRPC_SHARD_COPY_SENDER_H_
+
+#include <grpcpp/security/credentials.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/request_signature.h"
+
+namespace kvstore {
+
+class ShardCopySender {
+ public:
+  struct Options {
+    uint64_t node_id = 0;
+    // This server's node token; empty in a job without a secret (nothing is signed).
+    std::string node_token;
+    bool signed_payloads = false;
+    // The channel credentials of the job (ChannelCredentialsFor); null: plaintext.
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
+    absl::Duration page_timeout = absl::Seconds(60);
+    // A page fits in any kvserver's largest request (its header allowance alone is 16 MiB).
+    size_t page_bytes = size_t{4} << 20;
+    int pages_in_flight = 4;
+  };
+
+  explicit ShardCopySender(Options options);
+
+  // Send sends `copy` into the server at `address` (its backup engine with `backup`) and
+  // returns once every page was accepted, or the first error.
+  absl::Status Send(const std::string& address, bool backup, absl::string_view copy) const;
+
+ private:
+  const Options options_;
+  // Signs every page (a job with a secret); its sequence only moves on, so it is shared.
+  std::unique_ptr<RequestSigner> signer_;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_SERVER_GRPC_SHARD_COPY_SENDER_H_
