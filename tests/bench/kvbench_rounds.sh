@@ -5,8 +5,9 @@
 #
 # Checks that the first argument is a number of rounds and sets `rounds` (the rest of the
 # arguments stay in "$@" for kvbench: the caller shifts once); sets `kvbench` to $KVBENCH when
-# set (a copy of bazel-bin/tests/bench/kvbench with its .runfiles folder beside it, so that a
-# rebuild during the run changes nothing), else builds //tests/bench:kvbench and uses it; and
+# set (a copy of bazel-bin/tests/bench/kvbench with its .runfiles folder beside it, made with
+# `cp -rL` so that a rebuild during the run changes nothing: kvbench then starts the daemons of
+# the copy, not the ones its MANIFEST names), else builds //tests/bench:kvbench and uses it; and
 # sets `out` to OUT_DIR, made and emptied of earlier JSON.
 [[ $# -ge 2 && "$2" =~ ^[1-9][0-9]*$ ]] || {
   echo "usage: $0 ROUNDS [kvbench flags]" >&2
