@@ -24,17 +24,21 @@ absl::Status Step(absl::string_view step, const absl::Status& status) {
 
 }  // namespace
 
-absl::StatusOr<int64_t> ServerJoiner::BeginCopy(int shard, const std::string& id) {
-  const std::string what = absl::StrCat("copying shard ", shard);
+absl::StatusOr<int64_t> ServerJoiner::FreezeCopy(int shard, const std::string& id) {
   absl::StatusOr<std::string> reply = to_shard_(shard, kCommandCutBegin, id);
   int64_t round = 0;
   if (reply.ok() && !absl::SimpleAtoi(*reply, &round)) {
     reply = absl::InternalError(absl::StrCat("replied \"", *reply, "\" for its round"));
   }
-  if (!reply.ok()) return Step(what, reply.status());
-  reply = to_shard_(shard, kCommandCutLimit, absl::StrCat(id, " ", round));
-  if (!reply.ok()) return Step(what, reply.status());
+  if (!reply.ok()) return Step(absl::StrCat("copying shard ", shard), reply.status());
   return round;
+}
+
+absl::Status ServerJoiner::LimitCopy(int shard, const std::string& id, int64_t round) {
+  const absl::StatusOr<std::string> reply =
+      to_shard_(shard, kCommandCutLimit, absl::StrCat(id, " ", round));
+  if (!reply.ok()) return Step(absl::StrCat("copying shard ", shard), reply.status());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> ServerJoiner::TakeCopy(int shard, const std::string& id, int64_t round,
@@ -116,9 +120,17 @@ absl::Status ServerJoiner::Join(const Registration& registration, const std::str
   for (const auto& [shard, backup] : shards) {
     if (!status.ok()) break;
     ids.push_back(absl::StrCat("join-", epoch, "-", shard));
-    absl::StatusOr<int64_t> round = BeginCopy(shard, ids.back());
+    absl::StatusOr<int64_t> round = FreezeCopy(shard, ids.back());
     status = round.status();
     if (status.ok()) rounds.push_back(*round);
+  }
+  // Both at one round, the higher one frozen: a worker's push of that round reaches both
+  // shards. Cut at different rounds, the lower one would hold the workers' pushes of the
+  // higher round, which fill their windows while the other waits for the rest of them.
+  const int64_t cut_round = rounds.empty() ? 0 : *std::max_element(rounds.begin(), rounds.end());
+  for (size_t i = 0; i < rounds.size() && status.ok(); ++i) {
+    rounds[i] = cut_round;
+    status = LimitCopy(shards[i].first, ids[i], cut_round);
   }
   std::vector<std::string> copied(shards.size());
   const absl::Time deadline = absl::Now() + cut_timeout_;

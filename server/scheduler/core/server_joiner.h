@@ -4,10 +4,11 @@
 // A kvserver of rank D holds two shards: its own (primary; the other copy is the backup on
 // server D+1) and the backup of shard D-1 (the primary on server D-1). When D has died and a
 // new server has registered in its place, Join copies both from their living copies:
-//   1. cut:   both living copies are frozen (controller commands 7 and 8), each at the highest
-//             round it has started; once every key of one has completed it (command 14 "cut"),
-//             its copy is taken and, from that moment, it refuses writes routed by a view
-//             older than the join's epoch (common/view_epoch.h) - the pushes the cut held too;
+//   1. cut:   both living copies are frozen (controller command 7), then limited to the higher
+//             of the rounds they have started (8); once every key of one has completed it
+//             (command 14 "cut"), its copy is taken and, from that moment, it refuses writes
+//             routed by a view older than the join's epoch (common/view_epoch.h) - the pushes
+//             the cut held too;
 //   2. move:  the new server is told to expect the copy from the server holding it (15
 //             "begin BYTES FROM"), that server sends it there directly, in pages, several at
 //             once (14 "send"; server/grpc/shard_copy_sender.h), and the copy is loaded (15
@@ -64,9 +65,10 @@ class ServerJoiner {
   absl::Status Join(const Registration& registration, const std::string& address);
 
  private:
-  // BeginCopy cuts the living copy of `shard` (controller commands 7 and 8) as copy `id`
-  // and returns the cut's round.
-  absl::StatusOr<int64_t> BeginCopy(int shard, const std::string& id);
+  // FreezeCopy freezes the living copy of `shard` for copy `id` (controller command 7) and
+  // returns the highest round it has started; LimitCopy lets its keys go on to `round` (8).
+  absl::StatusOr<int64_t> FreezeCopy(int shard, const std::string& id);
+  absl::Status LimitCopy(int shard, const std::string& id, int64_t round);
   // TakeCopy asks for the copy once (command 14 "cut"): the "copied BYTES CRC32" reply, or ""
   // while a key is still short of `round`; DeadlineExceeded past `deadline`.
   absl::StatusOr<std::string> TakeCopy(int shard, const std::string& id, int64_t round,
