@@ -1,7 +1,6 @@
 #include "server/core/controller.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -184,8 +183,9 @@ absl::Status Controller::RestoreShard(const proto::ShardCheckpoint& checkpoint,
                                               value.data().size(), " bytes for ", h.element_count(),
                                               " elements"));
     }
-    part.data = Tensor::Zeros(*dtype, {h.element_count()});
-    std::memcpy(part.data.data(), value.data().data(), value.data().size());
+    // The engine copies the bytes in (EngineState::Restore): the part only borrows them from
+    // the checkpoint, which outlives it, and nothing writes through it.
+    part.data = Tensor::Borrow(const_cast<char*>(value.data().data()), *dtype, {h.element_count()});
     part.chunk_rounds.assign(value.chunk_rounds().begin(), value.chunk_rounds().end());
     parts.push_back(std::move(part));
   }
