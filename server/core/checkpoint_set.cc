@@ -11,6 +11,7 @@
 #include "common/state_file.h"
 #include "common/status_macros.h"
 #include "server/core/controller.h"
+#include "server/core/shard_encoding.h"
 
 namespace kvstore {
 
@@ -42,10 +43,12 @@ absl::StatusOr<proto::ShardCheckpoint> ReadListedFile(const ConfinedDirectory& d
                      listed.payload_bytes(), " bytes, CRC-32 ", listed.payload_crc32(),
                      "): the directory mixes files of two checkpoints, or the file was replaced"));
   }
-  proto::ShardCheckpoint checkpoint;
-  if (!checkpoint.ParseFromString(payload)) {
-    return absl::DataLossError(absl::StrCat(path, ": the checkpoint does not parse"));
+  absl::StatusOr<proto::ShardCheckpoint> decoded = DecodeShard(payload);
+  if (!decoded.ok()) {
+    return absl::DataLossError(absl::StrCat(path, ": ", decoded.status().message()));
   }
+  std::string().swap(payload);
+  proto::ShardCheckpoint& checkpoint = *decoded;
   if (checkpoint.job_id() != manifest.job_id() ||
       checkpoint.checkpoint_id() != manifest.checkpoint_id() ||
       checkpoint.round() != manifest.round() || checkpoint.server_rank() != file_rank) {
@@ -55,7 +58,7 @@ absl::StatusOr<proto::ShardCheckpoint> ReadListedFile(const ConfinedDirectory& d
         manifest_path, " is job ", manifest.job_id(), " checkpoint ", manifest.checkpoint_id(),
         " round ", manifest.round()));
   }
-  return checkpoint;
+  return decoded;
 }
 
 }  // namespace

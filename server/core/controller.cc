@@ -13,6 +13,7 @@
 #include "server/core/checkpoint_set.h"
 #include "server/core/engine_cuts.h"
 #include "server/core/engine_state.h"
+#include "server/core/shard_encoding.h"
 namespace kvstore {
 
 absl::StatusOr<std::string> Controller::Run(int head, absl::string_view body) {
@@ -148,8 +149,8 @@ proto::ShardCheckpoint Controller::MakeCheckpoint(const EngineSnapshot& snapshot
 absl::StatusOr<std::string> Controller::Checkpoint(const std::string& dir) {
   ASSIGN_OR_RETURN(const ConfinedDirectory directory, CheckpointDirectory(dir, /*create=*/true));
   ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->state().Snapshot());
-  return directory.WriteStateFile(CheckpointFileName(rank_), StateKind::kShardCheckpoint,
-                                  MakeCheckpoint(snapshot).SerializeAsString());
+  ASSIGN_OR_RETURN(const std::string payload, EncodeShard(MakeCheckpoint(snapshot)));
+  return directory.WriteStateFile(CheckpointFileName(rank_), StateKind::kShardCheckpoint, payload);
 }
 
 absl::Status Controller::RestoreShard(const proto::ShardCheckpoint& checkpoint,

@@ -13,6 +13,7 @@
 #include "server/core/controller.h"
 #include "server/core/engine_cuts.h"
 #include "server/core/engine_state.h"
+#include "server/core/shard_encoding.h"
 namespace kvstore {
 namespace {
 
@@ -100,12 +101,13 @@ absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
         absl::StrCat(what, ": this server already holds ", engine_->stats().num_keys,
                      " keys; a copy is loaded into an empty server only"));
   }
-  proto::ShardCheckpoint checkpoint;
-  if (!checkpoint.ParseFromString(copy)) {
-    return absl::DataLossError(absl::StrCat(what, ": does not parse"));
+  absl::StatusOr<proto::ShardCheckpoint> checkpoint = DecodeShard(copy);
+  if (!checkpoint.ok()) {
+    return absl::DataLossError(absl::StrCat(what, ": ", checkpoint.status().message()));
   }
-  RETURN_IF_ERROR(RestoreShard(checkpoint, what));
-  return absl::StrCat("loaded ", checkpoint.values_size(), " keys");
+  std::string().swap(copy);  // Parsed: the bytes are not needed while the engine loads it.
+  RETURN_IF_ERROR(RestoreShard(*checkpoint, what));
+  return absl::StrCat("loaded ", checkpoint->values_size(), " keys");
 }
 
 absl::StatusOr<std::string> Controller::CopyOutCut(absl::string_view body) {
@@ -137,7 +139,8 @@ absl::StatusOr<std::string> Controller::CopyOutCut(absl::string_view body) {
   if (cut_id_ == f[1]) cut_id_.clear();
   copy_id_ = f[1];
   copy_floor_before_ = before;
-  copy_out_ = std::make_shared<const std::string>(checkpoint.SerializeAsString());
+  ASSIGN_OR_RETURN(std::string encoded, EncodeShard(std::move(checkpoint)));
+  copy_out_ = std::make_shared<const std::string>(std::move(encoded));
   return absl::StrCat("copied ", copy_out_->size(), " ", Crc32(*copy_out_));
 }
 

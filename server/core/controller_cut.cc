@@ -13,6 +13,7 @@
 #include "server/core/controller.h"
 #include "server/core/engine_cuts.h"
 #include "server/core/engine_state.h"
+#include "server/core/shard_encoding.h"
 namespace kvstore {
 namespace {
 
@@ -112,7 +113,7 @@ absl::StatusOr<std::string> Controller::CutWrite(absl::string_view body) {
   checkpoint.set_job_id(f[2]);
   checkpoint.set_checkpoint_id(f[0]);
   checkpoint.set_round(engine_->sync() ? round : -1);
-  const std::string payload = checkpoint.SerializeAsString();
+  ASSIGN_OR_RETURN(const std::string payload, EncodeShard(std::move(checkpoint)));
   RETURN_IF_ERROR(
       directory.WriteStateFile(PendingFileName(rank_), StateKind::kShardCheckpoint, payload)
           .status());
