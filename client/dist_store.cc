@@ -498,7 +498,8 @@ absl::Status DistStore::LoadOptimizerStates(const std::string& path) {
   ASSIGN_OR_RETURN(UpdaterStateData state, LoadOptimizerStateFile(path));
   proto::UpdaterState message;
   UpdaterStateToProto(state, &message);
-  const std::string body = message.SerializeAsString();
+  ASSIGN_OR_RETURN(const std::string body,
+                   SerializeWhole(message, absl::StrCat("the optimizer state in ", path)));
   const absl::Status status = membership_->Command(kCommandLoadOptimizerStates, body).status();
   if (status.ok()) return status;
   if (absl::IsResourceExhausted(status)) {

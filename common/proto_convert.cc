@@ -1,5 +1,7 @@
 #include "common/proto_convert.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 
 namespace kvstore {
@@ -126,6 +128,17 @@ OptimizerConfig OptimizerConfigFromProto(const proto::OptimizerConfig& p) {
   c.lr_scheduler.warmup_begin_lr = s.warmup_begin_lr();
   c.lr_scheduler.warmup_mode = s.warmup_mode();
   return c;
+}
+
+absl::StatusOr<std::string> SerializeWhole(const google::protobuf::MessageLite& message,
+                                           absl::string_view what) {
+  const size_t bytes = message.ByteSizeLong();
+  if (bytes > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, " is ", bytes,
+                                                     " bytes serialized, over protobuf's limit of ",
+                                                     std::numeric_limits<int>::max(), " bytes"));
+  }
+  return message.SerializeAsString();
 }
 
 }  // namespace kvstore

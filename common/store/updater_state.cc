@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/proto_convert.h"
 #include "common/state_file.h"
+#include "common/status_macros.h"
 
 namespace kvstore {
 
@@ -51,7 +52,9 @@ absl::StatusOr<UpdaterStateData> UpdaterStateFromProto(const proto::UpdaterState
 absl::Status SaveOptimizerStateFile(const std::string& path, const UpdaterStateData& state) {
   proto::UpdaterState message;
   UpdaterStateToProto(state, &message);
-  return WriteStateFile(path, StateKind::kUpdaterState, message.SerializeAsString());
+  ASSIGN_OR_RETURN(const std::string payload,
+                   SerializeWhole(message, absl::StrCat("the optimizer state for ", path)));
+  return WriteStateFile(path, StateKind::kUpdaterState, payload);
 }
 
 absl::StatusOr<UpdaterStateData> LoadOptimizerStateFile(const std::string& path) {

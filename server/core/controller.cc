@@ -62,7 +62,7 @@ absl::StatusOr<std::string> Controller::Run(int head, absl::string_view body) {
       ASSIGN_OR_RETURN(UpdaterStateData state, engine_->state().SaveUpdaterState());
       proto::UpdaterState message;
       UpdaterStateToProto(state, &message);
-      return message.SerializeAsString();
+      return SerializeWhole(message, absl::StrCat("the optimizer state of server ", rank_));
     }
     case kCommandLoadOptimizerStates: {
       proto::UpdaterState message;
