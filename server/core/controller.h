@@ -45,7 +45,8 @@
 //                          and the key behind; "send ID ADDRESS BACKUP": send it, server to
 //                          server, into the server at ADDRESS (its backup engine when BACKUP is
 //                          1) through the copy sender (SetCopySender: pages of command 15
-//                          "put", signed by this server) and reply "sent BYTES"; "end ID": drop
+//                          "put", signed by this server) and reply "sent BYTES" (the request
+//                          handler runs it on a thread of its own); "end ID": drop
 //                          it; "abort ID": drop it, end the cut and refuse nothing (the join
 //                          failed).
 //  15  kCommandCopyIn      on the replacement server: "begin BYTES FROM": start receiving a

@@ -1,6 +1,7 @@
 #include "server/core/request_handler.h"
 
 #include <optional>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -353,13 +354,23 @@ void HandleCommand(const std::shared_ptr<ServerBackend>& backend, const grpc::By
     if (status.ok()) status = backend->engine->workers().CheckSender(command.node_id());
   }
   if (!status.ok()) return done(status);
-  auto reply = backend->controller->Run(command.head(), command.body());
-  if (reply.ok()) {
-    proto::ServerCommandResponse message;
-    message.set_reply(*reply);
-    *response = EncodeMessage(message);
+  auto run = [backend, response, done = std::move(done)](const proto::ServerCommandRequest& c) {
+    auto reply = backend->controller->Run(c.head(), c.body());
+    if (reply.ok()) {
+      proto::ServerCommandResponse message;
+      message.set_reply(*reply);
+      *response = EncodeMessage(message);
+    }
+    done(reply.status());
+  };
+  if (command.head() == kCommandCopyOut && absl::StartsWith(command.body(), "send ")) {
+    // A copy sent to another server takes as long as its bytes: it runs on a thread of its
+    // own, which answers the call, so that this serving thread goes on with the reads that
+    // the living copy still serves meanwhile.
+    std::thread([run = std::move(run), command = std::move(command)] { run(command); }).detach();
+    return;
   }
-  return done(reply.status());
+  run(command);
 }
 
 }  // namespace
