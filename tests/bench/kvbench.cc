@@ -6,6 +6,7 @@
 // joins the job with one DistStore per worker (each its own TCP connections, all sharing one
 // completion thread unless --noshared_completion_thread) and times:
 //   {push,pull,pushpull}_{4KB,1MB,16MB,100MB}_{1w1s,2w2s}  one float32 key, every worker at once
+//                               (and _1GB_, only when --only names it)
 //   {push,pull}_100kx16B_1w1s                              100,000 keys of 16 B in one call,
 //                                                          the values views of one buffer
 //   {push,pull}_100kx16B_bucket_1w1s                       the buffer itself, the keys as
@@ -338,10 +339,15 @@ class Bench {
       size_t bytes;
       int reps;
     };
-    const std::vector<Size> sizes = {{"4KB", 4 * kKB, quick ? 200 : 1000},
-                                     {"1MB", kMB, quick ? 30 : 100},
-                                     {"16MB", 16 * kMB, quick ? 8 : 20},
-                                     {"100MB", 100 * kMB, quick ? 3 : 9}};
+    std::vector<Size> sizes = {{"4KB", 4 * kKB, quick ? 200 : 1000},
+                               {"1MB", kMB, quick ? 30 : 100},
+                               {"16MB", 16 * kMB, quick ? 8 : 20},
+                               {"100MB", 100 * kMB, quick ? 3 : 9}};
+    // 1 GB values only when --only names them (kvbench_join.sh's big shards): several GB of
+    // memory, and seconds a repetition.
+    if (absl::StrContains(absl::GetFlag(FLAGS_only), "_1GB_")) {
+      sizes.push_back({"1GB", 1024 * kMB, quick ? 2 : 5});
+    }
     std::vector<std::string> names;
     for (const Size& size : sizes) {
       for (const char* op : {"push_", "pull_", "pushpull_"}) {

@@ -11,6 +11,8 @@
 # kvbench's row: the median repetition, and the longest, which holds the kill or the join.
 # Builds kvbench first, unless KVBENCH names a kvbench to run (a copy of
 # bazel-bin/tests/bench/kvbench with its .runfiles folder beside it). KILL_AFTER defaults to 8.
+# CASE (default push_100MB_2w2s) and REPS (default 400) choose the case and its repetitions:
+# CASE=push_1GB_2w2s REPS=30 KILL_AFTER=40 moves two shards of 512 MB (about 15 GB of memory).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/bench/kvbench_rounds.sh "${KVBENCH_JOIN_DIR:-/tmp/kvbench-join}" "$@"
@@ -19,7 +21,8 @@ kvserver="$kvbench.runfiles/kvstore/server/kvserver"
 [[ -x "$kvserver" ]] || { echo "kvbench_join: no kvserver at $kvserver" >&2; exit 1; }
 for ((r = 1; r <= rounds; r++)); do
   logs=$(mktemp -d)
-  TMPDIR=$logs "$kvbench" --replicas=2 --observe --only=push_100MB_2w2s --reps=400 "$@" \
+  TMPDIR=$logs "$kvbench" --replicas=2 --observe --only="${CASE:-push_100MB_2w2s}" \
+    --reps="${REPS:-400}" "$@" \
     >"$logs/kvbench.out" 2>&1 &
   bench=$!
   sleep "${KILL_AFTER:-8}"
@@ -36,6 +39,6 @@ for ((r = 1; r <= rounds; r++)); do
   wait "$replacement" || true
   echo "run $r of $rounds (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
   grep -h "join: " "$logs"/kvbench-scheduler-*.log | sed 's/^.*\] join: /  join: /'
-  grep -E "^(case|push_100MB_2w2s) " "$logs/kvbench.out" | sed 's/^/  /'
+  grep -E "^(case|${CASE:-push_100MB_2w2s}) " "$logs/kvbench.out" | sed 's/^/  /'
   rm -rf "$logs"
 done
