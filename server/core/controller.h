@@ -226,7 +226,8 @@ class Controller {
   std::string copy_id_ ABSL_GUARDED_BY(cut_mu_);
   std::shared_ptr<const std::string> copy_out_ ABSL_GUARDED_BY(cut_mu_);
   uint64_t copy_floor_before_ ABSL_GUARDED_BY(cut_mu_) = 0;  // The engine's view floor before.
-  std::string copy_in_ ABSL_GUARDED_BY(cut_mu_);
+  std::unique_ptr<char[]> copy_in_ ABSL_GUARDED_BY(cut_mu_);
+  uint64_t copy_in_bytes_ ABSL_GUARDED_BY(cut_mu_) = 0;
   uint64_t copy_in_received_ ABSL_GUARDED_BY(cut_mu_) = 0;
   uint64_t copy_in_from_ ABSL_GUARDED_BY(cut_mu_) = 0;
   CopySender copy_sender_;  // Set before serving; optional.

@@ -1,5 +1,6 @@
 // Controller: the copy of a shard a replacement server takes from a survivor (command 14) and
 // loads (command 15), in a job with replicas.
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,12 +50,12 @@ absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
                      Number(std::string(body.substr(0, newline)), "an offset"));
     const absl::string_view page = body.substr(newline + 1);
     absl::MutexLock lock(&cut_mu_);
-    if (offset > copy_in_.size() || page.size() > copy_in_.size() - offset) {
+    if (offset > copy_in_bytes_ || page.size() > copy_in_bytes_ - offset) {
       return absl::OutOfRangeError(absl::StrCat(what, ": a page of ", page.size(), " bytes at ",
-                                                offset, " lies past the ", copy_in_.size(),
+                                                offset, " lies past the ", copy_in_bytes_,
                                                 " bytes begun"));
     }
-    std::copy(page.begin(), page.end(), copy_in_.begin() + static_cast<ptrdiff_t>(offset));
+    std::memcpy(copy_in_.get() + offset, page.data(), page.size());
     copy_in_received_ += page.size();
     return absl::StrCat("received ", copy_in_received_);
   }
@@ -76,36 +77,43 @@ absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
                                                        budget, " bytes this server may hold"));
     }
     absl::MutexLock lock(&cut_mu_);
-    copy_in_.assign(bytes, '\0');
+    // Not zeroed: every byte is written by a page before the load reads any (it checks).
+    copy_in_.reset(new char[bytes]);
+    copy_in_bytes_ = bytes;
     copy_in_received_ = 0;
     copy_in_from_ = from;
     return absl::StrCat("begun ", bytes);
   }
   ASSIGN_OR_RETURN(const uint64_t crc, Number(f[2], "a CRC-32"));
-  std::string copy;
-  uint64_t received = 0;
+  std::unique_ptr<char[]> copy;
+  uint64_t begun = 0, received = 0;
   {
     absl::MutexLock lock(&cut_mu_);
     copy.swap(copy_in_);
+    begun = copy_in_bytes_;
     received = copy_in_received_;
-    copy_in_received_ = 0;
+    copy_in_bytes_ = copy_in_received_ = 0;
     copy_in_from_ = 0;
   }
-  if (copy.size() != bytes || received != bytes || Crc32(copy) != crc) {
-    return absl::DataLossError(absl::StrCat(what, ": received ", received, " bytes of ",
-                                            copy.size(), " begun, with CRC-32 ", Crc32(copy),
-                                            "; sent ", bytes, " with ", crc));
+  if (begun != bytes || received != bytes) {
+    return absl::DataLossError(absl::StrCat(what, ": received ", received, " bytes of ", begun,
+                                            " begun; ", bytes, " were sent"));
+  }
+  const absl::string_view whole(copy.get(), begun);
+  if (const uint32_t got = Crc32(whole); got != crc) {
+    return absl::DataLossError(absl::StrCat(what, ": the ", bytes, " bytes received have CRC-32 ",
+                                            got, "; they were sent with ", crc));
   }
   if (engine_->stats().num_keys > 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": this server already holds ", engine_->stats().num_keys,
                      " keys; a copy is loaded into an empty server only"));
   }
-  absl::StatusOr<proto::ShardCheckpoint> checkpoint = DecodeShard(copy);
+  absl::StatusOr<proto::ShardCheckpoint> checkpoint = DecodeShard(whole);
   if (!checkpoint.ok()) {
     return absl::DataLossError(absl::StrCat(what, ": ", checkpoint.status().message()));
   }
-  std::string().swap(copy);  // Parsed: the bytes are not needed while the engine loads it.
+  copy.reset();  // Parsed: the bytes are not needed while the engine loads it.
   RETURN_IF_ERROR(RestoreShard(*checkpoint, what));
   return absl::StrCat("loaded ", checkpoint->values_size(), " keys");
 }
