@@ -24,9 +24,18 @@ ShardCopySender::ShardCopySender(Options options) : options_(std::move(options))
   }
 }
 
+std::shared_ptr<grpc::GenericStub> ShardCopySender::StubFor(const std::string& address) const {
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<grpc::GenericStub>& stub = stubs_[address];
+  if (stub == nullptr) {
+    stub = std::make_shared<grpc::GenericStub>(MakeChannel(address, options_.credentials));
+  }
+  return stub;
+}
+
 absl::Status ShardCopySender::Send(const std::string& address, bool backup,
                                    absl::string_view copy) const {
-  grpc::GenericStub stub(MakeChannel(address, options_.credentials));
+  const std::shared_ptr<grpc::GenericStub> stub = StubFor(address);
   const size_t page_bytes = std::max<size_t>(options_.page_bytes, 1);
   const size_t pages = (copy.size() + page_bytes - 1) / page_bytes;
   const char* method = GrpcMethodPath(ServerMethod::kCommand, backup);
@@ -69,19 +78,19 @@ absl::Status ShardCopySender::Send(const std::string& address, bool backup,
       call->request = signer_->Sign({ServerMethod::kCommand, backup, address, 0}, call->request);
     }
     call->context.set_deadline(GrpcDeadline(absl::Now() + options_.page_timeout));
-    stub.UnaryCall(&call->context, method, grpc::StubOptions(), &call->request, &call->reply,
-                   [progress, call, receiver, offset, size = bytes.size(),
-                    total = copy.size()](grpc::Status status) {
-                     absl::MutexLock lock(&progress->mu);
-                     --progress->in_flight;
-                     if (!status.ok() && progress->failed.ok()) {
-                       progress->failed =
-                           absl::Status(FromGrpcStatus(status).code(),
-                                        absl::StrCat("sending ", size, " bytes at ", offset,
-                                                     " of a copy of ", total, " bytes to ",
-                                                     receiver, ": ", status.error_message()));
-                     }
-                   });
+    stub->UnaryCall(&call->context, method, grpc::StubOptions(), &call->request, &call->reply,
+                    [progress, call, receiver, offset, size = bytes.size(),
+                     total = copy.size()](grpc::Status status) {
+                      absl::MutexLock lock(&progress->mu);
+                      --progress->in_flight;
+                      if (!status.ok() && progress->failed.ok()) {
+                        progress->failed =
+                            absl::Status(FromGrpcStatus(status).code(),
+                                         absl::StrCat("sending ", size, " bytes at ", offset,
+                                                      " of a copy of ", total, " bytes to ",
+                                                      receiver, ": ", status.error_message()));
+                      }
+                    });
   }
   absl::MutexLock lock(&progress->mu);
   auto idle = [&progress]()

@@ -12,11 +12,12 @@
 // page and the receiver. Nothing is retried: the scheduler fails the join, and the copy is
 // sent again by the next one.
 //
-// Threading: Send blocks and may be called from several threads; the sender is immutable
-// once made.
+// Threading: Send blocks and may be called from several threads. The sender keeps one channel
+// per receiver for its lifetime.
 #ifndef KVSTORE_SERVER_GRPC_SHARD_COPY_SENDER_H_
 #define KVSTORE_SERVER_GRPC_SHARD_COPY_SENDER_H_
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 
 #include <cstddef>
@@ -24,8 +25,11 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/request_signature.h"
 
@@ -53,9 +57,16 @@ class ShardCopySender {
   absl::Status Send(const std::string& address, bool backup, absl::string_view copy) const;
 
  private:
+  // StubFor returns the stub of the server at `address`, made once: a channel dropped by its
+  // last call's callback would be destroyed on one of gRPC's own threads.
+  std::shared_ptr<grpc::GenericStub> StubFor(const std::string& address) const;
+
   const Options options_;
   // Signs every page (a job with a secret); its sequence only moves on, so it is shared.
   std::unique_ptr<RequestSigner> signer_;
+  mutable absl::Mutex mu_;
+  mutable absl::flat_hash_map<std::string, std::shared_ptr<grpc::GenericStub>> stubs_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvstore
