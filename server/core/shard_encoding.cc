@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/base/internal/endian.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/key.h"
@@ -26,14 +27,15 @@ class Fragments {
 
   void Add(const proto::ShardCheckpoint& fragment) {
     const std::string bytes = fragment.SerializeAsString();
-    PutLength(bytes.size(), out_.size());
+    const size_t at = out_.size();
+    out_.resize(at + 8);
+    absl::little_endian::Store64(out_.data() + at, bytes.size());
     out_ += bytes;
     ++count_;
   }
   // Room returns what the open fragment may still take, less room for the updater state's
   // own tag and length.
   size_t Room() const { return limit_ > open_bytes_ + kSlack ? limit_ - open_bytes_ - kSlack : 0; }
-  bool empty() const { return items_ == 0; }
   void AddValue(proto::CheckpointValue value) {
     open_bytes_ += value.ByteSizeLong() + kPerItem;
     *open_.add_values() = std::move(value);
@@ -53,8 +55,7 @@ class Fragments {
   }
   std::string Take() {
     Flush();
-    for (int i = 0; i < 8; ++i)
-      out_[kMagicBytes + i] = static_cast<char>((count_ >> (8 * i)) & 0xff);
+    absl::little_endian::Store64(out_.data() + kMagicBytes, count_);
     return std::move(out_);
   }
 
@@ -68,20 +69,7 @@ class Fragments {
   size_t open_bytes_ = 0;
   size_t items_ = 0;
   uint64_t count_ = 0;
-
-  void PutLength(uint64_t length, size_t at) {
-    out_.resize(at + 8);
-    for (int i = 0; i < 8; ++i) out_[at + i] = static_cast<char>((length >> (8 * i)) & 0xff);
-  }
 };
-
-// Word reads the 8 little-endian bytes at `at`.
-uint64_t Word(absl::string_view bytes, size_t at) {
-  uint64_t word = 0;
-  for (int i = 0; i < 8; ++i)
-    word |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[at + i])) << (8 * i);
-  return word;
-}
 
 // Bytes a piece of a value costs beyond its data: its header, its flag and the chunk rounds
 // (which only the first carries), its tags and lengths.
@@ -168,13 +156,13 @@ absl::StatusOr<proto::ShardCheckpoint> DecodeShard(absl::string_view bytes) {
     return shard;
   }
   if (bytes.size() < kMagicBytes + 8) return Loss("end inside the number of fragments");
-  const uint64_t count = Word(bytes, kMagicBytes);
+  const uint64_t count = absl::little_endian::Load64(bytes.data() + kMagicBytes);
   size_t at = kMagicBytes + 8;
   uint64_t fragment = 0;
   for (; at < bytes.size(); ++fragment) {
     if (bytes.size() - at < 8)
       return Loss(absl::StrCat("end inside fragment ", fragment, "'s length"));
-    const uint64_t length = Word(bytes, at);
+    const uint64_t length = absl::little_endian::Load64(bytes.data() + at);
     at += 8;
     if (length > bytes.size() - at ||
         length > static_cast<uint64_t>(std::numeric_limits<int>::max())) {

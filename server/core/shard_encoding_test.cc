@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
+#include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
 #include "common/proto_convert.h"
 #include "tests/test_util.h"
@@ -79,10 +80,7 @@ TEST_CASE("Shard encoding: fragments of any size read back as the shard written"
     // Every fragment within the limit.
     size_t at = sizeof(kFragmentedMagic) - 1 + 8;
     while (at < encoded->size()) {
-      uint64_t length = 0;
-      for (int i = 0; i < 8; ++i) {
-        length |= static_cast<uint64_t>(static_cast<uint8_t>((*encoded)[at + i])) << (8 * i);
-      }
+      const uint64_t length = absl::little_endian::Load64(encoded->data() + at);
       CHECK(length <= limit);
       at += 8 + length;
     }
