@@ -246,6 +246,20 @@ void KVServerDaemon::Run() {
   }
   health_->Stopping();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // No command is served any more: a checkpoint set or a shard copy the scheduler had open
+  // (a periodic set begun as the last worker finished) is ended here, its unpublished files
+  // removed, so that an exiting server leaves nothing half written.
+  for (const std::shared_ptr<ServerBackend>& backend : {service_.backend(), service_.backup()}) {
+    if (backend == nullptr) continue;
+    const absl::StatusOr<std::string> ended = backend->controller->AbandonCut();
+    if (!ended.ok()) {
+      spdlog::error("kvserver: ending an open checkpoint on exit failed: {}",
+                    ended.status().ToString());
+      if (status.ok()) status = ended.status();
+    } else if (!ended->empty()) {
+      spdlog::warn("kvserver: exiting in the middle of the scheduler's work; ended {}", *ended);
+    }
+  }
   status_ = status;
   done_.Notify();
 }

@@ -67,6 +67,9 @@ void CheckpointCoordinator::Loop() {
         pending = std::move(queue_.front());
         queue_.pop_front();
       }
+      // Before Periodic asks whether the job still runs: a job that ends after that answer
+      // sees the coordinator busy (SchedulerCore::SetServersBusy).
+      busy_ = true;
     }
     if (pending.task) {
       pending.task();
@@ -75,6 +78,7 @@ void CheckpointCoordinator::Loop() {
     } else {
       Periodic();
     }
+    busy_ = false;
   }
 }
 

@@ -25,6 +25,7 @@
 #ifndef KVSTORE_SERVER_SCHEDULER_CORE_CHECKPOINT_COORDINATOR_H_
 #define KVSTORE_SERVER_SCHEDULER_CORE_CHECKPOINT_COORDINATOR_H_
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <string>
@@ -87,6 +88,11 @@ class CheckpointCoordinator {
   using Resumed = std::function<std::optional<std::vector<PublishedCheckpoint>>()>;
   void SetResumed(Resumed resumed) { resumed_ = std::move(resumed); }
 
+  // busy is true while the coordinator's thread runs a checkpoint (explicit or periodic) or an
+  // exclusive task, from before it checks whether a periodic one is due; it never blocks
+  // (SchedulerCore::SetServersBusy calls it under the core's lock).
+  bool busy() const { return busy_.load(); }
+
   // Checkpoint runs one checkpoint now, on the calling thread (the coordinator's, or a test's).
   absl::StatusOr<std::vector<std::string>> Checkpoint(const std::string& dir);
 
@@ -122,6 +128,7 @@ class CheckpointCoordinator {
   absl::Time last_time_ = absl::Now();
   int64_t periodic_count_ = 0;
   std::deque<std::string> kept_;
+  std::atomic<bool> busy_{false};
   absl::Mutex mu_;
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -354,9 +354,21 @@ absl::StatusOr<bool> SchedulerCore::HeartbeatLocked(uint64_t node_id, absl::Time
       failover_->RecordLoss(std::move(loss));
     }
   }
-  const bool over = ShutdownLocked();
+  bool over = ShutdownLocked();
+  // When every worker finished, a server hears it once the scheduler's work on the servers is
+  // done (every round is complete: a cut completes). A job ended otherwise - failed, shut down
+  // by kvctl - may have rounds that never complete: its servers hear it at once.
+  if (over && it->second.role == NodeRole::kServer && shutdown_reason_.empty() &&
+      failure_.empty() && servers_busy_ && servers_busy_()) {
+    over = false;
+  }
   if (over) it->second.released = true;
   return over;
+}
+
+void SchedulerCore::SetServersBusy(std::function<bool()> busy) {
+  absl::MutexLock lock(&mu_);
+  servers_busy_ = std::move(busy);
 }
 
 bool SchedulerCore::ShutdownLocked() const {

@@ -228,11 +228,21 @@ class SchedulerCore {
 
   // Heartbeat records that the node is alive. Returns whether the job is over (every worker has
   // finished), so a server knows to exit. InvalidArgument for an unknown node id.
-  // A true return also marks the node released (see all_servers_released).
+  // A true return also marks the node released (see all_servers_released). While the
+  // servers are busy (SetServersBusy) a server is not told yet: it exits after that work.
   // A worker's `report` names its host, when this scheduler does not know it, and releases the
   // counted barrier entries its barriers passed show to have passed.
   absl::StatusOr<bool> Heartbeat(uint64_t node_id, absl::Time now, ServerLoad load = {},
                                  const WorkerReport& report = {});
+
+  // SetServersBusy gives the core `busy`, true while the scheduler has work on the servers
+  // under way (a checkpoint set, a join: CheckpointCoordinator::busy), so that when every
+  // worker has finished meanwhile that work finishes - a periodic set begun with the last round
+  // is published, not left half written - before any server hears that the job is over. A job
+  // that failed or was shut down (kvctl) may have rounds that never complete: its servers hear
+  // it at once. `busy` is called under the core's lock: it must not block nor call the core.
+  // The daemon's shutdown_grace bounds the wait. Call before serving.
+  void SetServersBusy(std::function<bool()> busy);
 
   // RequestShutdown ends the job now (kvctl shutdown): every later heartbeat says so, and
   // registrations and barriers still waiting are answered ABORTED naming the reason.
@@ -355,6 +365,7 @@ class SchedulerCore {
   // When the first node registered; registration may wait register_timeout from then.
   absl::Time first_registration_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<bool()> servers_busy_ ABSL_GUARDED_BY(mu_);
   bool registration_failed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status registration_error_ ABSL_GUARDED_BY(mu_);
   Barriers barriers_ ABSL_GUARDED_BY(mu_);

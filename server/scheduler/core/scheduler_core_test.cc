@@ -1,6 +1,7 @@
 #include "server/scheduler/core/scheduler_core.h"
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <numeric>
 #include <set>
@@ -276,6 +277,43 @@ TEST_CASE("SchedulerCore: heartbeats, dead nodes and the clean end", "[scheduler
   // Finished workers do not count as dead however long they are silent.
   REQUIRE(core->liveness().NumDeadNodes(kGroupWorkers, absl::Seconds(1), later + absl::Hours(1)) ==
           0);
+}
+
+TEST_CASE(
+    "SchedulerCore: when every worker finished, servers hear it only once the scheduler's work "
+    "on them is done; a failed or shut-down job's servers hear it at once",
+    "[scheduler][checkpoint]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  for (const char* end : {"finished", "failed", "kvctl shutdown"}) {
+    INFO(end);
+    auto core = MakeCore(2, 2);
+    std::atomic<bool> busy{false};
+    core->SetServersBusy([&busy] { return busy.load(); });
+    auto outcomes = RegisterAll(core.get(), 2, {-1, -1}, &rng);
+    const uint64_t s0 = outcomes[0]->result->node_id, s1 = outcomes[1]->result->node_id;
+    const uint64_t w0 = outcomes[2]->result->node_id, w1 = outcomes[3]->result->node_id;
+    const absl::Time later = kStart + absl::Seconds(1);
+    busy = true;  // A periodic checkpoint set begun with the last round.
+    REQUIRE(core->Finish(w0, later).ok());
+    if (std::string(end) == "finished") {
+      REQUIRE(core->Finish(w1, later).ok());
+    } else if (std::string(end) == "failed") {
+      REQUIRE(core->Finish(w1, later, "worker 1 failed").ok());
+    } else {
+      core->RequestShutdown(end);
+    }
+    REQUIRE(core->shutdown_requested());
+    const bool held = std::string(end) == "finished";
+    // Workers hear it whatever the servers do.
+    CHECK(core->Heartbeat(w0, later).value() == true);
+    CHECK(core->Heartbeat(s0, later).value() == !held);
+    CHECK(core->all_servers_released() == false);
+    busy = false;  // The set is published.
+    CHECK(core->Heartbeat(s0, later).value() == true);
+    CHECK(core->Heartbeat(s1, later).value() == true);
+    CHECK(core->all_servers_released());
+  }
 }
 
 TEST_CASE("SchedulerCore: the wait for the job to assemble is not silence", "[scheduler]") {

@@ -74,6 +74,9 @@ void SchedulerDaemon::MakeCoordinators() {
       },
       [core] { return core->view(); }, [core] { return !core->shutdown_requested(); });
   coordinator_->SetResumed([core] { return core->TakeResumedCheckpoints(); });
+  // A checkpoint or join under way when the last worker finishes ends before the servers exit.
+  CheckpointCoordinator* busy = coordinator_.get();
+  core->SetServersBusy([busy] { return busy->busy(); });
   service_->SetCheckpointCoordinator(coordinator_.get());
   // A replacement server's join cuts servers too: it runs between checkpoints.
   joiner_ = std::make_unique<ServerJoiner>(
@@ -152,6 +155,7 @@ SchedulerDaemon::~SchedulerDaemon() {
       }
     }
   }
+  if (core_ != nullptr) core_->SetServersBusy(nullptr);
   coordinator_.reset();
 }
 
