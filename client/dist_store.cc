@@ -13,6 +13,7 @@
 #include "client/grpc_scheduler_link.h"
 #include "client/grpc_server_transport.h"
 #include "client/row_sparse_transfer.h"
+#include "client/table_transfer.h"
 #include "common/grpc_channel.h"
 #include "common/job_auth.h"
 #include "common/logging.h"
@@ -20,6 +21,7 @@
 #include "common/server_commands.h"
 #include "common/status_macros.h"
 #include "common/store/updater_state.h"
+#include "common/table_wire.h"
 #include "proto/kvstore.pb.h"
 
 namespace kvstore {
@@ -277,6 +279,30 @@ absl::Status DistStore::DoRowSparsePull(absl::Span<const Key> keys,
   ASSIGN_OR_RETURN(std::vector<KeyWork> work, keys_->PlanRowSparsePull(keys, outs, row_ids));
   Enqueue(priority, std::move(work), Kind::kRowSparsePull);
   return absl::OkStatus();
+}
+
+absl::Status DistStore::DoInitTable(const Key& key, const TableConfig& config) {
+  RETURN_IF_ERROR(membership_->JobOver());
+  absl::Status status = InitTableOnServers(context_, key, TableSpecToProto(config));
+  // Every worker waits until every worker has made the table on every server, even after a
+  // refusal, so that no worker is left alone in the barrier and no push finds no table.
+  const absl::Status barrier = Barrier();
+  if (status.ok()) status = barrier;
+  return membership_->Noted(status);
+}
+
+absl::Status DistStore::DoPullRows(const Key& key, int64_t dim, absl::Span<const int64_t> ids,
+                                   float* out) {
+  RETURN_IF_ERROR(membership_->JobOver());
+  return membership_->Noted(PullTableRows(context_, key, dim, ids, out));
+}
+
+absl::Status DistStore::DoPushRows(const Key& key, int64_t dim, absl::Span<const int64_t> ids,
+                                   const float* grads) {
+  RETURN_IF_ERROR(membership_->JobOver());
+  return membership_->Noted(
+      PushTableRows(context_, key, dim, ids, grads,
+                    /*every_server=*/membership_->view().mode != "dist_async"));
 }
 
 absl::StatusOr<std::pair<DType, Shape>> DistStore::StoredSpec(const Key& key) const {

@@ -123,6 +123,11 @@ class DistStore final : public KVStore {
   absl::Status DoRowSparsePull(absl::Span<const Key> keys, absl::Span<RowSparse* const> outs,
                                absl::Span<const std::vector<int64_t>> row_ids,
                                int priority) override;
+  absl::Status DoInitTable(const Key& key, const TableConfig& config) override;
+  absl::Status DoPullRows(const Key& key, int64_t dim, absl::Span<const int64_t> ids,
+                          float* out) override;
+  absl::Status DoPushRows(const Key& key, int64_t dim, absl::Span<const int64_t> ids,
+                          const float* grads) override;
 
  private:
   DistStore(std::string type, DistOptions options)

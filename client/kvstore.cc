@@ -129,7 +129,87 @@ absl::StatusOr<std::unique_ptr<KVStore>> KVStore::Create(absl::string_view type,
 absl::Status KVStore::Init(absl::Span<const Key> keys, absl::Span<const Tensor> values) {
   RETURN_IF_ERROR(CheckCount(keys, values, "init"));
   RETURN_IF_ERROR(CheckDefined(keys, values, "init"));
+  if (any_table_.load()) {
+    absl::MutexLock lock(&tables_mu_);
+    for (const Key& key : keys) {
+      if (table_dims_.contains(key)) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("init: key ", key.Quoted(), " is a table (InitTable)"));
+      }
+    }
+  }
   return DoInit(keys, values);
+}
+
+absl::Status KVStore::InitTable(const Key& key, const TableConfig& config) {
+  TableConfig named = config;
+  named.name = absl::StrCat("key ", key.Quoted());
+  RETURN_IF_ERROR(EmbeddingTable::Create(named).status());
+  if (StoredSpec(key).ok()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("init_table: key ", key.Quoted(),
+                     " holds a value already; a table needs a key of its own"));
+  }
+  {
+    absl::MutexLock lock(&tables_mu_);
+    if (table_dims_.contains(key)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("init_table: key ", key.Quoted(), " is a table already"));
+    }
+  }
+  RETURN_IF_ERROR(DoInitTable(key, named));
+  absl::MutexLock lock(&tables_mu_);
+  table_dims_[key] = config.dim;
+  any_table_.store(true);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> KVStore::CheckTableRows(const Key& key, size_t ids, const Tensor& rows,
+                                                absl::string_view op) const {
+  int64_t dim = 0;
+  {
+    absl::MutexLock lock(&tables_mu_);
+    auto found = table_dims_.find(key);
+    if (found == table_dims_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat(op, ": key ", key.Quoted(), " is no table (InitTable makes one)"));
+    }
+    dim = found->second;
+  }
+  const Shape expected = {static_cast<int64_t>(ids), dim};
+  if (!rows.defined() || !rows.device().is_cpu() || rows.dtype() != DType::kFloat32 ||
+      rows.shape() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": key ", key.Quoted(), ": the rows of ", ids, " ids must be a float32(", ids, ", ",
+        dim, ")@cpu tensor, not ", rows.defined() ? rows.Description() : "an undefined one"));
+  }
+  return dim;
+}
+
+absl::Status KVStore::PullRows(const Key& key, absl::Span<const int64_t> ids, Tensor* out) {
+  if (out == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("pull_rows: key ", key.Quoted(), ": no output"));
+  }
+  ASSIGN_OR_RETURN(const int64_t dim, CheckTableRows(key, ids.size(), *out, "pull_rows"));
+  return DoPullRows(key, dim, ids, out->data_as<float>());
+}
+
+absl::Status KVStore::PushRows(const Key& key, absl::Span<const int64_t> ids, const Tensor& grads) {
+  ASSIGN_OR_RETURN(const int64_t dim, CheckTableRows(key, ids.size(), grads, "push_rows"));
+  return DoPushRows(key, dim, ids, grads.data_as<const float>());
+}
+
+absl::Status KVStore::DoInitTable(const Key& key, const TableConfig&) {
+  return absl::FailedPreconditionError(absl::StrCat("init_table: key ", key.Quoted(), ": a ", type_,
+                                                    " store of this process holds no tables"));
+}
+
+absl::Status KVStore::DoPullRows(const Key& key, int64_t, absl::Span<const int64_t>, float*) {
+  return DoInitTable(key, TableConfig());
+}
+
+absl::Status KVStore::DoPushRows(const Key& key, int64_t, absl::Span<const int64_t>, const float*) {
+  return DoInitTable(key, TableConfig());
 }
 
 absl::Status KVStore::Init(const Key& key, const Tensor& value) {

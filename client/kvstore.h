@@ -62,9 +62,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/compression.h"
@@ -72,6 +75,7 @@
 #include "common/optimizer_config.h"
 #include "common/row_sparse.h"
 #include "common/security_options.h"
+#include "common/store/embedding_table.h"
 #include "common/tensor.h"
 
 namespace kvstore {
@@ -317,6 +321,33 @@ class KVStore {
   absl::Status RowSparsePull(const Key& key, absl::Span<RowSparse* const> outs,
                              absl::Span<const std::vector<int64_t>> row_ids, int priority = 0);
 
+  // Tables (docs/tables.md): rows of float32 keyed by any int64 id, created on first use and
+  // forgotten when unused - embeddings of a vocabulary too large to allocate whole. A table
+  // has a key of its own (never a dense or row-sparse value's). Distributed stores spread
+  // its rows over the servers by a hash of the id; in-process stores hold them here.
+  //
+  // InitTable makes table `key` as `config` says (config.name is replaced by the key): row
+  // width, initializer of rows not stored, admission, eviction, row optimizer. Every worker
+  // calls it with the same config; it returns once the table exists on every server (a
+  // barrier over the workers, as Init). AlreadyExists for a key already a table or a value in
+  // this store, or made on the servers with another config; InvalidArgument naming the field
+  // of a bad config.
+  absl::Status InitTable(const Key& key, const TableConfig& config);
+  // PullRows writes the rows of `ids` (any order, duplicates allowed) into `out`, a CPU float32
+  // tensor of shape (ids.size(), dim): stored rows, or the initializer's row of an id without
+  // one. Returns once they are there.
+  absl::Status PullRows(const Key& key, absl::Span<const int64_t> ids, Tensor* out);
+  // PushRows pushes `grads`, a CPU float32 tensor of shape (ids.size(), dim), the gradients of
+  // the rows of `ids` (duplicates are summed). dist_sync: every worker pushes once per round
+  // (with no ids if it has none), and a server applies the round's sum of every worker's
+  // gradients with the row optimizer; dist_async and in-process stores apply each push. Only
+  // the rows pushed move (lazy update). Returns once the push is applied (dist_sync: once every
+  // worker has pushed the round). Errors name the key: NotFound for a key that is no table,
+  // InvalidArgument for a tensor of another shape, dtype or device, ResourceExhausted for a
+  // table over its max_rows with eviction off or a server over its memory budget - nothing
+  // changes then.
+  absl::Status PushRows(const Key& key, absl::Span<const int64_t> ids, const Tensor& grads);
+
   // ValueSpec returns the dtype and shape stored under `key` (this worker's record once the key
   // is initialised; no request is sent): what a caller converting another dtype to the stored
   // one needs. NotFound naming the key before Init.
@@ -439,9 +470,27 @@ class KVStore {
                                        absl::Span<const std::vector<int64_t>> row_ids,
                                        int priority) = 0;
 
+  // Tables, called with a checked config (named by the key) and, for rows, `out` / `grads`
+  // checked as ids.size() x dim float32 values on the CPU. The defaults refuse
+  // (FailedPrecondition): a store of a server or scheduler process has no tables.
+  virtual absl::Status DoInitTable(const Key& key, const TableConfig& config);
+  virtual absl::Status DoPullRows(const Key& key, int64_t dim, absl::Span<const int64_t> ids,
+                                  float* out);
+  virtual absl::Status DoPushRows(const Key& key, int64_t dim, absl::Span<const int64_t> ids,
+                                  const float* grads);
+
  private:
+  // CheckTableRows checks `rows` as the (ids, dim) float32 CPU tensor of table `key`'s `op`
+  // and returns the table's dim.
+  absl::StatusOr<int64_t> CheckTableRows(const Key& key, size_t ids, const Tensor& rows,
+                                         absl::string_view op) const;
+
   std::string type_;
   std::atomic<bool> barrier_before_exit_{false};
+  // The tables this store made, and their row widths.
+  mutable absl::Mutex tables_mu_;
+  absl::flat_hash_map<Key, int64_t> table_dims_ ABSL_GUARDED_BY(tables_mu_);
+  std::atomic<bool> any_table_{false};
 };
 
 }  // namespace kvstore

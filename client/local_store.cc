@@ -278,4 +278,28 @@ absl::StatusOr<int> LocalStore::NumDeadNodes(NodeGroup /*group*/, absl::Duration
   return 0;  // No other nodes: MXNet's local store also answers 0.
 }
 
+absl::Status LocalStore::DoInitTable(const Key& key, const TableConfig& config) {
+  ASSIGN_OR_RETURN(std::unique_ptr<EmbeddingTable> rows, EmbeddingTable::Create(config));
+  absl::MutexLock lock(&mu_);
+  tables_[key].rows = std::move(rows);
+  return absl::OkStatus();
+}
+
+absl::Status LocalStore::DoPullRows(const Key& key, int64_t dim, absl::Span<const int64_t> ids,
+                                    float* out) {
+  absl::MutexLock lock(&mu_);
+  return tables_.at(key).rows->Pull(ids, absl::MakeSpan(out, ids.size() * dim));
+}
+
+absl::Status LocalStore::DoPushRows(const Key& key, int64_t dim, absl::Span<const int64_t> ids,
+                                    const float* grads) {
+  absl::MutexLock lock(&mu_);
+  LocalTable& table = tables_.at(key);
+  RETURN_IF_ERROR(
+      table.rows->Push(ids, absl::MakeConstSpan(grads, ids.size() * dim), table.round + 1));
+  ++table.round;
+  table.rows->EvictUnseen(table.round);
+  return absl::OkStatus();
+}
+
 }  // namespace kvstore

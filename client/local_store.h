@@ -20,6 +20,7 @@
 #include "client/key_groups.h"
 #include "client/kvstore.h"
 #include "common/compression.h"
+#include "common/store/embedding_table.h"
 #include "common/store/shard_store.h"
 
 namespace kvstore {
@@ -59,6 +60,12 @@ class LocalStore final : public KVStore {
                                absl::Span<const std::vector<int64_t>> row_ids,
                                int priority) override;
 
+  absl::Status DoInitTable(const Key& key, const TableConfig& config) override;
+  absl::Status DoPullRows(const Key& key, int64_t dim, absl::Span<const int64_t> ids,
+                          float* out) override;
+  absl::Status DoPushRows(const Key& key, int64_t dim, absl::Span<const int64_t> ids,
+                          const float* grads) override;
+
  private:
   // Merge sums the values of each key into one (a merge buffer when there are several).
   // With compression on, float32 values are quantised and decoded into the merge buffer.
@@ -80,6 +87,12 @@ class LocalStore final : public KVStore {
   Tensor QuantizeAndSum(const KeyGroup& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
+  // Tables: each push is a round of its table (as dist_async's).
+  struct LocalTable {
+    std::unique_ptr<EmbeddingTable> rows;
+    int64_t round = 0;
+  };
+  absl::flat_hash_map<Key, LocalTable> tables_ ABSL_GUARDED_BY(mu_);
   ShardStore store_;
   // Per-key buffers for sums of several values, reused across pushes.
   absl::flat_hash_map<Key, Tensor> merge_buffers_ ABSL_GUARDED_BY(mu_);

@@ -8,13 +8,23 @@
 
 namespace kvstore {
 
-enum class ServerMethod { kInit, kPush, kPull, kPushPull, kRowSparsePull, kCommand };
-inline constexpr int kNumServerMethods = 6;
+enum class ServerMethod {
+  kInit,
+  kPush,
+  kPull,
+  kPushPull,
+  kRowSparsePull,
+  kCommand,
+  kTableInit,
+  kTablePush,
+  kTablePull
+};
+inline constexpr int kNumServerMethods = 9;
 
 // GrpcMethodPath returns the method's full gRPC name, e.g. "/kvstore.proto.KVServer/Push", or,
 // for the backup copy a kvserver holds of the previous rank's shard (a job with replicas), the
-// Backup method: "/kvstore.proto.KVServer/BackupPush". The service lists the six methods, then
-// their six Backup methods, in this order.
+// Backup method: "/kvstore.proto.KVServer/BackupPush". The service lists the nine methods, then
+// their nine Backup methods, in this order.
 inline const char* GrpcMethodPath(ServerMethod method, bool backup = false) {
   static constexpr const char* kPaths[2 * kNumServerMethods] = {
       "/kvstore.proto.KVServer/Init",
@@ -23,26 +33,35 @@ inline const char* GrpcMethodPath(ServerMethod method, bool backup = false) {
       "/kvstore.proto.KVServer/PushPull",
       "/kvstore.proto.KVServer/RowSparsePull",
       "/kvstore.proto.KVServer/Command",
+      "/kvstore.proto.KVServer/TableInit",
+      "/kvstore.proto.KVServer/TablePush",
+      "/kvstore.proto.KVServer/TablePull",
       "/kvstore.proto.KVServer/BackupInit",
       "/kvstore.proto.KVServer/BackupPush",
       "/kvstore.proto.KVServer/BackupPull",
       "/kvstore.proto.KVServer/BackupPushPull",
       "/kvstore.proto.KVServer/BackupRowSparsePull",
-      "/kvstore.proto.KVServer/BackupCommand"};
+      "/kvstore.proto.KVServer/BackupCommand",
+      "/kvstore.proto.KVServer/BackupTableInit",
+      "/kvstore.proto.KVServer/BackupTablePush",
+      "/kvstore.proto.KVServer/BackupTablePull"};
   return kPaths[static_cast<int>(method) + (backup ? kNumServerMethods : 0)];
 }
 
 // Mutates is true for the methods that change a server's state (every copy of a shard gets
 // them in a job with replicas); false for reads, which one copy answers.
 inline bool Mutates(ServerMethod method) {
-  return method != ServerMethod::kPull && method != ServerMethod::kRowSparsePull;
+  return method != ServerMethod::kPull && method != ServerMethod::kRowSparsePull &&
+         method != ServerMethod::kTablePull;
 }
 
 // ServerMethodLabel returns the method's name in metrics and timelines: "init", "push",
-// "pull", "push_pull", "row_sparse_pull" or "command".
+// "pull", "push_pull", "row_sparse_pull", "command", "table_init", "table_push" or
+// "table_pull".
 inline const char* ServerMethodLabel(ServerMethod method) {
   static constexpr const char* kLabels[kNumServerMethods] = {
-      "init", "push", "pull", "push_pull", "row_sparse_pull", "command"};
+      "init",    "push",       "pull",       "push_pull", "row_sparse_pull",
+      "command", "table_init", "table_push", "table_pull"};
   return kLabels[static_cast<int>(method)];
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace kvstore {
@@ -100,7 +101,10 @@ uint32_t EmbeddingTable::NewSlot(int64_t id, int64_t round) {
     slot = static_cast<uint32_t>(meta_.size());
     if (slot % kRowsPerBlock == 0) {
       // A block at a time, the bookkeeping too: no vector doubling past what the rows need.
-      blocks_.push_back(std::make_unique<float[]>(static_cast<size_t>(kRowsPerBlock * stride_)));
+      // Not zeroed: every row is written whole when its slot is taken, so a block's pages are
+      // touched only as rows fill it.
+      blocks_.push_back(
+          std::unique_ptr<float[]>(new float[static_cast<size_t>(kRowsPerBlock * stride_)]));
       meta_.reserve(blocks_.size() * kRowsPerBlock);
     }
     meta_.emplace_back();
@@ -206,6 +210,18 @@ absl::Status EmbeddingTable::Pull(absl::Span<const int64_t> ids, absl::Span<floa
     MakeRecent(found->second);
   }
   return absl::OkStatus();
+}
+
+int64_t EmbeddingTable::NewRows(absl::Span<const int64_t> ids) const {
+  absl::flat_hash_set<int64_t> seen;
+  int64_t new_rows = 0;
+  absl::MutexLock lock(&mu_);
+  for (const int64_t id : ids) {
+    if (slots_.contains(id) || !seen.insert(id).second) continue;
+    auto counted = counts_.find(id);
+    if ((counted == counts_.end() ? 0 : counted->second) + 1 >= config_.admit_after) ++new_rows;
+  }
+  return new_rows;
 }
 
 absl::Status EmbeddingTable::Push(absl::Span<const int64_t> ids, absl::Span<const float> grads,

@@ -107,6 +107,10 @@ class EmbeddingTable {
   // error nothing changes.
   absl::Status Push(absl::Span<const int64_t> ids, absl::Span<const float> grads, int64_t round);
 
+  // NewRows returns how many rows a Push of `ids` would create now: its distinct ids without a
+  // row whose count would reach admit_after (for a caller that checks a memory budget first).
+  int64_t NewRows(absl::Span<const int64_t> ids) const;
+
   // EvictUnseen removes the rows not pushed since `round` - evict_unseen_rounds (none when
   // evict_unseen_rounds is 0) and returns how many.
   int64_t EvictUnseen(int64_t round);

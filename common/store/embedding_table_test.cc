@@ -13,170 +13,19 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/table_reference.h"
 #include "tests/test_util.h"
 
 namespace kvstore {
 namespace {
 
+using testing::TableReference;
 using testing::TestRng;
-
-// Zipf draws ranks 1..n with P(k) proportional to 1 / k^s, mapped to scattered 64-bit ids.
-class Zipf {
- public:
-  Zipf(int64_t n, double s) {
-    double total = 0;
-    for (int64_t k = 1; k <= n; ++k) cdf_.push_back(total += std::pow(static_cast<double>(k), -s));
-    for (double& c : cdf_) c /= total;
-  }
-  int64_t Draw(TestRng& rng) const {
-    const double u = rng.Uniform(0, 1);
-    const int64_t k = std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin();
-    return static_cast<int64_t>((static_cast<uint64_t>(k) + 1) * 0x9e3779b97f4a7c15ULL);
-  }
-
- private:
-  std::vector<double> cdf_;
-};
-
-// Reference: what the table should hold, in float64.
-class Reference {
- public:
-  explicit Reference(const EmbeddingTable& table) : table_(table), c_(table.config()) {}
-
-  std::vector<double> Pull(int64_t id) {
-    auto found = rows_.find(id);
-    if (found == rows_.end()) return Initial(id);
-    found->second.used = ++clock_;
-    return found->second.w;
-  }
-
-  // Push returns false (changing nothing) when the table must refuse it.
-  bool Push(const std::vector<int64_t>& ids, const std::vector<float>& grads, int64_t round) {
-    const int64_t dim = c_.dim;
-    std::vector<int64_t> order;
-    std::map<int64_t, std::vector<double>> sums;
-    for (size_t r = 0; r < ids.size(); ++r) {
-      auto [it, added] = sums.try_emplace(ids[r], std::vector<double>(dim, 0.0));
-      if (added) order.push_back(ids[r]);
-      for (int64_t j = 0; j < dim; ++j) it->second[j] += grads[r * dim + j];
-    }
-    int64_t fresh = 0, touched = 0;
-    for (int64_t id : order) {
-      if (rows_.count(id)) {
-        ++touched;
-      } else if (counts_[id] + 1 >= c_.admit_after) {
-        ++fresh;
-      }
-    }
-    for (auto it = counts_.begin(); it != counts_.end();) {
-      it = it->second == 0 ? counts_.erase(it) : std::next(it);  // Undo operator[].
-    }
-    const int64_t rows = static_cast<int64_t>(rows_.size());
-    if (c_.max_rows > 0 && rows + fresh > c_.max_rows &&
-        (!c_.evict_over_budget || touched + fresh > c_.max_rows)) {
-      return false;
-    }
-    for (int64_t id : order) {
-      if (rows_.count(id)) rows_[id].used = ++clock_;
-    }
-    for (int64_t id : order) {
-      if (!rows_.count(id)) {
-        if (++counts_[id] < c_.admit_after) continue;
-        counts_.erase(id);
-        if (c_.max_rows > 0 && static_cast<int64_t>(rows_.size()) >= c_.max_rows) {
-          auto oldest = std::min_element(
-              rows_.begin(), rows_.end(),
-              [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
-          rows_.erase(oldest);
-          ++evicted_;
-        }
-        Row& row = rows_[id];
-        row.w = Initial(id);
-        row.a.assign(dim, 0.0);
-        row.b.assign(dim, 0.0);
-        ++admitted_;
-      }
-      Row& row = rows_[id];
-      row.used = ++clock_;
-      row.pushed = round;
-      Step(row, sums[id]);
-    }
-    return true;
-  }
-
-  void EvictUnseen(int64_t round) {
-    if (c_.evict_unseen_rounds == 0) return;
-    for (auto it = rows_.begin(); it != rows_.end();) {
-      if (round - it->second.pushed > c_.evict_unseen_rounds) {
-        it = rows_.erase(it);
-        ++evicted_;
-      } else {
-        ++it;
-      }
-    }
-  }
-
-  std::set<int64_t> Ids() const {
-    std::set<int64_t> ids;
-    for (const auto& [id, row] : rows_) ids.insert(id);
-    return ids;
-  }
-  int64_t Count(int64_t id) const {
-    auto found = counts_.find(id);
-    return found == counts_.end() ? 0 : found->second;
-  }
-  int64_t admitted() const { return admitted_; }
-  int64_t evicted() const { return evicted_; }
-
- private:
-  struct Row {
-    std::vector<double> w, a, b;
-    int64_t steps = 0, used = 0, pushed = 0;
-  };
-
-  std::vector<double> Initial(int64_t id) const {
-    std::vector<float> row(c_.dim);
-    table_.InitialRow(id, row.data());
-    return std::vector<double>(row.begin(), row.end());
-  }
-
-  void Step(Row& row, const std::vector<double>& grad) const {
-    const RowOptimizer& o = c_.optimizer;
-    const int64_t t = ++row.steps;
-    for (int64_t i = 0; i < c_.dim; ++i) {
-      double g = grad[i] * o.rescale_grad;
-      if (o.clip_gradient >= 0) g = std::clamp(g, -o.clip_gradient, o.clip_gradient);
-      g += o.wd * row.w[i];
-      switch (o.kind) {
-        case RowOptimizer::Kind::kSgd:
-          row.w[i] -= o.lr * g;
-          break;
-        case RowOptimizer::Kind::kAdagrad:
-          row.a[i] += g * g;
-          row.w[i] -= o.lr * g / (std::sqrt(row.a[i]) + o.epsilon);
-          break;
-        case RowOptimizer::Kind::kAdam: {
-          row.a[i] = o.beta1 * row.a[i] + (1 - o.beta1) * g;
-          row.b[i] = o.beta2 * row.b[i] + (1 - o.beta2) * g * g;
-          const double lr_t =
-              o.lr * std::sqrt(1 - std::pow(o.beta2, t)) / (1 - std::pow(o.beta1, t));
-          row.w[i] -= lr_t * row.a[i] / (std::sqrt(row.b[i]) + o.epsilon);
-          break;
-        }
-      }
-    }
-  }
-
-  const EmbeddingTable& table_;
-  const TableConfig c_;
-  std::map<int64_t, Row> rows_;
-  std::map<int64_t, int64_t> counts_;
-  int64_t clock_ = 0, admitted_ = 0, evicted_ = 0;
-};
+using testing::Zipf;
 
 // Same checks that the table and the reference agree on which rows exist, on every count, and
 // on the values of the ids in `probe` (stored or not).
-void Same(EmbeddingTable& table, Reference& reference, const std::vector<int64_t>& probe) {
+void Same(EmbeddingTable& table, TableReference& reference, const std::vector<int64_t>& probe) {
   const std::vector<int64_t> held = table.Ids();
   REQUIRE(std::set<int64_t>(held.begin(), held.end()) == reference.Ids());
   const TableStats stats = table.stats();
@@ -234,12 +83,12 @@ TEST_CASE(
     const TableConfig config = RandomConfig(rng);
     INFO("trial " << trial << ": " << Describe(config));
     std::unique_ptr<EmbeddingTable> table = EmbeddingTable::Create(config).value();
-    Reference reference(*table);
+    TableReference reference(*table);
     int refused = 0;
     for (int64_t round = 1; round <= 25; ++round) {
       const size_t batch = static_cast<size_t>(rng.Int(1, 40));
       std::vector<int64_t> ids(batch);
-      for (int64_t& id : ids) id = zipf.Draw(rng);
+      for (int64_t& id : ids) id = zipf.Draw(rng.engine());
       std::vector<float> grads(batch * config.dim);
       for (float& g : grads) g = static_cast<float>(rng.Uniform(-4, 4));
       const bool accepted = reference.Push(ids, grads, round);

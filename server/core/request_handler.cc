@@ -1,5 +1,6 @@
 #include "server/core/request_handler.h"
 
+#include <cstring>
 #include <optional>
 #include <thread>
 #include <type_traits>
@@ -373,6 +374,62 @@ void HandleCommand(const std::shared_ptr<ServerBackend>& backend, const grpc::By
   run(command);
 }
 
+// TableRows reads `bytes` as `count` float32 values (little-endian, as every supported host
+// stores them).
+std::vector<float> TableRows(const std::string& bytes) {
+  std::vector<float> values(bytes.size() / sizeof(float));
+  if (!values.empty()) std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+void HandleTableInit(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
+                     grpc::ByteBuffer* response, Done done, const VerifiedCaller* caller) {
+  proto::TableInitRequest header;
+  absl::Status status = DecodeMessage(*request, &header);
+  if (status.ok()) status = CheckCaller(header, caller);
+  absl::StatusOr<Key> key = status.ok() ? KeyFromProto(header.key()) : status;
+  if (!key.ok()) return done(key.status());
+  status = backend->tables->Init(header.node_id(), *key, header.spec());
+  if (status.ok()) *response = EncodeMessage(proto::TableInitResponse());
+  done(status);
+}
+
+void HandleTablePush(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
+                     grpc::ByteBuffer* response, Done done, const VerifiedCaller* caller) {
+  proto::TablePushRequest header;
+  absl::Status status = DecodeMessage(*request, &header);
+  if (status.ok()) status = CheckCaller(header, caller);
+  absl::StatusOr<Key> key = status.ok() ? KeyFromProto(header.key()) : status;
+  if (!key.ok()) return done(key.status());
+  if (header.grads().size() % sizeof(float) != 0) {
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("key ", key->Quoted(), ": ", header.grads().size(),
+                     " bytes of gradients is not a whole number of float32 values")));
+  }
+  std::vector<int64_t> ids(header.ids().begin(), header.ids().end());
+  backend->tables->Push(header.node_id(), header.request_id(), *key, std::move(ids),
+                        TableRows(header.grads()),
+                        [response, done = std::move(done)](absl::Status pushed) {
+                          if (pushed.ok()) *response = EncodeMessage(proto::TablePushResponse());
+                          done(pushed);
+                        });
+}
+
+void HandleTablePull(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
+                     grpc::ByteBuffer* response, Done done, const VerifiedCaller* caller) {
+  proto::TablePullRequest header;
+  absl::Status status = DecodeMessage(*request, &header);
+  if (status.ok()) status = CheckCaller(header, caller);
+  absl::StatusOr<Key> key = status.ok() ? KeyFromProto(header.key()) : status;
+  if (!key.ok()) return done(key.status());
+  proto::TablePullResponse reply;
+  status = backend->tables->Pull(header.node_id(), *key,
+                                 absl::MakeConstSpan(header.ids().data(), header.ids().size()),
+                                 reply.mutable_rows());
+  if (status.ok()) *response = EncodeMessage(reply);
+  done(status);
+}
+
 }  // namespace
 
 void HandleServerRequest(const std::shared_ptr<ServerBackend>& backend, ServerMethod method,
@@ -399,6 +456,12 @@ void HandleServerRequest(const std::shared_ptr<ServerBackend>& backend, ServerMe
       return HandleRowSparsePull(backend, &request, response, std::move(done), caller);
     case ServerMethod::kCommand:
       return HandleCommand(backend, &request, response, std::move(done), caller);
+    case ServerMethod::kTableInit:
+      return HandleTableInit(backend, &request, response, std::move(done), caller);
+    case ServerMethod::kTablePush:
+      return HandleTablePush(backend, &request, response, std::move(done), caller);
+    case ServerMethod::kTablePull:
+      return HandleTablePull(backend, &request, response, std::move(done), caller);
   }
   done(absl::InvalidArgumentError(
       absl::StrCat("unknown kvserver method ", static_cast<int>(method))));

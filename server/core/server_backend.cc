@@ -23,6 +23,13 @@ absl::StatusOr<std::shared_ptr<ServerBackend>> MakeServerBackend(const BackendSp
   auto backend = std::make_shared<ServerBackend>();
   ASSIGN_OR_RETURN(backend->engine,
                    ServerEngine::Create(std::move(engine_options), std::move(updater)));
+  TableEngineOptions table_options;
+  table_options.sync = spec.mode != "dist_async";
+  table_options.max_value_bytes = spec.max_value_bytes;
+  table_options.memory_budget_bytes = spec.memory_budget_bytes;
+  ServerEngine* engine = backend->engine.get();
+  backend->tables = std::make_unique<TableEngine>(table_options, &engine->workers(),
+                                                  [engine] { return engine->held_bytes(); });
   backend->controller = std::make_unique<Controller>(backend->engine.get(), spec.registry,
                                                      spec.custom_controller, spec.rank);
   backend->controller->SetJob(

@@ -610,6 +610,9 @@ absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& r
                                        reply.left_worker_node_ids().end());
       int64_t completed = engine->DropWorkers(left);
       if (backup_engine != nullptr) completed += backup_engine->DropWorkers(left);
+      for (const std::shared_ptr<ServerBackend>& backend : {backends.primary, backends.backup}) {
+        if (backend != nullptr) completed += backend->tables->DropWorkers();
+      }
       spdlog::warn(
           "kvserver rank {}: workers (node ids) {} have left the job; rounds now wait "
           "for the {} remaining workers ({} open rounds completed without them)",
@@ -620,6 +623,12 @@ absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& r
       // Answer the pushes still waiting for a round, naming why, before exiting non-zero.
       engine->FailRounds(reply.failure());
       if (backup_engine != nullptr) backup_engine->FailRounds(reply.failure());
+      for (const std::shared_ptr<ServerBackend>& backend : {backends.primary, backends.backup}) {
+        if (backend != nullptr) {
+          backend->tables->FailRounds(
+              absl::AbortedError(absl::StrCat("the job failed: ", reply.failure())));
+        }
+      }
       spdlog::error("kvserver rank {}: the job failed: {}", registration.rank(), reply.failure());
       absl::SleepFor(std::max(interval, absl::Milliseconds(500)));
       return absl::AbortedError(absl::StrCat("the job failed: ", reply.failure()));

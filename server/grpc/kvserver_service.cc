@@ -45,7 +45,7 @@ void KVServerService::Serving(bool backup, std::shared_ptr<ServerBackend>* backe
 // for or answers a call on a queue that may be shutting down.
 class KVServerService::Call final : public ServingTag {
  public:
-  // In the order of proto/kvstore.proto: the six methods, then their Backup methods.
+  // In the order of proto/kvstore.proto: the nine methods, then their Backup methods.
   static constexpr int kMethods = 2 * kNumServerMethods;
 
   // Ask requests the next call of `method` on `cq`. Requires a reader lock of serving_mu_,

@@ -40,12 +40,18 @@ namespace kvstore {
 using RawAsyncKVServerService = proto::KVServer::WithRawMethod_Init<
     proto::KVServer::WithRawMethod_Push<proto::KVServer::WithRawMethod_Pull<
         proto::KVServer::WithRawMethod_PushPull<proto::KVServer::WithRawMethod_RowSparsePull<
-            proto::KVServer::WithRawMethod_Command<proto::KVServer::WithRawMethod_BackupInit<
-                proto::KVServer::WithRawMethod_BackupPush<proto::KVServer::WithRawMethod_BackupPull<
-                    proto::KVServer::WithRawMethod_BackupPushPull<
-                        proto::KVServer::WithRawMethod_BackupRowSparsePull<
-                            proto::KVServer::WithRawMethod_BackupCommand<
-                                proto::KVServer::Service>>>>>>>>>>>>;
+            proto::KVServer::WithRawMethod_Command<proto::KVServer::WithRawMethod_TableInit<
+                proto::KVServer::WithRawMethod_TablePush<proto::KVServer::WithRawMethod_TablePull<
+                    proto::KVServer::WithRawMethod_BackupInit<
+                        proto::KVServer::WithRawMethod_BackupPush<
+                            proto::KVServer::WithRawMethod_BackupPull<
+                                proto::KVServer::WithRawMethod_BackupPushPull<
+                                    proto::KVServer::WithRawMethod_BackupRowSparsePull<
+                                        proto::KVServer::WithRawMethod_BackupCommand<
+                                            proto::KVServer::WithRawMethod_BackupTableInit<
+                                                proto::KVServer::WithRawMethod_BackupTablePush<
+                                                    proto::KVServer::WithRawMethod_BackupTablePull<
+                                                        proto::KVServer::Service>>>>>>>>>>>>>>>>>>;
 
 class KVServerService final : public RawAsyncKVServerService {
  public:

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
@@ -174,6 +175,26 @@ TEST_CASE("Cluster: row-sparse pushes from 2 workers summed by rows over 2 serve
   Cluster cluster(2, 2, {"--big_value_bound=100", "--chunk_bytes=1000"});
   for (int r = 0; r < 2; ++r) cluster.AddWorker(r, {"row_sparse", absl::StrCat(seed)});
   cluster.ExpectCleanExit();
+}
+
+TEST_CASE(
+    "Cluster: a table trained by 2 workers on 2 servers, dist_sync and dist_async: every pull "
+    "matches a float64 reference of every server's rows",
+    "[cluster][tables]") {
+  for (const char* mode : {"dist_sync", "dist_async"}) {
+    const uint64_t seed = absl::ToUnixNanos(absl::Now()) % 1000000007;
+    std::printf("tables %s: seed %llu\n", mode, static_cast<unsigned long long>(seed));
+    INFO(mode << " seed=" << seed);
+    Cluster cluster(2, 2);
+    for (int r = 0; r < 2; ++r) {
+      cluster.AddWorker(r, {"tables", mode, absl::StrCat(seed), "12", "2"});
+    }
+    cluster.ExpectCleanExit();
+    for (int r = 0; r < 2; ++r) {
+      INFO(cluster.worker(r).output());
+      CHECK(absl::StrContains(cluster.worker(r).output(), "tables: 12 rounds checked"));
+    }
+  }
 }
 
 TEST_CASE("Cluster: checkpoint, kill -9, restore: training continues bit-exactly",

@@ -74,6 +74,12 @@ std::unique_ptr<google::protobuf::MessageLite> RequestMessage(ServerMethod metho
     case ServerMethod::kPull:
     case ServerMethod::kRowSparsePull:
       return std::make_unique<proto::PullRequest>();
+    case ServerMethod::kTableInit:
+      return std::make_unique<proto::TableInitRequest>();
+    case ServerMethod::kTablePush:
+      return std::make_unique<proto::TablePushRequest>();
+    case ServerMethod::kTablePull:
+      return std::make_unique<proto::TablePullRequest>();
     case ServerMethod::kCommand:
       break;
   }

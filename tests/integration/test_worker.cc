@@ -37,6 +37,9 @@
 //                   initialises the keys (kept from the
 //                   checkpoint) and goes on from FIRST. With OUT "-" the worker holds on
 //                   after its last round (up to 60 s) so that the test can kill the job.
+//   tables MODE SEED ROUNDS SERVERS
+//                   A table trained over ROUNDS rounds of Zipf ids in a job of SERVERS servers,
+//                   every pull checked against a float64 reference (table_scenario.h).
 //   clipped_sum     For examples/custom_kvserver: selects its "clipped_sum" updater with limit
 //                   0.5, pushes [2, -2, 0.25, -0.1] twice and checks the clipped sums, then
 //                   prints READY and waits (up to 60 s) for the job to be shut down.
@@ -76,6 +79,7 @@
 #include "common/status_macros.h"
 #include "common/wire_frame.h"
 #include "proto/kvstore.grpc.pb.h"
+#include "tests/integration/table_scenario.h"
 #include "tests/signed_request.h"
 
 namespace kvstore::testing {
@@ -788,7 +792,9 @@ absl::Status ClippedSum(KVStore& kv) {
 absl::Status Run(int argc, char** argv) {
   if (argc < 2) return absl::InvalidArgumentError("usage: test_worker SCENARIO [ARGS]");
   const std::string scenario = argv[1];
-  const std::string mode = scenario == "rounds" && argc > 2 ? argv[2] : std::string("dist_sync");
+  const std::string mode = (scenario == "rounds" || scenario == "tables") && argc > 2
+                               ? argv[2]
+                               : std::string("dist_sync");
   ASSIGN_OR_RETURN(DistOptions options, DistOptions::FromEnvironment());
   options.rpc_timeout = absl::Seconds(30);
   options.barrier_timeout = absl::Seconds(60);
@@ -801,6 +807,15 @@ absl::Status Run(int argc, char** argv) {
       return absl::InvalidArgumentError("rounds must be an integer");
     }
     return Rounds(*kv, mode, rounds);
+  }
+  if (scenario == "tables") {
+    uint64_t seed = 0;
+    int rounds = 0, servers = 0;
+    if (argc < 6 || !absl::SimpleAtoi(argv[3], &seed) || !absl::SimpleAtoi(argv[4], &rounds) ||
+        !absl::SimpleAtoi(argv[5], &servers)) {
+      return absl::InvalidArgumentError("usage: test_worker tables MODE SEED ROUNDS SERVERS");
+    }
+    return TableScenario(*kv, mode, seed, rounds, servers);
   }
   if (scenario == "string_keys") return StringKeys(*kv);
   if (scenario == "train") return Train(*kv, argv + 2, argc - 2);

@@ -1,0 +1,121 @@
+#include "common/table_wire.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace kvstore {
+namespace {
+
+const char* InitializerName(RowInitializer::Kind kind) {
+  switch (kind) {
+    case RowInitializer::Kind::kUniform:
+      return "uniform";
+    case RowInitializer::Kind::kNormal:
+      return "normal";
+    case RowInitializer::Kind::kZeros:
+      break;
+  }
+  return "zeros";
+}
+
+const char* OptimizerName(RowOptimizer::Kind kind) {
+  switch (kind) {
+    case RowOptimizer::Kind::kAdagrad:
+      return "adagrad";
+    case RowOptimizer::Kind::kAdam:
+      return "adam";
+    case RowOptimizer::Kind::kSgd:
+      break;
+  }
+  return "sgd";
+}
+
+uint64_t Mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+proto::TableSpec TableSpecToProto(const TableConfig& config) {
+  proto::TableSpec spec;
+  spec.set_dim(config.dim);
+  spec.set_initializer(InitializerName(config.initializer.kind));
+  spec.set_init_a(config.initializer.a);
+  spec.set_init_b(config.initializer.b);
+  spec.set_seed(config.initializer.seed);
+  const RowOptimizer& o = config.optimizer;
+  spec.set_optimizer(OptimizerName(o.kind));
+  spec.set_lr(o.lr);
+  spec.set_wd(o.wd);
+  spec.set_rescale_grad(o.rescale_grad);
+  spec.set_clip_gradient(o.clip_gradient);
+  spec.set_beta1(o.beta1);
+  spec.set_beta2(o.beta2);
+  spec.set_epsilon(o.epsilon);
+  spec.set_admit_after(config.admit_after);
+  spec.set_evict_unseen_rounds(config.evict_unseen_rounds);
+  spec.set_max_rows(config.max_rows);
+  spec.set_evict_over_budget(config.evict_over_budget);
+  return spec;
+}
+
+absl::StatusOr<TableConfig> TableConfigFromProto(const proto::TableSpec& spec,
+                                                 const std::string& name) {
+  TableConfig config;
+  config.name = name;
+  config.dim = spec.dim();
+  if (spec.initializer() == "zeros") {
+    config.initializer.kind = RowInitializer::Kind::kZeros;
+  } else if (spec.initializer() == "uniform") {
+    config.initializer.kind = RowInitializer::Kind::kUniform;
+  } else if (spec.initializer() == "normal") {
+    config.initializer.kind = RowInitializer::Kind::kNormal;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("table ", name, ": unknown initializer \"",
+                                                   spec.initializer(),
+                                                   "\" (zeros, uniform or normal)"));
+  }
+  config.initializer.a = spec.init_a();
+  config.initializer.b = spec.init_b();
+  config.initializer.seed = spec.seed();
+  RowOptimizer& o = config.optimizer;
+  if (spec.optimizer() == "sgd") {
+    o.kind = RowOptimizer::Kind::kSgd;
+  } else if (spec.optimizer() == "adagrad") {
+    o.kind = RowOptimizer::Kind::kAdagrad;
+  } else if (spec.optimizer() == "adam") {
+    o.kind = RowOptimizer::Kind::kAdam;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("table ", name, ": unknown optimizer \"",
+                                                   spec.optimizer(), "\" (sgd, adagrad or adam)"));
+  }
+  o.lr = spec.lr();
+  o.wd = spec.wd();
+  o.rescale_grad = spec.rescale_grad();
+  o.clip_gradient = spec.clip_gradient();
+  o.beta1 = spec.beta1();
+  o.beta2 = spec.beta2();
+  o.epsilon = spec.epsilon();
+  config.admit_after = spec.admit_after();
+  config.evict_unseen_rounds = spec.evict_unseen_rounds();
+  config.max_rows = spec.max_rows();
+  config.evict_over_budget = spec.evict_over_budget();
+  // The table's own checks, on a table of no rows.
+  RETURN_IF_ERROR(EmbeddingTable::Create(config).status());
+  return config;
+}
+
+bool SameTableSpec(const proto::TableSpec& a, const proto::TableSpec& b) {
+  return a.SerializeAsString() == b.SerializeAsString();
+}
+
+int TableServerOf(int64_t id, int num_servers) {
+  if (num_servers <= 1) return 0;
+  return static_cast<int>(Mix64(static_cast<uint64_t>(id)) % static_cast<uint64_t>(num_servers));
+}
+
+}  // namespace kvstore

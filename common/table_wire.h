@@ -1,0 +1,36 @@
+// Tables on the wire: a TableConfig as the proto::TableSpec that TableInit carries, and where a
+// table's row of an id lives.
+//
+// Placement: the row of id x lives on server TableServerOf(x, S) = (Mix64(x) mod S), Mix64 being
+// SplitMix64's finalizer, so that ids that are close (consecutive, or multiples of S) spread
+// evenly over the servers whatever the id distribution's shape.
+#ifndef KVSTORE_COMMON_TABLE_WIRE_H_
+#define KVSTORE_COMMON_TABLE_WIRE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/store/embedding_table.h"
+#include "proto/kvstore.pb.h"
+
+namespace kvstore {
+
+// TableSpecToProto writes `config` (its name aside) as a TableSpec.
+proto::TableSpec TableSpecToProto(const TableConfig& config);
+
+// TableConfigFromProto reads `spec` into a TableConfig named `name`, checked as
+// EmbeddingTable::Create checks it: InvalidArgument naming `name` and the field for an unknown
+// initializer or optimizer, or a value out of range.
+absl::StatusOr<TableConfig> TableConfigFromProto(const proto::TableSpec& spec,
+                                                 const std::string& name);
+
+// SameTableSpec: whether two specs make the same table.
+bool SameTableSpec(const proto::TableSpec& a, const proto::TableSpec& b);
+
+// TableServerOf returns the server (0 .. num_servers-1) that holds the row of `id`.
+int TableServerOf(int64_t id, int num_servers);
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_COMMON_TABLE_WIRE_H_

@@ -1,0 +1,34 @@
+// The "tables" scenario of test_worker (docs/tables.md): every worker of a job makes one table
+// and trains it for some rounds over ids drawn from a Zipf distribution, checking what it pulls
+// against a float64 reference of every server's rows (tests/table_reference.h) that it computes
+// from every worker's pushes - each worker draws every worker's ids and gradients from the
+// seed, the round and the rank.
+//
+// dist_sync: a random table (row width, initializer, row optimizer, admission, eviction of
+// rows unseen for some rounds); after each round's push the worker pulls that round's ids of
+// every worker and some others, and each row must be the reference's - the round's pushes
+// summed over the workers per server in rank order, as the servers apply them.
+// dist_async: an sgd table without weight decay, admission or eviction - whose rows do not
+// depend on the order the pushes arrive in; after the last round and a barrier every id ever
+// pushed, and others, must be the reference's.
+// Bad calls are refused first, naming the key: rows of the wrong shape, a key that is no table.
+#ifndef KVSTORE_TESTS_INTEGRATION_TABLE_SCENARIO_H_
+#define KVSTORE_TESTS_INTEGRATION_TABLE_SCENARIO_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "client/kvstore.h"
+
+namespace kvstore::testing {
+
+// TableScenario runs the scenario on `kv` (`mode`: dist_sync or dist_async) over `rounds`
+// rounds of a job of `num_servers` servers; prints "tables: round R ok" after each checked
+// round and "tables: N rounds checked, M rows compared" at the end.
+absl::Status TableScenario(KVStore& kv, const std::string& mode, uint64_t seed, int rounds,
+                           int num_servers);
+
+}  // namespace kvstore::testing
+
+#endif  // KVSTORE_TESTS_INTEGRATION_TABLE_SCENARIO_H_
