@@ -508,6 +508,73 @@ class Store {
     return {std::string(DTypeName(spec->first)), spec->second};
   }
 
+  // InitTable makes table `key` (docs/tables.md) from the dict the package builds.
+  void InitTable(const py::handle& key, const py::dict& c) {
+    const Key k = ToKey(key);
+    TableConfig config;
+    config.dim = c["dim"].cast<int64_t>();
+    const std::string init = c["initializer"].cast<std::string>();
+    if (init == "zeros") {
+      config.initializer.kind = RowInitializer::Kind::kZeros;
+    } else if (init == "uniform") {
+      config.initializer.kind = RowInitializer::Kind::kUniform;
+    } else if (init == "normal") {
+      config.initializer.kind = RowInitializer::Kind::kNormal;
+    } else {
+      ThrowIfError(absl::InvalidArgumentError(absl::StrCat("init_table: key ", k.Quoted(),
+                                                           ": unknown initializer \"", init,
+                                                           "\" (zeros, uniform or normal)")));
+    }
+    config.initializer.a = c["init_a"].cast<double>();
+    config.initializer.b = c["init_b"].cast<double>();
+    config.initializer.seed = c["seed"].cast<uint64_t>();
+    const std::string opt = c["optimizer"].cast<std::string>();
+    RowOptimizer& o = config.optimizer;
+    if (opt == "sgd") {
+      o.kind = RowOptimizer::Kind::kSgd;
+    } else if (opt == "adagrad") {
+      o.kind = RowOptimizer::Kind::kAdagrad;
+    } else if (opt == "adam") {
+      o.kind = RowOptimizer::Kind::kAdam;
+    } else {
+      ThrowIfError(absl::InvalidArgumentError(absl::StrCat("init_table: key ", k.Quoted(),
+                                                           ": unknown optimizer \"", opt,
+                                                           "\" (sgd, adagrad or adam)")));
+    }
+    o.lr = c["lr"].cast<double>();
+    o.wd = c["wd"].cast<double>();
+    o.rescale_grad = c["rescale_grad"].cast<double>();
+    o.clip_gradient = c["clip_gradient"].cast<double>();
+    o.beta1 = c["beta1"].cast<double>();
+    o.beta2 = c["beta2"].cast<double>();
+    o.epsilon = c["epsilon"].cast<double>();
+    config.admit_after = c["admit_after"].cast<int64_t>();
+    config.evict_unseen_rounds = c["evict_unseen_rounds"].cast<int64_t>();
+    config.max_rows = c["max_rows"].cast<int64_t>();
+    config.evict_over_budget = c["evict_over_budget"].cast<bool>();
+    Run([store = Live(), k, config]() { return store->InitTable(k, config); });
+  }
+
+  // PullRows writes the rows of `ids` (a 1-D int64 CPU array) into `out` ((n, dim) float32).
+  void PullRows(const py::handle& key, const py::handle& ids, const py::handle& out) {
+    const Key k = ToKey(key);
+    const Tensor i = ToIds(k, ids, "pull_rows");
+    Tensor o = ToTensor(out, /*output=*/true, k);
+    Run([store = Live(), k, i, o]() mutable {
+      return store->PullRows(k, absl::MakeConstSpan(i.data_as<int64_t>(), i.num_elements()), &o);
+    });
+  }
+
+  // PushRows pushes `grads` ((n, dim) float32) for the rows of `ids` (1-D int64).
+  void PushRows(const py::handle& key, const py::handle& ids, const py::handle& grads) {
+    const Key k = ToKey(key);
+    const Tensor i = ToIds(k, ids, "push_rows");
+    const Tensor g = ToTensor(grads, /*output=*/false, k);
+    Run([store = Live(), k, i, g]() {
+      return store->PushRows(k, absl::MakeConstSpan(i.data_as<int64_t>(), i.num_elements()), g);
+    });
+  }
+
   // InitRowSparse stores the row-sparse value (shape, row_ids, data) under `key`.
   void InitRowSparse(const py::handle& key, const py::handle& data,
                      const std::vector<int64_t>& row_ids, const std::vector<int64_t>& shape) {
@@ -713,6 +780,18 @@ class Store {
     ThrowIfError(status);
   }
 
+  // ToIds takes `ids` as a 1-D int64 array on the CPU (copied once when it cannot be lent).
+  static Tensor ToIds(const Key& key, const py::handle& ids, absl::string_view op) {
+    Tensor tensor = ToTensor(ids, /*output=*/false, key);
+    if (tensor.dtype() != DType::kInt64 || tensor.shape().size() != 1 ||
+        !tensor.device().is_cpu()) {
+      ThrowIfError(absl::InvalidArgumentError(
+          absl::StrCat(op, ": key ", key.Quoted(),
+                       ": ids must be a 1-D int64 array on the CPU, not ", tensor.Description())));
+    }
+    return tensor;
+  }
+
   void Hold(const std::vector<Key>& keys, std::shared_ptr<std::vector<Tensor>> tensors) {
     absl::MutexLock lock(&mu_);
     for (const Key& key : keys) held_[key].push_back(tensors);
@@ -769,6 +848,9 @@ PYBIND11_MODULE(_kvstore, m) {
       .def("row_sparse_pull", &Store::RowSparsePull)
       .def("spec", &Store::Spec)
       .def("init_row_sparse", &Store::InitRowSparse)
+      .def("init_table", &Store::InitTable)
+      .def("pull_rows", &Store::PullRows)
+      .def("push_rows", &Store::PushRows)
       .def("push_row_sparse", &Store::PushRowSparse)
       .def("wait", &Store::Wait)
       .def("wait_all", &Store::WaitAll)

@@ -164,6 +164,8 @@ class KVStore:
         # converted into the output once the pull has completed.
         self._casts: Dict[Key, List[Tuple[Array, Array]]] = {}
         self._casts_lock = threading.Lock()
+        # Each table's row width (init_table).
+        self._table_dims: Dict[Key, int] = {}
         _LIVE.add(self)
 
     def close(self) -> None:
@@ -490,6 +492,93 @@ class KVStore:
                                                  else data.copy())
             used.add(slot)
             o._assign(indices, data)
+
+    def init_table(self, key: Key, dim: int, *, initializer: str = "zeros",
+                   init_range: Tuple[float, float] = (-0.05, 0.05), mean: float = 0.0,
+                   std: float = 0.01, seed: int = 0, optimizer: str = "sgd", lr: float = 0.01,
+                   wd: float = 0.0, rescale_grad: float = 1.0, clip_gradient: float = -1.0,
+                   beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8,
+                   admit_after: int = 1, evict_unseen_rounds: int = 0, max_rows: int = 0,
+                   evict_over_budget: bool = True) -> None:
+        """Makes `key` a table (docs/tables.md): float32 rows of width `dim` keyed by any int64
+        id, created on first use. Every worker calls it with the same arguments; it returns
+        once the table exists on every server.
+
+        Args:
+            initializer: what a row not stored reads as: ``"zeros"``, ``"uniform"``
+                (`init_range`) or ``"normal"`` (`mean`, `std`), drawn from `seed` and the id
+                alone, so every run and every replica makes the same row.
+            optimizer: the row optimizer, whose state lives with the row: ``"sgd"``,
+                ``"adagrad"`` or ``"adam"``, with `lr`, `wd`, `rescale_grad`, `clip_gradient`
+                (negative: none), `beta1`, `beta2`, `epsilon`. Only the rows pushed move.
+            admit_after: an id gets a row once pushed this many times (once per round);
+                until then pulls read the initializer's row and pushes only count.
+            evict_unseen_rounds: a row not pushed for this many rounds is removed (0: never).
+            max_rows: the most rows a server keeps of the table (0: no limit); beyond it the
+                least recently used are evicted, or, with `evict_over_budget` False, the push
+                is refused with ResourceExhaustedError.
+        Raises AlreadyExistsError for a key already a table or a value, InvalidArgumentError
+        naming a bad argument.
+        """
+        k = _check_key(key)
+        if initializer == "uniform":
+            a, b = init_range
+        elif initializer == "normal":
+            a, b = mean, std
+        else:
+            a, b = 0.0, 0.0
+        self._store.init_table(k, dict(
+            dim=int(dim), initializer=initializer, init_a=float(a), init_b=float(b),
+            seed=int(seed), optimizer=optimizer, lr=float(lr), wd=float(wd),
+            rescale_grad=float(rescale_grad), clip_gradient=float(clip_gradient),
+            beta1=float(beta1), beta2=float(beta2), epsilon=float(epsilon),
+            admit_after=int(admit_after), evict_unseen_rounds=int(evict_unseen_rounds),
+            max_rows=int(max_rows), evict_over_budget=bool(evict_over_budget)))
+        self._table_dims[k] = int(dim)
+
+    def _table_ids(self, op: str, key: Key, ids: Any) -> Any:
+        if key not in self._table_dims:
+            raise NotFoundError(f"{op}: key {key!r} is no table (init_table makes one)")
+        if hasattr(ids, "__dlpack__") and hasattr(ids, "reshape"):
+            if hasattr(ids, "detach"):  # A PyTorch tensor.
+                import torch
+                return ids.detach().reshape(-1).to(torch.int64).cpu().contiguous()
+            return ids.reshape(-1).astype("int64", copy=False)
+        import numpy as np
+        return np.asarray(ids, dtype=np.int64).reshape(-1)
+
+    def pull_rows(self, key: Key, ids: Any, out: Any = None) -> Any:
+        """Returns the rows of `ids` of table `key` as an ``(len(ids), dim)`` float32 array.
+
+        `ids` may be in any order and repeat, as an int array of any shape (flattened), a
+        PyTorch tensor or a list. Rows not stored read as the initializer's. `out`, when given,
+        is a float32 CPU array of that shape written in place; otherwise a NumPy array (a
+        PyTorch tensor for tensor ids) is made. Blocks until the rows are there.
+        """
+        k = _check_key(key)
+        flat = self._table_ids("pull_rows", k, ids)
+        if out is None:
+            shape = (int(flat.shape[0]), self._table_dims[k])
+            if hasattr(flat, "detach"):
+                import torch
+                out = torch.empty(shape, dtype=torch.float32)
+            else:
+                import numpy as np
+                out = np.empty(shape, dtype=np.float32)
+        self._store.pull_rows(k, flat, out)
+        return out
+
+    def push_rows(self, key: Key, ids: Any, grads: Any) -> None:
+        """Pushes `grads`, the gradients of the rows of `ids` (``(len(ids), dim)`` float32), into
+        table `key`; duplicate ids are summed. In dist_sync every worker pushes once per round
+        (an empty push when it has no ids) and the servers apply the round's sum with the row
+        optimizer; dist_async and in-process stores apply each push. Blocks until applied.
+        """
+        k = _check_key(key)
+        flat = self._table_ids("push_rows", k, ids)
+        if hasattr(grads, "detach"):
+            grads = grads.detach().to("cpu").contiguous()
+        self._store.push_rows(k, flat, grads)
 
     def wait(self, key: Keys) -> None:
         """Blocks until every operation issued on `key` has completed (``block=False``).

@@ -48,7 +48,8 @@ __all__ = [
     "init", "shutdown", "rank", "size", "local_rank", "Context", "Average", "Sum",
     "Compression", "push_pull", "push_pull_async", "Handle", "broadcast",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
-    "DistributedOptimizer", "push_pull_hook", "ProcessGroupKVStore",
+    "DistributedOptimizer", "push_pull_hook", "ProcessGroupKVStore", "Embedding",
+    "EmbeddingBag",
 ]
 
 #: Reduction operations, as Horovod's ``hvd.Average`` and ``hvd.Sum``.
@@ -1054,3 +1055,92 @@ if "KVSTORE" not in getattr(torch.distributed.Backend, "_plugins", {}):
 push_pull_hook.__annotations__ = {"state": object,
                                   "bucket": torch.distributed.GradBucket,
                                   "return": torch.futures.Future[torch.Tensor]}
+
+
+class _TableRows(torch.autograd.Function):
+    """The rows of `unique` ids of a table, pulled in forward; their gradient pushed in
+    backward (one push per forward, as a dist_sync round wants of every worker)."""
+
+    @staticmethod
+    def forward(ctx, anchor: torch.Tensor, store: KVStore, key: str,  # type: ignore[override]
+                unique: torch.Tensor) -> torch.Tensor:
+        ctx.table = (store, key, unique)
+        return store.pull_rows(key, unique)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        store, key, unique = ctx.table
+        store.push_rows(key, unique, grad.detach().to(torch.float32).cpu().contiguous())
+        return None, None, None, None
+
+
+class _TableModule(torch.nn.Module):
+    def __init__(self, name: str, embedding_dim: int, ctx: Optional[Context],
+                 table: Dict[str, Any]) -> None:
+        super().__init__()
+        self._ctx = _ctx(ctx)
+        self.key = _KEY_PREFIX + "table/" + name
+        self.embedding_dim = int(embedding_dim)
+        table = dict(table)
+        table.setdefault("rescale_grad", 1.0 / self._ctx.size)
+        self._ctx.store.init_table(self.key, self.embedding_dim, **table)
+        # Autograd calls a Function's backward only when an input requires grad.
+        self._anchor = torch.zeros(0, requires_grad=True)
+
+    def _rows(self, ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The rows of the unique ids of `ids` (on the ids' device) and each id's index
+        among them."""
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise InvalidArgumentError(
+                f"kvstore.torch: table {self.key!r}: ids must be int64 or int32, not {ids.dtype}")
+        unique, inverse = torch.unique(ids.reshape(-1).to(torch.int64).cpu(),
+                                       return_inverse=True)
+        rows = _TableRows.apply(self._anchor, self._ctx.store, self.key, unique)
+        return rows.to(ids.device), inverse.to(ids.device).reshape(ids.shape)
+
+
+class Embedding(_TableModule):
+    """``torch.nn.Embedding`` over a table held by the servers (docs/tables.md): ids are any
+    int64 (no vocabulary size), a row is created on an id's first use and may be evicted. The
+    forward pulls the rows of the batch's unique ids; the backward pushes their gradients,
+    which the servers' row optimizer applies (sum over the workers in dist_sync, scaled by
+    ``rescale_grad``, by default ``1 / size()``: the average, as Horovod's).
+
+    Args:
+        name: the table's name, the same on every worker.
+        embedding_dim: the row width.
+        ctx: the :class:`Context` (default: :func:`init`'s).
+        **table: :meth:`kvstore.KVStore.init_table`'s arguments (initializer, optimizer, lr,
+            admit_after, evict_unseen_rounds, max_rows, ...).
+
+    Every worker runs one forward and one backward per step (dist_sync waits for each
+    worker's push); the backward blocks until the push is applied.
+    """
+
+    def __init__(self, name: str, embedding_dim: int, *, ctx: Optional[Context] = None,
+                 **table: Any) -> None:
+        super().__init__(name, embedding_dim, ctx, table)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows, inverse = self._rows(ids)
+        return torch.nn.functional.embedding(inverse, rows)
+
+
+class EmbeddingBag(_TableModule):
+    """``torch.nn.EmbeddingBag`` over a table held by the servers: as :class:`Embedding`,
+    with the rows of each bag reduced by `mode` (``"sum"``, ``"mean"`` or ``"max"``). The
+    input is a 2-D tensor of ids (one bag per row), or 1-D ids with `offsets`."""
+
+    def __init__(self, name: str, embedding_dim: int, *, mode: str = "mean",
+                 ctx: Optional[Context] = None, **table: Any) -> None:
+        super().__init__(name, embedding_dim, ctx, table)
+        if mode not in ("sum", "mean", "max"):
+            raise InvalidArgumentError(f"kvstore.torch: EmbeddingBag mode {mode!r} is not "
+                                       f"sum, mean or max")
+        self.mode = mode
+
+    def forward(self, ids: torch.Tensor, offsets: Optional[torch.Tensor] = None,
+                per_sample_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+        rows, inverse = self._rows(ids)
+        return torch.nn.functional.embedding_bag(inverse, rows, offsets, mode=self.mode,
+                                                 per_sample_weights=per_sample_weights)
