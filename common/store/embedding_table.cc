@@ -314,6 +314,73 @@ int64_t EmbeddingTable::EvictUnseen(int64_t round) {
   return static_cast<int64_t>(stale.size());
 }
 
+TableContents EmbeddingTable::Export() const {
+  absl::MutexLock lock(&mu_);
+  TableContents contents;
+  contents.row_floats = stride_;
+  const size_t rows = slots_.size();
+  contents.ids.reserve(rows);
+  contents.values.reserve(rows * static_cast<size_t>(stride_));
+  contents.last_pushed.reserve(rows);
+  contents.steps.reserve(rows);
+  for (uint32_t slot = least_recent_; slot != kNone; slot = meta_[slot].prev) {
+    const Slot& s = meta_[slot];
+    contents.ids.push_back(s.id);
+    const float* row = blocks_[slot / kRowsPerBlock].get() + (slot % kRowsPerBlock) * stride_;
+    contents.values.insert(contents.values.end(), row, row + stride_);
+    contents.last_pushed.push_back(s.last_pushed);
+    contents.steps.push_back(s.steps);
+  }
+  for (const auto& [id, count] : counts_) {
+    contents.counted_ids.push_back(id);
+    contents.counts.push_back(count);
+  }
+  contents.admitted = admitted_;
+  contents.evicted = evicted_;
+  return contents;
+}
+
+absl::Status EmbeddingTable::Load(const TableContents& c) {
+  const size_t rows = c.ids.size();
+  if (c.row_floats != stride_ || c.values.size() != rows * static_cast<size_t>(stride_) ||
+      c.last_pushed.size() != rows || c.steps.size() != rows ||
+      c.counted_ids.size() != c.counts.size()) {
+    return absl::DataLossError(
+        absl::StrCat("table ", config_.name, ": the saved table does not fit this one: ", rows,
+                     " rows of ", c.row_floats, " floats with ", c.values.size(), " values, ",
+                     c.last_pushed.size(), " rounds and ", c.steps.size(), " update counts, ",
+                     c.counted_ids.size(), " ids counted and ", c.counts.size(),
+                     " counts, for rows of ", stride_, " floats (dim and optimizer)"));
+  }
+  if (config_.max_rows > 0 && static_cast<int64_t>(rows) > config_.max_rows) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", config_.name, ": ", rows,
+                                                   " saved rows exceed its limit of ",
+                                                   config_.max_rows, " (max_rows)"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (!slots_.empty() || !counts_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("table ", config_.name, ": loading into a table that holds rows"));
+  }
+  for (size_t r = 0; r < rows; ++r) {
+    if (slots_.contains(c.ids[r])) {
+      // Undo: the table is left empty, as it was.
+      for (const auto& [id, slot] : slots_) free_.push_back(slot);
+      slots_.clear();
+      most_recent_ = least_recent_ = kNone;
+      return absl::DataLossError(
+          absl::StrCat("table ", config_.name, ": the saved table repeats id ", c.ids[r]));
+    }
+    const uint32_t slot = NewSlot(c.ids[r], c.last_pushed[r]);  // The most recent so far.
+    std::copy_n(c.values.data() + r * stride_, stride_, Row(slot));
+    meta_[slot].steps = c.steps[r];
+  }
+  for (size_t i = 0; i < c.counted_ids.size(); ++i) counts_[c.counted_ids[i]] = c.counts[i];
+  admitted_ = c.admitted;
+  evicted_ = c.evicted;
+  return absl::OkStatus();
+}
+
 bool EmbeddingTable::Contains(int64_t id) const {
   absl::MutexLock lock(&mu_);
   return slots_.contains(id);

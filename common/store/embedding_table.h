@@ -81,6 +81,22 @@ struct TableStats {
   int64_t bytes = 0;     // What the rows and the counts take.
 };
 
+// TableContents: what a table holds, for a checkpoint or a copy (EmbeddingTable::Export and
+// Load): its stored rows from the least to the most recently used, each with its elements and
+// its optimizer state (row_floats = dim x (1 + state vectors) floats), the round of its last
+// push and its update count; the ids counted but not admitted, with their counts; the counters.
+struct TableContents {
+  int64_t row_floats = 0;
+  std::vector<int64_t> ids;
+  std::vector<float> values;  // ids.size() x row_floats.
+  std::vector<int64_t> last_pushed;
+  std::vector<int64_t> steps;
+  std::vector<int64_t> counted_ids;
+  std::vector<int64_t> counts;
+  int64_t admitted = 0;
+  int64_t evicted = 0;
+};
+
 class EmbeddingTable {
  public:
   static constexpr int64_t kRowsPerBlock = 1024;
@@ -114,6 +130,12 @@ class EmbeddingTable {
   // EvictUnseen removes the rows not pushed since `round` - evict_unseen_rounds (none when
   // evict_unseen_rounds is 0) and returns how many.
   int64_t EvictUnseen(int64_t round);
+
+  // Export returns what the table holds; Load puts `contents` into this table, which must be
+  // empty: DataLoss naming the table for contents whose sizes do not agree, another row width
+  // or optimizer (row_floats), a repeated id; InvalidArgument for more rows than max_rows.
+  TableContents Export() const;
+  absl::Status Load(const TableContents& contents);
 
   // Contains says whether `id` has a row; Count how many times it has been counted while not
   // admitted (0 once it has a row).

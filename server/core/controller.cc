@@ -143,6 +143,11 @@ proto::ShardCheckpoint Controller::MakeCheckpoint(const EngineSnapshot& snapshot
     *checkpoint.mutable_updater() = spec_;
   }
   UpdaterStateToProto(snapshot.updater_state, checkpoint.mutable_updater_state());
+  if (tables_ != nullptr) {
+    for (proto::TableCheckpoint& piece : tables_->Snapshot()) {
+      *checkpoint.add_tables() = std::move(piece);
+    }
+  }
   return checkpoint;
 }
 
@@ -211,6 +216,21 @@ absl::Status Controller::RestoreShard(const proto::ShardCheckpoint& checkpoint,
                                                              node.request_ids().end())});
   }
   engine_->state().LoadApplied(applied);
+  if (checkpoint.tables_size() > 0) {
+    if (tables_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": holds tables, and this server keeps none"));
+    }
+    if (absl::Status s = tables_->Restore(checkpoint.tables()); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+    }
+    std::vector<AppliedRequests> table_applied;
+    for (const proto::AppliedRequestIds& node : checkpoint.table_applied()) {
+      table_applied.push_back({node.node_id(), std::vector<uint64_t>(node.request_ids().begin(),
+                                                                     node.request_ids().end())});
+    }
+    tables_->LoadApplied(table_applied);
+  }
   return absl::OkStatus();
 }
 

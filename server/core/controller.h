@@ -83,6 +83,7 @@
 #include "proto/kvstore.pb.h"
 #include "server/core/checkpoint_root.h"
 #include "server/core/server_engine.h"
+#include "server/core/table_engine.h"
 
 namespace kvstore {
 
@@ -125,6 +126,10 @@ class Controller {
 
   // SetJob records what checkpoints write about the job (the daemon calls it once).
   void SetJob(JobShape job) { job_ = std::move(job); }
+  // SetTables gives the controller the server's tables (docs/tables.md), which checkpoints
+  // and copies then carry beside the engine's values. `tables` must outlive the controller.
+  void SetTables(TableEngine* tables) { tables_ = tables; }
+
   // SetCheckpointRoot sets the directory checkpoints are written under and restored from (the
   // daemon calls it once, before serving). Without one, both are FailedPrecondition.
   void SetCheckpointRoot(std::shared_ptr<const CheckpointRoot> root) {
@@ -203,6 +208,7 @@ class Controller {
   proto::ShardCheckpoint MakeCheckpoint(const EngineSnapshot& snapshot);
   absl::StatusOr<ConfinedDirectory> CheckpointDirectory(const std::string& dir, bool create) const;
   ServerEngine* engine_;
+  TableEngine* tables_ = nullptr;  // Optional.
   const UpdaterRegistry* registry_;
   CustomController custom_;
   int rank_;

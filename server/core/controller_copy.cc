@@ -104,10 +104,11 @@ absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
     return absl::DataLossError(absl::StrCat(what, ": the ", bytes, " bytes received have CRC-32 ",
                                             got, "; they were sent with ", crc));
   }
-  if (engine_->stats().num_keys > 0) {
+  const size_t tables = tables_ == nullptr ? 0 : tables_->Tables().size();
+  if (engine_->stats().num_keys > 0 || tables > 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat(what, ": this server already holds ", engine_->stats().num_keys,
-                     " keys; a copy is loaded into an empty server only"));
+        absl::StrCat(what, ": this server already holds ", engine_->stats().num_keys, " keys and ",
+                     tables, " tables; a copy is loaded into an empty server only"));
   }
   absl::StatusOr<proto::ShardCheckpoint> checkpoint = DecodeShard(whole);
   if (!checkpoint.ok()) {
@@ -142,6 +143,13 @@ absl::StatusOr<std::string> Controller::CopyOutCut(absl::string_view body) {
     proto::AppliedRequestIds* ids = checkpoint.add_applied();
     ids->set_node_id(node.node_id);
     for (uint64_t id : node.request_ids) ids->add_request_ids(id);
+  }
+  if (tables_ != nullptr) {
+    for (const AppliedRequests& node : tables_->Applied()) {
+      proto::AppliedRequestIds* ids = checkpoint.add_table_applied();
+      ids->set_node_id(node.node_id);
+      for (uint64_t id : node.request_ids) ids->add_request_ids(id);
+    }
   }
   absl::MutexLock lock(&cut_mu_);
   if (cut_id_ == f[1]) cut_id_.clear();

@@ -35,6 +35,7 @@ absl::StatusOr<std::shared_ptr<ServerBackend>> MakeServerBackend(const BackendSp
   backend->controller->SetJob(
       JobShape{spec.num_servers, spec.mode, chunk_bytes, spec.big_value_bound});
   backend->controller->SetCheckpointRoot(spec.checkpoint_root);
+  backend->controller->SetTables(backend->tables.get());
   proto::UpdaterSpec updater_spec;
   updater_spec.set_registry_name(updater_name);
   updater_spec.set_registry_config(spec.updater_config);

@@ -21,9 +21,9 @@ namespace kvstore {
 
 struct ServerBackend {
   std::unique_ptr<ServerEngine> engine;
-  std::unique_ptr<Controller> controller;
   // The server's tables (docs/tables.md), sending workers checked by the engine's JobWorkers.
   std::unique_ptr<TableEngine> tables;
+  std::unique_ptr<Controller> controller;  // Uses the engine and the tables.
   // When not OK, every data request (all but commands) is refused with it: a server that took
   // the rank of a dead one without replicas, whose acknowledged updates are lost (DATA_LOSS).
   // Set before the backend is served; read only after.

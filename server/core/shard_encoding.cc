@@ -41,6 +41,11 @@ class Fragments {
     *open_.add_values() = std::move(value);
     ++items_;
   }
+  void AddTable(proto::TableCheckpoint piece) {
+    open_bytes_ += piece.ByteSizeLong() + kPerItem;
+    *open_.add_tables() = std::move(piece);
+    ++items_;
+  }
   void AddPart(const proto::PartState& part) {
     open_bytes_ += part.ByteSizeLong() + kPerItem;
     *open_.mutable_updater_state()->add_parts() = part;
@@ -99,6 +104,8 @@ absl::StatusOr<std::string> EncodeShard(proto::ShardCheckpoint shard, size_t max
   values.Swap(shard.mutable_values());
   google::protobuf::RepeatedPtrField<proto::PartState> parts;
   parts.Swap(shard.mutable_updater_state()->mutable_parts());
+  google::protobuf::RepeatedPtrField<proto::TableCheckpoint> tables;
+  tables.Swap(shard.mutable_tables());
   fragments.Add(shard);
   for (const proto::CheckpointValue& value : values) {
     const size_t bytes = value.ByteSizeLong() + Fragments::kPerItem;
@@ -142,6 +149,18 @@ absl::StatusOr<std::string> EncodeShard(proto::ShardCheckpoint shard, size_t max
     }
     if (bytes > fragments.Room()) fragments.Flush();
     fragments.AddPart(part);
+  }
+  // Tables travel as pieces (TableEngine::kTablePieceBytes of rows at most), in order.
+  for (proto::TableCheckpoint& piece : tables) {
+    const size_t bytes = piece.ByteSizeLong() + 16;
+    if (bytes > max_fragment_bytes / 2) {
+      absl::StatusOr<Key> key = KeyFromProto(piece.key());
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "a piece of table ", key.ok() ? key->Quoted() : std::string("?"), " is ", bytes,
+          " bytes, more than a fragment of ", max_fragment_bytes / 2, " may hold"));
+    }
+    if (bytes > fragments.Room()) fragments.Flush();
+    fragments.AddTable(std::move(piece));
   }
   return fragments.Take();
 }
@@ -194,6 +213,9 @@ absl::StatusOr<proto::ShardCheckpoint> DecodeShard(absl::string_view bytes) {
     }
     for (proto::PartState& state : *part.mutable_updater_state()->mutable_parts()) {
       *shard.mutable_updater_state()->add_parts() = std::move(state);
+    }
+    for (proto::TableCheckpoint& piece : *part.mutable_tables()) {
+      *shard.add_tables() = std::move(piece);
     }
   }
   if (fragment != count || count == 0) {

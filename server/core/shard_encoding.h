@@ -7,10 +7,10 @@
 // one as fragments: the 8 bytes of kFragmentedMagic, the number of fragments (8 bytes,
 // little-endian), then for each fragment its length (8 bytes, little-endian) and a serialized
 // ShardCheckpoint. The first fragment holds all but the
-// values and the updater's parts; the others hold the values in order, then the parts, each
-// fragment at most `max_fragment_bytes`; a value whose bytes do not fit is cut into pieces,
-// each but the last marked `continued`. DecodeShard reads either form back into the one
-// ShardCheckpoint it was made from.
+// values, the updater's parts and the tables' pieces; the others hold the values in order,
+// then the parts, then the table pieces, each fragment at most `max_fragment_bytes`; a value whose
+// bytes do not fit is cut into pieces, each but the last marked `continued`. DecodeShard reads
+// either form back into the one ShardCheckpoint it was made from.
 //
 // Threading: the functions are pure.
 #ifndef KVSTORE_SERVER_CORE_SHARD_ENCODING_H_

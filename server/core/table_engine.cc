@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_convert.h"
 #include "common/status_macros.h"
 #include "common/table_wire.h"
 
@@ -223,6 +224,106 @@ void TableEngine::FailRounds(const absl::Status& status) {
     }
     for (Done& done : dones) done(status);
   }
+}
+
+std::vector<proto::TableCheckpoint> TableEngine::Snapshot(size_t piece_bytes) const {
+  std::vector<std::pair<Key, Table*>> tables;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, table] : tables_) tables.emplace_back(key, table.get());
+  }
+  std::sort(tables.begin(), tables.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<proto::TableCheckpoint> pieces;
+  for (const auto& [key, table] : tables) {
+    TableContents contents;
+    int64_t round = 0;
+    {
+      absl::MutexLock lock(&table->mu);  // No round completes meanwhile.
+      contents = table->rows->Export();
+      round = table->round;
+    }
+    const size_t row_bytes = static_cast<size_t>(contents.row_floats) * sizeof(float);
+    const size_t rows_per_piece = std::max<size_t>(1, piece_bytes / std::max<size_t>(1, row_bytes));
+    size_t first = 0;
+    do {
+      const size_t end = std::min(contents.ids.size(), first + rows_per_piece);
+      proto::TableCheckpoint piece;
+      KeyToProto(key, piece.mutable_key());
+      piece.set_row_floats(contents.row_floats);
+      if (first == 0) {
+        *piece.mutable_spec() = table->spec;
+        piece.set_round(round);
+        *piece.mutable_counted_ids() = {contents.counted_ids.begin(), contents.counted_ids.end()};
+        *piece.mutable_counts() = {contents.counts.begin(), contents.counts.end()};
+        piece.set_admitted(contents.admitted);
+        piece.set_evicted(contents.evicted);
+      }
+      *piece.mutable_ids() = {contents.ids.begin() + first, contents.ids.begin() + end};
+      *piece.mutable_last_pushed() = {contents.last_pushed.begin() + first,
+                                      contents.last_pushed.begin() + end};
+      *piece.mutable_steps() = {contents.steps.begin() + first, contents.steps.begin() + end};
+      piece.set_values(
+          reinterpret_cast<const char*>(contents.values.data() + first * contents.row_floats),
+          (end - first) * row_bytes);
+      piece.set_continued(end < contents.ids.size());
+      pieces.push_back(std::move(piece));
+      first = end;
+    } while (first < contents.ids.size());
+  }
+  return pieces;
+}
+
+absl::Status TableEngine::Restore(
+    const google::protobuf::RepeatedPtrField<proto::TableCheckpoint>& pieces) {
+  int i = 0;
+  while (i < pieces.size()) {
+    const proto::TableCheckpoint& head = pieces[i];
+    absl::StatusOr<Key> key = KeyFromProto(head.key());
+    if (!key.ok())
+      return absl::DataLossError(absl::StrCat("a saved table: ", key.status().message()));
+    const std::string name = absl::StrCat("key ", key->Quoted());
+    TableContents contents;
+    contents.row_floats = head.row_floats();
+    contents.counted_ids.assign(head.counted_ids().begin(), head.counted_ids().end());
+    contents.counts.assign(head.counts().begin(), head.counts().end());
+    contents.admitted = head.admitted();
+    contents.evicted = head.evicted();
+    for (;;) {
+      const proto::TableCheckpoint& piece = pieces[i];
+      if (piece.key().SerializeAsString() != head.key().SerializeAsString() ||
+          piece.row_floats() != head.row_floats() ||
+          piece.values().size() !=
+              static_cast<size_t>(piece.ids_size()) * head.row_floats() * sizeof(float)) {
+        return absl::DataLossError(absl::StrCat(
+            name, ": a saved piece of the table does not fit (another key, another row size, or ",
+            piece.values().size(), " bytes of values for ", piece.ids_size(), " rows)"));
+      }
+      contents.ids.insert(contents.ids.end(), piece.ids().begin(), piece.ids().end());
+      contents.last_pushed.insert(contents.last_pushed.end(), piece.last_pushed().begin(),
+                                  piece.last_pushed().end());
+      contents.steps.insert(contents.steps.end(), piece.steps().begin(), piece.steps().end());
+      const size_t at = contents.values.size();
+      contents.values.resize(at + piece.values().size() / sizeof(float));
+      std::memcpy(contents.values.data() + at, piece.values().data(), piece.values().size());
+      ++i;
+      if (!piece.continued()) break;
+      if (i == pieces.size()) {
+        return absl::DataLossError(absl::StrCat(name, ": the saved table ends inside a piece"));
+      }
+    }
+    ASSIGN_OR_RETURN(TableConfig config, TableConfigFromProto(head.spec(), name));
+    auto table = std::make_unique<Table>();
+    table->spec = head.spec();
+    table->round = head.round();
+    ASSIGN_OR_RETURN(table->rows, EmbeddingTable::Create(std::move(config)));
+    RETURN_IF_ERROR(table->rows->Load(contents));
+    absl::MutexLock lock(&mu_);
+    if (!tables_.emplace(*key, std::move(table)).second) {
+      return absl::DataLossError(absl::StrCat(name, ": the saved tables hold it twice"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::vector<TableInfo> TableEngine::Tables() const {

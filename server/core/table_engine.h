@@ -103,6 +103,19 @@ class TableEngine {
   // FailRounds answers every push still waiting for a round with `status` (the job failed).
   void FailRounds(const absl::Status& status);
 
+  // Snapshot returns every table, in key order, as TableCheckpoint pieces of at most
+  // kTablePieceBytes of rows each (a table's rows as of one moment: its lock is held); pushes
+  // waiting for a dist_sync round are not in it.
+  static constexpr size_t kTablePieceBytes = size_t{64} << 20;
+  std::vector<proto::TableCheckpoint> Snapshot(size_t piece_bytes = kTablePieceBytes) const;
+  // Restore makes the tables of `pieces` (a Snapshot's), the engine holding none yet.
+  // DataLoss naming the key for pieces that do not fit together; the checks of Init for a
+  // spec that is no longer accepted.
+  absl::Status Restore(const google::protobuf::RepeatedPtrField<proto::TableCheckpoint>& pieces);
+  // Applied / LoadApplied: the request ids of the table pushes applied (a copy carries them).
+  std::vector<AppliedRequests> Applied() const { return applied_.Export(); }
+  void LoadApplied(absl::Span<const AppliedRequests> applied) { applied_.Load(applied); }
+
   // Tables returns every table's figures, in key order.
   std::vector<TableInfo> Tables() const;
   // bytes returns what the tables hold (TableStats::bytes, summed).

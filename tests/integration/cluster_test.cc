@@ -187,12 +187,45 @@ TEST_CASE(
     INFO(mode << " seed=" << seed);
     Cluster cluster(2, 2);
     for (int r = 0; r < 2; ++r) {
-      cluster.AddWorker(r, {"tables", mode, absl::StrCat(seed), "12", "2"});
+      cluster.AddWorker(r, {"tables", mode, absl::StrCat(seed), "1", "12", "2"});
     }
     cluster.ExpectCleanExit();
     for (int r = 0; r < 2; ++r) {
       INFO(cluster.worker(r).output());
       CHECK(absl::StrContains(cluster.worker(r).output(), "tables: 12 rounds checked"));
+    }
+  }
+}
+
+TEST_CASE(
+    "Cluster: a table checkpointed mid-stream by 2 servers restores onto 3 and onto 1 server; "
+    "training goes on matching the reference",
+    "[cluster][tables][checkpoint]") {
+  const uint64_t seed = absl::ToUnixNanos(absl::Now()) % 1000000007;
+  std::printf("tables checkpoint: seed %llu\n", static_cast<unsigned long long>(seed));
+  INFO("seed=" << seed);
+  const std::string root = "--checkpoint_root=" + FreshCheckpointRoot("tables-root");
+  {
+    // Rounds 1..8 on 2 servers, a checkpoint after round 5.
+    Cluster cluster(2, 2, {}, {root});
+    for (int r = 0; r < 2; ++r) {
+      cluster.AddWorker(r, {"tables", "dist_sync", absl::StrCat(seed), "1", "8", "2", "5", "t"});
+    }
+    cluster.ExpectCleanExit();
+    for (int r = 0; r < 2; ++r)
+      CHECK(absl::StrContains(cluster.worker(r).output(), "CHECKPOINTED"));
+  }
+  for (const int servers : {3, 1}) {
+    // Rounds 6..10 on servers that restored the set, its rows re-placed.
+    INFO(servers << " servers");
+    Cluster cluster(servers, 2, {}, {root, "--restore=t"});
+    for (int r = 0; r < 2; ++r) {
+      cluster.AddWorker(
+          r, {"tables", "dist_sync", absl::StrCat(seed), "6", "10", absl::StrCat(servers)});
+    }
+    cluster.ExpectCleanExit();
+    for (int r = 0; r < 2; ++r) {
+      CHECK(absl::StrContains(cluster.worker(r).output(), "tables: 5 rounds checked"));
     }
   }
 }

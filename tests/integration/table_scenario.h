@@ -23,11 +23,15 @@
 
 namespace kvstore::testing {
 
-// TableScenario runs the scenario on `kv` (`mode`: dist_sync or dist_async) over `rounds`
-// rounds of a job of `num_servers` servers; prints "tables: round R ok" after each checked
-// round and "tables: N rounds checked, M rows compared" at the end.
-absl::Status TableScenario(KVStore& kv, const std::string& mode, uint64_t seed, int rounds,
-                           int num_servers);
+// TableScenario runs the scenario on `kv` (`mode`: dist_sync or dist_async) over rounds
+// `first`..`last` of a job of `num_servers` servers (first > 1: the servers restored a
+// checkpoint cut after round first - 1, which the reference replays); prints "tables: round R
+// ok" after each checked round and "tables: N rounds checked, M rows compared" at the end.
+// `checkpoint_round` > 0: after that round every worker waits for the others, rank 0 makes the
+// servers checkpoint into `checkpoint_dir`, and "CHECKPOINTED" is printed.
+absl::Status TableScenario(KVStore& kv, const std::string& mode, uint64_t seed, int first, int last,
+                           int num_servers, int checkpoint_round = 0,
+                           const std::string& checkpoint_dir = "");
 
 }  // namespace kvstore::testing
 

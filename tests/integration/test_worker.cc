@@ -37,9 +37,10 @@
 //                   initialises the keys (kept from the
 //                   checkpoint) and goes on from FIRST. With OUT "-" the worker holds on
 //                   after its last round (up to 60 s) so that the test can kill the job.
-//   tables MODE SEED ROUNDS SERVERS
-//                   A table trained over ROUNDS rounds of Zipf ids in a job of SERVERS servers,
-//                   every pull checked against a float64 reference (table_scenario.h).
+//   tables MODE SEED FIRST LAST SERVERS [CKPT_ROUND DIR]
+//                   A table trained over rounds FIRST..LAST of Zipf ids in a job of SERVERS
+//                   servers, every pull checked against a float64 reference; a checkpoint into
+//                   DIR after CKPT_ROUND; FIRST > 1 after a restore (table_scenario.h).
 //   clipped_sum     For examples/custom_kvserver: selects its "clipped_sum" updater with limit
 //                   0.5, pushes [2, -2, 0.25, -0.1] twice and checks the clipped sums, then
 //                   prints READY and waits (up to 60 s) for the job to be shut down.
@@ -810,12 +811,15 @@ absl::Status Run(int argc, char** argv) {
   }
   if (scenario == "tables") {
     uint64_t seed = 0;
-    int rounds = 0, servers = 0;
-    if (argc < 6 || !absl::SimpleAtoi(argv[3], &seed) || !absl::SimpleAtoi(argv[4], &rounds) ||
-        !absl::SimpleAtoi(argv[5], &servers)) {
-      return absl::InvalidArgumentError("usage: test_worker tables MODE SEED ROUNDS SERVERS");
+    int first = 0, last = 0, servers = 0, checkpoint_round = 0;
+    if (argc < 7 || !absl::SimpleAtoi(argv[3], &seed) || !absl::SimpleAtoi(argv[4], &first) ||
+        !absl::SimpleAtoi(argv[5], &last) || !absl::SimpleAtoi(argv[6], &servers) ||
+        (argc > 7 && (argc < 9 || !absl::SimpleAtoi(argv[7], &checkpoint_round)))) {
+      return absl::InvalidArgumentError(
+          "usage: test_worker tables MODE SEED FIRST LAST SERVERS [CKPT_ROUND DIR]");
     }
-    return TableScenario(*kv, mode, seed, rounds, servers);
+    return TableScenario(*kv, mode, seed, first, last, servers, checkpoint_round,
+                         argc > 8 ? argv[8] : "");
   }
   if (scenario == "string_keys") return StringKeys(*kv);
   if (scenario == "train") return Train(*kv, argv + 2, argc - 2);
