@@ -176,6 +176,15 @@ absl::Status Status(proto::Scheduler::Stub& stub, const std::string& address,
                 state.c_str(), node.last_heartbeat_age_s(),
                 server ? absl::StrCat(node.num_keys()).c_str() : "-",
                 server ? HumanBytes(node.num_bytes()).c_str() : "-");
+    for (const proto::TableStatus& table : node.tables()) {
+      std::printf(
+          "        table %s: %lld rows of %lld (%lld ids counting), %lld admitted, %lld evicted, "
+          "%s, round %lld\n",
+          table.key().c_str(), static_cast<long long>(table.rows()),
+          static_cast<long long>(table.dim()), static_cast<long long>(table.counting()),
+          static_cast<long long>(table.admitted()), static_cast<long long>(table.evicted()),
+          HumanBytes(table.bytes()).c_str(), static_cast<long long>(table.round()));
+    }
     if (node.failed()) {
       std::printf("        %s %d failed: %s\n", server ? "server" : "worker", node.rank(),
                   node.failure().c_str());

@@ -224,6 +224,36 @@ void KVServerDaemon::AddCollectors() {
     out->Family("kvstore_server_held_bytes", "Bytes of values this kvserver holds.",
                 MetricsWriter::Type::kGauge);
     out->Sample("kvstore_server_held_bytes", {}, static_cast<double>(stats.num_bytes));
+    // Tables (docs/tables.md): this server's rows of each, labelled by its key.
+    const std::vector<TableInfo> tables = backend->tables->Tables();
+    if (tables.empty()) return;
+    struct Family {
+      const char* name;
+      const char* help;
+      MetricsWriter::Type type;
+      int64_t (*value)(const TableInfo&);
+    };
+    static constexpr Family kFamilies[] = {
+        {"kvstore_server_table_rows", "Rows of the table this kvserver holds.",
+         MetricsWriter::Type::kGauge, [](const TableInfo& t) { return t.stats.rows; }},
+        {"kvstore_server_table_counting", "Ids of the table counted for admission, no row yet.",
+         MetricsWriter::Type::kGauge, [](const TableInfo& t) { return t.stats.counting; }},
+        {"kvstore_server_table_admitted_total", "Rows of the table created (ids admitted).",
+         MetricsWriter::Type::kCounter, [](const TableInfo& t) { return t.stats.admitted; }},
+        {"kvstore_server_table_evicted_total", "Rows of the table evicted (unseen, or LRU).",
+         MetricsWriter::Type::kCounter, [](const TableInfo& t) { return t.stats.evicted; }},
+        {"kvstore_server_table_bytes", "Bytes the table's rows and counts take here.",
+         MetricsWriter::Type::kGauge, [](const TableInfo& t) { return t.stats.bytes; }},
+        {"kvstore_server_table_round", "Updates applied to the table here.",
+         MetricsWriter::Type::kCounter, [](const TableInfo& t) { return t.round; }},
+    };
+    for (const Family& family : kFamilies) {
+      out->Family(family.name, family.help, family.type);
+      for (const TableInfo& table : tables) {
+        out->Sample(family.name, {{"table", table.key.Quoted()}},
+                    static_cast<double>(family.value(table)));
+      }
+    }
   });
 }
 
@@ -274,6 +304,7 @@ class KVServerDaemon::Heartbeat {
         node_id_(registration.node_id()),
         engine_(backend.engine.get()),
         controller_(backend.controller.get()),
+        tables_(backend.tables.get()),
         credential_(secured ? NodeCredential(registration.node_id(), registration.node_token())
                             : ""),
         interval_(interval) {}
@@ -287,6 +318,17 @@ class KVServerDaemon::Heartbeat {
     request.set_max_round(engine_->cuts().MaxRoundStarted());
     request.set_restored_round(controller_->restored_round());
     request.set_restored_checkpoint(controller_->restored_checkpoint());
+    for (const TableInfo& info : tables_->Tables()) {
+      proto::TableStatus* table = request.add_tables();
+      table->set_key(info.key.Quoted());
+      table->set_dim(info.dim);
+      table->set_round(info.round);
+      table->set_rows(info.stats.rows);
+      table->set_counting(info.stats.counting);
+      table->set_admitted(info.stats.admitted);
+      table->set_evicted(info.stats.evicted);
+      table->set_bytes(info.stats.bytes);
+    }
     grpc::ClientContext context;
     if (!credential_.empty()) context.AddMetadata(kNodeTokenKey, credential_);
     context.set_deadline(GrpcDeadline(absl::Now() + std::max(interval_, absl::Seconds(2))));
@@ -300,6 +342,7 @@ class KVServerDaemon::Heartbeat {
   const uint64_t node_id_;
   const ServerEngine* const engine_;
   const Controller* const controller_;
+  const TableEngine* const tables_;
   const std::string credential_;
   const absl::Duration interval_;
 };

@@ -187,13 +187,36 @@ TEST_CASE(
     INFO(mode << " seed=" << seed);
     Cluster cluster(2, 2);
     for (int r = 0; r < 2; ++r) {
-      cluster.AddWorker(r, {"tables", mode, absl::StrCat(seed), "1", "12", "2"});
+      cluster.AddWorker(r, {"tables", mode, absl::StrCat(seed), "1", "12", "2", "hold"});
     }
-    cluster.ExpectCleanExit();
     for (int r = 0; r < 2; ++r) {
       INFO(cluster.worker(r).output());
+      REQUIRE(cluster.worker(r).WaitForOutput("READY", absl::Seconds(60)));
       CHECK(absl::StrContains(cluster.worker(r).output(), "tables: 12 rounds checked"));
     }
+    // kvctl status shows each server's rows of the table: together, the reference's rows
+    // (once the servers' heartbeats have brought their figures).
+    const std::string output = cluster.worker(0).output();
+    const size_t at = output.find("the reference holds ");
+    REQUIRE(at != std::string::npos);
+    const int64_t want = std::stoll(output.substr(at + std::string("the reference holds ").size()));
+    int64_t rows = -1;
+    std::string status;
+    for (int attempt = 0; attempt < 20 && rows != want; ++attempt) {
+      absl::SleepFor(absl::Milliseconds(200));
+      int code = 0;
+      status = cluster.Kvctl({"status"}, &code);
+      rows = 0;
+      const std::string line = "table \"embedding\": ";
+      for (size_t p = status.find(line); p != std::string::npos; p = status.find(line, p + 1)) {
+        rows += std::stoll(status.substr(p + line.size()));
+      }
+    }
+    INFO(status);
+    CHECK(rows == want);
+    int code = 0;
+    cluster.Kvctl({"shutdown"}, &code);
+    cluster.ExpectCleanExit();
   }
 }
 

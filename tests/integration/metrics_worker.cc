@@ -2,7 +2,8 @@
 // from the launch environment and, for `rounds` rounds, pushes each of `keys` small keys once
 // (waiting for each push, so that every Push is exactly one request to one server) and pulls
 // it back, checking the pulled value against a float64 reference: the sum of every worker's
-// push of that round, recomputed from the shared seed. Then it prints "PUSHES N" (its Push
+// push of that round, recomputed from the shared seed. It pushes 6 rows to a table "t" (5 of
+// its own, one all workers push). Then it prints "PUSHES N" (its Push
 // requests), enters a barrier, prints "DONE" and waits until the file `release` exists (at most
 // 60 s), so that the test can scrape the job while it is alive; then it leaves the job.
 //
@@ -80,6 +81,14 @@ absl::Status Run(int argc, char** argv) {
       }
     }
   }
+  // A table: each worker pushes 5 ids of its own and one both push, so the servers hold
+  // 5 * workers + 1 rows of it.
+  TableConfig table;
+  table.dim = 4;
+  RETURN_IF_ERROR(kv->InitTable("t", table));
+  std::vector<int64_t> ids = {100};
+  for (int64_t i = 0; i < 5; ++i) ids.push_back(kv->rank() * 10 + i);
+  RETURN_IF_ERROR(kv->PushRows("t", ids, Tensor::Full(DType::kFloat32, {6, 4}, 1)));
   std::printf("PUSHES %lld\n", static_cast<long long>(pushes));
   std::fflush(stdout);
   RETURN_IF_ERROR(kv->Barrier());

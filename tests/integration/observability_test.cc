@@ -308,6 +308,12 @@ TEST_CASE("Observability: Prometheus scrapes a running job; its push count is th
         keys * rounds);
   CHECK(prometheus.QueryUntil("sum(kvstore_server_keys)", keys) == keys);
   CHECK(prometheus.QueryUntil("sum(kvstore_server_held_bytes)", keys * 8 * 4) == keys * 8 * 4);
+  // The table "t": 5 rows of each worker's and one both pushed, spread over the servers.
+  CHECK(prometheus.QueryUntil("sum(kvstore_server_table_rows)", 11) == 11);
+  CHECK(prometheus.QueryUntil("sum(kvstore_server_table_admitted_total)", 11) == 11);
+  CHECK(prometheus.QueryUntil("sum(kvstore_server_table_evicted_total)", 0) == 0);
+  CHECK(prometheus.QueryUntil("sum(kvstore_server_table_round)", 2) == 2);
+  CHECK(prometheus.Query("min(kvstore_server_table_bytes)").value_or(0) > 0);
   CHECK(prometheus.QueryUntil("sum(kvstore_scheduler_nodes{state=\"alive\"})", 4) == 4);
   CHECK(prometheus.QueryUntil("sum(kvstore_scheduler_nodes{state=\"dead\"})", 0) == 0);
   // Two explicit barriers per worker and the one that ends Init.

@@ -169,8 +169,10 @@ absl::Status TableScenario(KVStore& kv, const std::string& mode, uint64_t seed, 
     for (int i = 0; i < 8; ++i) all.push_back(zipf.Draw(probes));
     RETURN_IF_ERROR(Compare(kv, key, all, dim, references, last, &compared));
   }
-  std::printf("tables: %d rounds checked, %lld rows compared\n", last - first + 1,
-              static_cast<long long>(compared));
+  size_t held = 0;
+  for (const TableReference& reference : references) held += reference.Ids().size();
+  std::printf("tables: %d rounds checked, %lld rows compared; the reference holds %zu rows\n",
+              last - first + 1, static_cast<long long>(compared), held);
   std::fflush(stdout);
   return absl::OkStatus();
 }

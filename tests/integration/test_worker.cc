@@ -40,7 +40,8 @@
 //   tables MODE SEED FIRST LAST SERVERS [CKPT_ROUND DIR]
 //                   A table trained over rounds FIRST..LAST of Zipf ids in a job of SERVERS
 //                   servers, every pull checked against a float64 reference; a checkpoint into
-//                   DIR after CKPT_ROUND; FIRST > 1 after a restore (table_scenario.h).
+//                   DIR after CKPT_ROUND; FIRST > 1 after a restore (table_scenario.h). A
+//                   last argument "hold": then READY, and it stays until the job is shut down.
 //   clipped_sum     For examples/custom_kvserver: selects its "clipped_sum" updater with limit
 //                   0.5, pushes [2, -2, 0.25, -0.1] twice and checks the clipped sums, then
 //                   prints READY and waits (up to 60 s) for the job to be shut down.
@@ -765,6 +766,17 @@ absl::Status Train(KVStore& kv, char** args, int count) {
   return absl::OkStatus();
 }
 
+// HoldUntilShutdown prints READY and waits (at most 60 s) until the job is shut down.
+void HoldUntilShutdown(KVStore& kv) {
+  std::printf("READY\n");
+  std::fflush(stdout);
+  for (int i = 0; i < 600; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    absl::StatusOr<int> dead = kv.NumDeadNodes(NodeGroup::kScheduler, absl::Seconds(1));
+    if (!dead.ok() || *dead > 0) break;
+  }
+}
+
 absl::Status ClippedSum(KVStore& kv) {
   RETURN_IF_ERROR(kv.Init(9, Tensor::Zeros(DType::kFloat32, {4})));
   RETURN_IF_ERROR(kv.SendCommandToServers(0, "clipped_sum limit=0.5"));
@@ -780,13 +792,7 @@ absl::Status ClippedSum(KVStore& kv) {
                                                             static_cast<double>(-0.1f) * step}));
     RETURN_IF_ERROR(ExpectEqual(out, want, absl::StrCat("clipped_sum step ", step)));
   }
-  std::printf("READY\n");
-  std::fflush(stdout);
-  for (int i = 0; i < 600; ++i) {
-    absl::SleepFor(absl::Milliseconds(100));
-    absl::StatusOr<int> dead = kv.NumDeadNodes(NodeGroup::kScheduler, absl::Seconds(1));
-    if (!dead.ok() || *dead > 0) break;
-  }
+  HoldUntilShutdown(kv);
   return absl::OkStatus();
 }
 
@@ -810,6 +816,10 @@ absl::Status Run(int argc, char** argv) {
     return Rounds(*kv, mode, rounds);
   }
   if (scenario == "tables") {
+    // A last argument "hold": once checked, print READY and stay in the job until it is shut
+    // down (at most 60 s), for the test to look at it.
+    const bool hold = argc > 7 && std::string(argv[argc - 1]) == "hold";
+    if (hold) --argc;
     uint64_t seed = 0;
     int first = 0, last = 0, servers = 0, checkpoint_round = 0;
     if (argc < 7 || !absl::SimpleAtoi(argv[3], &seed) || !absl::SimpleAtoi(argv[4], &first) ||
@@ -818,8 +828,10 @@ absl::Status Run(int argc, char** argv) {
       return absl::InvalidArgumentError(
           "usage: test_worker tables MODE SEED FIRST LAST SERVERS [CKPT_ROUND DIR]");
     }
-    return TableScenario(*kv, mode, seed, first, last, servers, checkpoint_round,
-                         argc > 8 ? argv[8] : "");
+    RETURN_IF_ERROR(TableScenario(*kv, mode, seed, first, last, servers, checkpoint_round,
+                                  argc > 8 ? argv[8] : ""));
+    if (hold) HoldUntilShutdown(*kv);
+    return absl::OkStatus();
   }
   if (scenario == "string_keys") return StringKeys(*kv);
   if (scenario == "train") return Train(*kv, argv + 2, argc - 2);

@@ -44,6 +44,12 @@ struct ClusterView {
   bool signed_payloads = false;  // SchedulerOptions::signed_payloads.
 };
 
+// TableLoad: a table a server holds, as its heartbeat reports it (proto::TableStatus).
+struct TableLoad {
+  std::string key;
+  int64_t dim = 0, round = 0, rows = 0, counting = 0, admitted = 0, evicted = 0, bytes = 0;
+};
+
 struct NodeInfo {
   uint64_t node_id = 0;
   NodeRole role = NodeRole::kWorker;
@@ -55,6 +61,7 @@ struct NodeInfo {
   // Servers: what their last heartbeat reported.
   int64_t num_keys = 0;
   int64_t num_bytes = 0;
+  std::vector<TableLoad> tables;
   // Whether a heartbeat has told the node that the job is over.
   bool released = false;
   // Workers: failed (finished with an error, or died), and why.

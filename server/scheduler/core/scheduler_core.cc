@@ -334,6 +334,7 @@ absl::StatusOr<bool> SchedulerCore::HeartbeatLocked(uint64_t node_id, absl::Time
     NodeInfo& node = it->second;
     node.num_keys = load.num_keys;
     node.num_bytes = load.num_bytes;
+    node.tables = std::move(load.tables);
     node.max_round = std::max(node.max_round, load.max_round);
     if (!node.replaced_address.empty() && node.restored_round == -1) {
       // The first heartbeat of a server that replaced a dead one says what it restored.

@@ -148,6 +148,7 @@ struct ServerLoad {
   int64_t max_round = 0;
   int64_t restored_round = -1;
   std::string restored_checkpoint;
+  std::vector<TableLoad> tables;
 };
 
 // What a worker reports with its heartbeat: its host's name (which a scheduler that re-formed

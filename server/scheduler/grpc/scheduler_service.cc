@@ -304,11 +304,16 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
                       Done done) {
         absl::Status status = Check(*context, Allowed::kSelf, request.node_id());
         if (!status.ok()) return done(status);
-        const absl::StatusOr<bool> over = core_->Heartbeat(
-            request.node_id(), absl::Now(),
-            ServerLoad{request.num_keys(), request.num_bytes(), request.max_round(),
-                       request.restored_round(), request.restored_checkpoint()},
-            WorkerReport{request.hostname(), request.barriers_passed()});
+        ServerLoad load{
+            request.num_keys(),       request.num_bytes(),           request.max_round(),
+            request.restored_round(), request.restored_checkpoint(), {}};
+        for (const proto::TableStatus& t : request.tables()) {
+          load.tables.push_back(TableLoad{t.key(), t.dim(), t.round(), t.rows(), t.counting(),
+                                          t.admitted(), t.evicted(), t.bytes()});
+        }
+        const absl::StatusOr<bool> over =
+            core_->Heartbeat(request.node_id(), absl::Now(), std::move(load),
+                             WorkerReport{request.hostname(), request.barriers_passed()});
         if (over.ok()) response->set_shutdown(*over);
         for (LostUpdates& loss : core_->failover().data_loss()) {
           proto::LostUpdates* lost = response->add_data_loss();
@@ -579,6 +584,17 @@ absl::Status SchedulerService::HandleClusterStatus(const proto::ClusterStatusReq
     out->set_alive(node.finished || now - node.last_heartbeat <= timeout);
     out->set_num_keys(node.num_keys);
     out->set_num_bytes(node.num_bytes);
+    for (const TableLoad& t : node.tables) {
+      proto::TableStatus* table = out->add_tables();
+      table->set_key(t.key);
+      table->set_dim(t.dim);
+      table->set_round(t.round);
+      table->set_rows(t.rows);
+      table->set_counting(t.counting);
+      table->set_admitted(t.admitted);
+      table->set_evicted(t.evicted);
+      table->set_bytes(t.bytes);
+    }
   }
   const int group = request.group() == proto::GROUP_UNSPECIFIED ? kGroupAll : request.group();
   response->set_num_dead(core_->liveness().NumDeadNodes(group, timeout, now));
