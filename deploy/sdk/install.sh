@@ -37,6 +37,7 @@ HEADERS=(
   common/optimizer_config.h
   common/row_sparse.h
   common/security_options.h
+  common/store/embedding_table.h
   common/tensor.h
 )
 

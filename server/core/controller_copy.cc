@@ -131,6 +131,9 @@ absl::StatusOr<std::string> Controller::CopyOutCut(absl::string_view body) {
   const uint64_t before = engine_->view_floor().epoch();
   engine_->view_floor().Set(epoch, /*reads_too=*/false);
   engine_->cuts().End(StaleViewError(epoch - 1, epoch));
+  // Table pushes waiting for a round are sent again, to both copies, once refused; those
+  // applied before are in the tables' snapshot, taken after this (TableEngine::Push).
+  if (tables_ != nullptr) tables_->FailRounds(StaleViewError(epoch - 1, epoch));
   proto::ShardCheckpoint checkpoint = MakeCheckpoint(snapshot);
   checkpoint.set_checkpoint_id(f[1]);
   checkpoint.set_round(engine_->sync() ? round : -1);

@@ -4,6 +4,8 @@
 // with the epoch they need; a damaged copy or a server that already holds keys is refused.
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,11 +17,13 @@
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "common/store/sgd_updater.h"
+#include "common/table_wire.h"
 #include "common/view_epoch.h"
 #include "server/core/controller.h"
 #include "server/core/engine_cuts.h"
 #include "server/core/server_engine.h"
 #include "server/core/server_engine_test_util.h"
+#include "server/core/table_engine.h"
 #include "tests/test_util.h"
 namespace kvstore {
 namespace {
@@ -183,6 +187,105 @@ TEST_CASE(
     CHECK(PullAll(*target, keys[k], inits[k]) == PullAll(*source, keys[k], inits[k]));
   }
   CHECK(target->cuts().MaxRoundStarted() == rounds + 3);
+}
+
+TEST_CASE(
+    "Controller: a copied shard carries its tables; a table push waiting for its round when "
+    "the copy is taken, and later ones routed by an older view, are refused with the epoch "
+    "they need",
+    "[server][controller][replicas][tables]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  UpdaterRegistry registry = UpdaterRegistry::WithBuiltins();
+  const JobShape job{2, "dist_sync", 1 << 20};
+  auto source = NewEngine(true, {kWorkerA, kWorkerB});
+  TableEngine source_tables(TableEngineOptions{}, &source->workers(), nullptr,
+                            &source->view_floor());
+  Controller out(source.get(), &registry, nullptr, /*rank=*/0);
+  out.SetJob(job);
+  out.SetTables(&source_tables);
+  TableConfig config;
+  config.dim = rng.Int(1, 5);
+  config.optimizer.kind = RowOptimizer::Kind::kAdagrad;
+  config.optimizer.lr = 0.1;
+  config.admit_after = 2;
+  const Key key("emb");
+  REQUIRE(source_tables.Init(kWorkerA, key, TableSpecToProto(config)).ok());
+  uint64_t id = 10;
+  auto random_grads = [&](size_t rows) {
+    std::vector<float> grads(rows * config.dim);
+    for (float& g : grads) g = static_cast<float>(rng.Int(-4, 4));
+    return grads;
+  };
+  auto push_grads = [&](TableEngine& tables, uint64_t worker, uint64_t request,
+                        const std::vector<int64_t>& ids, uint64_t epoch,
+                        const std::vector<float>& grads) {
+    auto status = std::make_shared<std::optional<absl::Status>>();
+    tables.Push(
+        worker, request, key, ids, grads, [status](absl::Status s) { *status = s; }, epoch);
+    return status;
+  };
+  auto push = [&](TableEngine& tables, uint64_t worker, uint64_t request,
+                  const std::vector<int64_t>& ids, uint64_t epoch) {
+    return push_grads(tables, worker, request, ids, epoch, random_grads(ids.size()));
+  };
+  std::vector<int64_t> ids(20);
+  for (int r = 0; r < 4; ++r) {
+    for (int64_t& i : ids) i = rng.Int(0, 30);
+    auto a = push(source_tables, kWorkerA, ++id, ids, 0);
+    auto b = push(source_tables, kWorkerB, id, ids, 0);
+    REQUIRE(a->has_value());
+    REQUIRE(a->value().ok());
+  }
+  // Worker A's push of the next round waits for worker B's when the copy is taken.
+  auto waiting = push(source_tables, kWorkerA, ++id, ids, 0);
+  CHECK_FALSE(waiting->has_value());
+  std::vector<int64_t> all(31);
+  for (int64_t i = 0; i <= 30; ++i) all[i] = i;
+  std::string before;
+  REQUIRE(source_tables.Pull(kWorkerA, key, all, &before).ok());
+  const std::string cut = "join-7-0";
+  REQUIRE(out.Run(kCommandCutBegin, cut).ok());
+  REQUIRE(out.Run(kCommandCutLimit, absl::StrCat(cut, " 0")).ok());
+  const absl::StatusOr<std::string> copied =
+      out.Run(kCommandCopyOut, absl::StrCat("cut ", cut, " 0 7"));
+  INFO(copied.status().ToString());
+  REQUIRE(copied.ok());
+  REQUIRE(waiting->has_value());
+  CHECK(RequiredViewEpoch(waiting->value()) == 7);
+  // A push routed by the old view is refused; by the new one, it waits for its round.
+  auto stale = push(source_tables, kWorkerB, ++id, ids, 6);
+  REQUIRE(stale->has_value());
+  CHECK(RequiredViewEpoch(stale->value()) == 7);
+
+  auto target = NewEngine(true, {kWorkerA, kWorkerB});
+  TableEngine target_tables(TableEngineOptions{}, &target->workers(), nullptr,
+                            &target->view_floor());
+  Controller in(target.get(), &registry, nullptr, /*rank=*/0);
+  in.SetJob(job);
+  in.SetTables(&target_tables);
+  const absl::StatusOr<std::string> loaded = Transfer(out, in, cut, *copied, 4096);
+  INFO(loaded.status().ToString());
+  REQUIRE(loaded.ok());
+  std::string after;
+  REQUIRE(target_tables.Pull(kWorkerA, key, all, &after).ok());
+  CHECK(after == before);
+  CHECK(target_tables.Tables()[0].round == source_tables.Tables()[0].round);
+  CHECK(target_tables.Tables()[0].stats.counting == source_tables.Tables()[0].stats.counting);
+  // The refused pushes sent again to both copies under the new view: both go on alike.
+  REQUIRE(out.Run(kCommandCopyOut, absl::StrCat("end ", cut)).ok());
+  const std::vector<float> ga = random_grads(ids.size()), gb = random_grads(ids.size());
+  for (TableEngine* tables : {&source_tables, &target_tables}) {
+    auto a = push_grads(*tables, kWorkerA, id + 1, ids, 7, ga);
+    auto b = push_grads(*tables, kWorkerB, id + 1, ids, 7, gb);
+    REQUIRE(b->has_value());
+    REQUIRE(b->value().ok());
+  }
+  REQUIRE(source_tables.Pull(kWorkerA, key, all, &before).ok());
+  REQUIRE(target_tables.Pull(kWorkerA, key, all, &after).ok());
+  CHECK(after == before);
+  CHECK(source_tables.Tables()[0].round == 5);
+  CHECK(target_tables.Tables()[0].round == 5);
 }
 
 TEST_CASE("Controller: a damaged copy, a server holding keys and an aborted copy",

@@ -395,7 +395,8 @@ void HandleTableInit(const std::shared_ptr<ServerBackend>& backend, const grpc::
 }
 
 void HandleTablePush(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
-                     grpc::ByteBuffer* response, Done done, const VerifiedCaller* caller) {
+                     grpc::ByteBuffer* response, Done done, const VerifiedCaller* caller,
+                     uint64_t view_epoch) {
   proto::TablePushRequest header;
   absl::Status status = DecodeMessage(*request, &header);
   if (status.ok()) status = CheckCaller(header, caller);
@@ -407,12 +408,13 @@ void HandleTablePush(const std::shared_ptr<ServerBackend>& backend, const grpc::
                      " bytes of gradients is not a whole number of float32 values")));
   }
   std::vector<int64_t> ids(header.ids().begin(), header.ids().end());
-  backend->tables->Push(header.node_id(), header.request_id(), *key, std::move(ids),
-                        TableRows(header.grads()),
-                        [response, done = std::move(done)](absl::Status pushed) {
-                          if (pushed.ok()) *response = EncodeMessage(proto::TablePushResponse());
-                          done(pushed);
-                        });
+  backend->tables->Push(
+      header.node_id(), header.request_id(), *key, std::move(ids), TableRows(header.grads()),
+      [response, done = std::move(done)](absl::Status pushed) {
+        if (pushed.ok()) *response = EncodeMessage(proto::TablePushResponse());
+        done(pushed);
+      },
+      view_epoch);
 }
 
 void HandleTablePull(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
@@ -459,7 +461,7 @@ void HandleServerRequest(const std::shared_ptr<ServerBackend>& backend, ServerMe
     case ServerMethod::kTableInit:
       return HandleTableInit(backend, &request, response, std::move(done), caller);
     case ServerMethod::kTablePush:
-      return HandleTablePush(backend, &request, response, std::move(done), caller);
+      return HandleTablePush(backend, &request, response, std::move(done), caller, view_epoch);
     case ServerMethod::kTablePull:
       return HandleTablePull(backend, &request, response, std::move(done), caller);
   }

@@ -28,8 +28,9 @@ absl::StatusOr<std::shared_ptr<ServerBackend>> MakeServerBackend(const BackendSp
   table_options.max_value_bytes = spec.max_value_bytes;
   table_options.memory_budget_bytes = spec.memory_budget_bytes;
   ServerEngine* engine = backend->engine.get();
-  backend->tables = std::make_unique<TableEngine>(table_options, &engine->workers(),
-                                                  [engine] { return engine->held_bytes(); });
+  backend->tables = std::make_unique<TableEngine>(
+      table_options, &engine->workers(), [engine] { return engine->held_bytes(); },
+      &engine->view_floor());
   backend->controller = std::make_unique<Controller>(backend->engine.get(), spec.registry,
                                                      spec.custom_controller, spec.rank);
   backend->controller->SetJob(

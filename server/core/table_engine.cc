@@ -12,10 +12,11 @@
 namespace kvstore {
 
 TableEngine::TableEngine(TableEngineOptions options, const JobWorkers* workers,
-                         std::function<int64_t()> held_elsewhere)
+                         std::function<int64_t()> held_elsewhere, const ViewFloor* floor)
     : options_(options),
       workers_(workers),
       held_elsewhere_(std::move(held_elsewhere)),
+      floor_(floor),
       applied_(options.dedup_window) {}
 
 TableEngine::~TableEngine() = default;
@@ -82,7 +83,8 @@ absl::Status TableEngine::Apply(Table* table, const Key& key, absl::Span<const i
 }
 
 void TableEngine::Push(uint64_t node_id, uint64_t request_id, const Key& key,
-                       std::vector<int64_t> ids, std::vector<float> grads, Done done) {
+                       std::vector<int64_t> ids, std::vector<float> grads, Done done,
+                       uint64_t view_epoch) {
   if (absl::Status sender = workers_->CheckSender(node_id); !sender.ok()) return done(sender);
   absl::StatusOr<Table*> found = Find(key, "push to");
   if (!found.ok()) return done(found.status());
@@ -97,7 +99,14 @@ void TableEngine::Push(uint64_t node_id, uint64_t request_id, const Key& key,
   Answers answers;
   {
     absl::MutexLock lock(&table->mu);
-    if (!options_.sync) {
+    if (floor_ != nullptr) {
+      if (absl::Status stale = floor_->Check(view_epoch, /*write=*/true); !stale.ok()) {
+        answers.emplace_back(std::move(done), std::move(stale));
+      }
+    }
+    if (!answers.empty()) {
+      // Refused: routed by a view older than the floor.
+    } else if (!options_.sync) {
       const absl::Status status = Apply(table, key, ids, grads, table->round + 1);
       if (status.ok()) {
         ++table->round;

@@ -43,6 +43,7 @@
 #include "proto/kvstore.pb.h"
 #include "server/core/job_workers.h"
 #include "server/core/recent_request_ids.h"
+#include "server/core/view_floor.h"
 
 namespace kvstore {
 
@@ -72,9 +73,10 @@ class TableEngine {
   using Done = std::function<void(absl::Status)>;
 
   // `workers` must outlive the engine; `held_elsewhere` returns the bytes the server holds
-  // besides its tables (may be null: none).
+  // besides its tables (may be null: none); `floor` (may be null) is the server's view floor,
+  // which a push is checked against under its table's lock (see FailRounds).
   TableEngine(TableEngineOptions options, const JobWorkers* workers,
-              std::function<int64_t()> held_elsewhere);
+              std::function<int64_t()> held_elsewhere, const ViewFloor* floor = nullptr);
   ~TableEngine();
   TableEngine(const TableEngine&) = delete;
   TableEngine& operator=(const TableEngine&) = delete;
@@ -87,8 +89,11 @@ class TableEngine {
   // says; `done` runs once. InvalidArgument for grads of another size, NotFound for a key that
   // is no table, PermissionDenied for a sender that is not a worker - each at once, nothing
   // queued.
+  // `view_epoch`: the view the sender routed the push by; one the view floor refuses is
+  // answered with its StaleViewError (checked under the table's lock, so that a push is
+  // either in a Snapshot taken after the floor rose, or refused).
   void Push(uint64_t node_id, uint64_t request_id, const Key& key, std::vector<int64_t> ids,
-            std::vector<float> grads, Done done);
+            std::vector<float> grads, Done done, uint64_t view_epoch = 0);
 
   // Pull writes the rows of `ids` (any order, duplicates allowed) into `*rows` as
   // ids.size() x dim float32 values, little-endian. Errors as Push's, and ResourceExhausted for
@@ -100,7 +105,9 @@ class TableEngine {
   // job): their waiting pushes are refused, and rounds that waited only for them complete.
   // Call after JobWorkers::MarkDropped. Returns the rounds completed.
   int64_t DropWorkers();
-  // FailRounds answers every push still waiting for a round with `status` (the job failed).
+  // FailRounds answers every push still waiting for a round with `status`: the job failed, or
+  // a copy of the shard is taken for a replacement server once the view floor has risen (the
+  // senders send them again to both copies).
   void FailRounds(const absl::Status& status);
 
   // Snapshot returns every table, in key order, as TableCheckpoint pieces of at most
@@ -149,6 +156,7 @@ class TableEngine {
   const TableEngineOptions options_;
   const JobWorkers* const workers_;
   const std::function<int64_t()> held_elsewhere_;
+  const ViewFloor* const floor_;
   RecentRequestIds applied_;
   mutable absl::Mutex mu_;
   // Tables are never removed: a Table* stays valid for the engine's life.

@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "common/table_wire.h"
 #include "tests/table_reference.h"
@@ -81,8 +82,8 @@ absl::Status Expect(bool ok, const std::string& what) {
 }  // namespace
 
 absl::Status TableScenario(KVStore& kv, const std::string& mode, uint64_t seed, int first, int last,
-                           int num_servers, int checkpoint_round,
-                           const std::string& checkpoint_dir) {
+                           int num_servers, int checkpoint_round, const std::string& checkpoint_dir,
+                           absl::Duration pause) {
   const bool sync = mode != "dist_async";
   const TableConfig config = ScenarioConfig(seed, sync);
   const Key key("embedding");
@@ -150,6 +151,7 @@ absl::Status TableScenario(KVStore& kv, const std::string& mode, uint64_t seed, 
     }
     for (int i = 0; i < 8; ++i) probe.push_back(zipf.Draw(probes));
     if (round < first) continue;
+    absl::SleepFor(pause);
     if (sync) {
       RETURN_IF_ERROR(Compare(kv, key, probe, dim, references, round, &compared));
       std::printf("tables: round %d ok\n", round);

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "client/kvstore.h"
 
 namespace kvstore::testing {
@@ -28,10 +29,12 @@ namespace kvstore::testing {
 // checkpoint cut after round first - 1, which the reference replays); prints "tables: round R
 // ok" after each checked round and "tables: N rounds checked, M rows compared" at the end.
 // `checkpoint_round` > 0: after that round every worker waits for the others, rank 0 makes the
-// servers checkpoint into `checkpoint_dir`, and "CHECKPOINTED" is printed.
+// servers checkpoint into `checkpoint_dir`, and "CHECKPOINTED" is printed. `pause` is slept
+// between rounds.
 absl::Status TableScenario(KVStore& kv, const std::string& mode, uint64_t seed, int first, int last,
                            int num_servers, int checkpoint_round = 0,
-                           const std::string& checkpoint_dir = "");
+                           const std::string& checkpoint_dir = "",
+                           absl::Duration pause = absl::ZeroDuration());
 
 }  // namespace kvstore::testing
 

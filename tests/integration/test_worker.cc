@@ -41,7 +41,8 @@
 //                   A table trained over rounds FIRST..LAST of Zipf ids in a job of SERVERS
 //                   servers, every pull checked against a float64 reference; a checkpoint into
 //                   DIR after CKPT_ROUND; FIRST > 1 after a restore (table_scenario.h). A
-//                   last argument "hold": then READY, and it stays until the job is shut down.
+//                   last argument "hold": then READY, and it stays until the job is shut down;
+//                   "pause=MS" (before "hold"): MS of sleep between rounds.
 //   clipped_sum     For examples/custom_kvserver: selects its "clipped_sum" updater with limit
 //                   0.5, pushes [2, -2, 0.25, -0.1] twice and checks the clipped sums, then
 //                   prints READY and waits (up to 60 s) for the job to be shut down.
@@ -820,6 +821,14 @@ absl::Status Run(int argc, char** argv) {
     // down (at most 60 s), for the test to look at it.
     const bool hold = argc > 7 && std::string(argv[argc - 1]) == "hold";
     if (hold) --argc;
+    // "pause=MS": sleep MS between rounds, so that a test can act during training.
+    int pause_ms = 0;
+    if (argc > 7 && absl::StartsWith(argv[argc - 1], "pause=")) {
+      if (!absl::SimpleAtoi(std::string(argv[argc - 1]).substr(6), &pause_ms)) {
+        return absl::InvalidArgumentError("tables: pause=MS takes milliseconds");
+      }
+      --argc;
+    }
     uint64_t seed = 0;
     int first = 0, last = 0, servers = 0, checkpoint_round = 0;
     if (argc < 7 || !absl::SimpleAtoi(argv[3], &seed) || !absl::SimpleAtoi(argv[4], &first) ||
@@ -829,7 +838,7 @@ absl::Status Run(int argc, char** argv) {
           "usage: test_worker tables MODE SEED FIRST LAST SERVERS [CKPT_ROUND DIR]");
     }
     RETURN_IF_ERROR(TableScenario(*kv, mode, seed, first, last, servers, checkpoint_round,
-                                  argc > 8 ? argv[8] : ""));
+                                  argc > 8 ? argv[8] : "", absl::Milliseconds(pause_ms)));
     if (hold) HoldUntilShutdown(*kv);
     return absl::OkStatus();
   }

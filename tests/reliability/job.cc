@@ -99,8 +99,8 @@ Process& Job::StartServer(int rank, std::vector<std::string> args) {
   return *servers_[rank];
 }
 
-Process& Job::AddWorker(int rank, std::vector<std::string> args) {
-  args.insert(args.begin(), Runfile("tests/reliability/sum_worker"));
+Process& Job::AddWorker(int rank, std::vector<std::string> args, const std::string& program) {
+  args.insert(args.begin(), Runfile(program));
   workers_.push_back(StartProcess(absl::StrCat("worker ", rank), args, Env("worker", rank)));
   return *workers_.back();
 }

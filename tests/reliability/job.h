@@ -33,8 +33,10 @@ class Job {
       std::vector<std::string> scheduler_args = {});
   ~Job();
 
-  // AddWorker starts sum_worker of `rank` with `args` (SEED FIRST LAST [PAUSE_MS]).
-  Process& AddWorker(int rank, std::vector<std::string> args);
+  // AddWorker starts sum_worker of `rank` with `args` (SEED FIRST LAST [PAUSE_MS]), or the
+  // worker `program` (a runfile) with `args`.
+  Process& AddWorker(int rank, std::vector<std::string> args,
+                     const std::string& program = "tests/reliability/sum_worker");
   // StartServer starts (again) server `rank` with `args`. An argument "fsize_kib=N" is not
   // passed on: the server then runs with its file size limit at N KiB and SIGXFSZ ignored, so
   // that a write past it fails (EFBIG) as on a full disk.

@@ -164,6 +164,48 @@ void ReplaceOneServer(int servers) {
 }
 
 TEST_CASE(
+    "Replicas: with a table, a kvserver of 3 killed, replaced, and the other copy of its shard "
+    "killed: every pull of the table matches the reference",
+    "[reliability][replicas][tables]") {
+  const uint64_t seed = TestSeed();
+  std::mt19937_64 rng(seed);
+  constexpr int kServers = 3, kWorkers = 2, kRounds = 250;
+  const int victim = static_cast<int>(rng() % kServers);
+  const int second = (victim + 1) % kServers;
+  const int kill_after = 3 + static_cast<int>(rng() % 20);
+  std::printf("tables: killing server %d after round %d, replacing it, then killing server %d\n",
+              victim, kill_after, second);
+  Job job(std::vector<std::vector<std::string>>(kServers), kWorkers, {"--replicas=2"});
+  for (int w = 0; w < kWorkers; ++w) {
+    job.AddWorker(w,
+                  {"tables", "dist_sync", absl::StrCat(seed), "1", absl::StrCat(kRounds),
+                   absl::StrCat(kServers), "pause=10"},
+                  "tests/integration/test_worker");
+  }
+  REQUIRE(job.worker(0).WaitForOutput(absl::StrCat("tables: round ", kill_after, " ok"),
+                                      absl::Seconds(60)));
+  job.server(victim).Kill();
+  REQUIRE(job.scheduler().WaitForOutput(absl::StrCat("server ", victim, " is dead"),
+                                        absl::Seconds(10)));
+  job.StartServer(victim, {});
+  INFO(job.scheduler().output());
+  REQUIRE(job.scheduler().WaitForOutput("serves shards", absl::Seconds(30)));
+  absl::SleepFor(absl::Milliseconds(300));
+  job.server(second).Kill();
+  REQUIRE(job.scheduler().WaitForOutput(absl::StrCat("server ", second, " is dead"),
+                                        absl::Seconds(10)));
+  for (int w = 0; w < kWorkers; ++w) {
+    Job::ExpectExit(job.worker(w), 0);
+    CHECK(absl::StrContains(job.worker(w).output(),
+                            absl::StrCat("tables: ", kRounds, " rounds checked")));
+  }
+  for (int s = 0; s < kServers; ++s) {
+    if (s != second) Job::ExpectExit(job.server(s), 0);
+  }
+  Job::ExpectExit(job.scheduler(), 0);
+}
+
+TEST_CASE(
     "Replicas: a replacement kvserver of 2 takes a dead server's rank back and holds "
     "its shards",
     "[reliability][replicas]") {
