@@ -109,16 +109,23 @@ absl::Status PullTableRows(const TransferContext& ctx, const Key& key, int64_t d
   return Calls(ctx, ServerMethod::kTablePull, std::move(requests),
                [&](int s, grpc::ByteBuffer* buffer) -> absl::Status {
                  proto::TablePullResponse reply;
-                 absl::Status status = DecodeMessage(*buffer, &reply);
-                 if (!status.ok()) return status;
-                 if (reply.rows().size() != positions[s].size() * row_bytes) {
+                 absl::StatusOr<Payload> payload = DecodeFrame(*buffer, &reply);
+                 if (!payload.ok()) return payload.status();
+                 if (payload->size() != positions[s].size() * row_bytes) {
                    return absl::InternalError(absl::StrCat(
-                       "key ", key.Quoted(), ": the server sent ", reply.rows().size(),
-                       " bytes for ", positions[s].size(), " rows of ", dim, " float32"));
+                       "key ", key.Quoted(), ": the server sent ", payload->size(), " bytes for ",
+                       positions[s].size(), " rows of ", dim, " float32"));
                  }
-                 const char* at = reply.rows().data();
+                 // Each row from the received slices, into its place in the output.
+                 size_t at = 0;
                  for (const size_t i : positions[s]) {
-                   std::memcpy(out + i * dim, at, row_bytes);
+                   float* into = out + i * dim;
+                   if (const void* row = payload->Contiguous(at, row_bytes)) {
+                     std::memcpy(into, row, row_bytes);
+                   } else {
+                     absl::Status copied = payload->CopyTo(at, row_bytes, into);
+                     if (!copied.ok()) return copied;
+                   }
                    at += row_bytes;
                  }
                  return absl::OkStatus();

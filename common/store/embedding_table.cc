@@ -98,16 +98,13 @@ uint32_t EmbeddingTable::NewSlot(int64_t id, int64_t round) {
     slot = free_.back();
     free_.pop_back();
   } else {
-    slot = static_cast<uint32_t>(meta_.size());
+    slot = meta_.Add();
     if (slot % kRowsPerBlock == 0) {
-      // A block at a time, the bookkeeping too: no vector doubling past what the rows need.
       // Not zeroed: every row is written whole when its slot is taken, so a block's pages are
       // touched only as rows fill it.
       blocks_.push_back(
           std::unique_ptr<float[]>(new float[static_cast<size_t>(kRowsPerBlock * stride_)]));
-      meta_.reserve(blocks_.size() * kRowsPerBlock);
     }
-    meta_.emplace_back();
   }
   meta_[slot] = Slot{id, round, 0, kNone, kNone};
   float* row = Row(slot);
@@ -235,6 +232,9 @@ absl::Status EmbeddingTable::Push(absl::Span<const int64_t> ids, absl::Span<cons
   absl::flat_hash_map<int64_t, size_t> index;
   std::vector<int64_t> order;
   std::vector<double> sums;
+  index.reserve(ids.size());
+  order.reserve(ids.size());
+  sums.reserve(ids.size() * static_cast<size_t>(dim));
   for (size_t r = 0; r < ids.size(); ++r) {
     auto [it, added] = index.try_emplace(ids[r], order.size());
     if (added) {

@@ -173,7 +173,27 @@ class EmbeddingTable {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int64_t, uint32_t> slots_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, int64_t> counts_ ABSL_GUARDED_BY(mu_);
-  std::vector<Slot> meta_ ABSL_GUARDED_BY(mu_);
+  // Slots in blocks of kRowsPerBlock, as the rows: a table that grows never moves them (a
+  // vector grown a block at a time would copy every slot at every block).
+  class SlotBlocks {
+   public:
+    Slot& operator[](uint32_t slot) { return blocks_[slot / kRowsPerBlock][slot % kRowsPerBlock]; }
+    const Slot& operator[](uint32_t slot) const {
+      return blocks_[slot / kRowsPerBlock][slot % kRowsPerBlock];
+    }
+    uint32_t size() const { return size_; }
+    size_t capacity() const { return blocks_.size() * static_cast<size_t>(kRowsPerBlock); }
+    // Add takes the next slot, adding a block when the last is full.
+    uint32_t Add() {
+      if (size_ == capacity()) blocks_.push_back(std::make_unique<Slot[]>(kRowsPerBlock));
+      return size_++;
+    }
+
+   private:
+    std::vector<std::unique_ptr<Slot[]>> blocks_;
+    uint32_t size_ = 0;
+  };
+  SlotBlocks meta_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<float[]>> blocks_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> free_ ABSL_GUARDED_BY(mu_);
   uint32_t most_recent_ ABSL_GUARDED_BY(mu_) = kNone;

@@ -424,12 +424,15 @@ void HandleTablePull(const std::shared_ptr<ServerBackend>& backend, const grpc::
   if (status.ok()) status = CheckCaller(header, caller);
   absl::StatusOr<Key> key = status.ok() ? KeyFromProto(header.key()) : status;
   if (!key.ok()) return done(key.status());
-  proto::TablePullResponse reply;
-  status = backend->tables->Pull(header.node_id(), *key,
-                                 absl::MakeConstSpan(header.ids().data(), header.ids().size()),
-                                 reply.mutable_rows());
-  if (status.ok()) *response = EncodeMessage(reply);
-  done(status);
+  absl::StatusOr<Tensor> rows = backend->tables->Pull(
+      header.node_id(), *key, absl::MakeConstSpan(header.ids().data(), header.ids().size()));
+  if (!rows.ok()) return done(rows.status());
+  // The rows go out as the frame's payload, from the pulled tensor (no copy).
+  const PayloadPart part{*rows, 0, rows->byte_size()};
+  absl::StatusOr<grpc::ByteBuffer> frame =
+      EncodeFrame(proto::TablePullResponse(), absl::MakeConstSpan(&part, 1));
+  if (frame.ok()) *response = *std::move(frame);
+  done(frame.status());
 }
 
 }  // namespace

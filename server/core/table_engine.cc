@@ -166,8 +166,8 @@ int64_t TableEngine::CompleteRounds(Table* table, const Key& key, Answers* answe
   }
 }
 
-absl::Status TableEngine::Pull(uint64_t node_id, const Key& key, absl::Span<const int64_t> ids,
-                               std::string* rows) {
+absl::StatusOr<Tensor> TableEngine::Pull(uint64_t node_id, const Key& key,
+                                         absl::Span<const int64_t> ids) {
   RETURN_IF_ERROR(workers_->CheckSender(node_id));
   ASSIGN_OR_RETURN(Table * table, Find(key, "pull from"));
   const int64_t dim = table->spec.dim();
@@ -178,11 +178,13 @@ absl::Status TableEngine::Pull(uint64_t node_id, const Key& key, absl::Span<cons
         " bytes) exceeds the value limit of ", options_.max_value_bytes,
         " bytes (max_value_bytes); pull fewer ids at a time"));
   }
-  std::vector<float> out(ids.size() * static_cast<size_t>(dim));
-  RETURN_IF_ERROR(table->rows->Pull(ids, absl::MakeSpan(out)));
-  rows->resize(bytes);
-  if (bytes > 0) std::memcpy(rows->data(), out.data(), bytes);
-  return absl::OkStatus();
+  // Not zeroed: Pull writes every element.
+  const size_t n = ids.size() * static_cast<size_t>(dim);
+  float* data = new float[std::max<size_t>(n, 1)];
+  Tensor rows = Tensor::Adopt(data, DType::kFloat32, {static_cast<int64_t>(n)}, Device::CPU(),
+                              [data] { delete[] data; });
+  RETURN_IF_ERROR(table->rows->Pull(ids, absl::MakeSpan(data, n)));
+  return rows;
 }
 
 int64_t TableEngine::DropWorkers() {

@@ -40,6 +40,7 @@
 #include "absl/types/span.h"
 #include "common/key.h"
 #include "common/store/embedding_table.h"
+#include "common/tensor.h"
 #include "proto/kvstore.pb.h"
 #include "server/core/job_workers.h"
 #include "server/core/recent_request_ids.h"
@@ -95,11 +96,9 @@ class TableEngine {
   void Push(uint64_t node_id, uint64_t request_id, const Key& key, std::vector<int64_t> ids,
             std::vector<float> grads, Done done, uint64_t view_epoch = 0);
 
-  // Pull writes the rows of `ids` (any order, duplicates allowed) into `*rows` as
-  // ids.size() x dim float32 values, little-endian. Errors as Push's, and ResourceExhausted for
-  // a reply over max_value_bytes.
-  absl::Status Pull(uint64_t node_id, const Key& key, absl::Span<const int64_t> ids,
-                    std::string* rows);
+  // Pull returns the rows of `ids` (any order, duplicates allowed) as ids.size() x dim
+  // float32 values. Errors as Push's, and ResourceExhausted for a reply over max_value_bytes.
+  absl::StatusOr<Tensor> Pull(uint64_t node_id, const Key& key, absl::Span<const int64_t> ids);
 
   // DropWorkers stops waiting for the workers JobWorkers has dropped (they left an elastic
   // job): their waiting pushes are refused, and rounds that waited only for them complete.

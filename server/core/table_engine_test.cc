@@ -49,6 +49,15 @@ struct Reference {
   }
 };
 
+// PullInto: the rows a TableEngine's pull returns, as bytes.
+absl::Status PullInto(TableEngine& engine, uint64_t node, const Key& key,
+                      absl::Span<const int64_t> ids, std::string* bytes) {
+  absl::StatusOr<Tensor> rows = engine.Pull(node, key, ids);
+  if (!rows.ok()) return rows.status();
+  bytes->assign(static_cast<const char*>(rows->data()), rows->byte_size());
+  return absl::OkStatus();
+}
+
 std::vector<float> Rows(const std::string& bytes) {
   std::vector<float> out(bytes.size() / sizeof(float));
   std::memcpy(out.data(), bytes.data(), bytes.size());
@@ -105,7 +114,7 @@ TEST_CASE("TableEngine: dist_sync sums every worker's push of a round before one
       for (int64_t id : ids) {
         if (initial.count(id) == 0 && reference.rows.count(id) == 0) {
           std::string bytes;
-          REQUIRE(engine.Pull(kWorkers[w], key, {id}, &bytes).ok());
+          REQUIRE(PullInto(engine, kWorkers[w], key, {id}, &bytes).ok());
           const std::vector<float> row = Rows(bytes);
           initial[id] = std::vector<double>(row.begin(), row.end());
         }
@@ -122,7 +131,7 @@ TEST_CASE("TableEngine: dist_sync sums every worker's push of a round before one
     std::vector<int64_t> ids;
     for (const auto& [id, row] : reference.rows) ids.push_back(id);
     std::string bytes;
-    REQUIRE(engine.Pull(kWorkers[0], key, ids, &bytes).ok());
+    REQUIRE(PullInto(engine, kWorkers[0], key, ids, &bytes).ok());
     const std::vector<float> got = Rows(bytes);
     for (size_t r = 0; r < ids.size(); ++r) {
       for (int64_t j = 0; j < dim; ++j) {
@@ -145,7 +154,7 @@ TEST_CASE("TableEngine: a worker's next push waits for the next round; retries a
   REQUIRE(engine.Init(11, key, SgdSpec(1, 1.0, 0)).ok());
   auto pull = [&](int64_t id) {
     std::string bytes;
-    REQUIRE(engine.Pull(11, key, {id}, &bytes).ok());
+    REQUIRE(PullInto(engine, 11, key, {id}, &bytes).ok());
     return Rows(bytes)[0];
   };
   const float w0 = pull(3);
@@ -192,12 +201,12 @@ TEST_CASE("TableEngine: dist_async applies each push at once", "[tables]") {
   const Key key(1);
   REQUIRE(engine.Init(12, key, SgdSpec(2, 0.5, 0)).ok());
   std::string before, after;
-  REQUIRE(engine.Pull(11, key, {4, 4}, &before).ok());
+  REQUIRE(PullInto(engine, 11, key, {4, 4}, &before).ok());
   Outcome a;
   engine.Push(11, 1, key, {4, 4}, {1, 2, 3, 4}, a.Callback());
   REQUIRE(a.status.has_value());
   REQUIRE(a.status->ok());
-  REQUIRE(engine.Pull(12, key, {4}, &after).ok());
+  REQUIRE(PullInto(engine, 12, key, {4}, &after).ok());
   CHECK(std::abs(Rows(after)[0] - (Rows(before)[0] - 0.5f * 4)) < 1e-5);
   CHECK(std::abs(Rows(after)[1] - (Rows(before)[1] - 0.5f * 6)) < 1e-5);
   CHECK(engine.Tables()[0].round == 1);
@@ -234,9 +243,9 @@ TEST_CASE("TableEngine: bad input is refused naming the key and the limit, chang
   engine.Push(11, 2, Key("u"), {1}, {1, 2, 3, 4}, unknown.Callback());
   CHECK(absl::IsNotFound(*unknown.status));
   std::string rows;
-  CHECK(absl::IsNotFound(engine.Pull(11, Key("u"), {1}, &rows)));
+  CHECK(absl::IsNotFound(PullInto(engine, 11, Key("u"), {1}, &rows)));
   // 300 rows of 16 bytes: over the 4096-byte reply limit.
-  const absl::Status big = engine.Pull(11, key, std::vector<int64_t>(300, 1), &rows);
+  const absl::Status big = PullInto(engine, 11, key, std::vector<int64_t>(300, 1), &rows);
   CHECK(absl::IsResourceExhausted(big));
   CHECK(absl::StrContains(big.message(), "max_value_bytes"));
   // New rows over the memory budget: refused, nothing stored.
@@ -319,8 +328,8 @@ TEST_CASE("TableEngine: Snapshot in pieces and Restore carry every table as it w
       std::vector<int64_t> ids(81);
       for (int64_t i = 0; i <= 80; ++i) ids[i] = i;
       std::string ra, rb;
-      REQUIRE(a.Pull(11, ta[t].key, ids, &ra).ok());
-      REQUIRE(b.Pull(11, tb[t].key, ids, &rb).ok());
+      REQUIRE(PullInto(a, 11, ta[t].key, ids, &ra).ok());
+      REQUIRE(PullInto(b, 11, tb[t].key, ids, &rb).ok());
       CHECK(ra == rb);
     }
   };
