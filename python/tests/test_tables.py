@@ -108,3 +108,25 @@ def test_a_table_trained_by_two_workers_on_two_servers(tmp_path, rng):
     assert proc.returncode == 0
     for rank in (0, 1):
         assert re.search(rf"\[worker {rank}\] 15 steps checked, \d+ rows", proc.stdout)
+
+
+def test_the_click_through_example_trains_to_the_one_process_auc():
+    """examples/torch_ctr.py: an EmbeddingBag over 10^7 ids (admission, eviction) and an MLP,
+    trained by 2 workers on 2 kvservers; the loss falls and the test AUC is the one process's."""
+    cmd = [sys.executable, os.environ["KV_TEST_LAUNCH"], "-n", "2", "-s", "2",
+           "--scheduler", os.environ["KV_TEST_SCHEDULER"],
+           "--kvserver", os.environ["KV_TEST_KVSERVER"], "--timeout", "90", "--",
+           sys.executable, os.environ["KV_TEST_CTR_EXAMPLE"]]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=120)
+    print(proc.stdout)
+    assert proc.returncode == 0
+    losses = [float(x) for x in re.findall(r"\[worker 0\] epoch \d  loss ([0-9.]+)", proc.stdout)]
+    assert len(losses) == 3, proc.stdout
+    assert all(b < a for a, b in zip(losses, losses[1:])) and losses[-1] < 0.95 * losses[0], losses
+    m = re.search(r"\[worker 0\] test AUC: 2 workers ([0-9.]+), one process ([0-9.]+)",
+                  proc.stdout)
+    assert m, proc.stdout
+    distributed, single = float(m.group(1)), float(m.group(2))
+    assert single > 0.7
+    assert abs(distributed - single) < 0.01
