@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/gpu/staging.h"
 #include "client/key_groups.h"
 #include "common/reduce.h"
@@ -298,7 +299,7 @@ absl::Status LocalStore::DoPushRows(const Key& key, int64_t dim, absl::Span<cons
   RETURN_IF_ERROR(
       table.rows->Push(ids, absl::MakeConstSpan(grads, ids.size() * dim), table.round + 1));
   ++table.round;
-  table.rows->EvictUnseen(table.round);
+  table.rows->EvictStale(table.round, absl::Now());
   return absl::OkStatus();
 }
 

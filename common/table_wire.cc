@@ -60,6 +60,8 @@ proto::TableSpec TableSpecToProto(const TableConfig& config) {
   spec.set_evict_unseen_rounds(config.evict_unseen_rounds);
   spec.set_max_rows(config.max_rows);
   spec.set_evict_over_budget(config.evict_over_budget);
+  spec.set_max_bytes(config.max_bytes);
+  spec.set_evict_unseen_seconds(config.evict_unseen_seconds);
   return spec;
 }
 
@@ -104,6 +106,8 @@ absl::StatusOr<TableConfig> TableConfigFromProto(const proto::TableSpec& spec,
   config.evict_unseen_rounds = spec.evict_unseen_rounds();
   config.max_rows = spec.max_rows();
   config.evict_over_budget = spec.evict_over_budget();
+  config.max_bytes = spec.max_bytes();
+  config.evict_unseen_seconds = spec.evict_unseen_seconds();
   // The table's own checks, on a table of no rows.
   RETURN_IF_ERROR(EmbeddingTable::Create(config).status());
   return config;

@@ -552,6 +552,8 @@ class Store {
     config.evict_unseen_rounds = c["evict_unseen_rounds"].cast<int64_t>();
     config.max_rows = c["max_rows"].cast<int64_t>();
     config.evict_over_budget = c["evict_over_budget"].cast<bool>();
+    config.max_bytes = c["max_bytes"].cast<int64_t>();
+    config.evict_unseen_seconds = c["evict_unseen_seconds"].cast<double>();
     Run([store = Live(), k, config]() { return store->InitTable(k, config); });
   }
 

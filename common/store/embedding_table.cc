@@ -35,10 +35,12 @@ absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Create(TableConf
   if (config.admit_after < 1) {
     return Invalid(config, absl::StrCat("admit_after ", config.admit_after, " is below 1"));
   }
-  if (config.evict_unseen_rounds < 0 || config.max_rows < 0) {
-    return Invalid(config,
-                   absl::StrCat("evict_unseen_rounds (", config.evict_unseen_rounds,
-                                ") and max_rows (", config.max_rows, ") cannot be negative"));
+  if (config.evict_unseen_rounds < 0 || config.max_rows < 0 || config.max_bytes < 0 ||
+      !(config.evict_unseen_seconds >= 0)) {
+    return Invalid(config, absl::StrCat("evict_unseen_rounds (", config.evict_unseen_rounds,
+                                        "), max_rows (", config.max_rows, "), max_bytes (",
+                                        config.max_bytes, ") and evict_unseen_seconds (",
+                                        config.evict_unseen_seconds, ") cannot be negative"));
   }
   const RowInitializer& init = config.initializer;
   if (init.kind == RowInitializer::Kind::kUniform && !(init.a <= init.b)) {
@@ -64,7 +66,13 @@ EmbeddingTable::EmbeddingTable(TableConfig config)
       state_vectors_(config_.optimizer.kind == RowOptimizer::Kind::kSgd       ? 0
                      : config_.optimizer.kind == RowOptimizer::Kind::kAdagrad ? 1
                                                                               : 2),
-      stride_(config_.dim * (1 + state_vectors_)) {}
+      stride_(config_.dim * (1 + state_vectors_)) {
+  const int64_t by_bytes =
+      config_.max_bytes > 0 ? std::max<int64_t>(1, config_.max_bytes / BytesPerRow()) : 0;
+  max_rows_ = config_.max_rows == 0 ? by_bytes
+              : by_bytes == 0       ? config_.max_rows
+                                    : std::min(config_.max_rows, by_bytes);
+}
 
 void EmbeddingTable::InitialRow(int64_t id, float* out) const {
   const RowInitializer& init = config_.initializer;
@@ -262,17 +270,17 @@ absl::Status EmbeddingTable::Push(absl::Span<const int64_t> ids, absl::Span<cons
     }
   }
   const int64_t rows = static_cast<int64_t>(slots_.size());
-  if (config_.max_rows > 0 && rows + new_rows > config_.max_rows) {
+  if (max_rows_ > 0 && rows + new_rows > max_rows_) {
     if (!config_.evict_over_budget) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "table ", config_.name, ": ", new_rows, " new rows would make ", rows + new_rows,
-          " rows, over its limit of ", config_.max_rows, " (max_rows), with eviction off"));
+          " rows, over its limit of ", max_rows_, LimitName(), ", with eviction off"));
     }
     // The rows evicted are never ones this push touches: they all fit.
-    if (touched + new_rows > config_.max_rows) {
+    if (touched + new_rows > max_rows_) {
       return absl::ResourceExhaustedError(
           absl::StrCat("table ", config_.name, ": one push touches ", touched + new_rows,
-                       " rows, more than its limit of ", config_.max_rows, " (max_rows)"));
+                       " rows, more than its limit of ", max_rows_, LimitName()));
     }
   }
   // The rows this push touches are the most recent: evicted last.
@@ -291,7 +299,7 @@ absl::Status EmbeddingTable::Push(absl::Span<const int64_t> ids, absl::Span<cons
       continue;
     } else {
       counts_.erase(id);
-      if (config_.max_rows > 0 && static_cast<int64_t>(slots_.size()) >= config_.max_rows) {
+      if (max_rows_ > 0 && static_cast<int64_t>(slots_.size()) >= max_rows_) {
         Remove(least_recent_);
       }
       slot = NewSlot(id, round);
@@ -352,10 +360,10 @@ absl::Status EmbeddingTable::Load(const TableContents& c) {
                      c.counted_ids.size(), " ids counted and ", c.counts.size(),
                      " counts, for rows of ", stride_, " floats (dim and optimizer)"));
   }
-  if (config_.max_rows > 0 && static_cast<int64_t>(rows) > config_.max_rows) {
+  if (max_rows_ > 0 && static_cast<int64_t>(rows) > max_rows_) {
     return absl::InvalidArgumentError(absl::StrCat("table ", config_.name, ": ", rows,
-                                                   " saved rows exceed its limit of ",
-                                                   config_.max_rows, " (max_rows)"));
+                                                   " saved rows exceed its limit of ", max_rows_,
+                                                   LimitName()));
   }
   absl::MutexLock lock(&mu_);
   if (!slots_.empty() || !counts_.empty()) {
@@ -379,6 +387,37 @@ absl::Status EmbeddingTable::Load(const TableContents& c) {
   admitted_ = c.admitted;
   evicted_ = c.evicted;
   return absl::OkStatus();
+}
+
+std::string EmbeddingTable::LimitName() const {
+  const int64_t by_bytes = config_.max_bytes > 0 ? config_.max_bytes / BytesPerRow() : 0;
+  if (by_bytes > 0 && (config_.max_rows == 0 || by_bytes < config_.max_rows)) {
+    return absl::StrCat(" (max_bytes ", config_.max_bytes, " at ", BytesPerRow(), " bytes a row)");
+  }
+  return " (max_rows)";
+}
+
+int64_t EmbeddingTable::EvictStale(int64_t round, absl::Time now) {
+  int64_t evicted = EvictUnseen(round);
+  if (config_.evict_unseen_seconds <= 0) return evicted;
+  const absl::Time before = now - absl::Seconds(config_.evict_unseen_seconds);
+  absl::MutexLock lock(&mu_);
+  if (round_times_.empty() || round_times_.back().first < round) {
+    round_times_.emplace_back(round, now);
+  }
+  // The newest round given at or before `before`: rows last pushed then or earlier are stale.
+  int64_t stale_round = -1;
+  while (!round_times_.empty() && round_times_.front().second <= before) {
+    stale_round = round_times_.front().first;
+    round_times_.pop_front();
+  }
+  if (stale_round < 0) return evicted;
+  std::vector<uint32_t> stale;
+  for (const auto& [id, slot] : slots_) {
+    if (meta_[slot].last_pushed <= stale_round) stale.push_back(slot);
+  }
+  for (uint32_t slot : stale) Remove(slot);
+  return evicted + static_cast<int64_t>(stale.size());
 }
 
 bool EmbeddingTable::Contains(int64_t id) const {

@@ -14,7 +14,8 @@
 //   rows of a push move, with the gradients of an id's duplicates summed first; rescale_grad,
 //   clip_gradient and wd (coupled, added to the gradient) as MXNet applies them.
 // - Eviction: a row not pushed for `evict_unseen_rounds` rounds is removed by EvictUnseen; a
-//   push that would store more than `max_rows` rows evicts the least recently used ones (pulled
+//   push that would store more than `max_rows` rows (or than `max_bytes` hold) evicts the least
+//   recently used ones (pulled
 //   or pushed) first - or, with `evict_over_budget` false, is refused with ResourceExhausted
 //   naming the limit, changing nothing. An evicted id starts again from its admission count 0.
 // Bad input (gradients or an output of the wrong size) is refused before anything changes,
@@ -29,6 +30,7 @@
 #define KVSTORE_COMMON_STORE_EMBEDDING_TABLE_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +40,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 
 namespace kvstore {
@@ -69,6 +72,12 @@ struct TableConfig {
   int64_t admit_after = 1;
   int64_t evict_unseen_rounds = 0;  // 0: never.
   int64_t max_rows = 0;             // 0: no limit.
+  // The most bytes the rows may take (BytesPerRow each), as a row limit: the smaller of the
+  // two applies. 0: no limit.
+  int64_t max_bytes = 0;
+  // Rows not pushed for this long are removed by EvictStale (0: never). Measured from the
+  // times EvictStale is given: a restored table's clock starts at its first call.
+  double evict_unseen_seconds = 0;
   bool evict_over_budget = true;
 };
 
@@ -130,6 +139,15 @@ class EmbeddingTable {
   // EvictUnseen removes the rows not pushed since `round` - evict_unseen_rounds (none when
   // evict_unseen_rounds is 0) and returns how many.
   int64_t EvictUnseen(int64_t round);
+  // EvictStale runs after a push of `round` made at `now`: EvictUnseen(round), and, with
+  // evict_unseen_seconds, removes the rows whose last push was in a round that ended at least
+  // evict_unseen_seconds before `now` (it remembers when each round was given). Returns how many
+  // rows it removed.
+  int64_t EvictStale(int64_t round, absl::Time now);
+
+  // max_rows returns the limit on rows that applies: max_rows, or max_bytes over BytesPerRow,
+  // the smaller (0: none).
+  int64_t max_rows() const { return max_rows_; }
 
   // Export returns what the table holds; Load puts `contents` into this table, which must be
   // empty: DataLoss naming the table for contents whose sizes do not agree, another row width
@@ -161,6 +179,8 @@ class EmbeddingTable {
   static constexpr uint32_t kNone = ~uint32_t{0};
 
   float* Row(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // LimitName names the row limit that applies, for errors.
+  std::string LimitName() const;
   uint32_t NewSlot(int64_t id, int64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Remove(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unlink(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -168,6 +188,7 @@ class EmbeddingTable {
   void Step(uint32_t slot, const double* grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const TableConfig config_;
+  int64_t max_rows_ = 0;         // See max_rows().
   const int64_t state_vectors_;  // Per row: 0 (sgd), 1 (adagrad), 2 (adam).
   const int64_t stride_;         // Floats per row: dim * (1 + state_vectors).
   mutable absl::Mutex mu_;
@@ -200,6 +221,8 @@ class EmbeddingTable {
   uint32_t least_recent_ ABSL_GUARDED_BY(mu_) = kNone;
   int64_t admitted_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
+  // EvictStale's clock: when each round (the newest last) was given, oldest first.
+  std::deque<std::pair<int64_t, absl::Time>> round_times_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvstore

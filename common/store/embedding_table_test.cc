@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "tests/table_reference.h"
 #include "tests/test_util.h"
@@ -239,6 +240,63 @@ TEST_CASE("EmbeddingTable: a stored row costs its elements and about 64 bytes mo
     CHECK(per_row <= own + 64);
     CHECK(table->BytesPerRow() <= own + 80);
   }
+}
+
+TEST_CASE("EmbeddingTable: rows unseen for some seconds are evicted; max_bytes bounds the rows",
+          "[tables]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  TableConfig config;
+  config.name = "t";
+  config.dim = 2;
+  config.evict_unseen_seconds = 2.5;
+  std::unique_ptr<EmbeddingTable> table = EmbeddingTable::Create(config).value();
+  const absl::Time t0 = absl::FromUnixSeconds(1'800'000'000);
+  const std::vector<float> g = {1, 1};
+  // Id r is pushed in round r, one second after round r - 1; id 1 again in every round.
+  for (int64_t r = 1; r <= 6; ++r) {
+    REQUIRE(table->Push({r}, g, r).ok());
+    if (r > 1) REQUIRE(table->Push({1}, g, r).ok());
+    table->EvictStale(r, t0 + absl::Seconds(r));
+    // Rounds given at least 2.5 s before now are stale: ids r - 3 and older are gone.
+    for (int64_t id = 2; id <= r; ++id) {
+      INFO("round " << r << " id " << id);
+      CHECK(table->Contains(id) == (id > r - 3));
+    }
+    CHECK(table->Contains(1));
+  }
+  // Without time passing, nothing more goes.
+  const int64_t rows = table->stats().rows;
+  CHECK(table->EvictStale(6, t0 + absl::Seconds(6)) == 0);
+  CHECK(table->stats().rows == rows);
+
+  // max_bytes: as many rows as fit, the least recently used evicted beyond; with eviction off,
+  // refused naming the limit.
+  TableConfig bounded;
+  bounded.name = "b";
+  bounded.dim = 4;
+  std::unique_ptr<EmbeddingTable> probe = EmbeddingTable::Create(bounded).value();
+  const int64_t fit = rng.Int(3, 9);
+  bounded.max_bytes = fit * probe->BytesPerRow() + rng.Int(0, probe->BytesPerRow() - 1);
+  std::unique_ptr<EmbeddingTable> capped = EmbeddingTable::Create(bounded).value();
+  CHECK(capped->max_rows() == fit);
+  for (int64_t id = 0; id < 2 * fit; ++id) {
+    REQUIRE(capped->Push({id}, std::vector<float>(4, 1.0f), id + 1).ok());
+  }
+  CHECK(capped->stats().rows == fit);
+  CHECK(capped->Contains(2 * fit - 1));
+  CHECK_FALSE(capped->Contains(0));
+  bounded.evict_over_budget = false;
+  std::unique_ptr<EmbeddingTable> refusing = EmbeddingTable::Create(bounded).value();
+  for (int64_t id = 0; id < fit; ++id) {
+    REQUIRE(refusing->Push({id}, std::vector<float>(4, 1.0f), 1).ok());
+  }
+  const absl::Status over = refusing->Push({fit}, std::vector<float>(4, 1.0f), 2);
+  CHECK(absl::IsResourceExhausted(over));
+  CHECK(absl::StrContains(over.message(), "max_bytes"));
+  CHECK(refusing->stats().rows == fit);
+  bounded.max_bytes = -1;
+  CHECK(absl::IsInvalidArgument(EmbeddingTable::Create(bounded).status()));
 }
 
 }  // namespace

@@ -498,7 +498,8 @@ class KVStore:
                    std: float = 0.01, seed: int = 0, optimizer: str = "sgd", lr: float = 0.01,
                    wd: float = 0.0, rescale_grad: float = 1.0, clip_gradient: float = -1.0,
                    beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8,
-                   admit_after: int = 1, evict_unseen_rounds: int = 0, max_rows: int = 0,
+                   admit_after: int = 1, evict_unseen_rounds: int = 0,
+                   evict_unseen_seconds: float = 0.0, max_rows: int = 0, max_bytes: int = 0,
                    evict_over_budget: bool = True) -> None:
         """Makes `key` a table (docs/tables.md): float32 rows of width `dim` keyed by any int64
         id, created on first use. Every worker calls it with the same arguments; it returns
@@ -514,9 +515,12 @@ class KVStore:
             admit_after: an id gets a row once pushed this many times (once per round);
                 until then pulls read the initializer's row and pushes only count.
             evict_unseen_rounds: a row not pushed for this many rounds is removed (0: never).
+            evict_unseen_seconds: a row not pushed for this long is removed (0: never).
             max_rows: the most rows a server keeps of the table (0: no limit); beyond it the
                 least recently used are evicted, or, with `evict_over_budget` False, the push
                 is refused with ResourceExhaustedError.
+            max_bytes: the most bytes a server's rows of the table may take (0: no limit),
+                applied as max_rows is.
         Raises AlreadyExistsError for a key already a table or a value, InvalidArgumentError
         naming a bad argument.
         """
@@ -533,19 +537,29 @@ class KVStore:
             rescale_grad=float(rescale_grad), clip_gradient=float(clip_gradient),
             beta1=float(beta1), beta2=float(beta2), epsilon=float(epsilon),
             admit_after=int(admit_after), evict_unseen_rounds=int(evict_unseen_rounds),
-            max_rows=int(max_rows), evict_over_budget=bool(evict_over_budget)))
+            evict_unseen_seconds=float(evict_unseen_seconds), max_rows=int(max_rows),
+            max_bytes=int(max_bytes), evict_over_budget=bool(evict_over_budget)))
         self._table_dims[k] = int(dim)
 
     def _table_ids(self, op: str, key: Key, ids: Any) -> Any:
+        """`ids` as a flat int64 array (a tensor for a tensor); InvalidArgumentError naming the
+        key for ids that are not integers (floats are never truncated into ids)."""
         if key not in self._table_dims:
             raise NotFoundError(f"{op}: key {key!r} is no table (init_table makes one)")
-        if hasattr(ids, "__dlpack__") and hasattr(ids, "reshape"):
-            if hasattr(ids, "detach"):  # A PyTorch tensor.
-                import torch
-                return ids.detach().reshape(-1).to(torch.int64).cpu().contiguous()
-            return ids.reshape(-1).astype("int64", copy=False)
+        if hasattr(ids, "detach"):  # A PyTorch tensor.
+            import torch
+            if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+                raise InvalidArgumentError(
+                    f"{op}: key {key!r}: ids must be integers (int64), not {ids.dtype}")
+            return ids.detach().reshape(-1).to(torch.int64).cpu().contiguous()
         import numpy as np
-        return np.asarray(ids, dtype=np.int64).reshape(-1)
+        array = np.asarray(ids)
+        if array.size and array.dtype.kind not in "iu":
+            raise InvalidArgumentError(
+                f"{op}: key {key!r}: ids must be integers (int64), not {array.dtype}")
+        if array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max:
+            raise InvalidArgumentError(f"{op}: key {key!r}: ids must fit int64")
+        return array.astype(np.int64, copy=False).reshape(-1)
 
     def pull_rows(self, key: Key, ids: Any, out: Any = None) -> Any:
         """Returns the rows of `ids` of table `key` as an ``(len(ids), dim)`` float32 array.

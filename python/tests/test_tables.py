@@ -50,6 +50,10 @@ def test_table_rows_are_the_initializers_and_bad_calls_are_refused():
         kv.pull_rows(4, [1])
     with pytest.raises(kvstore.InvalidArgumentError, match="float32"):
         kv.push_rows(3, [1, 2], np.zeros((2, 5), dtype=np.float32))
+    with pytest.raises(kvstore.InvalidArgumentError, match="integers"):
+        kv.pull_rows(3, np.array([1.5, 2.0]))
+    with pytest.raises(kvstore.InvalidArgumentError, match="integers"):
+        kv.push_rows(3, torch.tensor([1.0]), np.zeros((1, 4), dtype=np.float32))
     with pytest.raises(kvstore.AlreadyExistsError):
         kv.init_table(3, 4)
     kv.init(7, np.zeros(2, dtype=np.float32))

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/proto_convert.h"
 #include "common/status_macros.h"
 #include "common/table_wire.h"
@@ -78,7 +79,7 @@ absl::Status TableEngine::Apply(Table* table, const Key& key, absl::Span<const i
     }
   }
   RETURN_IF_ERROR(table->rows->Push(ids, grads, round));
-  table->rows->EvictUnseen(round);
+  table->rows->EvictStale(round, absl::Now());
   return absl::OkStatus();
 }
 
