@@ -96,17 +96,20 @@ void TableEngine::Push(uint64_t node_id, uint64_t request_id, const Key& key,
         absl::StrCat("key ", key.Quoted(), ": pushing ", ids.size(), " rows of ", dim,
                      " elements with ", grads.size(), " elements")));
   }
-  if (applied_.Contains(node_id, request_id)) return done(absl::OkStatus());
   Answers answers;
   {
     absl::MutexLock lock(&table->mu);
-    if (floor_ != nullptr) {
+    // Under the lock a round records its request ids under: a retry of an applied push is
+    // acknowledged, never queued again.
+    if (applied_.Contains(node_id, request_id)) {
+      answers.emplace_back(std::move(done), absl::OkStatus());
+    } else if (floor_ != nullptr) {
       if (absl::Status stale = floor_->Check(view_epoch, /*write=*/true); !stale.ok()) {
         answers.emplace_back(std::move(done), std::move(stale));
       }
     }
     if (!answers.empty()) {
-      // Refused: routed by a view older than the floor.
+      // Answered already: applied before, or routed by a view older than the floor.
     } else if (!options_.sync) {
       const absl::Status status = Apply(table, key, ids, grads, table->round + 1);
       if (status.ok()) {
