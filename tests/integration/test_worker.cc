@@ -41,8 +41,8 @@
 //                   A table trained over rounds FIRST..LAST of Zipf ids in a job of SERVERS
 //                   servers, every pull checked against a float64 reference; a checkpoint into
 //                   DIR after CKPT_ROUND; FIRST > 1 after a restore (table_scenario.h). A
-//                   last argument "hold": then READY, and it stays until the job is shut down;
-//                   "pause=MS" (before "hold"): MS of sleep between rounds.
+//                   last argument "hold=FILE": then READY, and it stays until FILE exists (at
+//                   most 60 s); "pause=MS" (before it): MS of sleep between rounds.
 //   clipped_sum     For examples/custom_kvserver: selects its "clipped_sum" updater with limit
 //                   0.5, pushes [2, -2, 0.25, -0.1] twice and checks the clipped sums, then
 //                   prints READY and waits (up to 60 s) for the job to be shut down.
@@ -62,6 +62,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -817,10 +818,13 @@ absl::Status Run(int argc, char** argv) {
     return Rounds(*kv, mode, rounds);
   }
   if (scenario == "tables") {
-    // A last argument "hold": once checked, print READY and stay in the job until it is shut
-    // down (at most 60 s), for the test to look at it.
-    const bool hold = argc > 7 && std::string(argv[argc - 1]) == "hold";
-    if (hold) --argc;
+    // A last argument "hold=FILE": once checked, print READY and stay in the job until FILE
+    // exists (at most 60 s), for the test to look at it; then finish as usual.
+    std::string hold;
+    if (argc > 7 && absl::StartsWith(argv[argc - 1], "hold=")) {
+      hold = std::string(argv[argc - 1]).substr(5);
+      --argc;
+    }
     // "pause=MS": sleep MS between rounds, so that a test can act during training.
     int pause_ms = 0;
     if (argc > 7 && absl::StartsWith(argv[argc - 1], "pause=")) {
@@ -839,7 +843,14 @@ absl::Status Run(int argc, char** argv) {
     }
     RETURN_IF_ERROR(TableScenario(*kv, mode, seed, first, last, servers, checkpoint_round,
                                   argc > 8 ? argv[8] : "", absl::Milliseconds(pause_ms)));
-    if (hold) HoldUntilShutdown(*kv);
+    if (!hold.empty()) {
+      std::printf("READY\n");
+      std::fflush(stdout);
+      const absl::Time give_up = absl::Now() + absl::Seconds(60);
+      while (!std::filesystem::exists(hold) && absl::Now() < give_up) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+    }
     return absl::OkStatus();
   }
   if (scenario == "string_keys") return StringKeys(*kv);

@@ -169,7 +169,7 @@ TEST_CASE(
     "[reliability][replicas][tables]") {
   const uint64_t seed = TestSeed();
   std::mt19937_64 rng(seed);
-  constexpr int kServers = 3, kWorkers = 2, kRounds = 250;
+  constexpr int kServers = 3, kWorkers = 2, kRounds = 500;
   const int victim = static_cast<int>(rng() % kServers);
   const int second = (victim + 1) % kServers;
   const int kill_after = 3 + static_cast<int>(rng() % 20);
