@@ -39,6 +39,11 @@ absl::Status Membership::WhileSchedulerAway(const std::string& what, absl::Time 
   for (;;) {
     absl::Status status = call();
     if (!absl::IsUnavailable(status)) return status;
+    // A scheduler that said the job is over is not away but gone for good: nothing to wait for.
+    if (job_over_) {
+      return absl::CancelledError(
+          absl::StrCat("the job run by ", link_->name(), " is over (", status.message(), ")"));
+    }
     if (!give_up.has_value()) {
       give_up = std::min(deadline, absl::Now() + options_.scheduler_lost_timeout);
       SdkLogger()->warn(

@@ -472,6 +472,24 @@ TEST_CASE("Cluster: a kvserver built with its own updater and controller", "[clu
   cluster.ExpectCleanExit();
 }
 
+TEST_CASE(
+    "Cluster: once a worker has heard that the job is over, a call to the gone scheduler fails "
+    "at once, naming the end, rather than waiting for a scheduler away",
+    "[cluster][kvctl]") {
+  Cluster cluster(1, 1);
+  Process& worker = cluster.AddWorker(0, {"after_the_end"});
+  REQUIRE(worker.WaitForOutput("READY", absl::Seconds(30)));
+  int code = 0;
+  cluster.Kvctl({"shutdown"}, &code);
+  const absl::Time start = absl::Now();
+  Cluster::ExpectExit(worker, 0);
+  const absl::Duration took = absl::Now() - start;
+  INFO(worker.output());
+  CHECK(absl::StrContains(worker.output(), "is over"));
+  CHECK(took < absl::Seconds(10));  // Not the SDK's 30 s for a scheduler away.
+  cluster.ExpectCleanExit();
+}
+
 TEST_CASE("Cluster: kvctl status, command fan-out and shutdown", "[cluster][kvctl]") {
   const std::string root = FreshCheckpointRoot("kvctl-ckpt");
   Cluster cluster(2, 1, {}, {"--checkpoint_root=" + root});

@@ -853,6 +853,24 @@ absl::Status Run(int argc, char** argv) {
     }
     return absl::OkStatus();
   }
+  if (scenario == "after_the_end") {
+    // Stays until the job is shut down (kvctl shutdown), waits for the scheduler to be gone,
+    // then calls it: the call must fail at once, naming the job's end, not wait for a
+    // scheduler that was only away.
+    std::printf("READY\n");
+    std::fflush(stdout);
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < give_up &&
+           kv->NumDeadNodes(NodeGroup::kScheduler, absl::Seconds(1)).ok()) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    absl::SleepFor(absl::Seconds(1));  // The scheduler exits once the servers have heard it.
+    const absl::Time start = absl::Now();
+    const absl::Status barrier = kv->Barrier();
+    std::printf("a barrier after the end: %s after %lld ms\n", barrier.ToString().c_str(),
+                static_cast<long long>(absl::ToInt64Milliseconds(absl::Now() - start)));
+    return absl::IsCancelled(barrier) ? absl::OkStatus() : barrier;
+  }
   if (scenario == "string_keys") return StringKeys(*kv);
   if (scenario == "train") return Train(*kv, argv + 2, argc - 2);
   if (scenario == "clipped_sum") return ClippedSum(*kv);
