@@ -249,6 +249,105 @@ absl::StatusOr<GradientCompression> ParseCompression(absl::string_view text) {
   return params;
 }
 
+// ParseTableText reads kv_init_table's parameters (c_api.h).
+absl::StatusOr<TableConfig> ParseTableText(absl::string_view text) {
+  TableConfig c;
+  bool has_dim = false;
+  for (absl::string_view field :
+       absl::StrSplit(text, absl::ByAnyChar(" ,\t\n"), absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(field, absl::MaxSplits('=', 1));
+    const absl::string_view name = kv.first, value = kv.second;
+    auto bad = [&](const char* what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("kv_init_table: ", name, " \"", value, "\" is not ", what));
+    };
+    double number = 0;
+    int64_t integer = 0;
+    if (name == "initializer") {
+      if (value == "zeros") {
+        c.initializer.kind = RowInitializer::Kind::kZeros;
+      } else if (value == "uniform") {
+        c.initializer.kind = RowInitializer::Kind::kUniform;
+      } else if (value == "normal") {
+        c.initializer.kind = RowInitializer::Kind::kNormal;
+      } else {
+        return bad("zeros, uniform or normal");
+      }
+    } else if (name == "optimizer") {
+      if (value == "sgd") {
+        c.optimizer.kind = RowOptimizer::Kind::kSgd;
+      } else if (value == "adagrad") {
+        c.optimizer.kind = RowOptimizer::Kind::kAdagrad;
+      } else if (value == "adam") {
+        c.optimizer.kind = RowOptimizer::Kind::kAdam;
+      } else {
+        return bad("sgd, adagrad or adam");
+      }
+    } else if (name == "evict_over_budget") {
+      if (value == "true" || value == "1") {
+        c.evict_over_budget = true;
+      } else if (value == "false" || value == "0") {
+        c.evict_over_budget = false;
+      } else {
+        return bad("true, false, 1 or 0");
+      }
+    } else if (name == "dim" || name == "seed" || name == "admit_after" ||
+               name == "evict_unseen_rounds" || name == "max_rows" || name == "max_bytes") {
+      if (!absl::SimpleAtoi(value, &integer)) return bad("an integer");
+      if (name == "dim") {
+        c.dim = integer;
+        has_dim = true;
+      } else if (name == "seed") {
+        c.initializer.seed = static_cast<uint64_t>(integer);
+      } else if (name == "admit_after") {
+        c.admit_after = integer;
+      } else if (name == "evict_unseen_rounds") {
+        c.evict_unseen_rounds = integer;
+      } else if (name == "max_rows") {
+        c.max_rows = integer;
+      } else {
+        c.max_bytes = integer;
+      }
+    } else {
+      if (!absl::SimpleAtod(value, &number)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "kv_init_table: unknown field \"", field,
+            "\"; known: dim, initializer, low, high, mean, std, seed, optimizer, lr, wd, "
+            "rescale_grad, clip_gradient, beta1, beta2, epsilon, admit_after, "
+            "evict_unseen_rounds, evict_unseen_seconds, max_rows, max_bytes, "
+            "evict_over_budget"));
+      }
+      if (name == "low" || name == "mean") {
+        c.initializer.a = number;
+      } else if (name == "high" || name == "std") {
+        c.initializer.b = number;
+      } else if (name == "lr") {
+        c.optimizer.lr = number;
+      } else if (name == "wd") {
+        c.optimizer.wd = number;
+      } else if (name == "rescale_grad") {
+        c.optimizer.rescale_grad = number;
+      } else if (name == "clip_gradient") {
+        c.optimizer.clip_gradient = number;
+      } else if (name == "beta1") {
+        c.optimizer.beta1 = number;
+      } else if (name == "beta2") {
+        c.optimizer.beta2 = number;
+      } else if (name == "epsilon") {
+        c.optimizer.epsilon = number;
+      } else if (name == "evict_unseen_seconds") {
+        c.evict_unseen_seconds = number;
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("kv_init_table: unknown field \"", name, "\""));
+      }
+    }
+  }
+  if (!has_dim) return absl::InvalidArgumentError("kv_init_table: the parameters need dim=N");
+  return c;
+}
+
 }  // namespace
 }  // namespace kvstore
 
@@ -595,6 +694,46 @@ int kv_load_optimizer_states(kv_store* kv, const char* path) {
     if (path == nullptr)
       return absl::InvalidArgumentError("kv_load_optimizer_states: path is NULL");
     return kv->store->LoadOptimizerStates(path);
+  });
+}
+
+int kv_init_table(kv_store* kv, const kv_key* key, const char* params) {
+  return Guarded("kv_init_table", [&]() -> absl::Status {
+    RETURN_IF_ERROR(kvstore::CheckStore(kv, "kv_init_table"));
+    if (key == nullptr) return absl::InvalidArgumentError("kv_init_table: key is NULL");
+    ASSIGN_OR_RETURN(const Key k, kvstore::ToKey(*key));
+    ASSIGN_OR_RETURN(const kvstore::TableConfig config,
+                     kvstore::ParseTableText(params == nullptr ? "" : params));
+    return kv->store->InitTable(k, config);
+  });
+}
+
+int kv_pull_rows(kv_store* kv, const kv_key* key, const int64_t* ids, size_t count, float* out) {
+  return Guarded("kv_pull_rows", [&]() -> absl::Status {
+    RETURN_IF_ERROR(kvstore::CheckStore(kv, "kv_pull_rows"));
+    if (key == nullptr || (count > 0 && (ids == nullptr || out == nullptr))) {
+      return absl::InvalidArgumentError("kv_pull_rows: key, ids or out is NULL");
+    }
+    ASSIGN_OR_RETURN(const Key k, kvstore::ToKey(*key));
+    ASSIGN_OR_RETURN(const int64_t dim, kv->store->TableDim(k));
+    Tensor rows = Tensor::Borrow(out, kvstore::DType::kFloat32, {static_cast<int64_t>(count), dim});
+    return kv->store->PullRows(k, absl::MakeConstSpan(ids, count), &rows);
+  });
+}
+
+int kv_push_rows(kv_store* kv, const kv_key* key, const int64_t* ids, size_t count,
+                 const float* grads) {
+  return Guarded("kv_push_rows", [&]() -> absl::Status {
+    RETURN_IF_ERROR(kvstore::CheckStore(kv, "kv_push_rows"));
+    if (key == nullptr || (count > 0 && (ids == nullptr || grads == nullptr))) {
+      return absl::InvalidArgumentError("kv_push_rows: key, ids or grads is NULL");
+    }
+    ASSIGN_OR_RETURN(const Key k, kvstore::ToKey(*key));
+    ASSIGN_OR_RETURN(const int64_t dim, kv->store->TableDim(k));
+    // Read only: the store never writes through a pushed tensor.
+    const Tensor rows = Tensor::Borrow(const_cast<float*>(grads), kvstore::DType::kFloat32,
+                                       {static_cast<int64_t>(count), dim});
+    return kv->store->PushRows(k, absl::MakeConstSpan(ids, count), rows);
   });
 }
 

@@ -247,6 +247,23 @@ int kv_set_gradient_compression(kv_store* kv, const char* params);
 int kv_save_optimizer_states(kv_store* kv, const char* path);
 int kv_load_optimizer_states(kv_store* kv, const char* path);
 
+/* --- Tables (docs/tables.md) ------------------------------------------------------------- */
+
+/* Makes `key` a table: float32 rows keyed by any int64 id, created on first use. `params` as
+ * text, "dim=64 initializer=normal std=0.01 optimizer=adagrad lr=0.05 admit_after=2": dim
+ * (required); initializer zeros|uniform|normal with low, high (uniform), mean, std (normal),
+ * seed; optimizer sgd|adagrad|adam with lr, wd, rescale_grad, clip_gradient, beta1, beta2,
+ * epsilon; admit_after, evict_unseen_rounds, evict_unseen_seconds, max_rows, max_bytes,
+ * evict_over_budget (true/false). Every worker calls it; it returns once the table exists. */
+int kv_init_table(kv_store* kv, const kv_key* key, const char* params);
+/* Writes the rows of ids[0..count) (any order, repeats allowed) into `out`, count x dim
+ * float32 of the caller's. Blocks until they are there. */
+int kv_pull_rows(kv_store* kv, const kv_key* key, const int64_t* ids, size_t count, float* out);
+/* Pushes `grads`, count x dim float32, the gradients of the rows of ids[0..count) (repeats
+ * summed). Blocks until applied (dist_sync: until every worker pushed the round). */
+int kv_push_rows(kv_store* kv, const kv_key* key, const int64_t* ids, size_t count,
+                 const float* grads);
+
 /* --- Servers ----------------------------------------------------------------------------- */
 
 /* Runs controller command (head, body) on every server; returns after all ran it. In process:

@@ -10,10 +10,12 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -313,3 +315,48 @@ TEST_CASE("C API: optimizers and compression from text") {
 }
 
 }  // namespace
+
+TEST_CASE("C API: a table from text parameters, its rows against float64 sgd, and its errors") {
+  TestRng rng;
+  INFO(rng.Describe());
+  Store s;
+  const kv_key key = IntKey(7);
+  const int64_t dim = rng.Int(1, 6);
+  const std::string params = absl::StrCat("dim=", dim,
+                                          " initializer=uniform low=-0.5 high=0.5 seed=3 "
+                                          "optimizer=sgd lr=0.25 admit_after=1");
+  REQUIRE(kv_init_table(s.kv, &key, params.c_str()) == KV_OK);
+  // Rows start at the initializer's; each push steps the pushed rows by -lr * (sum of grads).
+  std::vector<int64_t> ids = {5, -11, 5, 1LL << 40};
+  std::vector<float> rows(ids.size() * dim);
+  REQUIRE(kv_pull_rows(s.kv, &key, ids.data(), ids.size(), rows.data()) == KV_OK);
+  std::map<int64_t, std::vector<double>> want;
+  for (size_t r = 0; r < ids.size(); ++r) {
+    for (int64_t j = 0; j < dim; ++j) {
+      CHECK(rows[r * dim + j] >= -0.5f);
+      CHECK(rows[r * dim + j] <= 0.5f);
+    }
+    want[ids[r]].assign(rows.begin() + r * dim, rows.begin() + (r + 1) * dim);
+  }
+  const std::vector<float> grads = RandomFloats(rng, ids.size() * dim);
+  REQUIRE(kv_push_rows(s.kv, &key, ids.data(), ids.size(), grads.data()) == KV_OK);
+  for (size_t r = 0; r < ids.size(); ++r) {
+    for (int64_t j = 0; j < dim; ++j) want[ids[r]][j] -= 0.25 * grads[r * dim + j];
+  }
+  REQUIRE(kv_pull_rows(s.kv, &key, ids.data(), ids.size(), rows.data()) == KV_OK);
+  for (size_t r = 0; r < ids.size(); ++r) {
+    for (int64_t j = 0; j < dim; ++j) {
+      CHECK(std::abs(rows[r * dim + j] - want[ids[r]][j]) < 1e-5);
+    }
+  }
+  // Errors: a missing dim, an unknown field, a key that is no table, a second init.
+  const kv_key other = IntKey(8);
+  CHECK(kv_init_table(s.kv, &other, "optimizer=sgd") == KV_INVALID_ARGUMENT);
+  CHECK(std::string(kv_last_error()).find("dim") != std::string::npos);
+  CHECK(kv_init_table(s.kv, &other, "dim=4 momentum=0.9") == KV_INVALID_ARGUMENT);
+  CHECK(std::string(kv_last_error()).find("momentum") != std::string::npos);
+  CHECK(kv_pull_rows(s.kv, &other, ids.data(), ids.size(), rows.data()) == KV_NOT_FOUND);
+  CHECK(std::string(kv_last_error()).find("8") != std::string::npos);
+  CHECK(kv_init_table(s.kv, &key, params.c_str()) == KV_ALREADY_EXISTS);
+  CHECK(kv_push_rows(s.kv, &key, nullptr, 2, grads.data()) == KV_INVALID_ARGUMENT);
+}

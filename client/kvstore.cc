@@ -164,18 +164,23 @@ absl::Status KVStore::InitTable(const Key& key, const TableConfig& config) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> KVStore::TableDim(const Key& key) const {
+  absl::MutexLock lock(&tables_mu_);
+  auto found = table_dims_.find(key);
+  if (found == table_dims_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("key ", key.Quoted(), " is no table (InitTable makes one)"));
+  }
+  return found->second;
+}
+
 absl::StatusOr<int64_t> KVStore::CheckTableRows(const Key& key, size_t ids, const Tensor& rows,
                                                 absl::string_view op) const {
-  int64_t dim = 0;
-  {
-    absl::MutexLock lock(&tables_mu_);
-    auto found = table_dims_.find(key);
-    if (found == table_dims_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat(op, ": key ", key.Quoted(), " is no table (InitTable makes one)"));
-    }
-    dim = found->second;
+  absl::StatusOr<int64_t> found = TableDim(key);
+  if (!found.ok()) {
+    return absl::Status(found.status().code(), absl::StrCat(op, ": ", found.status().message()));
   }
+  const int64_t dim = *found;
   const Shape expected = {static_cast<int64_t>(ids), dim};
   if (!rows.defined() || !rows.device().is_cpu() || rows.dtype() != DType::kFloat32 ||
       rows.shape() != expected) {

@@ -347,6 +347,8 @@ class KVStore {
   // table over its max_rows with eviction off or a server over its memory budget - nothing
   // changes then.
   absl::Status PushRows(const Key& key, absl::Span<const int64_t> ids, const Tensor& grads);
+  // TableDim returns the row width of table `key`; NotFound naming it when it is no table.
+  absl::StatusOr<int64_t> TableDim(const Key& key) const;
 
   // ValueSpec returns the dtype and shape stored under `key` (this worker's record once the key
   // is initialised; no request is sent): what a caller converting another dtype to the stored
