@@ -33,6 +33,7 @@
 #include "common/row_sparse.h"
 #include "common/status_macros.h"
 #include "common/store/optimizer.h"
+#include "common/table_wire.h"
 #include "common/tensor.h"
 
 // The handles. A store keeps the output handles of its queued pulls: the SDK writes through
@@ -265,25 +266,9 @@ absl::StatusOr<TableConfig> ParseTableText(absl::string_view text) {
     double number = 0;
     int64_t integer = 0;
     if (name == "initializer") {
-      if (value == "zeros") {
-        c.initializer.kind = RowInitializer::Kind::kZeros;
-      } else if (value == "uniform") {
-        c.initializer.kind = RowInitializer::Kind::kUniform;
-      } else if (value == "normal") {
-        c.initializer.kind = RowInitializer::Kind::kNormal;
-      } else {
-        return bad("zeros, uniform or normal");
-      }
+      ASSIGN_OR_RETURN(c.initializer.kind, InitializerKind(value, "kv_init_table"));
     } else if (name == "optimizer") {
-      if (value == "sgd") {
-        c.optimizer.kind = RowOptimizer::Kind::kSgd;
-      } else if (value == "adagrad") {
-        c.optimizer.kind = RowOptimizer::Kind::kAdagrad;
-      } else if (value == "adam") {
-        c.optimizer.kind = RowOptimizer::Kind::kAdam;
-      } else {
-        return bad("sgd, adagrad or adam");
-      }
+      ASSIGN_OR_RETURN(c.optimizer.kind, OptimizerKind(value, "kv_init_table"));
     } else if (name == "evict_over_budget") {
       if (value == "true" || value == "1") {
         c.evict_over_budget = true;

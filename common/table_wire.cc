@@ -6,6 +6,16 @@
 namespace kvstore {
 namespace {
 
+uint64_t Mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
 const char* InitializerName(RowInitializer::Kind kind) {
   switch (kind) {
     case RowInitializer::Kind::kUniform:
@@ -30,15 +40,24 @@ const char* OptimizerName(RowOptimizer::Kind kind) {
   return "sgd";
 }
 
-uint64_t Mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+absl::StatusOr<RowInitializer::Kind> InitializerKind(absl::string_view name,
+                                                     absl::string_view what) {
+  for (const auto kind : {RowInitializer::Kind::kZeros, RowInitializer::Kind::kUniform,
+                          RowInitializer::Kind::kNormal}) {
+    if (name == InitializerName(kind)) return kind;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": unknown initializer \"", name, "\" (zeros, uniform or normal)"));
 }
 
-}  // namespace
+absl::StatusOr<RowOptimizer::Kind> OptimizerKind(absl::string_view name, absl::string_view what) {
+  for (const auto kind :
+       {RowOptimizer::Kind::kSgd, RowOptimizer::Kind::kAdagrad, RowOptimizer::Kind::kAdam}) {
+    if (name == OptimizerName(kind)) return kind;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": unknown optimizer \"", name, "\" (sgd, adagrad or adam)"));
+}
 
 proto::TableSpec TableSpecToProto(const TableConfig& config) {
   proto::TableSpec spec;
@@ -70,31 +89,13 @@ absl::StatusOr<TableConfig> TableConfigFromProto(const proto::TableSpec& spec,
   TableConfig config;
   config.name = name;
   config.dim = spec.dim();
-  if (spec.initializer() == "zeros") {
-    config.initializer.kind = RowInitializer::Kind::kZeros;
-  } else if (spec.initializer() == "uniform") {
-    config.initializer.kind = RowInitializer::Kind::kUniform;
-  } else if (spec.initializer() == "normal") {
-    config.initializer.kind = RowInitializer::Kind::kNormal;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("table ", name, ": unknown initializer \"",
-                                                   spec.initializer(),
-                                                   "\" (zeros, uniform or normal)"));
-  }
+  ASSIGN_OR_RETURN(config.initializer.kind,
+                   InitializerKind(spec.initializer(), absl::StrCat("table ", name)));
   config.initializer.a = spec.init_a();
   config.initializer.b = spec.init_b();
   config.initializer.seed = spec.seed();
   RowOptimizer& o = config.optimizer;
-  if (spec.optimizer() == "sgd") {
-    o.kind = RowOptimizer::Kind::kSgd;
-  } else if (spec.optimizer() == "adagrad") {
-    o.kind = RowOptimizer::Kind::kAdagrad;
-  } else if (spec.optimizer() == "adam") {
-    o.kind = RowOptimizer::Kind::kAdam;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("table ", name, ": unknown optimizer \"",
-                                                   spec.optimizer(), "\" (sgd, adagrad or adam)"));
-  }
+  ASSIGN_OR_RETURN(o.kind, OptimizerKind(spec.optimizer(), absl::StrCat("table ", name)));
   o.lr = spec.lr();
   o.wd = spec.wd();
   o.rescale_grad = spec.rescale_grad();

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/store/embedding_table.h"
 #include "proto/kvstore.pb.h"
 
@@ -24,6 +25,15 @@ proto::TableSpec TableSpecToProto(const TableConfig& config);
 // initializer or optimizer, or a value out of range.
 absl::StatusOr<TableConfig> TableConfigFromProto(const proto::TableSpec& spec,
                                                  const std::string& name);
+
+// InitializerKind / OptimizerKind read the names a TableSpec, the C API and Python use
+// ("zeros", "uniform", "normal"; "sgd", "adagrad", "adam"): InvalidArgument naming `what` and
+// the names known otherwise. InitializerName / OptimizerName write them.
+absl::StatusOr<RowInitializer::Kind> InitializerKind(absl::string_view name,
+                                                     absl::string_view what);
+absl::StatusOr<RowOptimizer::Kind> OptimizerKind(absl::string_view name, absl::string_view what);
+const char* InitializerName(RowInitializer::Kind kind);
+const char* OptimizerName(RowOptimizer::Kind kind);
 
 // SameTableSpec: whether two specs make the same table.
 bool SameTableSpec(const proto::TableSpec& a, const proto::TableSpec& b);

@@ -48,6 +48,7 @@
 #include "common/key.h"
 #include "common/optimizer_config.h"
 #include "common/row_sparse.h"
+#include "common/table_wire.h"
 #include "common/tensor.h"
 
 namespace py = pybind11;
@@ -513,34 +514,19 @@ class Store {
     const Key k = ToKey(key);
     TableConfig config;
     config.dim = c["dim"].cast<int64_t>();
-    const std::string init = c["initializer"].cast<std::string>();
-    if (init == "zeros") {
-      config.initializer.kind = RowInitializer::Kind::kZeros;
-    } else if (init == "uniform") {
-      config.initializer.kind = RowInitializer::Kind::kUniform;
-    } else if (init == "normal") {
-      config.initializer.kind = RowInitializer::Kind::kNormal;
-    } else {
-      ThrowIfError(absl::InvalidArgumentError(absl::StrCat("init_table: key ", k.Quoted(),
-                                                           ": unknown initializer \"", init,
-                                                           "\" (zeros, uniform or normal)")));
-    }
+    const std::string what = absl::StrCat("init_table: key ", k.Quoted());
+    absl::StatusOr<RowInitializer::Kind> init =
+        InitializerKind(c["initializer"].cast<std::string>(), what);
+    ThrowIfError(init.status());
+    config.initializer.kind = *init;
     config.initializer.a = c["init_a"].cast<double>();
     config.initializer.b = c["init_b"].cast<double>();
     config.initializer.seed = c["seed"].cast<uint64_t>();
-    const std::string opt = c["optimizer"].cast<std::string>();
     RowOptimizer& o = config.optimizer;
-    if (opt == "sgd") {
-      o.kind = RowOptimizer::Kind::kSgd;
-    } else if (opt == "adagrad") {
-      o.kind = RowOptimizer::Kind::kAdagrad;
-    } else if (opt == "adam") {
-      o.kind = RowOptimizer::Kind::kAdam;
-    } else {
-      ThrowIfError(absl::InvalidArgumentError(absl::StrCat("init_table: key ", k.Quoted(),
-                                                           ": unknown optimizer \"", opt,
-                                                           "\" (sgd, adagrad or adam)")));
-    }
+    absl::StatusOr<RowOptimizer::Kind> kind =
+        OptimizerKind(c["optimizer"].cast<std::string>(), what);
+    ThrowIfError(kind.status());
+    o.kind = *kind;
     o.lr = c["lr"].cast<double>();
     o.wd = c["wd"].cast<double>();
     o.rescale_grad = c["rescale_grad"].cast<double>();

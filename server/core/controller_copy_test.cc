@@ -31,18 +31,10 @@ namespace {
 using testing::Incoming;
 using testing::NewEngine;
 using testing::PullAll;
+using testing::PullInto;
 using testing::TestRng;
 
 constexpr uint64_t kWorkerA = 2, kWorkerB = 3;
-
-// PullInto: the rows a TableEngine's pull returns, as bytes.
-absl::Status PullInto(TableEngine& engine, uint64_t node, const Key& key,
-                      absl::Span<const int64_t> ids, std::string* bytes) {
-  absl::StatusOr<Tensor> rows = engine.Pull(node, key, ids);
-  if (!rows.ok()) return rows.status();
-  bytes->assign(static_cast<const char*>(rows->data()), rows->byte_size());
-  return absl::OkStatus();
-}
 
 // PushBoth pushes `grads[w]` from each worker under request `id` and waits for the round.
 void PushBoth(ServerEngine& engine, const std::vector<Key>& keys,

@@ -50,4 +50,12 @@ std::vector<uint8_t> Bytes(const Tensor& t) {
   return std::vector<uint8_t>(p, p + t.byte_size());
 }
 
+absl::Status PullInto(TableEngine& engine, uint64_t node, const Key& key,
+                      absl::Span<const int64_t> ids, std::string* bytes) {
+  absl::StatusOr<Tensor> rows = engine.Pull(node, key, ids);
+  if (!rows.ok()) return rows.status();
+  bytes->assign(static_cast<const char*>(rows->data()), rows->byte_size());
+  return absl::OkStatus();
+}
+
 }  // namespace kvstore::testing

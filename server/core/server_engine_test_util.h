@@ -12,6 +12,7 @@
 #include "common/key.h"
 #include "common/tensor.h"
 #include "server/core/server_engine.h"
+#include "server/core/table_engine.h"
 
 namespace kvstore::testing {
 
@@ -33,6 +34,10 @@ std::vector<double> PullAll(ServerEngine& engine, const Key& key, const Tensor& 
 
 // Bytes returns a copy of the tensor's bytes.
 std::vector<uint8_t> Bytes(const Tensor& t);
+
+// PullInto writes the rows a TableEngine's pull of `ids` returns into `*bytes`, as bytes.
+absl::Status PullInto(TableEngine& engine, uint64_t node, const Key& key,
+                      absl::Span<const int64_t> ids, std::string* bytes);
 
 }  // namespace kvstore::testing
 

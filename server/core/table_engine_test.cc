@@ -12,11 +12,13 @@
 
 #include "absl/strings/match.h"
 #include "common/table_wire.h"
+#include "server/core/server_engine_test_util.h"
 #include "tests/test_util.h"
 
 namespace kvstore {
 namespace {
 
+using testing::PullInto;
 using testing::TestRng;
 
 constexpr uint64_t kWorkers[] = {11, 12, 13};
@@ -48,15 +50,6 @@ struct Reference {
     }
   }
 };
-
-// PullInto: the rows a TableEngine's pull returns, as bytes.
-absl::Status PullInto(TableEngine& engine, uint64_t node, const Key& key,
-                      absl::Span<const int64_t> ids, std::string* bytes) {
-  absl::StatusOr<Tensor> rows = engine.Pull(node, key, ids);
-  if (!rows.ok()) return rows.status();
-  bytes->assign(static_cast<const char*>(rows->data()), rows->byte_size());
-  return absl::OkStatus();
-}
 
 std::vector<float> Rows(const std::string& bytes) {
   std::vector<float> out(bytes.size() / sizeof(float));
