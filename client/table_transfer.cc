@@ -1,5 +1,6 @@
 #include "client/table_transfer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -77,16 +78,23 @@ absl::Status PushTableRows(const TransferContext& ctx, const Key& key, int64_t d
     request.set_request_id(ctx.next_request_id->fetch_add(1));
     KeyToProto(key, request.mutable_key());
     request.mutable_ids()->Reserve(static_cast<int>(positions[s].size()));
-    std::string* bytes = request.mutable_grads();
-    bytes->resize(positions[s].size() * row_bytes);
-    char* at = bytes->data();
+    // The server's rows, gathered into one buffer that the frame's payload references.
+    const size_t bytes = positions[s].size() * row_bytes;
+    float* gathered = new float[std::max<size_t>(1, bytes / sizeof(float))];
+    Tensor rows =
+        Tensor::Adopt(gathered, DType::kFloat32, {static_cast<int64_t>(bytes / sizeof(float))},
+                      Device::CPU(), [gathered] { delete[] gathered; });
+    char* at = reinterpret_cast<char*>(gathered);
     for (const size_t i : positions[s]) {
       request.add_ids(ids[i]);
       std::memcpy(at, grads + i * dim, row_bytes);
       at += row_bytes;
     }
-    if (ctx.push_payload_bytes != nullptr) ctx.push_payload_bytes->fetch_add(bytes->size());
-    requests[s] = std::make_shared<const grpc::ByteBuffer>(EncodeMessage(request));
+    if (ctx.push_payload_bytes != nullptr) ctx.push_payload_bytes->fetch_add(bytes);
+    const PayloadPart part{rows, 0, bytes};
+    absl::StatusOr<grpc::ByteBuffer> frame = EncodeFrame(request, absl::MakeConstSpan(&part, 1));
+    if (!frame.ok()) return frame.status();
+    requests[s] = std::make_shared<const grpc::ByteBuffer>(*std::move(frame));
   }
   return Calls(ctx, ServerMethod::kTablePush, std::move(requests), nullptr);
 }

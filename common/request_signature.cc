@@ -35,12 +35,6 @@ struct Trailer {
 };
 constexpr size_t kTagAt = kSignatureTrailerBytes - kTagBytes;
 
-// Framed: the methods whose requests are [fixed32 N][N bytes of header][payload].
-bool Framed(ServerMethod method) {
-  return method == ServerMethod::kInit || method == ServerMethod::kPush ||
-         method == ServerMethod::kPushPull;
-}
-
 uint64_t Fnv1a(absl::string_view text) {
   uint64_t hash = 1469598103934665603ull;
   for (const char c : text) {

@@ -55,6 +55,14 @@ inline bool Mutates(ServerMethod method) {
          method != ServerMethod::kTablePull;
 }
 
+// Framed is true for the methods whose requests are frames (common/wire_frame.h): a header
+// message and a payload after it (Init, Push, PushPull, TablePush); the others' requests are
+// plain messages.
+inline bool Framed(ServerMethod method) {
+  return method == ServerMethod::kInit || method == ServerMethod::kPush ||
+         method == ServerMethod::kPushPull || method == ServerMethod::kTablePush;
+}
+
 // ServerMethodLabel returns the method's name in metrics and timelines: "init", "push",
 // "pull", "push_pull", "row_sparse_pull", "command", "table_init", "table_push" or
 // "table_pull".

@@ -374,14 +374,6 @@ void HandleCommand(const std::shared_ptr<ServerBackend>& backend, const grpc::By
   run(command);
 }
 
-// TableRows reads `bytes` as `count` float32 values (little-endian, as every supported host
-// stores them).
-std::vector<float> TableRows(const std::string& bytes) {
-  std::vector<float> values(bytes.size() / sizeof(float));
-  if (!values.empty()) std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
-  return values;
-}
-
 void HandleTableInit(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteBuffer* request,
                      grpc::ByteBuffer* response, Done done, const VerifiedCaller* caller) {
   proto::TableInitRequest header;
@@ -398,18 +390,25 @@ void HandleTablePush(const std::shared_ptr<ServerBackend>& backend, const grpc::
                      grpc::ByteBuffer* response, Done done, const VerifiedCaller* caller,
                      uint64_t view_epoch) {
   proto::TablePushRequest header;
-  absl::Status status = DecodeMessage(*request, &header);
-  if (status.ok()) status = CheckCaller(header, caller);
-  absl::StatusOr<Key> key = status.ok() ? KeyFromProto(header.key()) : status;
+  absl::StatusOr<Payload> payload = DecodeFrame(*request, &header);
+  if (!payload.ok()) return done(payload.status());
+  if (absl::Status status = CheckCaller(header, caller); !status.ok()) return done(status);
+  absl::StatusOr<Key> key = KeyFromProto(header.key());
   if (!key.ok()) return done(key.status());
-  if (header.grads().size() % sizeof(float) != 0) {
+  if (payload->size() % sizeof(float) != 0) {
     return done(absl::InvalidArgumentError(
-        absl::StrCat("key ", key->Quoted(), ": ", header.grads().size(),
+        absl::StrCat("key ", key->Quoted(), ": ", payload->size(),
                      " bytes of gradients is not a whole number of float32 values")));
+  }
+  // The engine keeps the gradients of a push that waits for its round: one copy, out of the
+  // received slices.
+  std::vector<float> grads(payload->size() / sizeof(float));
+  if (absl::Status copied = payload->CopyTo(0, payload->size(), grads.data()); !copied.ok()) {
+    return done(copied);
   }
   std::vector<int64_t> ids(header.ids().begin(), header.ids().end());
   backend->tables->Push(
-      header.node_id(), header.request_id(), *key, std::move(ids), TableRows(header.grads()),
+      header.node_id(), header.request_id(), *key, std::move(ids), std::move(grads),
       [response, done = std::move(done)](absl::Status pushed) {
         if (pushed.ok()) *response = EncodeMessage(proto::TablePushResponse());
         done(pushed);

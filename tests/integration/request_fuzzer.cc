@@ -1033,8 +1033,7 @@ FuzzRequest RequestFuzzer::BadFrame() {
 
 FuzzRequest RequestFuzzer::RandomRequest() {
   const auto method = static_cast<ServerMethod>(Int(0, kNumServerMethods - 1));
-  const bool framed = method == ServerMethod::kInit || method == ServerMethod::kPush ||
-                      method == ServerMethod::kPushPull;
+  const bool framed = Framed(method);
   // Random bytes, unless they would parse as a request of this worker (or of the scheduler,
   // whose requests the kvserver also runs): those are drawn again.
   for (;;) {
