@@ -242,7 +242,8 @@ class SchedulerCore {
   // is published, not left half written - before any server hears that the job is over. A job
   // that failed or was shut down (kvctl) may have rounds that never complete: its servers hear
   // it at once. `busy` is called under the core's lock: it must not block nor call the core.
-  // The daemon's shutdown_grace bounds the wait. Call before serving.
+  // The daemon stops holding the servers after half of its shutdown_grace, so that they hear
+  // the end before it gives up on them. Call before serving.
   void SetServersBusy(std::function<bool()> busy);
 
   // RequestShutdown ends the job now (kvctl shutdown): every later heartbeat says so, and

@@ -76,7 +76,8 @@ void SchedulerDaemon::MakeCoordinators() {
   coordinator_->SetResumed([core] { return core->TakeResumedCheckpoints(); });
   // A checkpoint or join under way when the last worker finishes ends before the servers exit.
   CheckpointCoordinator* busy = coordinator_.get();
-  core->SetServersBusy([busy] { return busy->busy(); });
+  std::atomic<bool>* stop_holding = &stop_holding_servers_;
+  core->SetServersBusy([busy, stop_holding] { return !stop_holding->load() && busy->busy(); });
   service_->SetCheckpointCoordinator(coordinator_.get());
   // A replacement server's join cuts servers too: it runs between checkpoints.
   joiner_ = std::make_unique<ServerJoiner>(
@@ -357,6 +358,7 @@ absl::Status SchedulerDaemon::Tick() {
     // `kvctl status` to show who failed.
     const absl::Duration stay =
         core_->job_failure().empty() ? linger : std::max(linger, absl::Seconds(3));
+    if (now - over_since > options_.shutdown_grace / 2) stop_holding_servers_ = true;
     if (core_->servers_released_or_gone(now, linger) && now - over_since > stay) return outcome;
     if (now - over_since > options_.shutdown_grace) {
       spdlog::warn("scheduler: servers did not all hear the end within {}; exiting",

@@ -12,6 +12,7 @@
 
 #include <grpcpp/server.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -128,6 +129,10 @@ class SchedulerDaemon {
   std::unique_ptr<ServerJoiner> joiner_;
   // Declared after the service it calls, so destroyed first.
   std::unique_ptr<CheckpointCoordinator> coordinator_;
+  // Set once the job has been over for half of shutdown_grace: the servers then hear the end
+  // even while a checkpoint or a join is still under way (SchedulerCore::SetServersBusy), so
+  // that they exit before the scheduler gives up waiting for them.
+  std::atomic<bool> stop_holding_servers_{false};
   std::thread ticker_;
   absl::Notification stop_;
   absl::Notification done_;
