@@ -1,5 +1,6 @@
 // Multi-process tests: a real scheduler, real kvservers and real workers (test_worker), each its
 // own process, talking over 127.0.0.1 with ports chosen by the OS.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "common/partitioner.h"
 #include "tests/job_secret.h"
 #include "tests/process.h"
 #include "tests/test_files.h"
@@ -102,6 +104,7 @@ class Cluster {
   }
 
   Process& scheduler() { return *scheduler_; }
+  int port() const { return port_; }
   Process& server(int i) { return *servers_[i]; }
   Process& worker(int i) { return *workers_list_[i]; }
 
@@ -488,6 +491,40 @@ TEST_CASE(
   CHECK(absl::StrContains(worker.output(), "is over"));
   CHECK(took < absl::Seconds(10));  // Not the SDK's 30 s for a scheduler away.
   cluster.ExpectCleanExit();
+}
+
+TEST_CASE(
+    "Cluster: a kvserver stopped (SIGTERM) while a checkpoint set is open removes its "
+    "unpublished file of the set",
+    "[cluster][checkpoint]") {
+  // Server 0 holds no key, so it writes its file of the set at once; server 1 holds a key
+  // whose round never completes, so the set stays open, waiting for it.
+  const kvstore::Partitioner placement = kvstore::Partitioner::Create(2).value();
+  int64_t key = 0;
+  while (placement.ServerOf(kvstore::Key(key)) != 1) ++key;
+  const std::string root = FreshCheckpointRoot("open-set-root");
+  Cluster cluster(2, 2, {"--checkpoint_timeout=60s"}, {"--checkpoint_root=" + root});
+  for (int r = 0; r < 2; ++r) cluster.AddWorker(r, {"open_round", absl::StrCat(key)});
+  for (int r = 0; r < 2; ++r) REQUIRE(cluster.worker(r).WaitForOutput("READY", absl::Seconds(30)));
+  std::unique_ptr<Process> kvctl =
+      StartProcess("kvctl",
+                   {Runfile("client/kvctl/kvctl"),
+                    absl::StrCat("--scheduler=127.0.0.1:", cluster.port()), "checkpoint", "open"},
+                   {});
+  const std::filesystem::path pending =
+      std::filesystem::path(root) / "open" / "server-0.ckpt.pending";
+  bool written = false;
+  for (int i = 0; i < 200 && !written; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    written = std::filesystem::exists(pending);
+  }
+  INFO(cluster.server(0).output());
+  REQUIRE(written);
+  ::kill(cluster.server(0).pid(), SIGTERM);
+  const absl::StatusOr<int> code = cluster.server(0).Wait(absl::Seconds(30));
+  REQUIRE(code.ok());
+  CHECK_FALSE(std::filesystem::exists(pending));
+  CHECK(absl::StrContains(cluster.server(0).output(), "unpublished file"));
 }
 
 TEST_CASE("Cluster: kvctl status, command fan-out and shutdown", "[cluster][kvctl]") {

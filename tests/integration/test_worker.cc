@@ -853,6 +853,21 @@ absl::Status Run(int argc, char** argv) {
     }
     return absl::OkStatus();
   }
+  if (scenario == "open_round") {
+    // open_round KEY: a round of KEY that never completes (rank 0 pushes it, the others never
+    // do), so that a checkpoint waits for it; then waits (bounded) for the test to end it.
+    int64_t key = 0;
+    if (argc < 3 || !absl::SimpleAtoi(argv[2], &key)) {
+      return absl::InvalidArgumentError("usage: test_worker open_round KEY");
+    }
+    RETURN_IF_ERROR(kv->Init(key, Base(8, 1)));
+    if (kv->rank() == 0) RETURN_IF_ERROR(kv->Push(key, Base(8, 2)));
+    absl::SleepFor(absl::Milliseconds(200));  // Time to reach the server (checked by the test).
+    std::printf("READY\n");
+    std::fflush(stdout);
+    absl::SleepFor(absl::Seconds(60));
+    return absl::DeadlineExceededError("open_round: not ended within 60 s");
+  }
   if (scenario == "after_the_end") {
     // Stays until the job is shut down (kvctl shutdown), waits for the scheduler to be gone,
     // then calls it: the call must fail at once, naming the job's end, not wait for a
