@@ -1,5 +1,7 @@
 #include "common/table_wire.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -112,6 +114,40 @@ absl::StatusOr<TableConfig> TableConfigFromProto(const proto::TableSpec& spec,
   // The table's own checks, on a table of no rows.
   RETURN_IF_ERROR(EmbeddingTable::Create(config).status());
   return config;
+}
+
+std::vector<proto::TableCheckpoint> TablePieces(const proto::Key& key, const proto::TableSpec& spec,
+                                                int64_t round, const TableContents& contents,
+                                                size_t piece_bytes) {
+  const size_t rows = contents.ids.size();
+  const size_t row_floats = static_cast<size_t>(contents.row_floats);
+  const size_t row_bytes = row_floats * sizeof(float);
+  const size_t rows_per_piece = std::max<size_t>(1, piece_bytes / std::max<size_t>(1, row_bytes));
+  std::vector<proto::TableCheckpoint> pieces;
+  size_t first = 0;
+  do {
+    const size_t end = std::min(rows, first + rows_per_piece);
+    proto::TableCheckpoint& piece = pieces.emplace_back();
+    *piece.mutable_key() = key;
+    piece.set_row_floats(contents.row_floats);
+    if (first == 0) {
+      *piece.mutable_spec() = spec;
+      piece.set_round(round);
+      *piece.mutable_counted_ids() = {contents.counted_ids.begin(), contents.counted_ids.end()};
+      *piece.mutable_counts() = {contents.counts.begin(), contents.counts.end()};
+      piece.set_admitted(contents.admitted);
+      piece.set_evicted(contents.evicted);
+    }
+    *piece.mutable_ids() = {contents.ids.begin() + first, contents.ids.begin() + end};
+    *piece.mutable_last_pushed() = {contents.last_pushed.begin() + first,
+                                    contents.last_pushed.begin() + end};
+    *piece.mutable_steps() = {contents.steps.begin() + first, contents.steps.begin() + end};
+    piece.set_values(reinterpret_cast<const char*>(contents.values.data() + first * row_floats),
+                     (end - first) * row_bytes);
+    piece.set_continued(end < rows);
+    first = end;
+  } while (first < rows);
+  return pieces;
 }
 
 bool SameTableSpec(const proto::TableSpec& a, const proto::TableSpec& b) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -34,6 +35,17 @@ absl::StatusOr<RowInitializer::Kind> InitializerKind(absl::string_view name,
 absl::StatusOr<RowOptimizer::Kind> OptimizerKind(absl::string_view name, absl::string_view what);
 const char* InitializerName(RowInitializer::Kind kind);
 const char* OptimizerName(RowOptimizer::Kind kind);
+
+// The most bytes of rows one piece of a saved table holds (proto::TableCheckpoint).
+inline constexpr size_t kTablePieceBytes = size_t{64} << 20;
+
+// TablePieces writes table `key` - made from `spec`, at `round`, holding `contents` - as
+// TableCheckpoint pieces of at most `piece_bytes` of rows each, rows in order: the first carries
+// the spec, the round, the ids counted for admission and the counters; all but the last are
+// marked `continued`.
+std::vector<proto::TableCheckpoint> TablePieces(const proto::Key& key, const proto::TableSpec& spec,
+                                                int64_t round, const TableContents& contents,
+                                                size_t piece_bytes = kTablePieceBytes);
 
 // SameTableSpec: whether two specs make the same table.
 bool SameTableSpec(const proto::TableSpec& a, const proto::TableSpec& b);

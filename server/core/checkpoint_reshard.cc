@@ -1,6 +1,7 @@
 #include "server/core/checkpoint_reshard.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <string>
 #include <utility>
@@ -140,77 +141,67 @@ namespace {
 // table's round is the highest of the files'. Rows keep their order within each old file.
 absl::Status ReshardTables(absl::Span<const proto::ShardCheckpoint> files, int rank,
                            int num_servers, proto::ShardCheckpoint* out) {
-  constexpr size_t kPieceBytes = size_t{64} << 20;
-  std::vector<std::string> order;  // Table keys' proto bytes, first seen first.
-  std::map<std::string, proto::TableCheckpoint> merged;  // One piece per table, all its rows.
+  // One table's rows of every file that land here, in the order the tables are first seen.
+  struct Table {
+    proto::Key key;
+    const proto::TableSpec* spec = nullptr;
+    int64_t round = 0;
+    TableContents contents;
+  };
+  std::vector<std::string> order;       // Table keys' proto bytes, first seen first.
+  std::map<std::string, Table> tables;  // By the key's proto bytes.
   for (const proto::ShardCheckpoint& file : files) {
     for (const proto::TableCheckpoint& piece : file.tables()) {
-      const std::string key = piece.key().SerializeAsString();
-      auto [it, fresh] = merged.try_emplace(key);
-      proto::TableCheckpoint& table = it->second;
+      const std::string bytes = piece.key().SerializeAsString();
+      auto [it, fresh] = tables.try_emplace(bytes);
+      Table& table = it->second;
+      TableContents& c = table.contents;
       if (fresh) {
-        order.push_back(key);
-        *table.mutable_key() = piece.key();
-        table.set_row_floats(piece.row_floats());
+        order.push_back(bytes);
+        table.key = piece.key();
+        c.row_floats = piece.row_floats();
       }
       if (piece.has_spec()) {
-        if (!table.has_spec()) *table.mutable_spec() = piece.spec();
-        if (piece.spec().SerializeAsString() != table.spec().SerializeAsString()) {
+        if (table.spec == nullptr) table.spec = &piece.spec();
+        if (piece.spec().SerializeAsString() != table.spec->SerializeAsString()) {
           return absl::DataLossError("the set's files name a table with different specs");
         }
-        table.set_round(std::max(table.round(), piece.round()));
+        table.round = std::max(table.round, piece.round());
         for (int i = 0; i < piece.counted_ids_size() && i < piece.counts_size(); ++i) {
           if (TableServerOf(piece.counted_ids(i), num_servers) != rank) continue;
-          table.add_counted_ids(piece.counted_ids(i));
-          table.add_counts(piece.counts(i));
+          c.counted_ids.push_back(piece.counted_ids(i));
+          c.counts.push_back(piece.counts(i));
         }
       }
-      const size_t row_bytes = static_cast<size_t>(piece.row_floats()) * sizeof(float);
-      if (piece.row_floats() != table.row_floats() ||
-          piece.values().size() != static_cast<size_t>(piece.ids_size()) * row_bytes ||
+      const size_t row_floats = static_cast<size_t>(piece.row_floats());
+      if (piece.row_floats() != c.row_floats ||
+          piece.values().size() !=
+              static_cast<size_t>(piece.ids_size()) * row_floats * sizeof(float) ||
           piece.last_pushed_size() != piece.ids_size() || piece.steps_size() != piece.ids_size()) {
         return absl::DataLossError("a saved piece of a table does not fit its rows");
       }
       for (int r = 0; r < piece.ids_size(); ++r) {
         if (TableServerOf(piece.ids(r), num_servers) != rank) continue;
-        table.add_ids(piece.ids(r));
-        table.add_last_pushed(piece.last_pushed(r));
-        table.add_steps(piece.steps(r));
-        table.mutable_values()->append(piece.values(), r * row_bytes, row_bytes);
+        c.ids.push_back(piece.ids(r));
+        c.last_pushed.push_back(piece.last_pushed(r));
+        c.steps.push_back(piece.steps(r));
+        const size_t at = c.values.size();
+        c.values.resize(at + row_floats);
+        std::memcpy(c.values.data() + at, piece.values().data() + r * row_floats * sizeof(float),
+                    row_floats * sizeof(float));
       }
     }
   }
-  for (const std::string& key : order) {
-    proto::TableCheckpoint& table = merged.at(key);
-    if (!table.has_spec()) return absl::DataLossError("a saved table has no spec");
-    table.set_admitted(table.ids_size());
-    table.set_evicted(0);
-    // In pieces of at most kPieceBytes of rows, as a server writes them.
-    const size_t row_bytes = static_cast<size_t>(table.row_floats()) * sizeof(float);
-    const int per_piece =
-        static_cast<int>(std::max<size_t>(1, kPieceBytes / std::max<size_t>(1, row_bytes)));
-    int first = 0;
-    do {
-      const int end = std::min(table.ids_size(), first + per_piece);
-      proto::TableCheckpoint* piece = out->add_tables();
-      *piece->mutable_key() = table.key();
-      piece->set_row_floats(table.row_floats());
-      if (first == 0) {
-        *piece->mutable_spec() = table.spec();
-        piece->set_round(table.round());
-        *piece->mutable_counted_ids() = table.counted_ids();
-        *piece->mutable_counts() = table.counts();
-        piece->set_admitted(table.admitted());
-      }
-      for (int r = first; r < end; ++r) {
-        piece->add_ids(table.ids(r));
-        piece->add_last_pushed(table.last_pushed(r));
-        piece->add_steps(table.steps(r));
-      }
-      piece->set_values(table.values().substr(first * row_bytes, (end - first) * row_bytes));
-      piece->set_continued(end < table.ids_size());
-      first = end;
-    } while (first < table.ids_size());
+  for (const std::string& bytes : order) {
+    Table& table = tables.at(bytes);
+    if (table.spec == nullptr) return absl::DataLossError("a saved table has no spec");
+    // The counters start from the rows carried here.
+    table.contents.admitted = static_cast<int64_t>(table.contents.ids.size());
+    table.contents.evicted = 0;
+    for (proto::TableCheckpoint& piece :
+         TablePieces(table.key, *table.spec, table.round, table.contents)) {
+      *out->add_tables() = std::move(piece);
+    }
   }
   return absl::OkStatus();
 }

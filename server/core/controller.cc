@@ -122,6 +122,23 @@ absl::StatusOr<std::unique_ptr<Updater>> Controller::MakeUpdater(
   return registry_->Create(spec.registry_name(), spec.registry_config());
 }
 
+void Controller::AppliedToProto(const std::vector<AppliedRequests>& applied, AppliedIds* out) {
+  for (const AppliedRequests& node : applied) {
+    proto::AppliedRequestIds* ids = out->Add();
+    ids->set_node_id(node.node_id);
+    *ids->mutable_request_ids() = {node.request_ids.begin(), node.request_ids.end()};
+  }
+}
+
+std::vector<AppliedRequests> Controller::AppliedFromProto(const AppliedIds& ids) {
+  std::vector<AppliedRequests> applied;
+  for (const proto::AppliedRequestIds& node : ids) {
+    applied.push_back({node.node_id(), std::vector<uint64_t>(node.request_ids().begin(),
+                                                             node.request_ids().end())});
+  }
+  return applied;
+}
+
 proto::ShardCheckpoint Controller::MakeCheckpoint(const EngineSnapshot& snapshot) {
   proto::ShardCheckpoint checkpoint;
   checkpoint.set_server_rank(rank_);
@@ -210,12 +227,7 @@ absl::Status Controller::RestoreShard(const proto::ShardCheckpoint& checkpoint,
     return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
   }
   SetUpdaterSpec(checkpoint.updater());
-  std::vector<AppliedRequests> applied;
-  for (const proto::AppliedRequestIds& node : checkpoint.applied()) {
-    applied.push_back({node.node_id(), std::vector<uint64_t>(node.request_ids().begin(),
-                                                             node.request_ids().end())});
-  }
-  engine_->state().LoadApplied(applied);
+  engine_->state().LoadApplied(AppliedFromProto(checkpoint.applied()));
   if (checkpoint.tables_size() > 0) {
     if (tables_ == nullptr) {
       return absl::FailedPreconditionError(
@@ -224,12 +236,7 @@ absl::Status Controller::RestoreShard(const proto::ShardCheckpoint& checkpoint,
     if (absl::Status s = tables_->Restore(checkpoint.tables()); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
     }
-    std::vector<AppliedRequests> table_applied;
-    for (const proto::AppliedRequestIds& node : checkpoint.table_applied()) {
-      table_applied.push_back({node.node_id(), std::vector<uint64_t>(node.request_ids().begin(),
-                                                                     node.request_ids().end())});
-    }
-    tables_->LoadApplied(table_applied);
+    tables_->LoadApplied(AppliedFromProto(checkpoint.table_applied()));
   }
   return absl::OkStatus();
 }

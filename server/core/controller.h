@@ -204,6 +204,11 @@ class Controller {
   // RestoreShard restores `checkpoint` (checked against the job) into the engine; `what`
   // names where it came from in errors (a file's path).
   absl::Status RestoreShard(const proto::ShardCheckpoint& checkpoint, const std::string& what);
+  // AppliedToProto / AppliedFromProto: request ids applied (an engine's or the tables') as a
+  // copied shard carries them.
+  using AppliedIds = google::protobuf::RepeatedPtrField<proto::AppliedRequestIds>;
+  static void AppliedToProto(const std::vector<AppliedRequests>& applied, AppliedIds* out);
+  static std::vector<AppliedRequests> AppliedFromProto(const AppliedIds& ids);
   // MakeCheckpoint builds this server's ShardCheckpoint from a snapshot.
   proto::ShardCheckpoint MakeCheckpoint(const EngineSnapshot& snapshot);
   absl::StatusOr<ConfinedDirectory> CheckpointDirectory(const std::string& dir, bool create) const;

@@ -142,18 +142,8 @@ absl::StatusOr<std::string> Controller::CopyOutCut(absl::string_view body) {
       checkpoint.mutable_values(i)->add_chunk_rounds(r);
     }
   }
-  for (const AppliedRequests& node : engine_->state().Applied()) {
-    proto::AppliedRequestIds* ids = checkpoint.add_applied();
-    ids->set_node_id(node.node_id);
-    for (uint64_t id : node.request_ids) ids->add_request_ids(id);
-  }
-  if (tables_ != nullptr) {
-    for (const AppliedRequests& node : tables_->Applied()) {
-      proto::AppliedRequestIds* ids = checkpoint.add_table_applied();
-      ids->set_node_id(node.node_id);
-      for (uint64_t id : node.request_ids) ids->add_request_ids(id);
-    }
-  }
+  AppliedToProto(engine_->state().Applied(), checkpoint.mutable_applied());
+  if (tables_ != nullptr) AppliedToProto(tables_->Applied(), checkpoint.mutable_table_applied());
   absl::MutexLock lock(&cut_mu_);
   if (cut_id_ == f[1]) cut_id_.clear();
   copy_id_ = f[1];

@@ -150,7 +150,7 @@ absl::StatusOr<std::string> EncodeShard(proto::ShardCheckpoint shard, size_t max
     if (bytes > fragments.Room()) fragments.Flush();
     fragments.AddPart(part);
   }
-  // Tables travel as pieces (TableEngine::kTablePieceBytes of rows at most), in order.
+  // Tables travel as pieces (kTablePieceBytes of rows at most, TablePieces), in order.
   for (proto::TableCheckpoint& piece : tables) {
     const size_t bytes = piece.ByteSizeLong() + 16;
     if (bytes > max_fragment_bytes / 2) {

@@ -192,13 +192,8 @@ absl::StatusOr<Tensor> TableEngine::Pull(uint64_t node_id, const Key& key,
 }
 
 int64_t TableEngine::DropWorkers() {
-  std::vector<std::pair<Key, Table*>> tables;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [key, table] : tables_) tables.emplace_back(key, table.get());
-  }
   int64_t completed = 0;
-  for (auto& [key, table] : tables) {
+  for (const auto& [key, table] : AllTables()) {
     Answers answers;
     {
       absl::MutexLock lock(&table->mu);
@@ -221,12 +216,7 @@ int64_t TableEngine::DropWorkers() {
 }
 
 void TableEngine::FailRounds(const absl::Status& status) {
-  std::vector<Table*> tables;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [key, table] : tables_) tables.push_back(table.get());
-  }
-  for (Table* table : tables) {
+  for (const auto& [key, table] : AllTables()) {
     std::vector<Done> dones;
     {
       absl::MutexLock lock(&table->mu);
@@ -241,7 +231,7 @@ void TableEngine::FailRounds(const absl::Status& status) {
   }
 }
 
-std::vector<proto::TableCheckpoint> TableEngine::Snapshot(size_t piece_bytes) const {
+std::vector<std::pair<Key, TableEngine::Table*>> TableEngine::AllTables() const {
   std::vector<std::pair<Key, Table*>> tables;
   {
     absl::MutexLock lock(&mu_);
@@ -249,8 +239,12 @@ std::vector<proto::TableCheckpoint> TableEngine::Snapshot(size_t piece_bytes) co
   }
   std::sort(tables.begin(), tables.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
+  return tables;
+}
+
+std::vector<proto::TableCheckpoint> TableEngine::Snapshot(size_t piece_bytes) const {
   std::vector<proto::TableCheckpoint> pieces;
-  for (const auto& [key, table] : tables) {
+  for (const auto& [key, table] : AllTables()) {
     TableContents contents;
     int64_t round = 0;
     {
@@ -258,33 +252,12 @@ std::vector<proto::TableCheckpoint> TableEngine::Snapshot(size_t piece_bytes) co
       contents = table->rows->Export();
       round = table->round;
     }
-    const size_t row_bytes = static_cast<size_t>(contents.row_floats) * sizeof(float);
-    const size_t rows_per_piece = std::max<size_t>(1, piece_bytes / std::max<size_t>(1, row_bytes));
-    size_t first = 0;
-    do {
-      const size_t end = std::min(contents.ids.size(), first + rows_per_piece);
-      proto::TableCheckpoint piece;
-      KeyToProto(key, piece.mutable_key());
-      piece.set_row_floats(contents.row_floats);
-      if (first == 0) {
-        *piece.mutable_spec() = table->spec;
-        piece.set_round(round);
-        *piece.mutable_counted_ids() = {contents.counted_ids.begin(), contents.counted_ids.end()};
-        *piece.mutable_counts() = {contents.counts.begin(), contents.counts.end()};
-        piece.set_admitted(contents.admitted);
-        piece.set_evicted(contents.evicted);
-      }
-      *piece.mutable_ids() = {contents.ids.begin() + first, contents.ids.begin() + end};
-      *piece.mutable_last_pushed() = {contents.last_pushed.begin() + first,
-                                      contents.last_pushed.begin() + end};
-      *piece.mutable_steps() = {contents.steps.begin() + first, contents.steps.begin() + end};
-      piece.set_values(
-          reinterpret_cast<const char*>(contents.values.data() + first * contents.row_floats),
-          (end - first) * row_bytes);
-      piece.set_continued(end < contents.ids.size());
+    proto::Key saved;
+    KeyToProto(key, &saved);
+    for (proto::TableCheckpoint& piece :
+         TablePieces(saved, table->spec, round, contents, piece_bytes)) {
       pieces.push_back(std::move(piece));
-      first = end;
-    } while (first < contents.ids.size());
+    }
   }
   return pieces;
 }
@@ -342,13 +315,8 @@ absl::Status TableEngine::Restore(
 }
 
 std::vector<TableInfo> TableEngine::Tables() const {
-  std::vector<std::pair<Key, Table*>> tables;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [key, table] : tables_) tables.emplace_back(key, table.get());
-  }
   std::vector<TableInfo> infos;
-  for (const auto& [key, table] : tables) {
+  for (const auto& [key, table] : AllTables()) {
     TableInfo info;
     info.key = key;
     info.dim = table->spec.dim();
@@ -359,8 +327,6 @@ std::vector<TableInfo> TableEngine::Tables() const {
     info.stats = table->rows->stats();
     infos.push_back(std::move(info));
   }
-  std::sort(infos.begin(), infos.end(),
-            [](const TableInfo& a, const TableInfo& b) { return a.key < b.key; });
   return infos;
 }
 

@@ -40,6 +40,7 @@
 #include "absl/types/span.h"
 #include "common/key.h"
 #include "common/store/embedding_table.h"
+#include "common/table_wire.h"
 #include "common/tensor.h"
 #include "proto/kvstore.pb.h"
 #include "server/core/job_workers.h"
@@ -110,9 +111,8 @@ class TableEngine {
   void FailRounds(const absl::Status& status);
 
   // Snapshot returns every table, in key order, as TableCheckpoint pieces of at most
-  // kTablePieceBytes of rows each (a table's rows as of one moment: its lock is held); pushes
-  // waiting for a dist_sync round are not in it.
-  static constexpr size_t kTablePieceBytes = size_t{64} << 20;
+  // `piece_bytes` of rows each (TablePieces; a table's rows as of one moment: its lock is
+  // held); pushes waiting for a dist_sync round are not in it.
   std::vector<proto::TableCheckpoint> Snapshot(size_t piece_bytes = kTablePieceBytes) const;
   // Restore makes the tables of `pieces` (a Snapshot's), the engine holding none yet.
   // DataLoss naming the key for pieces that do not fit together; the checks of Init for a
@@ -145,6 +145,9 @@ class TableEngine {
   using Answers = std::vector<std::pair<Done, absl::Status>>;
 
   absl::StatusOr<Table*> Find(const Key& key, absl::string_view what) const;
+  // AllTables returns every table, in key order (tables are never removed: the pointers stay
+  // valid); taken under mu_, which is then released.
+  std::vector<std::pair<Key, Table*>> AllTables() const;
   // Apply applies one update of `table` (round `round`), checking the memory budget first.
   absl::Status Apply(Table* table, const Key& key, absl::Span<const int64_t> ids,
                      absl::Span<const float> grads, int64_t round);
