@@ -12,6 +12,7 @@
 #include "client/group_transfer.h"
 #include "client/grpc_scheduler_link.h"
 #include "client/grpc_server_transport.h"
+#include "client/local_server_transport.h"
 #include "client/row_sparse_transfer.h"
 #include "client/table_transfer.h"
 #include "common/grpc_channel.h"
@@ -44,6 +45,7 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
         absl::StrCat("scheduler port ", options.scheduler_port, " is not in 1..65535"));
   }
   const int connections = options.connections_per_server;
+  const bool local = options.local_transport;
   std::shared_ptr<CompletionThread> completions = options.completion_thread;
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                    ChannelCredentialsFor(options.security.tls));
@@ -55,17 +57,19 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(std::string type,
     ASSIGN_OR_RETURN(scheduler, SchedulerEndpoint::ThroughEtcd(options.etcd_endpoints, options.job,
                                                                credentials));
   }
-  return Connect(
-      std::move(type), options,
-      std::make_unique<GrpcSchedulerLink>(std::move(scheduler), options.security.secret),
-      [connections, credentials,
-       completions](const JobView& view) -> absl::StatusOr<std::unique_ptr<ServerTransport>> {
-        ASSIGN_OR_RETURN(std::unique_ptr<GrpcServerTransport> transport,
-                         GrpcServerTransport::Create(ReplicaTargets(view.servers, view.replicas),
-                                                     ConnectionsPerServer(connections, view),
-                                                     credentials, completions));
-        return std::unique_ptr<ServerTransport>(std::move(transport));
-      });
+  return Connect(std::move(type), options,
+                 std::make_unique<GrpcSchedulerLink>(std::move(scheduler), options.security.secret),
+                 [connections, local, credentials, completions](
+                     const JobView& view) -> absl::StatusOr<std::unique_ptr<ServerTransport>> {
+                   const std::vector<ServerAddress> targets =
+                       ReplicaTargets(view.servers, view.replicas);
+                   const int per_server = ConnectionsPerServer(connections, view);
+                   ASSIGN_OR_RETURN(
+                       std::unique_ptr<GrpcServerTransport> transport,
+                       GrpcServerTransport::Create(targets, per_server, credentials, completions));
+                   if (!local) return std::unique_ptr<ServerTransport>(std::move(transport));
+                   return LocalServerTransport::Wrap(targets, per_server, std::move(transport));
+                 });
 }
 
 absl::Status DistStore::CheckOptions(const DistOptions& options) {

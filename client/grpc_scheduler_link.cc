@@ -76,7 +76,8 @@ absl::StatusOr<JobView> GrpcSchedulerLink::Register(const std::string& mode, int
   job.mode = view.mode();
   job.heartbeat_interval = absl::Milliseconds(view.heartbeat_interval_ms());
   for (const proto::ServerInfo& info : view.servers()) {
-    job.servers.push_back(ServerAddress{info.rank(), info.address()});
+    job.servers.push_back(
+        ServerAddress{info.rank(), info.address(), false, info.local_socket(), info.local_host()});
   }
   job.big_value_bound = view.big_value_bound();
   job.chunk_bytes = view.chunk_bytes();
@@ -105,7 +106,8 @@ absl::StatusOr<JobState> GrpcSchedulerLink::Heartbeat(uint64_t node_id, uint64_t
   state.dead_servers.assign(reply.dead_servers().begin(), reply.dead_servers().end());
   state.view_epoch = reply.view_epoch();
   for (const proto::ServerInfo& info : reply.servers()) {
-    state.servers.push_back(ServerAddress{info.rank(), info.address()});
+    state.servers.push_back(
+        ServerAddress{info.rank(), info.address(), false, info.local_socket(), info.local_host()});
   }
   return state;
 }

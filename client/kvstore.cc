@@ -65,6 +65,7 @@ absl::StatusOr<DistOptions> DistOptions::FromEnvironment() {
   options.log_level = env->log_level.value_or("");
   options.metrics_port = env->metrics_port.value_or(-1);
   options.trace_file = env->trace_file.value_or("");
+  options.local_transport = env->local_transport.value_or(true);
   return options;
 }
 

@@ -136,6 +136,10 @@ struct DistOptions {
   // worker, 1 when it has more (a server then reads several workers' connections at once
   // anyway, and each more connection costs it CPU; docs/performance.md, entry 44).
   int connections_per_server = 0;
+  // Reach the kvservers on this host through shared memory instead of TCP (client/
+  // local_server_transport.h, docs/colocated.md), as many connections each as over TCP; every
+  // other server is reached over gRPC. FromEnvironment takes it from KV_LOCAL (0 turns it off).
+  bool local_transport = true;
   // Operations of one kind that are ready together are sent as one request per server
   // (tensor fusion) while their payload stays under this many bytes; 0 turns fusion off.
   // Pushes of separate calls are never fused in a dist_sync job of several workers

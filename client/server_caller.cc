@@ -15,7 +15,9 @@ std::vector<ServerAddress> ReplicaTargets(const std::vector<ServerAddress>& serv
   if (replicas < 2 || servers.empty()) return targets;
   const size_t n = servers.size();
   for (size_t p = 0; p < n; ++p) {
-    targets.push_back(ServerAddress{static_cast<int>(p), servers[(p + 1) % n].address, true});
+    const ServerAddress& holder = servers[(p + 1) % n];
+    targets.push_back(ServerAddress{static_cast<int>(p), holder.address, true, holder.local_socket,
+                                    holder.local_host});
   }
   return targets;
 }

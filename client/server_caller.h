@@ -56,6 +56,10 @@ struct ServerAddress {
   int rank = 0;
   std::string address;
   bool backup = false;
+  // The server's shared-memory path for workers on its host (client/local_server_transport.h):
+  // its Unix socket and its host's boot id; empty when it advertised none.
+  std::string local_socket;
+  std::string local_host;
 };
 
 // ReplicaTargets lists what a worker's transport reaches, by index: the servers in rank order,

@@ -132,6 +132,7 @@ absl::StatusOr<JobEnvironment> ReadJobEnvironment(const Getenv& getenv_or_null) 
   if (const auto value = Lookup(getenv, {"KV_HOST"})) env.bind_host = value->second;
   RETURN_IF_ERROR(ReadSwitch(getenv, "KV_INSECURE", &env.insecure));
   RETURN_IF_ERROR(ReadSwitch(getenv, "KV_ELASTIC", &env.elastic));
+  RETURN_IF_ERROR(ReadSwitch(getenv, "KV_LOCAL", &env.local_transport));
   const std::pair<const char*, std::optional<std::string>*> paths[] = {
       {"KV_SECRET_FILE", &env.secret_file},
       {"KV_TLS_CA", &env.tls_ca},

@@ -33,6 +33,8 @@
 //                                                others go on; docs/reliability.md)
 //   KV_REPLICAS         -                        copies of each shard, 1 or 2: the scheduler's
 //                                                --replicas when the SDK runs it
+//   KV_LOCAL            -                        "0": a worker reaches the kvservers on its
+//                                                host over TCP too (default 1: shared memory)
 //
 // The project's name wins when both are set.
 #ifndef KVSTORE_COMMON_ENVIRONMENT_H_
@@ -69,6 +71,9 @@ struct JobEnvironment {
   std::optional<int> metrics_port;
   // KV_ELASTIC: whether the scheduler runs an elastic job (its --elastic also makes it one).
   std::optional<bool> elastic;
+  // KV_LOCAL: whether a worker reaches the kvservers on its host through shared memory
+  // (DistOptions::local_transport; default 1).
+  std::optional<bool> local_transport;
   // KV_REPLICAS: copies of each shard (1 or 2), for a scheduler the SDK runs (its --replicas
   // otherwise).
   std::optional<int> replicas;

@@ -63,6 +63,9 @@ ABSL_FLAG(absl::Duration, serving_poll, absl::Microseconds(250),
           "serving thread polls for the next "
           "one this long before it sleeps (spares a wake-up on machines whose idle CPUs halt); "
           "0: never.");
+ABSL_FLAG(std::string, local_socket_dir, "/tmp",
+          "Workers on this host reach the kvserver through shared memory, over a Unix socket "
+          "made in this directory (removed at exit); empty: only over TCP.");
 ABSL_FLAG(int64_t, max_value_bytes, kvstore::kDefaultMaxValueBytes,
           "The largest value a worker may store, in bytes (the whole value, over every server); "
           "a bigger one is refused with RESOURCE_EXHAUSTED. A request may carry at most this "
@@ -101,6 +104,7 @@ absl::Status Run(const KVServerCustomizer& customize) {
   options.scheduler_lost_timeout = absl::GetFlag(FLAGS_scheduler_lost_timeout);
   options.serving_threads = absl::GetFlag(FLAGS_serving_threads);
   options.serving_poll = absl::GetFlag(FLAGS_serving_poll);
+  options.local_socket_dir = absl::GetFlag(FLAGS_local_socket_dir);
   options.max_value_bytes = absl::GetFlag(FLAGS_max_value_bytes);
   options.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget_bytes);
   options.metrics_port = MetricsPortFlag();

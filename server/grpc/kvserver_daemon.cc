@@ -15,6 +15,7 @@
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/job_auth.h"
+#include "common/local_channel.h"
 #include "common/logging.h"
 #include "common/named_thread.h"
 #include "common/status_macros.h"
@@ -142,6 +143,23 @@ absl::StatusOr<ServerLimits> KVServerDaemon::Listen() {
   if (server_ == nullptr || port_ == 0) {
     return absl::UnavailableError(absl::StrCat("kvserver cannot listen on ", listen));
   }
+  if (!options_.local_socket_dir.empty()) {
+    const std::string path =
+        absl::StrCat(options_.local_socket_dir, "/kvserver-", port_, "-", getpid(), ".sock");
+    absl::StatusOr<std::unique_ptr<LocalListener>> local = LocalListener::Start(
+        path, limits.max_receive_bytes,
+        [this](int method, const grpc::ByteBuffer& request, uint64_t view_epoch,
+               grpc::ByteBuffer* response, std::function<void(absl::Status)> done) {
+          service_.HandleLocal(method, request, view_epoch, response, std::move(done));
+        });
+    if (local.ok()) {
+      local_ = *std::move(local);
+      local_host_ = ThisHostId();
+    } else {
+      spdlog::warn("kvserver serves workers on this host over TCP only: {}",
+                   local.status().ToString());
+    }
+  }
   return limits;
 }
 
@@ -150,6 +168,10 @@ void KVServerDaemon::LogStartup(const ServerLimits& limits) const {
   spdlog::info("kvserver listening on {} ({}, {} serving threads)", bound,
                options_.security.tls.transport(), serving_.size());
   if (bound != address()) spdlog::info("kvserver advertised to the job as {}", address());
+  if (local_ != nullptr) {
+    spdlog::info("kvserver serves workers on this host through shared memory at {}",
+                 local_->path());
+  }
   spdlog::info(
       "kvserver limits: values up to {} bytes, {} bytes held at most, requests up to "
       "{} bytes, {} bytes of gRPC buffers",
@@ -171,6 +193,7 @@ KVServerDaemon::~KVServerDaemon() {
   // The server first (Run did, unless Start failed), then the service, then the queues: the
   // serving threads drain them and return.
   if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
+  if (local_ != nullptr) local_->Stop();
   service_.StopServing();
   if (health_ != nullptr) health_->StopServing();
   for (auto& cq : cqs_) cq->Shutdown();
@@ -276,6 +299,7 @@ void KVServerDaemon::Run() {
   }
   health_->Stopping();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (local_ != nullptr) local_->Stop();
   // No command is served any more: a checkpoint set or a shard copy the scheduler had open
   // (a periodic set begun as the last worker finished) is ended here, its unpublished files
   // removed, so that an exiting server leaves nothing half written.
@@ -391,7 +415,14 @@ absl::StatusOr<proto::RegisterResponse> KVServerDaemon::Register() {
   request.set_address(address());
   request.set_requested_rank(options_.requested_rank);
   request.set_hostname(LocalHostname());
+  SetLocalPath(&request);
   return CallRegister(request, absl::Now() + options_.register_timeout);
+}
+
+void KVServerDaemon::SetLocalPath(proto::RegisterRequest* request) const {
+  if (local_ == nullptr || local_host_.empty()) return;
+  request->set_local_socket(local_->path());
+  request->set_local_host(local_host_);
 }
 
 void KVServerDaemon::JobPicture::Update(const proto::HeartbeatResponse& reply) {
@@ -413,6 +444,7 @@ absl::Status KVServerDaemon::Rejoin(const JobPicture& picture, const Backends& b
   request.set_address(address());
   request.set_requested_rank(registration.rank());
   request.set_hostname(LocalHostname());
+  SetLocalPath(&request);
   proto::Rejoin& rejoin = *request.mutable_rejoin();
   rejoin.set_node_id(registration.node_id());
   rejoin.set_rank(registration.rank());

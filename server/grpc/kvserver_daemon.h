@@ -41,6 +41,7 @@
 #include "server/core/server_engine.h"
 #include "server/grpc/kvserver_metrics.h"
 #include "server/grpc/kvserver_service.h"
+#include "server/grpc/local_listener.h"
 
 namespace kvstore {
 
@@ -90,6 +91,10 @@ struct KVServerOptions {
   // After answering a call with a reply of under 64 KB (any push, a small pull), a serving
   // thread polls its queue this long before it sleeps (see KVServerService::Serve); zero: never.
   absl::Duration serving_poll = absl::Microseconds(250);
+  // Serve workers on this host through shared memory too (local_listener.h), over a Unix socket
+  // made in this directory and advertised to the job; empty: TCP only. When the socket cannot
+  // be made the kvserver logs why and serves over TCP only.
+  std::string local_socket_dir;
   // The largest value, in bytes (ServerEngineOptions::max_value_bytes). It bounds requests
   // too: gRPC receives at most max_value_bytes + kRequestHeaderBytes in one request (and at
   // most 2 GiB), and buffers at most about twice that for all connections together
@@ -125,6 +130,9 @@ class KVServerDaemon {
   std::string address() const;
   // metrics_port is the port /metrics is served on, or 0 without metrics.
   int metrics_port() const;
+  // local_connections returns how many workers' connections the shared-memory path took so
+  // far (0 without one).
+  int local_connections() const { return local_ == nullptr ? 0 : local_->connections(); }
 
   // Wait blocks until the server has stopped and returns why (OK: the job ended).
   absl::Status Wait();
@@ -152,6 +160,8 @@ class KVServerDaemon {
   // Register registers with the scheduler, retrying while it cannot be reached, until
   // register_timeout; Cancelled once Shutdown was called.
   absl::StatusOr<proto::RegisterResponse> Register();
+  // SetLocalPath tells the scheduler of the shared-memory path, if any.
+  void SetLocalPath(proto::RegisterRequest* request) const;
   // CallRegister sends `request`, retried while the scheduler cannot be reached until
   // `give_up`; Shutdown cancels it.
   // `max_backoff` bounds the wait between attempts.
@@ -213,6 +223,8 @@ class KVServerDaemon {
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs_;
   std::vector<std::thread> serving_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<LocalListener> local_;  // Null: no shared-memory path.
+  std::string local_host_;                // This host's id, advertised with local_.
   std::unique_ptr<MetricsHttpServer> metrics_http_;
   std::unique_ptr<TraceWriter> trace_;  // Outlives the engine's round observer: see ~.
   std::thread thread_;

@@ -82,43 +82,12 @@ class KVServerService::Call final : public ServingTag {
         responder_.FinishWithError(ToGrpcStatus(status), static_cast<ServingTag*>(this));
       }
     };
-    std::shared_ptr<ServerBackend> backend, primary;
-    std::shared_ptr<const RequestVerifier> verifier;
-    const bool backup = method_ >= kNumServerMethods;
-    const auto method = static_cast<ServerMethod>(method_ % kNumServerMethods);
-    service_->Serving(backup, &backend, &primary, &verifier);
-    // In a job with a secret nothing is said of this server to a caller that cannot prove
-    // it belongs to the job: the signature is checked first. It carries the view the worker
-    // routed by; without a secret the call's metadata does, read only once a replacement
-    // server has joined (the metadata map costs a small call about a microsecond).
-    const grpc::ByteBuffer* request = &request_;
-    std::optional<RequestVerifier::Verified> verified;
-    uint64_t view_epoch = 0;
-    if (verifier != nullptr) {
-      absl::StatusOr<RequestVerifier::Verified> checked =
-          verifier->Verify(method, backup, request_);
-      if (!checked.ok()) {
-        done(checked.status());
-        return Event::kOther;
-      }
-      verified = *std::move(checked);
-      request = &verified->request;
-      view_epoch = verified->view_epoch;
-    } else if (backend != nullptr && backend->engine->view_floor().epoch() > 0) {
+    service_->Dispatch(method_, request_, &response_, std::move(done), [this] {
       const auto& metadata = context_.client_metadata();
       const auto found = metadata.find(kViewEpochKey);
-      if (found != metadata.end()) {
-        view_epoch = ParseViewEpoch(std::string(found->second.data(), found->second.size()));
-      }
-    }
-    if (backup && backend == nullptr && primary != nullptr) {
-      done(absl::FailedPreconditionError(
-          "this kvserver holds no backup shard (the job has no replicas)"));
-      return Event::kOther;
-    }
-    const VerifiedCaller caller{verified.has_value() ? verified->node_id : 0};
-    HandleServerRequest(backend, method, *request, &response_, std::move(done),
-                        verified.has_value() ? &caller : nullptr, view_epoch);
+      if (found == metadata.end()) return uint64_t{0};
+      return ParseViewEpoch(std::string(found->second.data(), found->second.size()));
+    });
     return Event::kOther;
   }
 
@@ -137,6 +106,59 @@ class KVServerService::Call final : public ServingTag {
   absl::Time started_;  // When the call arrived (kept only with metrics).
   absl::StatusCode code_ = absl::StatusCode::kOk;  // How it was answered.
 };
+
+void KVServerService::Dispatch(int method_index, const grpc::ByteBuffer& request,
+                               grpc::ByteBuffer* response, std::function<void(absl::Status)> done,
+                               absl::FunctionRef<uint64_t()> unsigned_view_epoch) const {
+  std::shared_ptr<ServerBackend> backend, primary;
+  std::shared_ptr<const RequestVerifier> verifier;
+  const bool backup = method_index >= kNumServerMethods;
+  const auto method = static_cast<ServerMethod>(method_index % kNumServerMethods);
+  Serving(backup, &backend, &primary, &verifier);
+  // In a job with a secret nothing is said of this server to a caller that cannot prove
+  // it belongs to the job: the signature is checked first. It carries the view the worker
+  // routed by; without a secret the transport does, read only once a replacement server has
+  // joined (the gRPC metadata map costs a small call about a microsecond).
+  const grpc::ByteBuffer* checked_request = &request;
+  std::optional<RequestVerifier::Verified> verified;
+  uint64_t view_epoch = 0;
+  if (verifier != nullptr) {
+    absl::StatusOr<RequestVerifier::Verified> checked = verifier->Verify(method, backup, request);
+    if (!checked.ok()) {
+      done(checked.status());
+      return;
+    }
+    verified = *std::move(checked);
+    checked_request = &verified->request;
+    view_epoch = verified->view_epoch;
+  } else if (backend != nullptr && backend->engine->view_floor().epoch() > 0) {
+    view_epoch = unsigned_view_epoch();
+  }
+  if (backup && backend == nullptr && primary != nullptr) {
+    done(absl::FailedPreconditionError(
+        "this kvserver holds no backup shard (the job has no replicas)"));
+    return;
+  }
+  const VerifiedCaller caller{verified.has_value() ? verified->node_id : 0};
+  HandleServerRequest(backend, method, *checked_request, response, std::move(done),
+                      verified.has_value() ? &caller : nullptr, view_epoch);
+}
+
+void KVServerService::HandleLocal(int method_index, const grpc::ByteBuffer& request,
+                                  uint64_t view_epoch, grpc::ByteBuffer* response,
+                                  std::function<void(absl::Status)> done) const {
+  if (metrics_ != nullptr) {
+    const absl::Time started = absl::Now();
+    const size_t request_bytes = request.Length();
+    done = [this, method_index, started, request_bytes, response,
+            done = std::move(done)](absl::Status status) {
+      metrics_->RecordCall(method_index % kNumServerMethods, status.code(), request_bytes,
+                           status.ok() ? response->Length() : 0, absl::Now() - started);
+      done(std::move(status));
+    };
+  }
+  Dispatch(method_index, request, response, std::move(done), [view_epoch] { return view_epoch; });
+}
 
 void KVServerService::Serve(grpc::ServerCompletionQueue* cq, absl::Duration poll) {
   {

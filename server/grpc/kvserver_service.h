@@ -26,6 +26,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -89,8 +90,23 @@ class KVServerService final : public RawAsyncKVServerService {
   // the server's Shutdown.
   void StopServing();
 
+  // HandleLocal runs a request that came another way than gRPC (the shared-memory path for
+  // workers on this host, local_listener.h) exactly as a gRPC call of method `method_index` (the
+  // Backup methods follow the others) is run - signature, view floor, backend - and counts it in
+  // the metrics; `view_epoch` is what the transport says the request was routed by (a signed
+  // request's own counts in a job with a secret). Contract as HandleServerRequest's.
+  void HandleLocal(int method_index, const grpc::ByteBuffer& request, uint64_t view_epoch,
+                   grpc::ByteBuffer* response, std::function<void(absl::Status)> done) const;
+
  private:
   class Call;
+
+  // Dispatch runs one request of either transport: the signature checked first (a job with a
+  // secret), then the backend chosen and the request handled. `unsigned_view_epoch` reads the
+  // view an unsigned request was routed by, called only once the view floor is above 0.
+  void Dispatch(int method_index, const grpc::ByteBuffer& request, grpc::ByteBuffer* response,
+                std::function<void(absl::Status)> done,
+                absl::FunctionRef<uint64_t()> unsigned_view_epoch) const;
 
   // Serving returns the backend a method runs on (the backup's for a Backup method), the
   // primary one, and the verifier of signatures.

@@ -158,6 +158,7 @@ std::unique_ptr<Job> StartJob(const char* argv0, int servers, int workers, const
       options.requested_rank = w;
       options.register_timeout = absl::Seconds(60);
       if (spec.connections > 0) options.connections_per_server = spec.connections;
+      options.local_transport = spec.local_path;
       if (spec.observe_workers) options.metrics_port = 0;
       auto store = KVStore::Create(spec.store_type, options);
       if (!store.ok()) Die(absl::StrCat("worker ", w, ": ", store.status().ToString()));

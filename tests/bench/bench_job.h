@@ -130,10 +130,13 @@ struct JobSecurity {
 
 // JobSpec: how a benchmark's job is run (the benchmarks' flags of the same names).
 struct JobSpec {
-  std::string scheduler;     // The scheduler binary; empty: from the runfiles.
-  std::string kvserver;      // The kvserver binary; empty: from the runfiles.
-  int64_t chunk_bytes = 0;   // The job's chunk size; 0: the scheduler's default.
-  int connections = 0;       // TCP connections per server; 0: the SDK's default.
+  std::string scheduler;    // The scheduler binary; empty: from the runfiles.
+  std::string kvserver;     // The kvserver binary; empty: from the runfiles.
+  int64_t chunk_bytes = 0;  // The job's chunk size; 0: the scheduler's default.
+  int connections = 0;      // TCP connections per server; 0: the SDK's default.
+  // The workers reach the kvservers (all on this host) through shared memory
+  // (DistOptions::local_transport); false: over TCP, as on a cluster.
+  bool local_path = false;
   int serving_threads = 0;   // The kvservers' --serving_threads; 0: their default.
   std::string serving_poll;  // The kvservers' --serving_poll; empty: their default.
   bool secret = true;        // With a job secret; false: the daemons run --insecure.

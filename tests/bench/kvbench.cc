@@ -74,6 +74,9 @@ ABSL_FLAG(std::string, kvserver, "", "kvserver binary (default: from the runfile
 ABSL_FLAG(std::string, scheduler, "", "scheduler binary (default: from the runfiles).");
 ABSL_FLAG(int64_t, chunk_bytes, 0, "Chunk size of the job (0: the scheduler's default).");
 ABSL_FLAG(int, connections, 0, "TCP connections per server (0: the SDK's default).");
+ABSL_FLAG(bool, local_path, false,
+          "The workers reach the kvservers through shared memory (a worker and a kvserver on one "
+          "host, docs/colocated.md); false: over TCP, as they would on a cluster.");
 ABSL_FLAG(bool, shared_completion_thread, true,
           "The workers of the process share one completion thread (DistOptions::"
           "completion_thread); false: each its own.");
@@ -287,6 +290,7 @@ JobSpec Spec() {
   spec.kvserver = absl::GetFlag(FLAGS_kvserver);
   spec.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   spec.connections = absl::GetFlag(FLAGS_connections);
+  spec.local_path = absl::GetFlag(FLAGS_local_path);
   spec.shared_completion_thread = absl::GetFlag(FLAGS_shared_completion_thread);
   spec.serving_threads = absl::GetFlag(FLAGS_serving_threads);
   spec.serving_poll = absl::GetFlag(FLAGS_serving_poll);

@@ -26,6 +26,13 @@ constexpr int kServers = 1;
 #else
 constexpr int kServers = 2;
 #endif
+// And as "dist_store_local_test" (KVSTORE_LOCAL_PATH), where server 0 serves the worker through
+// shared memory (client/local_server_transport.h) and server 1 over TCP, in one job.
+#ifdef KVSTORE_LOCAL_PATH
+constexpr bool kLocalPath = true;
+#else
+constexpr bool kLocalPath = false;
+#endif
 
 struct Cluster {
   std::unique_ptr<SchedulerDaemon> scheduler;
@@ -57,6 +64,8 @@ absl::StatusOr<std::unique_ptr<KVStore>> NewJob() {
     // Checkpoints go below the test's scratch directory (optimizer_cases.cc).
     const char* tmp = std::getenv("TEST_TMPDIR");
     server.checkpoint_root = tmp != nullptr ? tmp : "/tmp";
+    // A Unix socket's path is at most 107 bytes, less than the sandbox's scratch paths take.
+    if (kLocalPath && i == 0) server.local_socket_dir = "/tmp";
     auto daemon = KVServerDaemon::Start(std::move(server));
     if (!daemon.ok()) return daemon.status();
     cluster->servers.push_back(*std::move(daemon));
@@ -66,7 +75,11 @@ absl::StatusOr<std::unique_ptr<KVStore>> NewJob() {
   options.register_timeout = absl::Seconds(30);
   options.rpc_timeout = absl::Seconds(30);
   options.barrier_timeout = absl::Seconds(30);
-  return KVStore::Create(kType, options);
+  absl::StatusOr<std::unique_ptr<KVStore>> store = KVStore::Create(kType, options);
+  if (kLocalPath && store.ok() && cluster->servers[0]->local_connections() == 0) {
+    return absl::InternalError("the worker did not take server 0's shared-memory path");
+  }
+  return store;
 }
 
 }  // namespace

@@ -23,6 +23,8 @@ namespace {
 // The scheduler's own node id (SchedulerCore issues 2, 3, ... to the others).
 constexpr uint64_t kSchedulerNodeId = 1;
 
+// ViewToProto fills `out` from `view` but for its servers, which the caller adds
+// (SchedulerService::AddServers).
 void ViewToProto(const ClusterView& view, proto::ClusterView* out) {
   out->set_num_servers(view.num_servers);
   out->set_num_workers(view.num_workers);
@@ -33,12 +35,6 @@ void ViewToProto(const ClusterView& view, proto::ClusterView* out) {
   out->set_signed_payloads(view.signed_payloads);
   out->set_heartbeat_interval_ms(
       static_cast<int32_t>(absl::ToInt64Milliseconds(view.heartbeat_interval)));
-  for (const ServerEntry& server : view.servers) {
-    proto::ServerInfo* info = out->add_servers();
-    info->set_rank(server.rank);
-    info->set_node_id(server.node_id);
-    info->set_address(server.address);
-  }
   for (uint64_t id : view.worker_node_ids) out->add_worker_node_ids(id);
   out->set_job_id(view.job_id);
 }
@@ -246,6 +242,14 @@ void SchedulerService::HandleRegister(const proto::RegisterRequest& request,
     return done(absl::InvalidArgumentError(
         absl::StrCat("unknown mode \"", request.mode(), "\" (dist_sync or dist_async)")));
   }
+  if (role == NodeRole::kServer && !request.address().empty()) {
+    absl::MutexLock lock(&local_mu_);
+    if (request.local_socket().empty()) {
+      local_paths_.erase(request.address());
+    } else {
+      local_paths_[request.address()] = LocalPath{request.local_socket(), request.local_host()};
+    }
+  }
   const bool rejoin = request.has_rejoin();
   auto answer = [this, role, rejoin, response, address = request.address(),
                  done = std::move(done)](absl::StatusOr<Registration> registration) {
@@ -270,6 +274,7 @@ void SchedulerService::HandleRegister(const proto::RegisterRequest& request,
       response->set_scheduler_knew(registration->known);
       response->set_rank(registration->rank);
       ViewToProto(registration->view, response->mutable_view());
+      AddServers(registration->view.servers, response->mutable_view()->mutable_servers());
       if (keys != nullptr) {
         response->set_node_token(keys->node_key.TokenFor(registration->node_id));
         if (role == NodeRole::kServer) {
@@ -293,6 +298,22 @@ void SchedulerService::HandleRegister(const proto::RegisterRequest& request,
   if (rejoin) return core_->Rejoin(ClaimFromProto(request), absl::Now(), std::move(answer));
   core_->Register(role, request.requested_rank(), request.address(), request.hostname(),
                   absl::Now(), std::move(answer), request.mode());
+}
+
+void SchedulerService::AddServers(const std::vector<ServerEntry>& servers,
+                                  google::protobuf::RepeatedPtrField<proto::ServerInfo>* out) {
+  absl::MutexLock lock(&local_mu_);
+  for (const ServerEntry& server : servers) {
+    proto::ServerInfo* info = out->Add();
+    info->set_rank(server.rank);
+    info->set_node_id(server.node_id);
+    info->set_address(server.address);
+    const auto found = local_paths_.find(server.address);
+    if (found != local_paths_.end()) {
+      info->set_local_socket(found->second.socket);
+      info->set_local_host(found->second.host);
+    }
+  }
 }
 
 grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContext* context,
@@ -328,12 +349,7 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
         if (routing.epoch > 0) {
           // A replacement server joined: every server's address, as of this epoch.
           response->set_view_epoch(routing.epoch);
-          for (const ServerEntry& server : routing.servers) {
-            proto::ServerInfo* info = response->add_servers();
-            info->set_rank(server.rank);
-            info->set_node_id(server.node_id);
-            info->set_address(server.address);
-          }
+          AddServers(routing.servers, response->mutable_servers());
         }
         response->set_join_failure(core_->failover().join_failure(request.node_id()));
         if (over.ok() && *over) {

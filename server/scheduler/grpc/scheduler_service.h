@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/job_auth.h"
@@ -176,6 +177,18 @@ class SchedulerService final : public RawSchedulerService, private ServerCommand
   std::shared_ptr<grpc::ChannelCredentials> server_credentials_;  // Calls to the servers.
   CheckpointCoordinator* coordinator_ = nullptr;
   std::function<void(Registration, std::string)> join_;  // Optional; set before serving.
+  // LocalPath: a server's shared-memory path for workers on its host (RegisterRequest's
+  // local_socket and local_host), by the address it serves on - transport details the core
+  // does not keep; every registration (a restarted scheduler's too) brings them again.
+  struct LocalPath {
+    std::string socket;
+    std::string host;
+  };
+  // AddServers appends `servers` to `out` with their local paths.
+  void AddServers(const std::vector<ServerEntry>& servers,
+                  google::protobuf::RepeatedPtrField<proto::ServerInfo>* out);
+  absl::Mutex local_mu_;
+  absl::flat_hash_map<std::string, LocalPath> local_paths_ ABSL_GUARDED_BY(local_mu_);
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<grpc::GenericStub>> stubs_ ABSL_GUARDED_BY(mu_);
   std::set<int> checking_ ABSL_GUARDED_BY(mu_);  // Ranks CheckMissingServers is checking.
