@@ -39,9 +39,14 @@ struct Cluster {
   std::vector<std::unique_ptr<KVServerDaemon>> servers;
 };
 
+// The last job's daemons are stopped at exit by a handler registered once they have logged, so
+// that it runs before the loggers' registry (made by the first log line) is destroyed: their
+// threads log until they stop.
+std::unique_ptr<Cluster>* const last_cluster = new std::unique_ptr<Cluster>();
+
 absl::StatusOr<std::unique_ptr<KVStore>> NewJob() {
   // The previous job ended when its store was destroyed (the worker finished); release it.
-  static std::unique_ptr<Cluster> cluster;
+  std::unique_ptr<Cluster>& cluster = *last_cluster;
   cluster.reset();
   cluster = std::make_unique<Cluster>();
   SchedulerDaemonOptions scheduler;
@@ -75,6 +80,8 @@ absl::StatusOr<std::unique_ptr<KVStore>> NewJob() {
   options.register_timeout = absl::Seconds(30);
   options.rpc_timeout = absl::Seconds(30);
   options.barrier_timeout = absl::Seconds(30);
+  static const bool stop_at_exit = std::atexit([] { last_cluster->reset(); }) == 0;
+  (void)stop_at_exit;
   absl::StatusOr<std::unique_ptr<KVStore>> store = KVStore::Create(kType, options);
   if (kLocalPath && store.ok() && cluster->servers[0]->local_connections() == 0) {
     return absl::InternalError("the worker did not take server 0's shared-memory path");
