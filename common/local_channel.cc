@@ -94,7 +94,11 @@ SharedRegion& SharedRegion::operator=(SharedRegion&& other) noexcept {
 
 absl::Status WriteFully(int fd, struct iovec* iov, int count, const std::string& peer) {
   while (count > 0) {
-    const ssize_t n = writev(fd, iov, count);
+    // sendmsg with MSG_NOSIGNAL: a peer that went away is an error here, never SIGPIPE.
+    msghdr message{};
+    message.msg_iov = iov;
+    message.msg_iovlen = static_cast<size_t>(count);
+    const ssize_t n = sendmsg(fd, &message, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
       return Errno(absl::StatusCode::kUnavailable, absl::StrCat("writing to ", peer));

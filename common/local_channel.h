@@ -112,8 +112,8 @@ class SharedRegion {
   size_t size_ = 0;
 };
 
-// WriteFully writes every byte of `iov` to `fd` (retrying short writes and EINTR);
-// Unavailable naming `peer` when the socket fails.
+// WriteFully writes every byte of `iov` to socket `fd` (retrying short writes and EINTR);
+// Unavailable naming `peer` when the socket fails - a closed peer too, without SIGPIPE.
 absl::Status WriteFully(int fd, struct iovec* iov, int count, const std::string& peer);
 // ReadFully reads exactly `bytes` bytes; Unavailable naming `peer` at end of stream or error.
 absl::Status ReadFully(int fd, void* data, size_t bytes, const std::string& peer);

@@ -41,9 +41,15 @@ class LocalListener::Connection : public std::enable_shared_from_this<Connection
   bool finished() const { return finished_.load(); }
 
  private:
-  // One request being handled: its reply, which must outlive the handler's answer.
+  // One request being handled: its reply, which must outlive the handler's answer, and how
+  // far it is. The handler may read the request until it returns, even after it has answered
+  // (a key group's push is acknowledged before its sum is done, KeyGroups::Push): the reply,
+  // which overwrites the request's slot, goes out once the handler has both answered and
+  // returned - whichever comes second sends it.
   struct Pending {
     grpc::ByteBuffer response;
+    absl::Status status;
+    std::atomic<int> steps{0};
   };
 
   absl::Status Hello() {
@@ -136,8 +142,12 @@ class LocalListener::Connection : public std::enable_shared_from_this<Connection
       const uint32_t slot = note.slot;
       handler(static_cast<int>(note.method), request, note.view_epoch, &pending->response,
               [self = shared_from_this(), pending, slot](absl::Status status) {
-                self->Answer(slot, status, &pending->response);
+                pending->status = std::move(status);
+                if (pending->steps.fetch_add(1) == 1) {
+                  self->Answer(slot, pending->status, &pending->response);
+                }
               });
+      if (pending->steps.fetch_add(1) == 1) Answer(slot, pending->status, &pending->response);
     }
   }
 

@@ -60,6 +60,7 @@ struct Server {
   std::string path;
   std::unique_ptr<LocalListener> listener;
   std::atomic<int> handled{0};
+  std::atomic<int> overwritten{0};
   absl::Mutex mu;
   std::vector<std::function<void()>> held;
 
@@ -85,6 +86,9 @@ struct Server {
             return;
           }
           done(absl::OkStatus());
+          // A handler may read its request until it returns, after answering (a key group's
+          // push): the bytes must still be the request's.
+          if (bytes.rfind("early", 0) == 0 && Bytes(request) != bytes) ++overwritten;
         });
     REQUIRE(started.ok());
     listener = *std::move(started);
@@ -158,6 +162,21 @@ TEST_CASE(
   transport->Close();
 }
 
+TEST_CASE("LocalPath, a handler reads its request until it returns, even after answering") {
+  Server server;
+  auto transport = Worker(server, 1);
+  for (int i = 0; i < 20; ++i) {
+    Outcome outcome;
+    const std::string request = absl::StrCat("early ", i, std::string(1000, 'x'));
+    SendTo(transport.get(), 0, ServerMethod::kPush, request, &outcome);
+    REQUIRE(outcome.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    REQUIRE(outcome.status.ok());
+    CHECK(outcome.reply == Expected(static_cast<int>(ServerMethod::kPush), request));
+  }
+  CHECK(server.overwritten.load() == 0);
+  transport->Close();
+}
+
 TEST_CASE("LocalPath, the backup copy's requests arrive as the Backup methods") {
   Server server;
   auto transport = Worker(server, 1);
@@ -206,6 +225,14 @@ TEST_CASE(
   SendTo(transport.get(), 0, ServerMethod::kPush, "hold me", &held);
   while (server->handled.load() == 0) absl::SleepFor(absl::Milliseconds(1));
   server->listener->Stop();
+  // Sent at once, before the worker has seen the end of the stream: writes to a closed socket
+  // fail (never SIGPIPE, which would end the worker).
+  std::vector<Outcome> racing(200);
+  for (Outcome& outcome : racing) SendTo(transport.get(), 0, ServerMethod::kPush, "x", &outcome);
+  for (Outcome& outcome : racing) {
+    REQUIRE(outcome.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    CHECK(outcome.status.code() == absl::StatusCode::kUnavailable);
+  }
   REQUIRE(held.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
   CHECK(held.status.code() == absl::StatusCode::kUnavailable);
   Outcome later;
@@ -236,6 +263,18 @@ TEST_CASE("LocalPath, a moved server (Retarget) and one on another host take the
   CHECK_FALSE(moved.status.ok());  // Went to gRPC, where nothing listens.
   CHECK(server.handled.load() == 0);
   transport->Close();
+}
+
+TEST_CASE("LocalPath, writing to a peer that closed fails without SIGPIPE") {
+  int ends[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) == 0);
+  UniqueFd mine(ends[0]);
+  close(ends[1]);
+  char byte = 'x';
+  iovec iov{&byte, 1};
+  // SIGPIPE's default action would end the test's process here.
+  const absl::Status status = WriteFully(mine.get(), &iov, 1, "a closed peer");
+  CHECK(status.code() == absl::StatusCode::kUnavailable);
 }
 
 // A raw client: connects and sends `hello` with `fd` attached (or none), then `tail`.
@@ -338,6 +377,21 @@ TEST_CASE("LocalPath, protocol violations close the connection and never reach t
       CHECK(server.handled.load() == before);
     }
     server.Release();
+  }
+  SECTION("a worker that goes away before its answer (no SIGPIPE for the kvserver)") {
+    auto region = SharedRegion::Create(2 * 4096);
+    REQUIRE(region.ok());
+    {
+      RawClient client(server.listener->path());
+      REQUIRE(client.Hello(good, region->fd()) == 0);
+      std::memcpy(region->data(), "hold", 4);
+      RequestNote note;
+      note.bytes = 4;
+      client.Note(note);
+      while (server.handled.load() == 0) absl::SleepFor(absl::Milliseconds(1));
+    }  // Closed with its request held.
+    absl::SleepFor(absl::Milliseconds(50));
+    server.Release();  // The answer goes to a closed socket: an error, not a signal.
   }
   // After all that, a well-behaved worker is served.
   auto transport = Worker(server, 1);
