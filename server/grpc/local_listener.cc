@@ -78,6 +78,7 @@ class LocalListener::Connection : public std::enable_shared_from_this<Connection
         region_ = *std::move(region);
         slots_ = hello.slots;
         slot_bytes_ = hello.slot_bytes;
+        absl::MutexLock lock(&busy_mu_);
         busy_.assign(slots_, false);
       } else {
         refusal = region.status();

@@ -494,6 +494,27 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "Cluster: after kvctl shutdown the scheduler waits for a worker that has not heard it yet "
+    "(stopped for 2 s), which then ends at once",
+    "[cluster][kvctl]") {
+  Cluster cluster(1, 1);
+  Process& worker = cluster.AddWorker(0, {"after_the_end"});
+  REQUIRE(worker.WaitForOutput("READY", absl::Seconds(30)));
+  REQUIRE(kill(worker.pid(), SIGSTOP) == 0);  // No heartbeat from it for a while.
+  int code = 0;
+  cluster.Kvctl({"shutdown"}, &code);
+  absl::SleepFor(absl::Seconds(2));
+  REQUIRE(kill(worker.pid(), SIGCONT) == 0);
+  const absl::Time start = absl::Now();
+  Cluster::ExpectExit(worker, 0);
+  const absl::Duration took = absl::Now() - start;
+  INFO(worker.output());
+  CHECK(absl::StrContains(worker.output(), "is over"));
+  CHECK(took < absl::Seconds(10));  // Not the SDK's 30 s for a scheduler away.
+  cluster.ExpectCleanExit();
+}
+
+TEST_CASE(
     "Cluster: a kvserver stopped (SIGTERM) while a checkpoint set is open removes its "
     "unpublished file of the set",
     "[cluster][checkpoint]") {

@@ -434,6 +434,17 @@ bool SchedulerCore::servers_released_or_gone(absl::Time now, absl::Duration gone
   return done == options_.num_servers;
 }
 
+bool SchedulerCore::workers_released_or_gone(absl::Time now, absl::Duration gone_after) const {
+  absl::ReaderMutexLock lock(&mu_);
+  for (const auto& [id, node] : nodes_) {
+    if (node.role == NodeRole::kWorker && !node.finished && !node.released &&
+        now - node.last_heartbeat <= gone_after) {
+      return false;
+    }
+  }
+  return true;
+}
+
 absl::Status SchedulerCore::Finish(uint64_t node_id, absl::Time now, std::string failure) {
   std::vector<BarrierDone> released;
   {

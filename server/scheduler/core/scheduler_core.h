@@ -257,6 +257,9 @@ class SchedulerCore {
   // servers_released_or_gone: every server has been told, or has sent no heartbeat for
   // `gone_after` (it stopped on its own, e.g. on SIGTERM, and will never ask).
   bool servers_released_or_gone(absl::Time now, absl::Duration gone_after) const;
+  // workers_released_or_gone: every worker that has not finished has been told, or has sent
+  // no heartbeat for `gone_after` (it died, or left an elastic job).
+  bool workers_released_or_gone(absl::Time now, absl::Duration gone_after) const;
 
   // Finish records that a worker is done, with `failure` (empty: it succeeded) naming why it
   // failed; when every worker is, the job is over. A failed worker ends the job at once, as

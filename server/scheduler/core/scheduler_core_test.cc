@@ -200,6 +200,37 @@ TEST_CASE("SchedulerCore: a shutdown answers the registrations and barriers stil
   }
 }
 
+TEST_CASE("SchedulerCore: after a shutdown the scheduler stays until every live worker heard it",
+          "[scheduler]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  auto core = MakeCore(1, 3);
+  auto outcomes = RegisterAll(core.get(), 3, {-1}, &rng);
+  const uint64_t server = outcomes[0]->result->node_id;
+  const uint64_t w0 = outcomes[1]->result->node_id, w1 = outcomes[2]->result->node_id,
+                 w2 = outcomes[3]->result->node_id;
+  const absl::Duration gone = absl::Seconds(4);
+  absl::Time now = kStart + absl::Seconds(1);
+  for (uint64_t id : {server, w0, w1, w2}) REQUIRE(core->Heartbeat(id, now).value() == false);
+  REQUIRE(core->Finish(w2, now).ok());  // A finished worker needs no telling.
+  core->RequestShutdown("kvctl shutdown");
+  now += absl::Milliseconds(500);
+  REQUIRE(core->Heartbeat(server, now).value() == true);
+  REQUIRE(core->servers_released_or_gone(now, gone));
+  REQUIRE_FALSE(core->workers_released_or_gone(now, gone));
+  REQUIRE(core->Heartbeat(w0, now).value() == true);
+  REQUIRE_FALSE(core->workers_released_or_gone(now, gone));  // w1 has not heard it yet.
+  REQUIRE(core->Heartbeat(w1, now + absl::Seconds(1)).value() == true);
+  REQUIRE(core->workers_released_or_gone(now + absl::Seconds(1), gone));
+  // A worker silent for `gone` (dead) is not waited for.
+  auto other = MakeCore(1, 2);
+  auto registered = RegisterAll(other.get(), 2, {-1}, &rng);
+  for (const auto& o : registered) REQUIRE(other->Heartbeat(o->result->node_id, kStart).ok());
+  other->RequestShutdown("kvctl shutdown");
+  REQUIRE_FALSE(other->workers_released_or_gone(kStart + gone, gone));
+  REQUIRE(other->workers_released_or_gone(kStart + gone + absl::Milliseconds(1), gone));
+}
+
 TEST_CASE("SchedulerCore: barriers release their whole group and time out naming stragglers",
           "[scheduler]") {
   TestRng rng;

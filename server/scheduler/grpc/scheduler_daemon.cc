@@ -354,14 +354,21 @@ absl::Status SchedulerDaemon::Tick() {
       over_since = now;
       spdlog::info("scheduler: the job is over ({})", core_->shutdown_reason());
     }
-    // Leave time for workers still heartbeating to hear it too, and, when the job failed, for
-    // `kvctl status` to show who failed.
+    // Leave time for workers still heartbeating to hear it too - every one that has not
+    // finished, unless silent for the heartbeat timeout (dead; all of it bounded by the grace
+    // below): one that had not heard it when the scheduler left would take it for a scheduler
+    // restarting and wait for it - and, when the job failed, for `kvctl status` to show who
+    // failed.
     const absl::Duration stay =
         core_->job_failure().empty() ? linger : std::max(linger, absl::Seconds(3));
     if (now - over_since > options_.shutdown_grace / 2) stop_holding_servers_ = true;
-    if (core_->servers_released_or_gone(now, linger) && now - over_since > stay) return outcome;
+    if (core_->servers_released_or_gone(now, linger) &&
+        core_->workers_released_or_gone(now, options_.job.heartbeat_timeout) &&
+        now - over_since > stay) {
+      return outcome;
+    }
     if (now - over_since > options_.shutdown_grace) {
-      spdlog::warn("scheduler: servers did not all hear the end within {}; exiting",
+      spdlog::warn("scheduler: nodes did not all hear the end within {}; exiting",
                    absl::FormatDuration(options_.shutdown_grace));
       return outcome;
     }
