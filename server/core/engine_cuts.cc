@@ -73,7 +73,8 @@ int64_t EngineCuts::MaxRoundStarted() const {
 }
 
 int64_t EngineCuts::MaxRoundStartedLocked() const {
-  int64_t started = 0;
+  // A group round every worker has joined completes whole, after this: count it as started.
+  int64_t started = engine_.groups_->MaxRoundStarted();
   for (const auto& [key, part] : engine_.parts_.all()) {
     for (const auto& chunk : part->chunks) started = std::max(started, chunk->rounds_started());
   }

@@ -157,6 +157,23 @@ int64_t KeyGroups::open_rounds() const {
   return open_rounds_;
 }
 
+int64_t KeyGroups::MaxRoundStarted() const {
+  engine_.mu_.AssertReaderHeld();
+  int64_t started = 0;
+  if (open_rounds_ == 0) return started;
+  for (const auto& [key, part] : engine_.parts_.all()) {
+    for (const auto& chunk : part->chunks) {
+      if (chunk->arena == nullptr || chunk->arena->open_group_rounds == 0) continue;
+      for (const auto& [layout, round] : chunk->arena->group_rounds) {
+        if (!round->contributors.empty() && round->Holds(*chunk)) {
+          started = std::max(started, chunk->rounds_done + 1);
+        }
+      }
+    }
+  }
+  return started;
+}
+
 bool KeyGroups::PushRound(uint64_t node_id, uint64_t request_id,
                           const std::shared_ptr<const Group>& group, const ByteChunks& bytes,
                           const std::shared_ptr<Updater>& updater, Done* done) {

@@ -77,11 +77,15 @@ class KeyGroups {
   // across the two classes: each asserts the lock). CheckRound is the engine's CheckRound for
   // a chunk in an open group round; SplitRounds turns the open group rounds holding any of
   // `chunks` into rounds per member (before a push of those chunks one by one); SplitAllRounds
-  // splits every open group round that can be; open_rounds counts the open group rounds.
+  // splits every open group round that can be; open_rounds counts the open group rounds;
+  // MaxRoundStarted is the highest round a member of an open group round has started (0 when
+  // none is open): the rounds every worker has joined stay whole through SplitAllRounds, and a
+  // member's own count (Chunk::rounds_started) does not show them until they complete.
   absl::Status CheckRound(const Key& key, const engine::Chunk& chunk, uint64_t node_id) const;
   void SplitRounds(absl::Span<engine::Chunk* const> chunks);
   void SplitAllRounds();
   int64_t open_rounds() const;
+  int64_t MaxRoundStarted() const;
 
  private:
   using Arena = engine::Arena;

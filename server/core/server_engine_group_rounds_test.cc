@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "server/core/engine_cuts.h"
 #include "server/core/engine_state.h"
 #include "server/core/key_groups.h"
 #include "server/core/server_engine.h"
@@ -479,6 +480,69 @@ TEST_CASE("ServerEngine: workers push whole groups from threads of their own",
     // float64 sums of small integers onto a random start: within rounding of the start.
     REQUIRE(MaxAbsDiff(got, expected[i]) <= 1e-9);
   }
+}
+
+}  // namespace
+}  // namespace kvstore
+
+namespace kvstore {
+namespace {
+
+TEST_CASE("ServerEngine: a cut's round counts the group rounds every worker has joined",
+          "[server][groups][group_rounds][cut]") {
+  // Workers push whole groups from threads while another thread cuts again and again, as
+  // periodic checkpoints do. A group round every worker had joined, still being summed when a
+  // cut began, stayed whole and was not counted in the cut's round: it completed one past it,
+  // and the cut's Limit failed ("has started round R+1, past the cut's round R").
+  TestRng rng;
+  INFO(rng.Describe());
+  const int w = 3, rounds = 400;
+  const std::vector<uint64_t> nodes = Workers(w);
+  auto engine = Engine(nodes, MakeSumUpdater());
+  const Members members(rng, 64, {DType::kFloat32});
+  REQUIRE(engine->Init(2, members.Values(members.initial)).ok());
+  for (uint64_t node : nodes) REQUIRE(engine->groups().Register(node, 8, members.slices).ok());
+  const std::vector<uint8_t> push = Pack(members.Draw(rng));
+  std::atomic<int> failures{0}, cuts{0};
+  std::atomic<bool> pushing{true};
+  std::vector<std::string> refused;
+  std::thread cutter([&] {
+    while (pushing) {
+      absl::StatusOr<int64_t> round = engine->cuts().Begin();
+      if (!round.ok()) continue;
+      const absl::Status limited = engine->cuts().Limit(*round);
+      if (!limited.ok() && refused.size() < 3) refused.push_back(limited.ToString());
+      failures += !limited.ok();
+      ++cuts;
+      engine->cuts().End();
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int k = 0; k < w; ++k) {
+    threads.emplace_back([&, k] {
+      for (int r = 0; r < rounds; ++r) {
+        std::atomic<bool> acked{false};
+        ByteChunks bytes = {absl::MakeConstSpan(push)};
+        engine->groups().Push(nodes[k], r + 1, 8, bytes, [&](absl::Status s) {
+          failures += !s.ok();
+          acked = true;
+        });
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!acked && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+        if (!acked) {
+          ++failures;
+          return;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  pushing = false;
+  cutter.join();
+  INFO(cuts.load() << " cuts; refused: " << (refused.empty() ? "none" : refused[0]));
+  REQUIRE(failures == 0);
+  REQUIRE(cuts > 0);
 }
 
 }  // namespace
