@@ -9,6 +9,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/advertise.h"
@@ -144,8 +145,13 @@ absl::StatusOr<ServerLimits> KVServerDaemon::Listen() {
     return absl::UnavailableError(absl::StrCat("kvserver cannot listen on ", listen));
   }
   if (!options_.local_socket_dir.empty()) {
+    // A random part: kvservers of other containers on this host (the same boot id, their own
+    // /tmp, ports and pids) may have the same port and pid, and a worker must never reach one
+    // of them at a path its own kvserver advertised.
+    absl::BitGen random;
     const std::string path =
-        absl::StrCat(options_.local_socket_dir, "/kvserver-", port_, "-", getpid(), ".sock");
+        absl::StrCat(options_.local_socket_dir, "/kvserver-", port_, "-", getpid(), "-",
+                     absl::Hex(absl::Uniform<uint64_t>(random), absl::kZeroPad16), ".sock");
     absl::StatusOr<std::unique_ptr<LocalListener>> local = LocalListener::Start(
         path, limits.max_receive_bytes,
         [this](int method, const grpc::ByteBuffer& request, uint64_t view_epoch,
