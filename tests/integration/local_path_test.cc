@@ -403,5 +403,52 @@ TEST_CASE("LocalPath, protocol violations close the connection and never reach t
   transport->Close();
 }
 
+TEST_CASE("LocalPath, random notes and region bytes never stop the listener") {
+  TestRng rng;
+  INFO(rng.Describe());
+  Server server(/*max_request_bytes=*/1 << 20);
+  LocalHello hello;
+  hello.slots = 4;
+  hello.slot_bytes = 4096;
+  auto region = SharedRegion::Create(hello.slots * hello.slot_bytes);
+  REQUIRE(region.ok());
+  int served = 0;
+  for (int client = 0; client < 40; ++client) {
+    RawClient raw(server.listener->path());
+    REQUIRE(raw.Hello(hello, region->fd()) == 0);
+    for (int i = 0; i < 50; ++i) {
+      // The region's bytes change under the listener at will, as a hostile worker's may.
+      for (int b = 0; b < 64; ++b) {
+        region->data()[rng.Int(0, static_cast<int64_t>(region->size()) - 1)] =
+            static_cast<char>(rng.Int(0, 255));
+      }
+      RequestNote note;
+      note.slot = static_cast<uint32_t>(rng.Int(0, 5));
+      note.method = static_cast<uint32_t>(rng.Int(0, 2 * kNumServerMethods + 1));
+      note.bytes = static_cast<uint64_t>(rng.Int(0, 1) == 0 ? rng.Int(0, 5000)
+                                                            : rng.Int(0, int64_t{1} << 40));
+      note.view_epoch = static_cast<uint64_t>(rng.Int(0, 1000));
+      note.inline_bytes = static_cast<uint32_t>(rng.Int(0, 1) == 0 ? 0 : rng.Int(1, 3));
+      raw.Note(note);
+      if (note.inline_bytes != 0 && note.bytes <= (1 << 20)) {
+        std::string junk(note.bytes, 'j');
+        iovec iov{junk.data(), junk.size()};
+        WriteFully(raw.socket.get(), &iov, 1, "server").IgnoreError();
+      }
+    }
+    served += 1;
+  }
+  server.Release();
+  CHECK(served == 40);
+  // Still serving a well-behaved worker.
+  auto transport = Worker(server, 1);
+  Outcome fine;
+  SendTo(transport.get(), 0, ServerMethod::kPull, "fine", &fine);
+  REQUIRE(fine.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  CHECK(fine.status.ok());
+  CHECK(fine.reply == Expected(static_cast<int>(ServerMethod::kPull), "fine"));
+  transport->Close();
+}
+
 }  // namespace
 }  // namespace kvstore
