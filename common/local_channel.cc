@@ -132,15 +132,30 @@ absl::Status ReadFully(int fd, void* data, size_t bytes, const std::string& peer
   return absl::OkStatus();
 }
 
-absl::Status SendWithDescriptor(int socket, const void* data, size_t bytes, int attached,
-                                const std::string& peer) {
-  iovec iov{const_cast<void*>(data), bytes};
+namespace {
+
+// OneDescriptorMessage: a msghdr over one buffer with room for one descriptor (SCM_RIGHTS).
+struct OneDescriptorMessage {
+  OneDescriptorMessage(void* data, size_t bytes) : iov{data, bytes} {
+    message.msg_iov = &iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+  }
+  OneDescriptorMessage(const OneDescriptorMessage&) = delete;
+  OneDescriptorMessage& operator=(const OneDescriptorMessage&) = delete;
+
+  iovec iov;
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   msghdr message{};
-  message.msg_iov = &iov;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof(control);
+};
+
+}  // namespace
+
+absl::Status SendWithDescriptor(int socket, const void* data, size_t bytes, int attached,
+                                const std::string& peer) {
+  OneDescriptorMessage holder(const_cast<void*>(data), bytes);
+  msghdr& message = holder.message;
   cmsghdr* header = CMSG_FIRSTHDR(&message);
   header->cmsg_level = SOL_SOCKET;
   header->cmsg_type = SCM_RIGHTS;
@@ -160,13 +175,8 @@ absl::Status SendWithDescriptor(int socket, const void* data, size_t bytes, int 
 
 absl::StatusOr<UniqueFd> ReceiveWithDescriptor(int socket, void* data, size_t bytes,
                                                const std::string& peer) {
-  iovec iov{data, bytes};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr message{};
-  message.msg_iov = &iov;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof(control);
+  OneDescriptorMessage holder(data, bytes);
+  msghdr& message = holder.message;
   ssize_t n;
   do {
     n = recvmsg(socket, &message, MSG_CMSG_CLOEXEC);
