@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,8 @@ struct Piece {
   int64_t offset = 0;
   int64_t count = 0;
   const std::string* bytes = nullptr;
+  // The round the piece's chunks were cut at (CheckpointPartFor's pieces); -1: none carried.
+  int64_t round = -1;
 };
 
 // Gather returns elements [begin, begin + count) of `element`-byte elements from `pieces`
@@ -132,6 +135,27 @@ absl::StatusOr<bool> NewState(const Key& key, const std::vector<const proto::Par
   return true;
 }
 
+// ChunkRound returns the round the pieces overlapping `chunk` were cut at (0 when they carry
+// none); FailedPrecondition naming the key when they differ.
+absl::StatusOr<int64_t> ChunkRound(const Key& key, const std::vector<Piece>& pieces,
+                                   const Slice& chunk) {
+  std::optional<int64_t> round;
+  for (const Piece& piece : pieces) {
+    const bool overlaps = chunk.count == 0
+                              ? piece.offset == chunk.offset
+                              : piece.offset < chunk.offset + chunk.count &&
+                                    piece.offset + piece.count > chunk.offset;
+    if (!overlaps || piece.round < 0) continue;
+    if (round.has_value() && *round != piece.round) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "key ", key.Quoted(), ": elements ", Range(chunk.offset, chunk.count),
+          " were cut at rounds ", *round, " and ", piece.round, "; they cannot form one chunk"));
+    }
+    round = piece.round;
+  }
+  return round.value_or(0);
+}
+
 }  // namespace
 
 namespace {
@@ -210,7 +234,7 @@ absl::Status ReshardTables(absl::Span<const proto::ShardCheckpoint> files, int r
 
 absl::StatusOr<proto::ShardCheckpoint> ReshardCheckpoint(
     absl::Span<const proto::ShardCheckpoint> files, int rank, const Partitioner& partitioner,
-    int64_t chunk_bytes) {
+    int64_t chunk_bytes, bool pieces) {
   if (files.empty()) return absl::InvalidArgumentError("no checkpoint files to re-split");
   const proto::ShardCheckpoint& first = files.front();
   for (const proto::ShardCheckpoint& file : files) {
@@ -254,7 +278,8 @@ absl::StatusOr<proto::ShardCheckpoint> ReshardCheckpoint(
                                                 h.element_count(), " elements holds ",
                                                 value.data().size(), " bytes"));
       }
-      parts.values.push_back(Piece{h.element_offset(), h.element_count(), &value.data()});
+      parts.values.push_back(Piece{h.element_offset(), h.element_count(), &value.data(),
+                                   value.chunk_rounds_size() == 1 ? value.chunk_rounds(0) : -1});
     }
   }
   for (const proto::ShardCheckpoint& file : files) {
@@ -283,9 +308,17 @@ absl::StatusOr<proto::ShardCheckpoint> ReshardCheckpoint(
               [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
     const Shape shape(parts.header.shape().begin(), parts.header.shape().end());
     const int64_t n = NumElements(shape);
-    // The parts must tile [0, n).
+    // The parts must tile [0, n); pieces for one server must not overlap.
     int64_t next = 0;
     for (const Piece& piece : parts.values) {
+      if (pieces) {
+        if (piece.offset < next) {
+          return absl::DataLossError(absl::StrCat("key ", key.Quoted(), ": two pieces hold element ",
+                                                  piece.offset));
+        }
+        next = piece.offset + piece.count;
+        continue;
+      }
       if (piece.offset != next) {
         return absl::DataLossError(absl::StrCat("key ", key.Quoted(), ": the set's parts ",
                                                 piece.offset > next ? "leave out" : "repeat",
@@ -294,7 +327,7 @@ absl::StatusOr<proto::ShardCheckpoint> ReshardCheckpoint(
       }
       next += piece.count;
     }
-    if (next != n) {
+    if (!pieces && next != n) {
       return absl::DataLossError(absl::StrCat("key ", key.Quoted(), ": the set's parts hold ", next,
                                               " of its ", n, " elements"));
     }
@@ -310,7 +343,16 @@ absl::StatusOr<proto::ShardCheckpoint> ReshardCheckpoint(
       header->set_element_count(slice.count);
       bool covered = false;
       *value->mutable_data() = Gather(parts.values, slice.offset, slice.count, element, &covered);
+      if (!covered) {
+        return absl::DataLossError(absl::StrCat("key ", key.Quoted(), ": no piece holds some of ",
+                                                "elements ", Range(slice.offset, slice.count),
+                                                " of server ", rank, "'s part"));
+      }
       for (const Slice& chunk : ChunkSlice(slice, element, chunk_bytes)) {
+        if (pieces) {
+          ASSIGN_OR_RETURN(const int64_t round, ChunkRound(key, parts.values, chunk));
+          value->add_chunk_rounds(round);
+        }
         proto::PartState chunk_state;
         ASSIGN_OR_RETURN(const bool has_state,
                          NewState(key, parts.states, chunk.offset, chunk.count, &chunk_state));
@@ -319,6 +361,124 @@ absl::StatusOr<proto::ShardCheckpoint> ReshardCheckpoint(
     }
   }
   RETURN_IF_ERROR(ReshardTables(files, rank, partitioner.num_servers(), &out));
+  return out;
+}
+
+absl::StatusOr<proto::ShardCheckpoint> CheckpointPartFor(const proto::ShardCheckpoint& file,
+                                                         int rank, const Partitioner& partitioner) {
+  proto::ShardCheckpoint out;
+  out.set_server_rank(file.server_rank());
+  out.set_num_servers(file.num_servers());
+  out.set_mode(file.mode());
+  out.set_chunk_bytes(file.chunk_bytes());
+  out.set_job_id(file.job_id());
+  out.set_checkpoint_id(file.checkpoint_id());
+  out.set_round(file.round());
+  *out.mutable_updater() = file.updater();
+  out.mutable_updater_state()->set_optimizer(file.updater_state().optimizer());
+  out.mutable_updater_state()->set_num_update(file.updater_state().num_update());
+  // The new slices of `rank` per key (by the key's proto bytes), for the state parts below.
+  std::map<std::string, std::vector<Slice>> slices;
+  for (const proto::CheckpointValue& value : file.values()) {
+    const proto::TensorHeader& h = value.header();
+    ASSIGN_OR_RETURN(const Key key, KeyFromProto(h.key()));
+    ASSIGN_OR_RETURN(const DType dtype, DTypeFromProto(h.dtype()));
+    const size_t element = DTypeSize(dtype);
+    const Shape shape(h.shape().begin(), h.shape().end());
+    const int64_t n = NumElements(shape);
+    const int64_t begin = h.element_offset(), count = h.element_count();
+    if (count < 0 || begin < 0 || begin + count > n ||
+        value.data().size() != static_cast<size_t>(count) * element) {
+      return absl::DataLossError(absl::StrCat("key ", key.Quoted(), ": a part of ", count,
+                                              " elements at ", begin, " holds ",
+                                              value.data().size(), " bytes"));
+    }
+    const std::vector<Slice> chunks =
+        ChunkSlice(Slice{0, begin, count}, element, file.chunk_bytes());
+    if (value.chunk_rounds_size() > 0 &&
+        static_cast<size_t>(value.chunk_rounds_size()) != chunks.size()) {
+      return absl::DataLossError(absl::StrCat("key ", key.Quoted(), ": ",
+                                              value.chunk_rounds_size(), " chunk rounds for ",
+                                              chunks.size(), " chunks"));
+    }
+    std::vector<Slice>& mine = slices[h.key().SerializeAsString()];
+    auto emit = [&](int64_t from, int64_t to, int64_t round) {
+      proto::CheckpointValue* piece = out.add_values();
+      *piece->mutable_header() = h;
+      piece->mutable_header()->set_element_offset(from);
+      piece->mutable_header()->set_element_count(to - from);
+      piece->set_data(value.data().substr((from - begin) * element, (to - from) * element));
+      if (round >= 0) piece->add_chunk_rounds(round);
+    };
+    for (const Slice& slice : partitioner.Partition(key, n, RowElements(shape))) {
+      if (slice.server != rank) continue;
+      mine.push_back(slice);
+      if (n == 0) {  // A value of no elements: its one empty part moves whole.
+        emit(0, 0, value.chunk_rounds_size() > 0 ? value.chunk_rounds(0) : -1);
+        continue;
+      }
+      const int64_t from = std::max(slice.offset, begin);
+      const int64_t to = std::min(slice.offset + slice.count, begin + count);
+      if (from >= to) continue;
+      if (value.chunk_rounds_size() == 0) {
+        emit(from, to, -1);
+        continue;
+      }
+      // One piece per stretch of old chunks cut at the same round.
+      int64_t start = from;
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        const int64_t chunk_end = chunks[c].offset + chunks[c].count;
+        if (chunk_end <= from || chunks[c].offset >= to) continue;
+        const int64_t end = std::min(chunk_end, to);
+        const bool last = end == to;
+        if (last || value.chunk_rounds(static_cast<int>(c) + 1) != value.chunk_rounds(c)) {
+          emit(start, end, value.chunk_rounds(c));
+          start = end;
+        }
+        if (last) break;
+      }
+    }
+  }
+  for (const proto::PartState& state : file.updater_state().parts()) {
+    auto it = slices.find(state.key().SerializeAsString());
+    if (it == slices.end()) continue;
+    const int64_t end = state.offset() + std::max<int64_t>(state.count(), 1);
+    for (const Slice& slice : it->second) {
+      if (state.offset() < slice.offset + std::max<int64_t>(slice.count, 1) &&
+          end > slice.offset) {
+        *out.mutable_updater_state()->add_parts() = state;
+        break;
+      }
+    }
+  }
+  for (const proto::TableCheckpoint& piece : file.tables()) {
+    const size_t row_bytes = static_cast<size_t>(piece.row_floats()) * sizeof(float);
+    if (piece.values().size() != static_cast<size_t>(piece.ids_size()) * row_bytes ||
+        piece.last_pushed_size() != piece.ids_size() || piece.steps_size() != piece.ids_size() ||
+        piece.counts_size() != piece.counted_ids_size()) {
+      return absl::DataLossError("a saved piece of a table does not fit its rows");
+    }
+    proto::TableCheckpoint* kept = out.add_tables();
+    *kept = piece;
+    kept->clear_ids();
+    kept->clear_values();
+    kept->clear_last_pushed();
+    kept->clear_steps();
+    kept->clear_counted_ids();
+    kept->clear_counts();
+    for (int r = 0; r < piece.ids_size(); ++r) {
+      if (TableServerOf(piece.ids(r), partitioner.num_servers()) != rank) continue;
+      kept->add_ids(piece.ids(r));
+      kept->add_last_pushed(piece.last_pushed(r));
+      kept->add_steps(piece.steps(r));
+      kept->mutable_values()->append(piece.values(), r * row_bytes, row_bytes);
+    }
+    for (int i = 0; i < piece.counted_ids_size(); ++i) {
+      if (TableServerOf(piece.counted_ids(i), partitioner.num_servers()) != rank) continue;
+      kept->add_counted_ids(piece.counted_ids(i));
+      kept->add_counts(piece.counts(i));
+    }
+  }
   return out;
 }
 

@@ -232,5 +232,129 @@ TEST_CASE("ReshardCheckpoint: a missing file or disagreeing state is refused, na
   CHECK(absl::IsFailedPrecondition(ReshardCheckpoint(files, 0, one, 64).status()));
 }
 
+// Rounds: every chunk of key i's parts in `files` cut at rounds[i] (chunk_rounds, as a copy
+// taken at a cut carries them).
+void SetChunkRounds(const std::vector<Reference>& keys, const std::vector<int64_t>& rounds,
+                    std::vector<proto::ShardCheckpoint>* files) {
+  for (proto::ShardCheckpoint& file : *files) {
+    for (proto::CheckpointValue& value : *file.mutable_values()) {
+      const Key key = KeyFromProto(value.header().key()).value();
+      size_t i = 0;
+      while (!(keys[i].key == key)) ++i;
+      const Slice part{0, value.header().element_offset(), value.header().element_count()};
+      for (size_t c = 0; c < ChunkSlice(part, DTypeSize(keys[i].dtype), file.chunk_bytes()).size();
+           ++c) {
+        value.add_chunk_rounds(rounds[i]);
+      }
+    }
+  }
+}
+
+TEST_CASE("CheckpointPartFor: the pieces every old server sends one new server make its shard",
+          "[checkpoint]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  for (int trial = 0; trial < 60; ++trial) {
+    const std::vector<Reference> keys = RandomKeys(rng);
+    const int from = static_cast<int>(rng.Int(1, 5)), to = static_cast<int>(rng.Int(1, 5));
+    const int64_t bound = rng.Int(1, 60);
+    const int64_t chunk = rng.Int(8, 200);
+    INFO("trial " << trial << ": " << keys.size() << " keys, " << from << " -> " << to
+                  << " servers, bound " << bound << ", chunks of " << chunk << " bytes");
+    std::vector<proto::ShardCheckpoint> files = WriteSet(keys, from, bound, chunk);
+    std::vector<int64_t> rounds;
+    for (size_t i = 0; i < keys.size(); ++i) rounds.push_back(rng.Int(0, 20));
+    SetChunkRounds(keys, rounds, &files);
+    const Partitioner after = Partitioner::Create(to, bound).value();
+    int64_t moved = 0, whole = 0;
+    for (const proto::ShardCheckpoint& file : files) whole += file.ByteSizeLong();
+    for (int rank = 0; rank < to; ++rank) {
+      std::vector<proto::ShardCheckpoint> parts;
+      for (const proto::ShardCheckpoint& file : files) {
+        absl::StatusOr<proto::ShardCheckpoint> part = CheckpointPartFor(file, rank, after);
+        INFO(part.status().ToString());
+        REQUIRE(part.ok());
+        moved += part->ByteSizeLong();
+        parts.push_back(*std::move(part));
+      }
+      std::shuffle(parts.begin(), parts.end(), rng.engine());
+      absl::StatusOr<proto::ShardCheckpoint> merged =
+          ReshardCheckpoint(parts, rank, after, chunk, /*pieces=*/true);
+      absl::StatusOr<proto::ShardCheckpoint> reference =
+          ReshardCheckpoint(files, rank, after, chunk);
+      INFO(merged.status().ToString() << " / " << reference.status().ToString());
+      REQUIRE(merged.ok());
+      REQUIRE(reference.ok());
+      // The same values and states as re-placing from every whole file.
+      // (In the order the keys first appear, which differs: compared by key and offset.)
+      auto by_key = [](const auto& items, auto key_of) {
+        std::map<std::pair<std::string, int64_t>, std::string> out;
+        for (const auto& item : items) out[key_of(item)] = item.SerializeAsString();
+        return out;
+      };
+      auto value_key = [](const proto::CheckpointValue& v) {
+        return std::make_pair(v.header().key().SerializeAsString(), v.header().element_offset());
+      };
+      auto state_key = [](const proto::PartState& p) {
+        return std::make_pair(p.key().SerializeAsString(), p.offset());
+      };
+      std::map<std::pair<std::string, int64_t>, const proto::CheckpointValue*> wanted;
+      for (const proto::CheckpointValue& v : reference->values()) wanted[value_key(v)] = &v;
+      REQUIRE(merged->values_size() == reference->values_size());
+      for (int v = 0; v < merged->values_size(); ++v) {
+        const proto::CheckpointValue& got = merged->values(v);
+        REQUIRE(wanted.count(value_key(got)) == 1);
+        const proto::CheckpointValue& want = *wanted[value_key(got)];
+        REQUIRE(got.header().SerializeAsString() == want.header().SerializeAsString());
+        REQUIRE(got.data() == want.data());
+        // Each new chunk carries on from its key's round.
+        const Key key = KeyFromProto(got.header().key()).value();
+        size_t i = 0;
+        while (!(keys[i].key == key)) ++i;
+        const Slice part{rank, got.header().element_offset(), got.header().element_count()};
+        const size_t n_chunks = ChunkSlice(part, DTypeSize(keys[i].dtype), chunk).size();
+        REQUIRE(static_cast<size_t>(got.chunk_rounds_size()) == n_chunks);
+        for (int64_t r : got.chunk_rounds()) REQUIRE(r == rounds[i]);
+      }
+      REQUIRE(by_key(merged->updater_state().parts(), state_key) ==
+              by_key(reference->updater_state().parts(), state_key));
+    }
+    // Each new server gets its own part, not every whole file: in all, about one copy of
+    // the job's values moves (state parts overlapping two new slices go to both).
+    INFO("moved " << moved << " bytes of " << whole);
+    REQUIRE(moved <= 2 * whole + 4096 * to * from);
+  }
+}
+
+TEST_CASE("CheckpointPartFor: chunks cut at different rounds cannot form one new chunk",
+          "[checkpoint]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  Reference big;
+  big.key = Key("embedding");
+  big.shape = {40, 4};
+  big.bytes = RandomBytes(rng, 160 * 4);
+  const std::vector<Reference> keys = {big};
+  // Split over 2 servers in chunks of 16 floats; server 1's chunks cut one round later.
+  std::vector<proto::ShardCheckpoint> files = WriteSet(keys, 2, 10, 64);
+  SetChunkRounds(keys, {5}, &files);
+  for (int64_t& r : *files[1].mutable_values(0)->mutable_chunk_rounds()) r = 6;
+  const Partitioner one = Partitioner::Create(1, 10).value();
+  std::vector<proto::ShardCheckpoint> parts;
+  for (const proto::ShardCheckpoint& file : files) {
+    parts.push_back(CheckpointPartFor(file, 0, one).value());
+  }
+  // One server's chunks of 1 MiB: the whole value is one chunk, cut at rounds 5 and 6.
+  const absl::Status s = ReshardCheckpoint(parts, 0, one, 1 << 20, /*pieces=*/true).status();
+  CHECK(absl::IsFailedPrecondition(s));
+  CHECK(s.message().find("\"embedding\"") != absl::string_view::npos);
+  CHECK(s.message().find("rounds 5 and 6") != absl::string_view::npos);
+  // Without server 1's pieces, its elements are missing.
+  const absl::Status missing =
+      ReshardCheckpoint({parts[0]}, 0, one, 64, /*pieces=*/true).status();
+  CHECK(absl::IsDataLoss(missing));
+  CHECK(missing.message().find("\"embedding\"") != absl::string_view::npos);
+}
+
 }  // namespace
 }  // namespace kvstore

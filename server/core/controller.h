@@ -58,6 +58,23 @@
 //                          engine, which must hold no key, and reply "loaded N keys".
 //                          Only the scheduler begins and loads a copy; a page comes from the
 //                          scheduler or from the node the begin named (copy_sender()).
+//                          Adding or draining servers while the job runs (docs/state.md;
+//                          server/scheduler/core/server_rescaler.h) uses these verbs too:
+//                          14 "cutparts ID ROUND EPOCH": "cut", keeping the copy whole for
+//                          "part" (replies "cut N keys"); "part ID RANK SERVERS": the
+//                          part of it that server RANK of SERVERS needs (CheckpointPartFor),
+//                          kept for "sendpart" (replies "part BYTES CRC32"); "sendpart ID
+//                          RANK ADDRESS": send that part to the server at ADDRESS as "send"
+//                          does (replies "sent BYTES");
+//                          15 "stage BYTES CRC32": as "load" checks it, keep the part received
+//                          beside the others staged; "merge RANK SERVERS": merge the parts
+//                          staged into this server's shard as server RANK of SERVERS
+//                          (ReshardCheckpoint with pieces), kept for "swap" (replies "merged
+//                          N keys"); "swap EPOCH": serve that shard from now on, refusing every
+//                          request routed by a view older than EPOCH (SetShardSwapper: the
+//                          daemon builds a new backend); "retire EPOCH": a drained server
+//                          refuses every request routed by an older view; "unstage": drop what
+//                          was staged and merged (the rescale failed).
 // Heads from kFirstCustomCommand up go to the custom controller given to the kvserver
 // (KVServerOptions::custom_controller, MXNet's `kvstore_server._controller`): a function
 // (head, body) -> StatusOr<reply>. Other heads, or custom heads without a custom controller, are
@@ -70,7 +87,9 @@
 
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -138,6 +157,13 @@ class Controller {
   // SetCopySender sets how this server sends a copy it holds to another server (command 14
   // "send"); without one, "send" is FailedPrecondition. Call once, before serving.
   void SetCopySender(CopySender sender) { copy_sender_ = std::move(sender); }
+  // ShardSwapper makes the server serve `shard` as server `rank` of `num_servers`, refusing
+  // every request routed by a view older than `epoch` (command 15 "swap"): the kvserver daemon
+  // builds a new backend around it. Without one, "swap" is FailedPrecondition. Call once,
+  // before serving.
+  using ShardSwapper = std::function<absl::Status(const proto::ShardCheckpoint& shard, int rank,
+                                                  int num_servers, uint64_t epoch)>;
+  void SetShardSwapper(ShardSwapper swapper) { swapper_ = std::move(swapper); }
   // copy_sender returns the node the copy being received may come from (command 15 "begin
   // BYTES FROM"), 0 when none: the request handler lets that node put its pages.
   uint64_t copy_sender() const {
@@ -154,6 +180,12 @@ class Controller {
   // InvalidArgument or PermissionDenied naming it and the root.
   absl::Status Restore(const std::string& dir);
 
+  // LoadShard restores `shard` (a shard merged by a rescale, "swap") into this controller's
+  // engine, which holds nothing yet: values with their chunks' rounds, updater and state,
+  // tables. Errors as Restore's, naming `what`.
+  absl::Status LoadShard(const proto::ShardCheckpoint& shard, const std::string& what) {
+    return RestoreShard(shard, what);
+  }
   // restored_round / restored_checkpoint: the round and id of the set Restore restored (-1
   // and "" when none).
   int64_t restored_round() const { return restored_round_; }
@@ -201,6 +233,13 @@ class Controller {
   absl::StatusOr<std::string> CopyOutCut(absl::string_view body);
   absl::StatusOr<std::string> CopyOutSend(absl::string_view body);
   absl::StatusOr<std::string> CopyOutEnd(const std::string& verb, absl::string_view body);
+  // The verbs of a rescale (controller_copy.cc): 14 "cutparts", "part", "sendpart"; 15
+  // "stage", "merge", "swap", "retire", "unstage".
+  absl::StatusOr<std::string> CopyOutParts(const std::string& verb, absl::string_view body);
+  absl::StatusOr<std::string> RescaleIn(const std::string& verb, absl::string_view body);
+  // TakeCopyIn checks the copy received against `bytes` and `crc` and decodes it (command 15
+  // "load" and "stage").
+  absl::StatusOr<proto::ShardCheckpoint> TakeCopyIn(uint64_t bytes, uint64_t crc);
   // RestoreShard restores `checkpoint` (checked against the job) into the engine; `what`
   // names where it came from in errors (a file's path).
   absl::Status RestoreShard(const proto::ShardCheckpoint& checkpoint, const std::string& what);
@@ -242,6 +281,15 @@ class Controller {
   uint64_t copy_in_received_ ABSL_GUARDED_BY(cut_mu_) = 0;
   uint64_t copy_in_from_ ABSL_GUARDED_BY(cut_mu_) = 0;
   CopySender copy_sender_;  // Set before serving; optional.
+  ShardSwapper swapper_;    // Set before serving; optional.
+  // A rescale: the copy kept whole ("cutparts") and the parts cut from it by target rank; the
+  // parts received ("stage") and the shard merged from them ("merge").
+  std::shared_ptr<const proto::ShardCheckpoint> parts_from_ ABSL_GUARDED_BY(cut_mu_);
+  std::map<int, std::shared_ptr<const std::string>> parts_out_ ABSL_GUARDED_BY(cut_mu_);
+  std::vector<proto::ShardCheckpoint> staged_ ABSL_GUARDED_BY(cut_mu_);
+  std::optional<proto::ShardCheckpoint> merged_ ABSL_GUARDED_BY(cut_mu_);
+  int merged_rank_ ABSL_GUARDED_BY(cut_mu_) = -1;
+  int merged_servers_ ABSL_GUARDED_BY(cut_mu_) = 0;
 };
 
 }  // namespace kvstore

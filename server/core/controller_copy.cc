@@ -1,16 +1,19 @@
 // Controller: the copy of a shard a replacement server takes from a survivor (command 14) and
-// loads (command 15), in a job with replicas.
+// loads (command 15), in a job with replicas; and the parts of every server's copy that the
+// servers of a job with more or fewer servers merge (a rescale: the verbs after CopyOutEnd).
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/state_file.h"
 #include "common/status_macros.h"
 #include "common/view_epoch.h"
+#include "server/core/checkpoint_reshard.h"
 #include "server/core/controller.h"
 #include "server/core/engine_cuts.h"
 #include "server/core/engine_state.h"
@@ -31,11 +34,13 @@ absl::StatusOr<uint64_t> Number(const std::string& field, absl::string_view what
 absl::StatusOr<std::string> Controller::RunCopy(int head, absl::string_view body) {
   if (head == kCommandCopyIn) return CopyIn(body);
   const std::string verb(body.substr(0, body.find(' ')));
-  if (verb == "cut") return CopyOutCut(body);
+  if (verb == "cut" || verb == "cutparts") return CopyOutCut(body);
+  if (verb == "part" || verb == "sendpart") return CopyOutParts(verb, body);
   if (verb == "send") return CopyOutSend(body);
   if (verb == "end" || verb == "abort") return CopyOutEnd(verb, body);
   return absl::InvalidArgumentError(
-      absl::StrCat("copy-out command \"", verb, "\" is not cut, send, end or abort"));
+      absl::StrCat("copy-out command \"", verb,
+                   "\" is not cut, send, end, abort, cutparts, part or sendpart"));
 }
 
 absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
@@ -60,6 +65,10 @@ absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
     return absl::StrCat("received ", copy_in_received_);
   }
   const std::string verb(body.substr(0, body.find(' ')));
+  if (verb == "stage" || verb == "merge" || verb == "swap" || verb == "retire" ||
+      verb == "unstage") {
+    return RescaleIn(verb, body);
+  }
   if (verb != "begin" && verb != "load") {
     return absl::InvalidArgumentError(
         absl::StrCat("copy-in command \"", verb, "\" is not begin, put or load"));
@@ -85,6 +94,19 @@ absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
     return absl::StrCat("begun ", bytes);
   }
   ASSIGN_OR_RETURN(const uint64_t crc, Number(f[2], "a CRC-32"));
+  const size_t tables = tables_ == nullptr ? 0 : tables_->Tables().size();
+  if (engine_->stats().num_keys > 0 || tables > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": this server already holds ", engine_->stats().num_keys, " keys and ",
+                     tables, " tables; a copy is loaded into an empty server only"));
+  }
+  ASSIGN_OR_RETURN(const proto::ShardCheckpoint checkpoint, TakeCopyIn(bytes, crc));
+  RETURN_IF_ERROR(RestoreShard(checkpoint, what));
+  return absl::StrCat("loaded ", checkpoint.values_size(), " keys");
+}
+
+absl::StatusOr<proto::ShardCheckpoint> Controller::TakeCopyIn(uint64_t bytes, uint64_t crc) {
+  const std::string what = absl::StrCat("the copy of shard ", rank_);
   std::unique_ptr<char[]> copy;
   uint64_t begun = 0, received = 0;
   {
@@ -104,22 +126,15 @@ absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
     return absl::DataLossError(absl::StrCat(what, ": the ", bytes, " bytes received have CRC-32 ",
                                             got, "; they were sent with ", crc));
   }
-  const size_t tables = tables_ == nullptr ? 0 : tables_->Tables().size();
-  if (engine_->stats().num_keys > 0 || tables > 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(what, ": this server already holds ", engine_->stats().num_keys, " keys and ",
-                     tables, " tables; a copy is loaded into an empty server only"));
-  }
   absl::StatusOr<proto::ShardCheckpoint> checkpoint = DecodeShard(whole);
   if (!checkpoint.ok()) {
     return absl::DataLossError(absl::StrCat(what, ": ", checkpoint.status().message()));
   }
-  copy.reset();  // Parsed: the bytes are not needed while the engine loads it.
-  RETURN_IF_ERROR(RestoreShard(*checkpoint, what));
-  return absl::StrCat("loaded ", checkpoint->values_size(), " keys");
+  return checkpoint;  // Parsed: the bytes are freed while the engine loads it.
 }
 
 absl::StatusOr<std::string> Controller::CopyOutCut(absl::string_view body) {
+  const bool whole = absl::StartsWith(body, "cutparts ");
   ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 4, "cut ID ROUND EPOCH"));
   ASSIGN_OR_RETURN(const int64_t round, CutRound({f[1], f[2]}));
   ASSIGN_OR_RETURN(const uint64_t epoch, Number(f[3], "a view epoch"));
@@ -148,6 +163,12 @@ absl::StatusOr<std::string> Controller::CopyOutCut(absl::string_view body) {
   if (cut_id_ == f[1]) cut_id_.clear();
   copy_id_ = f[1];
   copy_floor_before_ = before;
+  if (whole) {
+    const int keys = checkpoint.values_size();
+    parts_from_ = std::make_shared<const proto::ShardCheckpoint>(std::move(checkpoint));
+    parts_out_.clear();
+    return absl::StrCat("cut ", keys, " keys");
+  }
   ASSIGN_OR_RETURN(std::string encoded, EncodeShard(std::move(checkpoint)));
   copy_out_ = std::make_shared<const std::string>(std::move(encoded));
   return absl::StrCat("copied ", copy_out_->size(), " ", Crc32(*copy_out_));
@@ -187,6 +208,8 @@ absl::StatusOr<std::string> Controller::CopyOutEnd(const std::string& verb,
       floor_before = copy_floor_before_;
       copy_id_.clear();
       copy_out_.reset();
+      parts_from_.reset();
+      parts_out_.clear();
     }
     if (verb == "abort" && cut_id_ == f[1]) {
       cut_id_.clear();
@@ -200,6 +223,121 @@ absl::StatusOr<std::string> Controller::CopyOutEnd(const std::string& verb,
     if (ended_cut) engine_->cuts().End();
   }
   return verb == "end" ? std::string("ended") : std::string("aborted");
+}
+
+absl::StatusOr<std::string> Controller::CopyOutParts(const std::string& verb,
+                                                     absl::string_view body) {
+  ASSIGN_OR_RETURN(std::vector<std::string> f,
+                   verb == "part" ? SplitFields(body, 4, "part ID RANK SERVERS")
+                                  : SplitFields(body, 4, "sendpart ID RANK ADDRESS"));
+  ASSIGN_OR_RETURN(const uint64_t rank, Number(f[2], "a rank"));
+  std::shared_ptr<const proto::ShardCheckpoint> from;
+  std::shared_ptr<const std::string> part;
+  {
+    absl::MutexLock lock(&cut_mu_);
+    if (copy_id_ != f[1] || parts_from_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no copy ", f[1], " is held here whole (", copy_id_, " is)"));
+    }
+    from = parts_from_;
+    auto it = parts_out_.find(static_cast<int>(rank));
+    if (it != parts_out_.end()) part = it->second;
+  }
+  if (verb == "part") {
+    ASSIGN_OR_RETURN(const uint64_t servers, Number(f[3], "a number of servers"));
+    if (servers < 1 || rank >= servers || servers > 1 << 16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank, " of ", servers, " servers is out of range"));
+    }
+    ASSIGN_OR_RETURN(const Partitioner partitioner,
+                     Partitioner::Create(static_cast<int>(servers), job_.big_value_bound));
+    ASSIGN_OR_RETURN(proto::ShardCheckpoint piece,
+                     CheckpointPartFor(*from, static_cast<int>(rank), partitioner));
+    ASSIGN_OR_RETURN(std::string encoded, EncodeShard(std::move(piece)));
+    auto kept = std::make_shared<const std::string>(std::move(encoded));
+    const std::string reply = absl::StrCat("part ", kept->size(), " ", Crc32(*kept));
+    absl::MutexLock lock(&cut_mu_);
+    parts_out_[static_cast<int>(rank)] = std::move(kept);
+    return reply;
+  }
+  if (part == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no part of copy ", f[1], " for server ", rank, " is cut here"));
+  }
+  if (!copy_sender_) {
+    return absl::FailedPreconditionError("this server has no way to send a copy to another");
+  }
+  RETURN_IF_ERROR(copy_sender_(f[3], /*backup=*/false, *part));
+  absl::MutexLock lock(&cut_mu_);
+  parts_out_.erase(static_cast<int>(rank));
+  return absl::StrCat("sent ", part->size());
+}
+
+absl::StatusOr<std::string> Controller::RescaleIn(const std::string& verb, absl::string_view body) {
+  if (verb == "unstage") {
+    absl::MutexLock lock(&cut_mu_);
+    const size_t dropped = staged_.size();
+    staged_.clear();
+    merged_.reset();
+    copy_in_.reset();
+    copy_in_bytes_ = copy_in_received_ = copy_in_from_ = 0;
+    return absl::StrCat("unstaged ", dropped, " parts");
+  }
+  if (verb == "stage") {
+    ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 3, "stage BYTES CRC32"));
+    ASSIGN_OR_RETURN(const uint64_t bytes, Number(f[1], "a byte count"));
+    ASSIGN_OR_RETURN(const uint64_t crc, Number(f[2], "a CRC-32"));
+    ASSIGN_OR_RETURN(proto::ShardCheckpoint part, TakeCopyIn(bytes, crc));
+    const int values = part.values_size();
+    absl::MutexLock lock(&cut_mu_);
+    staged_.push_back(std::move(part));
+    return absl::StrCat("staged ", values, " values (", staged_.size(), " parts)");
+  }
+  if (verb == "merge") {
+    ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 3, "merge RANK SERVERS"));
+    ASSIGN_OR_RETURN(const uint64_t rank, Number(f[1], "a rank"));
+    ASSIGN_OR_RETURN(const uint64_t servers, Number(f[2], "a number of servers"));
+    if (servers < 1 || rank >= servers || servers > 1 << 16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank, " of ", servers, " servers is out of range"));
+    }
+    ASSIGN_OR_RETURN(const Partitioner partitioner,
+                     Partitioner::Create(static_cast<int>(servers), job_.big_value_bound));
+    std::vector<proto::ShardCheckpoint> staged;
+    {
+      absl::MutexLock lock(&cut_mu_);
+      staged.swap(staged_);
+    }
+    if (staged.empty()) return absl::FailedPreconditionError("no parts are staged to merge");
+    ASSIGN_OR_RETURN(proto::ShardCheckpoint merged,
+                     ReshardCheckpoint(staged, static_cast<int>(rank), partitioner,
+                                       job_.chunk_bytes, /*pieces=*/true));
+    const int keys = merged.values_size();
+    absl::MutexLock lock(&cut_mu_);
+    merged_ = std::move(merged);
+    merged_rank_ = static_cast<int>(rank);
+    merged_servers_ = static_cast<int>(servers);
+    return absl::StrCat("merged ", keys, " keys from ", staged.size(), " parts");
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 2, "swap|retire EPOCH"));
+  ASSIGN_OR_RETURN(const uint64_t epoch, Number(f[1], "a view epoch"));
+  if (verb == "retire") {
+    engine_->view_floor().Set(epoch, /*reads_too=*/true);
+    return absl::StrCat("retired at view epoch ", epoch);
+  }
+  std::optional<proto::ShardCheckpoint> merged;
+  int rank = 0, servers = 0;
+  {
+    absl::MutexLock lock(&cut_mu_);
+    merged.swap(merged_);
+    rank = merged_rank_;
+    servers = merged_servers_;
+  }
+  if (!merged.has_value()) return absl::FailedPreconditionError("no merged shard to swap in");
+  if (!swapper_) return absl::FailedPreconditionError("this server cannot swap its shard");
+  const int keys = merged->values_size();
+  RETURN_IF_ERROR(swapper_(*merged, rank, servers, epoch));
+  return absl::StrCat("swapped in ", keys, " keys as server ", rank, " of ", servers);
 }
 
 }  // namespace kvstore

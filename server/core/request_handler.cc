@@ -364,7 +364,9 @@ void HandleCommand(const std::shared_ptr<ServerBackend>& backend, const grpc::By
     }
     done(reply.status());
   };
-  if (command.head() == kCommandCopyOut && absl::StartsWith(command.body(), "send ")) {
+  if (command.head() == kCommandCopyOut &&
+      (absl::StartsWith(command.body(), "send ") || absl::StartsWith(command.body(), "part ") ||
+       absl::StartsWith(command.body(), "sendpart "))) {
     // A copy sent to another server takes as long as its bytes: it runs on a thread of its
     // own, which answers the call, so that this serving thread goes on with the reads that
     // the living copy still serves meanwhile.

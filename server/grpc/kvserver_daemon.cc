@@ -328,27 +328,31 @@ void KVServerDaemon::Run() {
 // node's credential; thread-compatible (the serving loop's).
 class KVServerDaemon::Heartbeat {
  public:
+  // `backend` is the backend served before the service serves one; then the service's (a
+  // rescale swaps it).
   Heartbeat(const SchedulerEndpoint* scheduler, const proto::RegisterResponse& registration,
-            const ServerBackend& backend, bool secured, absl::Duration interval)
+            std::shared_ptr<ServerBackend> backend, const KVServerService* service, bool secured,
+            absl::Duration interval)
       : scheduler_(scheduler),
         node_id_(registration.node_id()),
-        engine_(backend.engine.get()),
-        controller_(backend.controller.get()),
-        tables_(backend.tables.get()),
+        first_(std::move(backend)),
+        service_(service),
         credential_(secured ? NodeCredential(registration.node_id(), registration.node_token())
                             : ""),
         interval_(interval) {}
 
   grpc::Status Send(proto::HeartbeatResponse* reply) const {
+    std::shared_ptr<ServerBackend> backend = service_->backend();
+    if (backend == nullptr) backend = first_;
     proto::HeartbeatRequest request;
     request.set_node_id(node_id_);
-    const ShardStore::Stats stats = engine_->stats();
+    const ShardStore::Stats stats = backend->engine->stats();
     request.set_num_keys(stats.num_keys);
     request.set_num_bytes(stats.num_bytes);
-    request.set_max_round(engine_->cuts().MaxRoundStarted());
-    request.set_restored_round(controller_->restored_round());
-    request.set_restored_checkpoint(controller_->restored_checkpoint());
-    for (const TableInfo& info : tables_->Tables()) {
+    request.set_max_round(backend->engine->cuts().MaxRoundStarted());
+    request.set_restored_round(backend->controller->restored_round());
+    request.set_restored_checkpoint(backend->controller->restored_checkpoint());
+    for (const TableInfo& info : backend->tables->Tables()) {
       proto::TableStatus* table = request.add_tables();
       table->set_key(info.key.Quoted());
       table->set_dim(info.dim);
@@ -370,9 +374,8 @@ class KVServerDaemon::Heartbeat {
  private:
   const SchedulerEndpoint* const scheduler_;
   const uint64_t node_id_;
-  const ServerEngine* const engine_;
-  const Controller* const controller_;
-  const TableEngine* const tables_;
+  const std::shared_ptr<ServerBackend> first_;
+  const KVServerService* const service_;
   const std::string credential_;
   const absl::Duration interval_;
 };
@@ -395,24 +398,55 @@ absl::Status KVServerDaemon::RegisterAndServe() {
       registration.node_id(),
       options_.security.secret.empty() ? std::string() : registration.node_token(),
       view.signed_payloads(), to_scheduler});
+  copies_ = copies;
   for (const std::shared_ptr<ServerBackend>& backend : {backends.primary, backends.backup}) {
-    if (backend == nullptr) continue;
-    backend->controller->SetCopySender(
-        [copies](const std::string& address, bool backup, absl::string_view copy) {
-          return copies->Send(address, backup, copy);
-        });
+    if (backend != nullptr) Equip(*backend, backend == backends.primary);
   }
   const absl::Duration interval = absl::Milliseconds(std::max(10, view.heartbeat_interval_ms()));
-  const Heartbeat beat(scheduler_.get(), registration, *backends.primary,
+  const Heartbeat beat(scheduler_.get(), registration, backends.primary, &service_,
                        !options_.security.secret.empty(), interval);
   if (!registration.replaced_address().empty()) RefuseLostUpdates(registration, backends, beat);
   const Backends served = backends;
-  service_.SetBackend(std::move(backends.primary), MakeVerifier(registration),
-                      std::move(backends.backup));
+  verifier_ = MakeVerifier(registration);
+  service_.SetBackend(std::move(backends.primary), verifier_, std::move(backends.backup));
   health_->SetServing(true);
   spdlog::info("kvserver rank {} (node {}) serving {} for {} workers", registration.rank(),
                registration.node_id(), view.mode(), view.num_workers());
   return HeartbeatUntilOver(registration, beat, interval, served);
+}
+
+void KVServerDaemon::Equip(ServerBackend& backend, bool primary) {
+  std::shared_ptr<const ShardCopySender> copies = copies_;
+  backend.controller->SetCopySender(
+      [copies](const std::string& address, bool backup, absl::string_view copy) {
+        return copies->Send(address, backup, copy);
+      });
+  if (!primary) return;
+  backend.controller->SetShardSwapper(
+      [this](const proto::ShardCheckpoint& shard, int rank, int num_servers, uint64_t epoch) {
+        return SwapShard(shard, rank, num_servers, epoch);
+      });
+}
+
+absl::Status KVServerDaemon::SwapShard(const proto::ShardCheckpoint& shard, int rank,
+                                       int num_servers, uint64_t epoch) {
+  BackendSpec spec = spec_;
+  spec.rank = rank;
+  spec.num_servers = num_servers;
+  spec.restore_dir.clear();
+  ASSIGN_OR_RETURN(std::shared_ptr<ServerBackend> backend, MakeServerBackend(spec));
+  RETURN_IF_ERROR(backend->controller->LoadShard(
+      shard, absl::StrCat("the shard merged for server ", rank, " of ", num_servers)));
+  // Requests routed by an older view went by another placement: refused, sent again.
+  backend->engine->view_floor().Set(epoch, /*reads_too=*/true);
+  Equip(*backend, true);
+  if (options_.name_log_lines) SetLogNode(absl::StrCat("kvserver ", rank));
+  spdlog::info("kvserver: now server {} of {} at view epoch {}, holding {} keys ({} bytes)", rank,
+               num_servers, epoch, backend->engine->stats().num_keys,
+               backend->engine->stats().num_bytes);
+  spec_ = std::move(spec);
+  service_.SetBackend(std::move(backend), verifier_);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<proto::RegisterResponse> KVServerDaemon::Register() {
@@ -567,6 +601,7 @@ absl::StatusOr<KVServerDaemon::Backends> KVServerDaemon::MakeBackends(
         {"rank", absl::StrCat(registration.rank())}, {"mode", view.mode()}, {"address", address()}};
   }
   Backends backends;
+  spec_ = spec;
   ASSIGN_OR_RETURN(backends.primary, MakeServerBackend(spec));
   if (!spec.restore_dir.empty()) {
     spdlog::info("kvserver rank {} restored {} keys from {}", registration.rank(),
@@ -637,7 +672,6 @@ absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& r
                                                 const Heartbeat& beat, absl::Duration interval,
                                                 const Backends& backends) {
   const proto::ClusterView& view = registration.view();
-  ServerEngine* engine = backends.primary->engine.get();
   ServerEngine* backup_engine =
       backends.backup != nullptr ? backends.backup->engine.get() : nullptr;
   JobPicture picture{registration};
@@ -678,6 +712,9 @@ absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& r
     }
     last_contact = absl::Now();
     picture.Update(reply);
+    // The backend served now (a rescale swaps it).
+    const std::shared_ptr<ServerBackend> primary = service_.backend();
+    ServerEngine* engine = primary->engine.get();
     if (!reply.join_failure().empty()) {
       spdlog::error("kvserver rank {}: joining the running job failed: {}", registration.rank(),
                     reply.join_failure());
@@ -691,7 +728,7 @@ absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& r
                                        reply.left_worker_node_ids().end());
       int64_t completed = engine->DropWorkers(left);
       if (backup_engine != nullptr) completed += backup_engine->DropWorkers(left);
-      for (const std::shared_ptr<ServerBackend>& backend : {backends.primary, backends.backup}) {
+      for (const std::shared_ptr<ServerBackend>& backend : {primary, backends.backup}) {
         if (backend != nullptr) completed += backend->tables->DropWorkers();
       }
       spdlog::warn(
@@ -704,7 +741,7 @@ absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& r
       // Answer the pushes still waiting for a round, naming why, before exiting non-zero.
       engine->FailRounds(reply.failure());
       if (backup_engine != nullptr) backup_engine->FailRounds(reply.failure());
-      for (const std::shared_ptr<ServerBackend>& backend : {backends.primary, backends.backup}) {
+      for (const std::shared_ptr<ServerBackend>& backend : {primary, backends.backup}) {
         if (backend != nullptr) {
           backend->tables->FailRounds(
               absl::AbortedError(absl::StrCat("the job failed: ", reply.failure())));

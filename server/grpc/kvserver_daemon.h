@@ -115,6 +115,8 @@ struct KVServerOptions {
   bool name_log_lines = false;
 };
 
+class ShardCopySender;
+
 class KVServerDaemon {
  public:
   // Start binds and begins registering. InvalidArgument for bad options, Unavailable when the
@@ -190,6 +192,14 @@ class KVServerDaemon {
   // MakeBackends makes (and restores, or empties for a join) the engines the registration
   // assigns.
   absl::StatusOr<Backends> MakeBackends(const proto::RegisterResponse& registration);
+  // Equip gives a backend's controller this server's copy sender and, for the primary, the
+  // shard swapper of a rescale (SwapShard).
+  void Equip(ServerBackend& backend, bool primary);
+  // SwapShard serves `shard` as server `rank` of `num_servers` from now on, in a new backend
+  // refusing requests routed by a view older than `epoch` (Controller::ShardSwapper). Runs on
+  // the thread of the command that asks for it.
+  absl::Status SwapShard(const proto::ShardCheckpoint& shard, int rank, int num_servers,
+                         uint64_t epoch);
   // MakeVerifier returns the verifier of the job's signed requests; null without a secret.
   std::shared_ptr<const RequestVerifier> MakeVerifier(
       const proto::RegisterResponse& registration) const;
@@ -217,6 +227,11 @@ class KVServerDaemon {
   absl::Mutex info_mu_;
   MetricLabels info_ ABSL_GUARDED_BY(info_mu_);  // kvstore_server_info's labels, once known.
   KVServerService service_;
+  // How the primary backend was made (a rescale makes the next one alike), the copy sender its
+  // controllers share, and the request verifier: set while registering, before serving.
+  BackendSpec spec_;
+  std::shared_ptr<const ShardCopySender> copies_;
+  std::shared_ptr<const RequestVerifier> verifier_;
   // The health service; like service_, it must outlive the server.
   std::unique_ptr<DaemonHealth> health_;
   // One serving thread per completion queue.
