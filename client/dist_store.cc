@@ -107,7 +107,13 @@ void DistStore::MakeCaller(const DistOptions& options) {
       transport_.get(), view.servers,
       CallPolicy{options.rpc_timeout, options.max_retries, options.retry_backoff, view.replicas},
       timer_.get());
-  if (view.replicas <= 1) return;
+  if (view.replicas <= 1) {
+    // Without replicas, the servers may change while the job runs (dist_store_rescale.cc).
+    if (rescalable_) {
+      membership_->set_on_routing([this](const JobState& state) { OnRouting(state); });
+    }
+    return;
+  }
   // With replicas, an unreachable server fails over to its shards' backups, routed by the
   // scheduler's view.
   Membership* membership = membership_.get();
@@ -136,6 +142,8 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
   ASSIGN_OR_RETURN(store->membership_, Membership::Join(std::move(link), mode, membership));
   const JobView& view = store->membership_->view();
   ASSIGN_OR_RETURN(store->transport_, make_transport(view));
+  store->make_transport_ = make_transport;
+  store->rescalable_ = view.replicas <= 1 && mode == "dist_sync";
   store->timer_ = std::make_unique<Timer>();
   store->MakeCaller(options);
   const int servers = static_cast<int>(view.servers.size());
@@ -174,6 +182,9 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
       OpQueue::Options{options.max_inflight, options.fusion_bytes,
                        /*fuse_pushes=*/mode != "dist_sync" || view.num_workers < 2},
       [s = store.get()](Op op, OpDone done) { s->Start(std::move(op), std::move(done)); });
+  if (store->rescalable_) {
+    store->rescaler_ = std::thread([s = store.get()] { s->RescaleLoop(); });
+  }
   SetSdkLogNode(absl::StrCat("worker ", view.rank));
   SdkLogger()->info("worker rank {} (node {}) joined a {} job of {} workers and {} servers",
                     view.rank, view.node_id, view.mode, view.num_workers, servers);
@@ -195,10 +206,20 @@ DistStore::~DistStore() {
     }
     queue_.reset();
   }
+  if (rescaler_.joinable()) {
+    {
+      absl::MutexLock lock(&rescale_mu_);
+      stopping_ = true;
+      rescale_changed_.SignalAll();
+    }
+    rescaler_.join();
+  }
   if (membership_ != nullptr) membership_->Leave();
   // Every call has completed (WaitAll), and no retry is left to the timer.
   timer_.reset();
   if (transport_ != nullptr) transport_->Close();
+  absl::MutexLock lock(&rescale_mu_);
+  for (const std::unique_ptr<ServerTransport>& retired : retired_transports_) retired->Close();
 }
 
 CompressionParams DistStore::compression() const {
@@ -211,20 +232,25 @@ CompressionParams DistStore::compression() const {
 
 absl::Status DistStore::DoInit(absl::Span<const Key> keys, absl::Span<const Tensor> values) {
   RETURN_IF_ERROR(membership_->JobOver());
-  ASSIGN_OR_RETURN(std::vector<KeyWork> work, keys_->PlanInit(keys, values));
-  absl::Status status;
-  if (rank() == 0) {
+  std::vector<KeyWork> work;
+  absl::Status status = Rerouted([&]() -> absl::Status {
+    // Planned again on every try: the keys are placed over the servers of the view now.
+    ASSIGN_OR_RETURN(work, keys_->PlanInit(keys, values));
+    if (rank() != 0) return absl::OkStatus();
     // The Init, then the chunks of the parts it created deferred.
+    absl::Status sent_status;
     for (const Kind kind : {Kind::kInit, Kind::kInitFill}) {
       absl::Notification sent;
       TransferDense(context_, kind, work, CompressionParams(), [&](absl::Status s) {
-        status = s;
+        sent_status = s;
         sent.Notify();
       });
       sent.WaitForNotification();
-      if (!status.ok()) break;
+      if (!sent_status.ok()) break;
     }
-  }
+    return sent_status;
+  });
+  if (work.empty() && !status.ok()) return status;  // Refused before anything was sent.
   // Every worker waits until rank 0's values are stored, even when they were refused, so that
   // no worker is left alone in the barrier.
   const absl::Status barrier = Barrier();
@@ -287,7 +313,8 @@ absl::Status DistStore::DoRowSparsePull(absl::Span<const Key> keys,
 
 absl::Status DistStore::DoInitTable(const Key& key, const TableConfig& config) {
   RETURN_IF_ERROR(membership_->JobOver());
-  absl::Status status = InitTableOnServers(context_, key, TableSpecToProto(config));
+  absl::Status status =
+      Rerouted([&] { return InitTableOnServers(context_, key, TableSpecToProto(config)); });
   // Every worker waits until every worker has made the table on every server, even after a
   // refusal, so that no worker is left alone in the barrier and no push finds no table.
   const absl::Status barrier = Barrier();
@@ -298,15 +325,17 @@ absl::Status DistStore::DoInitTable(const Key& key, const TableConfig& config) {
 absl::Status DistStore::DoPullRows(const Key& key, int64_t dim, absl::Span<const int64_t> ids,
                                    float* out) {
   RETURN_IF_ERROR(membership_->JobOver());
-  return membership_->Noted(PullTableRows(context_, key, dim, ids, out));
+  return membership_->Noted(
+      Rerouted([&] { return PullTableRows(context_, key, dim, ids, out); }));
 }
 
 absl::Status DistStore::DoPushRows(const Key& key, int64_t dim, absl::Span<const int64_t> ids,
                                    const float* grads) {
   RETURN_IF_ERROR(membership_->JobOver());
-  return membership_->Noted(
-      PushTableRows(context_, key, dim, ids, grads,
-                    /*every_server=*/membership_->view().mode != "dist_async"));
+  return membership_->Noted(Rerouted([&] {
+    return PushTableRows(context_, key, dim, ids, grads,
+                         /*every_server=*/membership_->view().mode != "dist_async");
+  }));
 }
 
 absl::StatusOr<std::pair<DType, Shape>> DistStore::StoredSpec(const Key& key) const {
@@ -348,6 +377,7 @@ void DistStore::Start(Op op, OpDone done) {
   if (op.kind == Kind::kPush || op.kind == Kind::kPushPull || op.kind == Kind::kRowSparsePush) {
     done = CountingAcknowledged(op, std::move(done));
   }
+  if (rescalable_) return Run(std::move(op), std::move(done), 0);
   if (op.group != nullptr) {
     TransferGroup(context_, op.kind, std::move(op.group), std::move(op.group_work),
                   std::move(done));

@@ -22,6 +22,14 @@
 // - Wait / WaitAll block until the operations on the keys have completed and return the first
 //   error among them (errors are reported once).
 // - When the scheduler says the job is over, later operations fail with Cancelled.
+// - When the job's servers change while it runs (a dist_sync job without replicas: a kvserver
+//   joined with --join or one was drained; docs/state.md), the servers refuse requests routed
+//   by the old view. An operation refused so - or failed after a newer view was heard of - is
+//   parked; once no operation runs on the old servers any more, the store learns the new view
+//   from the scheduler, reaches its servers, places every key anew and runs the parked
+//   operations again (dist_store_rescale.cc). Operations issued meanwhile wait; Init and the
+//   table calls are sent again likewise. In dist_sync an operation's requests are either all
+//   applied (before the cut) or all refused (after), so nothing is applied twice.
 // - The destructor waits for the queued operations, tells the scheduler this worker finished,
 //   and stops its threads.
 //
@@ -34,6 +42,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -133,6 +142,26 @@ class DistStore final : public KVStore {
   DistStore(std::string type, DistOptions options)
       : KVStore(std::move(type)), options_(std::move(options)) {}
 
+  // Rescales (see the top; dist_store_rescale.cc). Run sends `op` through its transfer on
+  // the servers now, waiting while they are being changed; Park keeps an operation refused as
+  // routed by an old view for SwitchServers, which the rescale thread runs: it waits until no
+  // operation runs, learns the view (at least `needed_epoch_`), reaches its servers, places the
+  // keys anew and runs the parked operations again. Enter / Leave bracket a call on the
+  // servers from a caller's thread (Init, tables); Rerouted runs such a call again after a
+  // switch while it is refused as routed by an old view. OnRouting takes in a heartbeat's view.
+  void Run(Op op, OpDone done, int reroutes);
+  void Park(Op op, OpDone done, int reroutes, uint64_t needed);
+  void RescaleLoop();
+  void SwitchServers();
+  absl::Status Reach(uint64_t epoch, const std::vector<ServerAddress>& servers);
+  void Enter();
+  void Leave();
+  absl::Status Rerouted(const std::function<absl::Status()>& call);
+  void OnRouting(const JobState& state);
+  // NeedsSwitch: the operation that ran from view `epoch` and ended with `status` is to be
+  // sent again on a newer view; `*needed` gets the epoch to wait for.
+  bool NeedsSwitch(const absl::Status& status, uint64_t epoch, uint64_t* needed);
+
   // Issue stamps a push with the compression set now and enqueues it.
   void Issue(Op op);
   void Enqueue(int priority, std::vector<KeyWork> work, Kind kind);
@@ -184,6 +213,28 @@ class DistStore final : public KVStore {
   mutable absl::Mutex compression_mu_;
   CompressionParams compression_ ABSL_GUARDED_BY(compression_mu_);
   std::unique_ptr<OpQueue> queue_;
+
+  // Rescales (see the top). The factory of transports, kept for the servers of a new view.
+  TransportFactory make_transport_;
+  bool rescalable_ = false;  // A dist_sync job without replicas.
+  absl::Mutex rescale_mu_;
+  absl::CondVar rescale_changed_;
+  int active_ ABSL_GUARDED_BY(rescale_mu_) = 0;  // Operations and calls on the servers now.
+  bool switching_ ABSL_GUARDED_BY(rescale_mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(rescale_mu_) = false;
+  uint64_t needed_epoch_ ABSL_GUARDED_BY(rescale_mu_) = 0;  // A switch is due when above.
+  uint64_t heard_epoch_ ABSL_GUARDED_BY(rescale_mu_) = 0;   // The newest view heard of.
+  std::vector<ServerAddress> heard_servers_ ABSL_GUARDED_BY(rescale_mu_);
+  struct Parked {
+    Op op;
+    OpDone done;
+    int reroutes;
+  };
+  std::vector<Parked> parked_ ABSL_GUARDED_BY(rescale_mu_);
+  // The transports and callers of earlier views: calls may still be finishing on their threads.
+  std::vector<std::unique_ptr<ServerTransport>> retired_transports_ ABSL_GUARDED_BY(rescale_mu_);
+  std::vector<std::unique_ptr<ServerCaller>> retired_callers_ ABSL_GUARDED_BY(rescale_mu_);
+  std::thread rescaler_;
 };
 
 }  // namespace kvstore

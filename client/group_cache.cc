@@ -81,14 +81,29 @@ std::shared_ptr<GroupPlan> GroupCache::For(absl::Span<const Key> keys, const Key
   }
   const std::vector<const KeyInfo*> infos = table.InfosOf(keys);
   if (infos.empty()) return nullptr;
-  std::shared_ptr<GroupPlan> group = MakeGroupPlan(keys, infos, num_servers_);
+  const int servers = num_servers();
+  std::shared_ptr<GroupPlan> group = MakeGroupPlan(keys, infos, servers);
   absl::MutexLock lock(&mu_);
+  if (servers != num_servers_) return nullptr;  // Reset meanwhile: the per-key path runs.
   if (groups_.size() >= kMaxGroups) groups_.erase(groups_.begin());
   groups_[fingerprint] = group;
   if (group == nullptr) return nullptr;
   group->id = next_id_++;
+  group->num_servers = servers;
   last_ = group;
   return group;
+}
+
+void GroupCache::Reset(int num_servers) {
+  absl::flat_hash_map<uint64_t, std::shared_ptr<GroupPlan>> forgotten;
+  std::shared_ptr<GroupPlan> last;
+  {
+    absl::MutexLock lock(&mu_);
+    forgotten.swap(groups_);
+    last.swap(last_);
+    num_servers_ = num_servers;
+  }
+  // The plans are released here, outside the lock: each adds its count to its members.
 }
 
 }  // namespace kvstore

@@ -40,14 +40,22 @@ class GroupCache {
   // Recent returns the group used last when its list has `n` keys, without comparing them: the
   // check of the call's tensors compares them on the way (one pass over the call, not two).
   std::shared_ptr<GroupPlan> Recent(size_t n);
+  // Reset forgets every group (their plans' counts go to their members) and plans the next
+  // ones for `num_servers` servers (the job's servers changed: client/dist_store.h).
+  void Reset(int num_servers);
+  // num_servers: the servers the groups are planned for now.
+  int num_servers() const {
+    absl::MutexLock lock(&mu_);
+    return num_servers_;
+  }
   // AddAcknowledged adds, per member record, the acknowledged pushes of the groups remembered
   // (GroupPlan::acknowledged_pushes) to `*extra`. A group forgotten while an operation still
   // holds it counts again once that ends (its plan then adds its count to its members).
   void AddAcknowledged(absl::flat_hash_map<const KeyInfo*, int64_t>* extra);
 
  private:
-  const int num_servers_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
+  int num_servers_ ABSL_GUARDED_BY(mu_);
   // Null for lists that cannot form a group.
   absl::flat_hash_map<uint64_t, std::shared_ptr<GroupPlan>> groups_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

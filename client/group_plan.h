@@ -40,6 +40,9 @@ struct GroupPlan {
   ~GroupPlan();
 
   uint64_t id = 0;
+  // The servers it was planned over (GroupCache::For): a plan of another count is planned
+  // again before it runs (the job's servers changed).
+  int num_servers = 0;
   std::vector<Key> keys;
   std::vector<int64_t> int_keys;      // The keys, when all are integers (compared faster).
   std::vector<const KeyInfo*> infos;  // KeyTable never drops a record.

@@ -51,17 +51,8 @@ absl::StatusOr<std::vector<KeyWork>> KeyTable::PlanInit(absl::Span<const Key> ke
     auto info = std::make_shared<KeyInfo>();
     info->dtype = values[i].dtype();
     info->shape = values[i].shape();
-    info->slices =
-        partitioner_.Partition(key, values[i].num_elements(), RowElements(values[i].shape()));
-    const size_t element = DTypeSize(info->dtype);
     info->bytes = static_cast<int64_t>(values[i].byte_size());
-    for (const Slice& slice : info->slices) {
-      const std::vector<Slice> chunks = ChunkSlice(slice, element, chunk_bytes_);
-      for (const Slice& chunk : chunks) {
-        info->chunks.push_back(chunk);
-        info->alone.push_back(chunks.size() > 1);
-      }
-    }
+    Place(key, partitioner_, info.get());
     Tensor value = values[i];
     if (!value.device().is_cpu()) {
       value = Tensor::Zeros(value.dtype(), value.shape());
@@ -72,10 +63,34 @@ absl::StatusOr<std::vector<KeyWork>> KeyTable::PlanInit(absl::Span<const Key> ke
   return work;
 }
 
+void KeyTable::Place(const Key& key, const Partitioner& partitioner, KeyInfo* info) const {
+  info->slices = partitioner.Partition(key, NumElements(info->shape), RowElements(info->shape));
+  info->chunks.clear();
+  info->alone.clear();
+  const size_t element = DTypeSize(info->dtype);
+  for (const Slice& slice : info->slices) {
+    const std::vector<Slice> chunks = ChunkSlice(slice, element, chunk_bytes_);
+    for (const Slice& chunk : chunks) {
+      info->chunks.push_back(chunk);
+      info->alone.push_back(chunks.size() > 1);
+    }
+  }
+}
+
+void KeyTable::Replace(Partitioner partitioner) {
+  absl::MutexLock lock(&mu_);
+  partitioner_ = std::move(partitioner);
+  for (auto& [key, info] : keys_) Place(key, partitioner_, info.get());
+}
+
 void KeyTable::Record(std::vector<KeyWork>* work) {
   absl::MutexLock lock(&mu_);
   if (!work->empty()) int_keys_ = work->front().key.is_int();
-  for (KeyWork& entry : *work) keys_[entry.key] = std::move(entry.info);
+  for (KeyWork& entry : *work) {
+    // Placed as the table places keys now: the servers may have changed since PlanInit.
+    Place(entry.key, partitioner_, entry.info.get());
+    keys_[entry.key] = std::move(entry.info);
+  }
 }
 
 absl::StatusOr<std::vector<KeyWork>> KeyTable::Plan(absl::Span<const Key> keys,

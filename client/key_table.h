@@ -56,6 +56,11 @@ class KeyTable {
       absl::Span<const Key> keys, absl::Span<RowSparse* const> outs,
       absl::Span<const std::vector<int64_t>> row_ids) const;
 
+  // Replace places every recorded key anew as `partitioner` places it (the job's servers
+  // changed: client/dist_store.h). The records stay the same objects; no operation may be
+  // running on them meanwhile.
+  void Replace(Partitioner partitioner);
+
   // StoredSpec returns a key's dtype and shape; NotFound / InvalidArgument as for Plan.
   absl::StatusOr<std::pair<DType, Shape>> StoredSpec(const Key& key) const;
   // InfosOf returns the records of `keys` in order, or nothing when one is unknown or of the
@@ -73,7 +78,10 @@ class KeyTable {
   absl::StatusOr<std::shared_ptr<KeyInfo>> Lookup(const Key& key) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
-  const Partitioner partitioner_;
+  // Place records `info`'s slices and chunks as `partitioner` places a value of `key`.
+  void Place(const Key& key, const Partitioner& partitioner, KeyInfo* info) const;
+
+  Partitioner partitioner_ ABSL_GUARDED_BY(mu_);
   const int64_t chunk_bytes_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Key, std::shared_ptr<KeyInfo>> keys_ ABSL_GUARDED_BY(mu_);

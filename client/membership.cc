@@ -192,7 +192,7 @@ absl::StatusOr<bool> Membership::Beat() {
       spdlog::error("worker {}: data loss: {}", view_.rank, DataLossLocked());
     }
   }
-  if (on_routing && view_.replicas > 1) on_routing(*over);
+  if (on_routing) on_routing(*over);
   if (over->over) {
     if (!over->failure.empty() && !job_over_.exchange(true)) {
       spdlog::error("worker {}: the job failed: {}", view_.rank, over->failure);

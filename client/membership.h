@@ -87,9 +87,10 @@ class Membership {
   // (`error`), is dead (a job with replicas); the answer within kServerCheckTimeout.
   absl::StatusOr<bool> ServerUnreachable(int rank, const absl::Status& error);
   static constexpr absl::Duration kServerCheckTimeout = absl::Seconds(5);
-  // set_on_routing makes every heartbeat's answer in a job with replicas - its view epoch,
-  // servers and dead servers - reported to `on_routing` (from the thread that sent the
-  // heartbeat). Call once, before the servers are used.
+  // set_on_routing makes every heartbeat's answer - its view epoch, servers and dead servers -
+  // reported to `on_routing` (from the thread that sent the heartbeat): a job with replicas
+  // routes by it, and a job without follows its servers when they change. Call once, before
+  // the servers are used.
   using OnRouting = std::function<void(const JobState& state)>;
   void set_on_routing(OnRouting on_routing);
   // RefreshRouting sends a heartbeat now and reports its answer as the heartbeat thread does

@@ -124,7 +124,8 @@ void ServerCaller::Call(int s, ServerMethod method, std::shared_ptr<const grpc::
     };
   }
   if (policy_.replicas < 2) {
-    Attempt(s, method, std::move(request), 0, std::move(done), 0);
+    // Routed by the view the caller was made for (0 until the job's servers change).
+    Attempt(s, method, std::move(request), view_epoch(), std::move(done), 0);
   } else {
     Route(s, method, std::move(request), std::move(done), 0);
   }

@@ -283,6 +283,14 @@ RequestVerifier::RequestVerifier(const std::map<uint64_t, std::string>& peers, s
   }
 }
 
+void RequestVerifier::AddPeer(uint64_t node_id, const std::string& token) const {
+  absl::MutexLock lock(&peers_mu_);
+  if (peers_.count(node_id) > 0) return;
+  auto peer = std::make_unique<Peer>();
+  peer->key = RequestKeyOf(token);
+  peers_.emplace(node_id, std::move(peer));
+}
+
 absl::StatusOr<RequestVerifier::Verified> RequestVerifier::Verify(
     ServerMethod method, bool backup, const grpc::ByteBuffer& request) const {
   const size_t length = request.Length();
@@ -297,8 +305,13 @@ absl::StatusOr<RequestVerifier::Verified> RequestVerifier::Verify(
   }
   Trailer trailer;
   RETURN_IF_ERROR(ReadTrailer(slices, &trailer));
-  const auto peer = peers_.find(trailer.node_id);
-  if (peer == peers_.end()) {
+  const Peer* peer = nullptr;
+  {
+    absl::ReaderMutexLock lock(&peers_mu_);
+    const auto found = peers_.find(trailer.node_id);
+    if (found != peers_.end()) peer = found->second.get();
+  }
+  if (peer == nullptr) {
     return absl::UnauthenticatedError(
         absl::StrCat("the request is signed as node ", trailer.node_id,
                      ", which is not a node this job's scheduler registered to call this server"));
@@ -318,7 +331,7 @@ absl::StatusOr<RequestVerifier::Verified> RequestVerifier::Verify(
   }
   const RequestRoute route{method, backup, address_, trailer.view_epoch};
   uint8_t tag[kTagBytes];
-  if (!TagOf(peer->second->key, route, trailer.node_id, trailer.sequence, slices,
+  if (!TagOf(peer->key, route, trailer.node_id, trailer.sequence, slices,
              static_cast<size_t>(trailer.covered), body, tag) ||
       CRYPTO_memcmp(tag, trailer.tag, kTagBytes) != 0) {
     return absl::UnauthenticatedError(
@@ -326,12 +339,12 @@ absl::StatusOr<RequestVerifier::Verified> RequestVerifier::Verify(
                      " does not match it: altered, forged, or signed for another method or view"));
   }
   {
-    absl::MutexLock lock(&peer->second->mu);
-    if (!peer->second->window.Accept(trailer.sequence)) {
+    absl::MutexLock lock(&peer->mu);
+    if (!peer->window.Accept(trailer.sequence)) {
       return absl::UnauthenticatedError(
           absl::StrCat("replayed request: node ", trailer.node_id, "'s request ", trailer.sequence,
                        " was accepted before or is more than ", kReplayWindow,
-                       " requests older than its newest (", peer->second->window.highest(), ")"));
+                       " requests older than its newest (", peer->window.highest(), ")"));
     }
   }
   Verified verified;

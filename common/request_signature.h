@@ -154,6 +154,10 @@ class RequestVerifier {
   // was signed for another receiver (resend). Only a verified request moves its node's window.
   absl::StatusOr<Verified> Verify(ServerMethod method, bool backup,
                                   const grpc::ByteBuffer& request) const;
+  // AddPeer lets node `node_id`, whose token is `token`, call this server from now on (a
+  // server that joined the running job, which may send others the keys it holds); nothing
+  // when it may already. Thread-safe.
+  void AddPeer(uint64_t node_id, const std::string& token) const;
 
  private:
   struct Peer {
@@ -164,7 +168,9 @@ class RequestVerifier {
   const std::string address_;
   const uint64_t address_hint_;
   const bool signed_payloads_;
-  std::map<uint64_t, std::unique_ptr<Peer>> peers_;  // Fixed after construction.
+  // Peers are added (AddPeer), never removed: a Peer found stays valid.
+  mutable absl::Mutex peers_mu_;
+  mutable std::map<uint64_t, std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(peers_mu_);
 };
 
 }  // namespace kvstore

@@ -23,6 +23,9 @@ inline constexpr int kCommandCopyOut = 14;
 inline constexpr int kCommandCopyIn = 15;
 // Heads from here up go to a kvserver's custom controller.
 inline constexpr int kFirstCustomCommand = 16;
+// The scheduler's own command (the Command RPC; no kvserver runs it): body "RANK" drains server
+// RANK from the running job (kvctl servers drain; server/scheduler/core/server_rescaler.h).
+inline constexpr int kCommandDrainServer = -1;
 
 }  // namespace kvstore
 

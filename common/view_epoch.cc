@@ -16,7 +16,7 @@ constexpr absl::string_view kNeed = "; this copy needs epoch ";
 absl::Status StaleViewError(uint64_t have, uint64_t need) {
   return absl::AbortedError(
       absl::StrCat(kMarker, have, kNeed, need,
-                   " (a replacement server joined the job): learn the new view and send again"));
+                   " (the job's servers changed): learn the new view and send again"));
 }
 
 std::optional<uint64_t> RequiredViewEpoch(const absl::Status& status) {

@@ -63,6 +63,10 @@ ABSL_FLAG(absl::Duration, serving_poll, absl::Microseconds(250),
           "serving thread polls for the next "
           "one this long before it sleeps (spares a wake-up on machines whose idle CPUs halt); "
           "0: never.");
+ABSL_FLAG(bool, join, false,
+          "Join a running dist_sync job without replicas as one more server: the scheduler "
+          "moves the keys the new placement gives it into it and publishes it "
+          "(docs/state.md, \"Adding and draining servers while a job runs\").");
 ABSL_FLAG(std::string, local_socket_dir, "/tmp",
           "Workers on this host reach the kvserver through shared memory, over a Unix socket "
           "made in this directory (removed at exit); empty: only over TCP.");
@@ -105,6 +109,7 @@ absl::Status Run(const KVServerCustomizer& customize) {
   options.serving_threads = absl::GetFlag(FLAGS_serving_threads);
   options.serving_poll = absl::GetFlag(FLAGS_serving_poll);
   options.local_socket_dir = absl::GetFlag(FLAGS_local_socket_dir);
+  options.join = absl::GetFlag(FLAGS_join);
   options.max_value_bytes = absl::GetFlag(FLAGS_max_value_bytes);
   options.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget_bytes);
   options.metrics_port = MetricsPortFlag();

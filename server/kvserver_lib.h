@@ -17,7 +17,8 @@
 // DMLC_SERVER_ID or their KV_ names, see common/environment.h): --host, --advertise_host
 // (docs/cluster.md), --port, --scheduler,
 // --rank, --updater, --updater_config, --checkpoint_root, --restore, --register_timeout,
-// --scheduler_lost_timeout, --serving_threads, --serving_poll, --local_socket_dir (the
+// --scheduler_lost_timeout, --serving_threads, --serving_poll, --join (one more server for a
+// running job, docs/state.md), --local_socket_dir (the
 // shared-memory path for workers on the same host, docs/colocated.md), --metrics_port (Prometheus
 // metrics, docs/operations.md), --log_level (or KV_LOG_LEVEL, PS_VERBOSE); `--help` lists them
 // with their defaults, `--version` prints the version. The process exits 0 when the job is

@@ -3,6 +3,7 @@
 //   kvctl [--scheduler=HOST:PORT] [--json] [--timeout=10s] status
 //   kvctl [--scheduler=HOST:PORT] command HEAD BODY
 //   kvctl [--scheduler=HOST:PORT] checkpoint DIR   (DIR below each kvserver's --checkpoint_root)
+//   kvctl [--scheduler=HOST:PORT] [--timeout=10s] servers drain RANK
 //   kvctl [--scheduler=HOST:PORT] shutdown [REASON]
 //   kvctl [--service=NAME] health ADDRESS
 //
@@ -28,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/environment.h"
+#include "common/server_commands.h"
 #include "common/etcd_client.h"
 #include "common/flags_usage.h"
 #include "common/grpc_channel.h"
@@ -66,6 +68,9 @@ constexpr char kUsage[] =
     "                       absolute below it, and must stay below ROOT (no '..', no symbolic\n"
     "                       link); restart\n"
     "                       with kvserver --checkpoint_root=ROOT --restore=DIR\n"
+    "  servers drain RANK   move server RANK's keys to the other servers and let it exit 0\n"
+    "                       (a running dist_sync job without replicas; the servers above it\n"
+    "                       move down a rank; `kvserver --join` adds one); returns once done\n"
     "  shutdown [REASON]    end the job: servers, scheduler and workers exit\n"
     "  health ADDRESS       ask one daemon (scheduler or kvserver) at ADDRESS whether it serves\n"
     "                       (gRPC health checking; --service=NAME for a named state)";
@@ -232,7 +237,13 @@ absl::Status Command(proto::Scheduler::Stub& stub, const std::string& address,
                      const std::string& job_token, const std::vector<char*>& args) {
   int head;
   std::string body;
-  if (std::string(args[1]) == "checkpoint") {
+  if (std::string(args[1]) == "servers") {
+    if (args.size() != 4 || std::string(args[2]) != "drain") {
+      return absl::InvalidArgumentError("usage: kvctl servers drain RANK");
+    }
+    head = kCommandDrainServer;
+    body = args[3];
+  } else if (std::string(args[1]) == "checkpoint") {
     if (args.size() != 3) return absl::InvalidArgumentError("usage: kvctl checkpoint DIR");
     head = 4;  // kCommandCheckpoint (server/core/controller.h).
     body = args[2];
@@ -257,7 +268,11 @@ absl::Status Command(proto::Scheduler::Stub& stub, const std::string& address,
     return PrintJson(out);
   }
   for (int i = 0; i < reply.replies_size(); ++i) {
-    std::printf("server %d: %s\n", i, reply.replies(i).c_str());
+    if (head == kCommandDrainServer) {
+      std::printf("%s\n", reply.replies(i).c_str());
+    } else {
+      std::printf("server %d: %s\n", i, reply.replies(i).c_str());
+    }
   }
   return absl::OkStatus();
 }
@@ -286,7 +301,7 @@ int Run(const std::vector<char*>& args) {
   }
   const std::string verb = args[1];
   if (verb != "status" && verb != "command" && verb != "checkpoint" && verb != "shutdown" &&
-      verb != "health") {
+      verb != "health" && verb != "servers") {
     std::fprintf(stderr, "kvctl: unknown command \"%s\"\nusage: %s\n", verb.c_str(), kUsage);
     return 2;
   }
@@ -312,7 +327,7 @@ int Run(const std::vector<char*>& args) {
       status = Health(*address, absl::GetFlag(FLAGS_service), *credentials);
     } else if (verb == "status") {
       status = Status(*stub, *address, job_token);
-    } else if (verb == "command" || verb == "checkpoint") {
+    } else if (verb == "command" || verb == "checkpoint" || verb == "servers") {
       status = Command(*stub, *address, job_token, args);
     } else {
       status = Shutdown(*stub, *address, job_token, args);

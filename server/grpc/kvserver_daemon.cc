@@ -453,8 +453,9 @@ absl::StatusOr<proto::RegisterResponse> KVServerDaemon::Register() {
   proto::RegisterRequest request;
   request.set_role(proto::SERVER);
   request.set_address(address());
-  request.set_requested_rank(options_.requested_rank);
+  request.set_requested_rank(options_.join ? -1 : options_.requested_rank);
   request.set_hostname(LocalHostname());
+  request.set_join(options_.join);
   SetLocalPath(&request);
   return CallRegister(request, absl::Now() + options_.register_timeout);
 }
@@ -624,11 +625,19 @@ absl::StatusOr<KVServerDaemon::Backends> KVServerDaemon::MakeBackends(
     if (backends.backup != nullptr) {
       backends.backup->engine->view_floor().Set(join_epoch, /*reads_too=*/true);
     }
-    spdlog::info(
-        "kvserver rank {} (node {}) replaces a dead server of the running job: the "
-        "scheduler copies shards {} and {} into it, then publishes it at view epoch {}",
-        registration.rank(), registration.node_id(), registration.rank(),
-        (registration.rank() + view.num_servers() - 1) % view.num_servers(), join_epoch);
+    if (options_.join) {
+      spdlog::info(
+          "kvserver rank {} (node {}) joins the running job as one more server: the "
+          "scheduler moves the keys the new placement gives it into it, then publishes it at "
+          "view epoch {}",
+          registration.rank(), registration.node_id(), join_epoch);
+    } else {
+      spdlog::info(
+          "kvserver rank {} (node {}) replaces a dead server of the running job: the "
+          "scheduler copies shards {} and {} into it, then publishes it at view epoch {}",
+          registration.rank(), registration.node_id(), registration.rank(),
+          (registration.rank() + view.num_servers() - 1) % view.num_servers(), join_epoch);
+    }
   }
   return backends;
 }
@@ -712,6 +721,10 @@ absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& r
     }
     last_contact = absl::Now();
     picture.Update(reply);
+    // Servers joined since: they may send this one the keys they hold (a rescale).
+    if (verifier_ != nullptr) {
+      for (const auto& [node_id, token] : reply.server_tokens()) verifier_->AddPeer(node_id, token);
+    }
     // The backend served now (a rescale swaps it).
     const std::shared_ptr<ServerBackend> primary = service_.backend();
     ServerEngine* engine = primary->engine.get();

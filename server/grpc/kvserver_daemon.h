@@ -95,6 +95,9 @@ struct KVServerOptions {
   // made in this directory and advertised to the job; empty: TCP only. When the socket cannot
   // be made the kvserver logs why and serves over TCP only.
   std::string local_socket_dir;
+  // Join a running dist_sync job without replicas as one more server (the scheduler moves its
+  // keys into it: server/scheduler/core/server_scaling.h); --rank is then not used.
+  bool join = false;
   // The largest value, in bytes (ServerEngineOptions::max_value_bytes). It bounds requests
   // too: gRPC receives at most max_value_bytes + kRequestHeaderBytes in one request (and at
   // most 2 GiB), and buffers at most about twice that for all connections together

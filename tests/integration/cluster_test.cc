@@ -73,6 +73,15 @@ class Cluster {
             {role == "server" ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID", absl::StrCat(rank)}};
   }
 
+  // AddServer starts one more kvserver with `args` (--join: it joins the running job).
+  Process& AddServer(std::vector<std::string> args) {
+    args.insert(args.begin(), {Runfile("server/kvserver"),
+                               absl::StrCat("--scheduler=127.0.0.1:", port_)});
+    const int rank = static_cast<int>(servers_.size());
+    servers_.push_back(StartProcess(absl::StrCat("server ", rank), args, Env("server", rank)));
+    return *servers_.back();
+  }
+
   Process& AddWorker(int rank, std::vector<std::string> args) {
     args.insert(args.begin(), Runfile("tests/integration/test_worker"));
     workers_list_.push_back(StartProcess(absl::StrCat("worker ", rank), args, Env("worker", rank)));
@@ -717,6 +726,79 @@ TEST_CASE("Launcher: runs a job with prefixed output, exits with the workers' st
     REQUIRE(output.find("unknown scenario no_such_scenario") != std::string::npos);
     REQUIRE(output.find("exited with status 1") != std::string::npos);
   }
+}
+
+// WaitForRound waits (at most 60 s) until worker 0 of `cluster` (with `workers` workers) has
+// printed "ROUND r"; on failure every worker's output is shown.
+void WaitForRound(Cluster& cluster, int workers, int round) {
+  const bool reached =
+      cluster.worker(0).WaitForOutput(absl::StrCat("ROUND ", round, "\n"), absl::Seconds(60));
+  std::string outputs;
+  for (int w = 0; w < workers && !reached; ++w) {
+    absl::StrAppend(&outputs, "worker ", w, ":\n", cluster.worker(w).output(), "\n");
+  }
+  INFO(outputs);
+  REQUIRE(reached);
+}
+
+TEST_CASE("Cluster: a server joins and another drains while 3 workers train; every pull exact",
+          "[cluster][rescale]") {
+  const uint64_t seed = absl::ToUnixNanos(absl::Now()) % 1000000007;
+  INFO("seed " << seed);
+  // 2 servers; a third joins after round 4, server 0 drains after round 12: 2 -> 3 -> 2.
+  Cluster cluster(2, 3, {"--big_value_bound=1000"}, {"--updater=sum"});
+  for (int w = 0; w < 3; ++w) {
+    cluster.AddWorker(w, {"elastic", absl::StrCat(seed), "24", "150"});
+  }
+  WaitForRound(cluster, 3, 4);
+  Process& joined = cluster.AddServer({"--join", "--updater=sum"});
+  const bool published =
+      cluster.scheduler().WaitForOutput("rescale published at view epoch 1", absl::Seconds(60));
+  INFO(cluster.scheduler().output() << "\n" << joined.output());
+  REQUIRE(published);
+  WaitForRound(cluster, 3, 12);
+  int code = -1;
+  const std::string drained = cluster.Kvctl({"--timeout=60s", "servers", "drain", "0"}, &code);
+  INFO(drained);
+  REQUIRE(code == 0);
+  REQUIRE(absl::StrContains(drained, "drained: server 0"));
+  Cluster::ExpectExit(cluster.server(0), 0);  // The drained server exits 0.
+  REQUIRE(absl::StrContains(cluster.scheduler().output(), "rescale published at view epoch 2"));
+  for (int w = 0; w < 3; ++w) {
+    Cluster::ExpectExit(cluster.worker(w), 0);
+    REQUIRE(absl::StrContains(cluster.worker(w).output(), "24 rounds checked"));
+  }
+  cluster.ExpectCleanExit();
+}
+
+TEST_CASE("Cluster: a joining kvserver killed with SIGKILL mid-rescale: the job goes on exact",
+          "[cluster][rescale]") {
+  const uint64_t seed = absl::ToUnixNanos(absl::Now()) % 1000000007;
+  INFO("seed " << seed);
+  Cluster cluster(2, 3, {"--big_value_bound=1000", "--checkpoint_timeout=10s"},
+                  {"--updater=sum"});
+  for (int w = 0; w < 3; ++w) {
+    cluster.AddWorker(w, {"elastic", absl::StrCat(seed), "14", "150"});
+  }
+  WaitForRound(cluster, 3, 3);
+  Process& joined = cluster.AddServer({"--join", "--updater=sum"});
+  const bool planned =
+      cluster.scheduler().WaitForOutput("rescale at view epoch 1:", absl::Seconds(60));
+  INFO(cluster.scheduler().output());
+  REQUIRE(planned);
+  joined.Kill();
+  const bool failed =
+      cluster.scheduler().WaitForOutput("rescale at view epoch 1 failed", absl::Seconds(60));
+  INFO(cluster.scheduler().output());
+  REQUIRE(failed);
+  REQUIRE(!absl::StrContains(cluster.scheduler().output(), "rescale published"));
+  for (int w = 0; w < 3; ++w) {
+    Cluster::ExpectExit(cluster.worker(w), 0);
+    REQUIRE(absl::StrContains(cluster.worker(w).output(), "14 rounds checked"));
+  }
+  Cluster::ExpectExit(cluster.server(0), 0);
+  Cluster::ExpectExit(cluster.server(1), 0);
+  Cluster::ExpectExit(cluster.scheduler(), 0);
 }
 
 }  // namespace

@@ -52,6 +52,14 @@
 //                   values of random integers in [-1000, 1000] drawn from SEED (exact in
 //                   float32), every pulled element checked against the running sum. The test
 //                   bounds every process's peak memory.
+//   elastic SEED R PAUSE_MS
+//                   Servers started with --updater=sum, while servers join and drain. Over R
+//                   dist_sync rounds every worker pushes random integers in [-8, 8] (drawn
+//                   from SEED, the round, the rank and the key) to 60 small int keys - as one
+//                   list (a key group) or key by key, by round and rank - and to a key split
+//                   over the servers (200,000 float32), then pulls them all and checks every
+//                   element exactly against a float64 reference (init plus every worker's
+//                   pushes so far). It prints "ROUND r" after each round and sleeps PAUSE_MS.
 //   bad_input       Sends malformed, oversized and mismatched raw requests to server 0 and
 //                   checks each is refused with the right code and that the stored value is
 //                   unchanged and the server still answers.
@@ -246,6 +254,90 @@ absl::Status Rounds(KVStore& kv, const std::string& mode, int rounds) {
     }
   }
   std::printf("worker %d: %d rounds of %s checked\n", rank, rounds, mode.c_str());
+  return absl::OkStatus();
+}
+
+// ElasticValue: the integer in [-8, 8] worker `rank` pushes to element `i` of key `k` in round
+// `round` (0: the initial value), the same on every worker.
+double ElasticValue(uint64_t seed, int round, int rank, int k, int64_t i) {
+  uint64_t x = seed ^ (uint64_t(round) * 0x9E3779B97F4A7C15ull) ^ (uint64_t(rank + 1) << 40) ^
+               (uint64_t(k) << 20) ^ uint64_t(i);
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return static_cast<double>(static_cast<int64_t>(x % 17) - 8);
+}
+
+absl::Status Elastic(KVStore& kv, uint64_t seed, int rounds, int pause_ms) {
+  const int rank = kv.rank(), workers = kv.num_workers();
+  std::vector<Key> keys;
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < 60; ++i) {
+    keys.push_back(500 + i);
+    sizes.push_back(1 + i % 5);
+  }
+  keys.push_back(9);
+  sizes.push_back(200000);  // Above the job's big-value bound: split over the servers.
+  const int n = static_cast<int>(keys.size());
+  // The reference, in float64: each key's value after the rounds so far.
+  std::vector<std::vector<double>> want(n);
+  std::vector<Tensor> inits;
+  for (int k = 0; k < n; ++k) {
+    Tensor init = Tensor::Zeros(DType::kFloat32, {sizes[k]});
+    want[k].resize(sizes[k]);
+    for (int64_t i = 0; i < sizes[k]; ++i) {
+      want[k][i] = ElasticValue(seed, 0, 0, k, i);
+      init.SetFromDouble(i, want[k][i]);
+    }
+    inits.push_back(std::move(init));
+  }
+  RETURN_IF_ERROR(kv.Init(keys, inits));
+  std::vector<Tensor> outs;
+  std::vector<Tensor*> out_ptrs;
+  for (int64_t size : sizes) outs.push_back(Tensor::Zeros(DType::kFloat32, {size}));
+  for (Tensor& t : outs) out_ptrs.push_back(&t);
+  for (int r = 1; r <= rounds; ++r) {
+    std::vector<Tensor> pushed;
+    for (int k = 0; k < n; ++k) {
+      Tensor g = Tensor::Zeros(DType::kFloat32, {sizes[k]});
+      for (int64_t i = 0; i < sizes[k]; ++i) {
+        g.SetFromDouble(i, ElasticValue(seed, r, rank, k, i));
+        for (int w = 0; w < workers; ++w) want[k][i] += ElasticValue(seed, r, w, k, i);
+      }
+      pushed.push_back(std::move(g));
+    }
+    const std::vector<Key> small(keys.begin(), keys.end() - 1);
+    const std::vector<Tensor> small_pushed(pushed.begin(), pushed.end() - 1);
+    const std::vector<Tensor*> small_outs(out_ptrs.begin(), out_ptrs.end() - 1);
+    if ((r + rank) % 2 == 0) {
+      RETURN_IF_ERROR(kv.Push(small, small_pushed));
+      RETURN_IF_ERROR(kv.Pull(small, small_outs));
+    } else {
+      for (int k = 0; k + 1 < n; ++k) RETURN_IF_ERROR(kv.Push(keys[k], pushed[k]));
+      for (int k = 0; k + 1 < n; ++k) RETURN_IF_ERROR(kv.Pull(keys[k], out_ptrs[k]));
+    }
+    RETURN_IF_ERROR(kv.Push(keys.back(), pushed.back()));
+    RETURN_IF_ERROR(kv.Pull(keys.back(), out_ptrs.back()));
+    RETURN_IF_ERROR(kv.WaitAll());
+    for (int k = 0; k < n; ++k) {
+      for (int64_t i = 0; i < sizes[k]; ++i) {
+        if (outs[k].GetAsDouble(i) != want[k][i]) {
+          return absl::InternalError(absl::StrCat("round ", r, " key ", keys[k].Quoted(),
+                                                  " element ", i, ": pulled ",
+                                                  outs[k].GetAsDouble(i), ", expected ",
+                                                  want[k][i], " (seed ", seed, ")"));
+        }
+      }
+    }
+    std::printf("ROUND %d\n", r);
+    std::fflush(stdout);
+    absl::SleepFor(absl::Milliseconds(pause_ms));
+  }
+  RETURN_IF_ERROR(kv.Barrier());
+  std::printf("worker %d: %d rounds checked while the servers changed (seed %llu)\n", rank,
+              rounds, static_cast<unsigned long long>(seed));
   return absl::OkStatus();
 }
 
@@ -887,6 +979,15 @@ absl::Status Run(int argc, char** argv) {
     return absl::IsCancelled(barrier) ? absl::OkStatus() : barrier;
   }
   if (scenario == "string_keys") return StringKeys(*kv);
+  if (scenario == "elastic") {
+    uint64_t seed = 0;
+    int rounds = 0, pause_ms = 0;
+    if (argc != 5 || !absl::SimpleAtoi(argv[2], &seed) || !absl::SimpleAtoi(argv[3], &rounds) ||
+        !absl::SimpleAtoi(argv[4], &pause_ms)) {
+      return absl::InvalidArgumentError("usage: test_worker elastic SEED ROUNDS PAUSE_MS");
+    }
+    return Elastic(*kv, seed, rounds, pause_ms);
+  }
   if (scenario == "train") return Train(*kv, argv + 2, argc - 2);
   if (scenario == "clipped_sum") return ClippedSum(*kv);
   if (scenario == "row_sparse") {

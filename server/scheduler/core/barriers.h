@@ -55,6 +55,8 @@ class Barriers {
 
   Barriers(int num_servers, int num_workers)
       : num_servers_(num_servers), num_workers_(num_workers) {}
+  // set_num_servers: the job's servers changed (a server added or drained while it runs).
+  void set_num_servers(int num_servers) { num_servers_ = num_servers; }
 
   // Enter adds node `node_id` to the barrier over `group` (opened now, with a deadline of
   // now + timeout, by its first node), taking `*done`. InvalidArgument, `*done` left to the
@@ -96,7 +98,7 @@ class Barriers {
   };
   static int Key(int group) { return group & (kGroupServers | kGroupWorkers); }
 
-  const int num_servers_;
+  int num_servers_;
   const int num_workers_;
   absl::flat_hash_set<uint64_t> left_;  // Workers that left the job.
   std::map<int, Barrier> open_;         // By group.

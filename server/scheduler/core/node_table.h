@@ -104,6 +104,21 @@ class NodeTable {
   // Restore adds `node` under its own node id and rank (a running job re-formed by a scheduler
   // restarted in place); later ids are above it.
   NodeInfo& Restore(NodeInfo node);
+  // TakeId issues a node id for a node added later with Restore (a server joining the running
+  // job as one more: it enters the table once published).
+  uint64_t TakeId() { return next_id_++; }
+  // Remove forgets node `id` (a server drained from the running job).
+  void Remove(uint64_t id) {
+    nodes_.erase(id);
+    requested_rank_.erase(id);
+  }
+  // Rerank gives node `id` rank `rank` (the servers above a drained one move down).
+  void Rerank(uint64_t id, int rank) {
+    nodes_.at(id).rank = rank;
+    requested_rank_[id] = rank;
+  }
+  // set_num_servers: the job's servers changed (a server added or drained while it runs).
+  void set_num_servers(int num_servers) { num_servers_ = num_servers; }
   // next_id: the node id the next Add or TakeOver gives.
   uint64_t next_id() const { return next_id_; }
 
@@ -140,7 +155,7 @@ class NodeTable {
   Nodes::const_iterator end() const { return nodes_.end(); }
 
  private:
-  const int num_servers_;
+  int num_servers_;
   const int num_workers_;
   uint64_t next_id_ = 2;  // 1 is the scheduler itself.
   Nodes nodes_;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/scheduler/core/server_failover.h"
+#include "server/scheduler/core/server_scaling.h"
 #include "server/scheduler/core/worker_liveness.h"
 #include "spdlog/spdlog.h"
 
@@ -37,7 +38,9 @@ SchedulerCore::SchedulerCore(const SchedulerOptions& options)
       barriers_(options.num_servers, options.num_workers),
       job_id_(options.job_id),
       failover_(std::make_unique<ServerFailover>(this)),
-      liveness_(std::make_unique<WorkerLiveness>(this)) {}
+      liveness_(std::make_unique<WorkerLiveness>(this)),
+      scaling_(std::make_unique<ServerScaling>(this)),
+      num_servers_(options.num_servers) {}
 
 SchedulerCore::~SchedulerCore() = default;
 
@@ -119,13 +122,15 @@ bool SchedulerCore::InGroup(NodeRole role, int group) {
 
 void SchedulerCore::Register(NodeRole role, int requested_rank, std::string address,
                              std::string hostname, absl::Time now, RegisterDone done,
-                             std::string mode) {
+                             std::string mode, bool join) {
   std::vector<PendingRegistration> completed;
   std::optional<absl::StatusOr<Registration>> answer;
   {
     absl::MutexLock lock(&mu_);
     if (!standby_.empty()) {
       answer = absl::UnavailableError(standby_);
+    } else if (join && role == NodeRole::kServer) {
+      answer = scaling_->TakeJoin(address, hostname, now);
     } else if (!failover_->TakeRunningJobRank(role, requested_rank, address, hostname, now, &done,
                                               &answer)) {
       const absl::Status error = CheckRegistration(role, requested_rank, address, hostname, mode);
@@ -158,7 +163,7 @@ absl::Status SchedulerCore::CheckRegistration(NodeRole role, int requested_rank,
                                               const std::string& address,
                                               const std::string& hostname,
                                               const std::string& mode) const {
-  const int group_size = role == NodeRole::kServer ? options_.num_servers : options_.num_workers;
+  const int group_size = role == NodeRole::kServer ? num_servers_ : options_.num_workers;
   const int registered = nodes_.Count(role);
   if (registration_failed_) {
     return absl::DeadlineExceededError(
@@ -210,7 +215,7 @@ void SchedulerCore::AddNode(NodeRole role, int requested_rank, std::string addre
   // for the others is not silence.
   for (auto& [node_id, node] : nodes_) node.last_heartbeat = std::max(node.last_heartbeat, now);
   completed->swap(pending_registrations_);
-  spdlog::info("the job is assembled: {} and {}, {}", Plural(options_.num_servers, "server"),
+  spdlog::info("the job is assembled: {} and {}, {}", Plural(num_servers_, "server"),
                Plural(options_.num_workers, "worker"), mode_.empty() ? "dist_sync" : mode_);
 }
 
@@ -225,7 +230,7 @@ absl::StatusOr<ClusterView> SchedulerCore::view() const {
 
 ClusterView SchedulerCore::ViewLocked() const {
   ClusterView cluster;
-  cluster.num_servers = options_.num_servers;
+  cluster.num_servers = num_servers_;
   cluster.num_workers = options_.num_workers;
   cluster.big_value_bound = options_.big_value_bound;
   cluster.chunk_bytes = options_.chunk_bytes;
@@ -317,7 +322,11 @@ absl::StatusOr<bool> SchedulerCore::HeartbeatLocked(uint64_t node_id, absl::Time
                                                     std::vector<BarrierDone>* released) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(node_id);
-  if (it == nodes_.end()) return UnknownNodeLocked(node_id, "a heartbeat");
+  if (it == nodes_.end()) {
+    // A server joining the running job, or one drained from it.
+    if (const std::optional<bool> over = scaling_->HeartbeatLocked(node_id, now)) return *over;
+    return UnknownNodeLocked(node_id, "a heartbeat");
+  }
   if (it->second.hostname.empty()) it->second.hostname = report.hostname;
   if (it->second.role == NodeRole::kWorker && report.barriers_passed > 0) {
     *released = barriers_.Through(kGroupWorkers, node_id, report.barriers_passed);
@@ -421,7 +430,7 @@ bool SchedulerCore::all_servers_released() const {
   for (const auto& [id, node] : nodes_) {
     released += node.role == NodeRole::kServer && node.released;
   }
-  return released == options_.num_servers;
+  return released == num_servers_;
 }
 
 bool SchedulerCore::servers_released_or_gone(absl::Time now, absl::Duration gone_after) const {
@@ -431,7 +440,7 @@ bool SchedulerCore::servers_released_or_gone(absl::Time now, absl::Duration gone
     done +=
         node.role == NodeRole::kServer && (node.released || now - node.last_heartbeat > gone_after);
   }
-  return done == options_.num_servers;
+  return done == num_servers_;
 }
 
 bool SchedulerCore::workers_released_or_gone(absl::Time now, absl::Duration gone_after) const {

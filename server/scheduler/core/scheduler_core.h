@@ -131,6 +131,9 @@ struct Registration {
   std::string replaced_address;
   // A node registering again (Rejoin) that this scheduler knew already: it did not restart.
   bool known = false;
+  // A server joining the running job as one more (ServerScaling): its shards are moved in by
+  // the rescale at join_epoch.
+  bool scaling = false;
 };
 
 // Routing: what a worker routes its requests by in a job with replicas - the view epoch, every
@@ -160,6 +163,7 @@ struct WorkerReport {
 };
 
 class ServerFailover;
+class ServerScaling;
 class WorkerLiveness;
 
 class SchedulerCore {
@@ -180,8 +184,10 @@ class SchedulerCore {
   // takes it once that server has been silent for two heartbeat intervals; while heartbeats
   // still say it is alive, `done` waits up to ReplacementWait() (ExpireDeadlines retries it)
   // and then runs with FailedPrecondition naming the living server.
+  // With `join`, a server registers into the assembled, running job as one more server
+  // (ServerScaling::TakeJoin).
   void Register(NodeRole role, int requested_rank, std::string address, std::string hostname,
-                absl::Time now, RegisterDone done, std::string mode = "");
+                absl::Time now, RegisterDone done, std::string mode = "", bool join = false);
 
   // Rejoin takes a node of a running job registering again (see the top). `done` runs with the
   // node's registration - its node id, rank and the job's view - once the job is re-formed (or
@@ -293,6 +299,10 @@ class SchedulerCore {
   // restarted into the running job, routing, data loss (server_failover.h).
   ServerFailover& failover() { return *failover_; }
   const ServerFailover& failover() const { return *failover_; }
+
+  // Servers added to and drained from the running job (server_scaling.h).
+  ServerScaling& scaling() { return *scaling_; }
+  const ServerScaling& scaling() const { return *scaling_; }
   ~SchedulerCore();
 
   // finished_worker_ids returns the node ids of the workers that have finished (heartbeats
@@ -311,6 +321,7 @@ class SchedulerCore {
  private:
   // Parts of the core, sharing its lock.
   friend class ServerFailover;
+  friend class ServerScaling;
   friend class WorkerLiveness;
   struct PendingRegistration {
     uint64_t node_id;
@@ -393,6 +404,9 @@ class SchedulerCore {
   std::unique_ptr<ServerFailover> failover_;
   // Dead, lost and departed workers (worker_liveness.h).
   std::unique_ptr<WorkerLiveness> liveness_;
+  // Servers added and drained (server_scaling.h), and the job's number of servers now.
+  std::unique_ptr<ServerScaling> scaling_;
+  int num_servers_ ABSL_GUARDED_BY(mu_);
 
   // ViewLocked builds the cluster view of the registered nodes (view() once complete).
   ClusterView ViewLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);

@@ -23,7 +23,7 @@ std::vector<std::string> SchedulerCore::Progress() const {
   if (!complete_ && !registration_failed_ && !nodes_.empty()) {
     std::vector<std::string> waiting;
     for (NodeRole role : {NodeRole::kServer, NodeRole::kWorker}) {
-      const int size = role == NodeRole::kServer ? options_.num_servers : options_.num_workers;
+      const int size = role == NodeRole::kServer ? num_servers_ : options_.num_workers;
       const char* name = role == NodeRole::kServer ? "server" : "worker";
       int registered = 0, anonymous = 0;
       std::set<int> taken;
@@ -53,7 +53,7 @@ std::vector<std::string> SchedulerCore::Progress() const {
     int servers = 0, workers = 0;
     for (const auto& [id, node] : nodes_) ++(node.role == NodeRole::kServer ? servers : workers);
     lines.push_back(absl::StrCat("registered ", servers, " of ",
-                                 Counted(options_.num_servers, "server"), " and ", workers, " of ",
+                                 Counted(num_servers_, "server"), " and ", workers, " of ",
                                  Counted(options_.num_workers, "worker"), "; waiting for ",
                                  absl::StrJoin(waiting, " and ")));
   }

@@ -25,7 +25,7 @@ absl::StatusOr<bool> ServerFailover::DeclareServerDead(int rank, std::string rea
           core_.shutdown_reason_.empty() ? "every worker finished" : core_.shutdown_reason_,
           "): its servers are exiting"));
     }
-    if (rank < 0 || rank >= core_.options_.num_servers) {
+    if (rank < 0 || rank >= core_.num_servers_) {
       return absl::InvalidArgumentError(absl::StrCat("no server of rank ", rank));
     }
     NodeInfo* dead = nullptr;
@@ -33,7 +33,7 @@ absl::StatusOr<bool> ServerFailover::DeclareServerDead(int rank, std::string rea
     // backup of its shard, the previous rank the primary of the shard it backs up.
     const NodeInfo* next = nullptr;
     const NodeInfo* previous = nullptr;
-    const int n = core_.options_.num_servers;
+    const int n = core_.num_servers_;
     for (auto& [id, node] : core_.nodes_) {
       if (node.role != NodeRole::kServer) continue;
       if (node.rank == rank) dead = &node;
@@ -90,7 +90,7 @@ absl::StatusOr<Registration> ServerFailover::JoinServer(int requested_rank,
                                                         const std::string& address,
                                                         const std::string& hostname,
                                                         absl::Time now) {
-  const int n = core_.options_.num_servers;
+  const int n = core_.num_servers_;
   int rank = requested_rank;
   if (rank < 0) {
     // Any rank: the lowest one whose server is dead and not being replaced.
@@ -198,7 +198,7 @@ bool ServerFailover::TakeRunningJobRank(NodeRole role, int requested_rank, std::
                                         std::string& hostname, absl::Time now, RegisterDone* done,
                                         std::optional<absl::StatusOr<Registration>>* answer) {
   core_.mu_.AssertHeld();
-  const int group_size = core_.options_.num_servers;
+  const int group_size = core_.num_servers_;
   if (role != NodeRole::kServer || !core_.complete_ || core_.ShutdownLocked() || address.empty() ||
       requested_rank < -1 || requested_rank >= group_size) {
     return false;

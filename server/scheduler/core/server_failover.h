@@ -11,6 +11,7 @@
 #ifndef KVSTORE_SERVER_SCHEDULER_CORE_SERVER_FAILOVER_H_
 #define KVSTORE_SERVER_SCHEDULER_CORE_SERVER_FAILOVER_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -93,6 +94,16 @@ class ServerFailover {
   void RetryReplacements(absl::Time now,
                          std::vector<std::pair<RegisterDone, Registration>>* replaced,
                          std::vector<std::pair<RegisterDone, absl::Status>>* failed);
+  // NextEpochLocked issues a view epoch for a change of the servers (a rescale,
+  // server_scaling.h); PublishEpochLocked publishes it (the servers' addresses go with it).
+  uint64_t NextEpochLocked() {
+    core_.mu_.AssertHeld();
+    return ++last_join_epoch_;
+  }
+  void PublishEpochLocked(uint64_t epoch) {
+    core_.mu_.AssertHeld();
+    view_epoch_ = std::max(view_epoch_, epoch);
+  }
   // RestoreEpoch sets the view epoch published (a running job re-formed at that epoch).
   void RestoreEpoch(uint64_t epoch);
   // TakePending forgets the pending replacements, returning their callbacks (the job is over).

@@ -97,6 +97,21 @@ void SchedulerDaemon::MakeCoordinators() {
           joiner->Join(registration, address).IgnoreError();
         });
   });
+  // Servers added and drained while the job runs: between checkpoints and joins too.
+  rescaler_ = std::make_unique<ServerRescaler>(
+      core,
+      [commands](const std::string& address, bool backup, int head, const std::string& body) {
+        return commands->CallAddress(address, backup, head, body);
+      },
+      [commands](bool pause) { commands->Pause(pause); }, checkpoints.cut_timeout);
+  ServerRescaler* rescaler = rescaler_.get();
+  service_->SetRescaleHandler(
+      [coordinator, rescaler](RescalePlan plan, SchedulerService::RescaleDone done) {
+        coordinator->RunExclusive([rescaler, plan = std::move(plan), done = std::move(done)] {
+          const absl::Status status = rescaler->Run(plan);
+          if (done) done(status);
+        });
+      });
 }
 
 absl::Status SchedulerDaemon::Listen() {

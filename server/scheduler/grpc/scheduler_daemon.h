@@ -27,6 +27,7 @@
 #include "server/scheduler/core/checkpoint_coordinator.h"
 #include "server/scheduler/core/scheduler_core.h"
 #include "server/scheduler/core/server_joiner.h"
+#include "server/scheduler/core/server_rescaler.h"
 #include "server/scheduler/grpc/scheduler_service.h"
 
 namespace kvstore {
@@ -127,6 +128,7 @@ class SchedulerDaemon {
   bool job_running_ = false;
   // Replacement servers' joins: they run on the coordinator's thread, which is joined first.
   std::unique_ptr<ServerJoiner> joiner_;
+  std::unique_ptr<ServerRescaler> rescaler_;  // Adds and drains servers (server_rescaler.h).
   // Declared after the service it calls, so destroyed first.
   std::unique_ptr<CheckpointCoordinator> coordinator_;
   // Set once the job has been over for half of shutdown_grace: the servers then hear the end

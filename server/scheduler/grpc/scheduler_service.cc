@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/grpc_channel.h"
@@ -260,7 +261,15 @@ void SchedulerService::HandleRegister(const proto::RegisterRequest& request,
       // keeps the sequences it has seen.)
       response->set_scheduler_sequence(keys->signer->next_sequence() - 1);
     }
-    if (registration.ok() && registration->join_epoch > 0) {
+    if (registration.ok() && registration->scaling) {
+      response->set_join_epoch(registration->join_epoch);
+      const std::optional<RescalePlan> plan = core_->scaling().active();
+      if (rescale_ && plan.has_value() && plan->joining == registration->node_id) {
+        rescale_(*plan, nullptr);
+      } else if (plan.has_value()) {
+        core_->scaling().Fail(*plan, "this scheduler moves no shards");
+      }
+    } else if (registration.ok() && registration->join_epoch > 0) {
       response->set_join_epoch(registration->join_epoch);
       if (join_) {
         join_(*registration, address);
@@ -286,7 +295,8 @@ void SchedulerService::HandleRegister(const proto::RegisterRequest& request,
           // The other servers, which send a replacement the copies of its shards
           // (server_joiner.h); a server accepts only those copies' pages from them.
           for (const ServerEntry& server : registration->view.servers) {
-            if (server.node_id != 0 && server.node_id != registration->node_id) {
+            // Itself too: a rescale may have it send itself its own part.
+            if (server.node_id != 0) {
               peers[server.node_id] = keys->node_key.TokenFor(server.node_id);
             }
           }
@@ -297,7 +307,12 @@ void SchedulerService::HandleRegister(const proto::RegisterRequest& request,
   };
   if (rejoin) return core_->Rejoin(ClaimFromProto(request), absl::Now(), std::move(answer));
   core_->Register(role, request.requested_rank(), request.address(), request.hostname(),
-                  absl::Now(), std::move(answer), request.mode());
+                  absl::Now(), std::move(answer), request.mode(), request.join());
+}
+
+bool SchedulerService::IsServer(const Routing& routing, uint64_t node_id) {
+  return std::any_of(routing.servers.begin(), routing.servers.end(),
+                     [node_id](const ServerEntry& server) { return server.node_id == node_id; });
 }
 
 void SchedulerService::AddServers(const std::vector<ServerEntry>& servers,
@@ -346,12 +361,22 @@ grpc::ServerUnaryReactor* SchedulerService::Heartbeat(grpc::CallbackServerContex
         }
         const Routing routing = core_->failover().routing();
         for (int rank : routing.dead) response->add_dead_servers(rank);
+        if (const std::shared_ptr<const Keys> keys = JobKeys();
+            keys != nullptr && routing.epoch > 0 && IsServer(routing, request.node_id())) {
+          // Servers joined since this one registered may send it the keys they hold.
+          for (const ServerEntry& server : routing.servers) {
+            (*response->mutable_server_tokens())[server.node_id] =
+                keys->node_key.TokenFor(server.node_id);
+          }
+        }
         if (routing.epoch > 0) {
           // A replacement server joined: every server's address, as of this epoch.
           response->set_view_epoch(routing.epoch);
           AddServers(routing.servers, response->mutable_servers());
         }
-        response->set_join_failure(core_->failover().join_failure(request.node_id()));
+        std::string join_failure = core_->failover().join_failure(request.node_id());
+        if (join_failure.empty()) join_failure = core_->scaling().join_failure(request.node_id());
+        response->set_join_failure(join_failure);
         if (over.ok() && *over) {
           const std::string failure = core_->job_failure();
           response->set_job_failed(!failure.empty());
@@ -425,6 +450,7 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
         "); it is not sent on request (a checkpoint is head ", kCommandCheckpoint, ")")));
   }
   if (absl::StatusOr<ClusterView> view = core_->view(); !view.ok()) return done(view.status());
+  if (request.head() == kCommandDrainServer) return HandleDrain(request, response, std::move(done));
   auto answer = [response,
                  done = std::move(done)](absl::StatusOr<std::vector<std::string>> replies) {
     if (!replies.ok()) return done(replies.status());
@@ -436,6 +462,24 @@ void SchedulerService::HandleCommand(const proto::CommandRequest& request,
     return coordinator_->Request(request.body(), std::move(answer));
   }
   commands_.FanOut(request.head(), request.body(), std::move(answer));
+}
+
+void SchedulerService::HandleDrain(const proto::CommandRequest& request,
+                                   proto::CommandResponse* response, Done done) {
+  int rank = -1;
+  if (!absl::SimpleAtoi(request.body(), &rank)) {
+    return done(absl::InvalidArgumentError(absl::StrCat(
+        "draining a server takes its rank (command ", kCommandDrainServer, " \"RANK\"), not \"",
+        request.body(), "\"")));
+  }
+  if (!rescale_) return done(absl::FailedPreconditionError("this scheduler moves no shards"));
+  absl::StatusOr<RescalePlan> plan = core_->scaling().Drain(rank);
+  if (!plan.ok()) return done(plan.status());
+  const std::string what = plan->what;
+  rescale_(*std::move(plan), [response, what, done = std::move(done)](absl::Status status) {
+    if (status.ok()) response->add_replies(absl::StrCat("drained: ", what));
+    done(status);
+  });
 }
 
 grpc::ByteBuffer SchedulerService::Signed(ServerMethod method, bool backup,

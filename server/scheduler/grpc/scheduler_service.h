@@ -41,6 +41,7 @@
 #include "server/scheduler/core/checkpoint_coordinator.h"
 #include "server/scheduler/core/command_fan_out.h"
 #include "server/scheduler/core/scheduler_core.h"
+#include "server/scheduler/core/server_scaling.h"
 
 namespace kvstore {
 
@@ -114,6 +115,14 @@ class SchedulerService final : public RawSchedulerService, private ServerCommand
   void SetJoinHandler(std::function<void(Registration, std::string address)> join) {
     join_ = std::move(join);
   }
+  // SetRescaleHandler makes every rescale planned - a server registering with `join`, once
+  // answered (done null), or a drain (command kCommandDrainServer: `done` answers it) - handed to
+  // `rescale`; the daemon runs a ServerRescaler for it. Without one, a join is failed and a
+  // drain refused. Call it before serving.
+  using RescaleDone = std::function<void(absl::Status)>;
+  void SetRescaleHandler(std::function<void(RescalePlan, RescaleDone)> rescale) {
+    rescale_ = std::move(rescale);
+  }
   // commands reaches the servers with controller commands (command_fan_out.h): the
   // checkpoint coordinator and the server joiner call servers through it, and pause the
   // workers' and kvctl's commands with it (held until resumed). Its calls time out after the
@@ -142,8 +151,14 @@ class SchedulerService final : public RawSchedulerService, private ServerCommand
   // ServerStub returns the (cached) raw stub for a server's address.
   std::shared_ptr<grpc::GenericStub> ServerStub(const std::string& address);
 
+  // IsServer: node `node_id` is one of `routing`'s servers.
+  static bool IsServer(const Routing& routing, uint64_t node_id);
   void HandleRegister(const proto::RegisterRequest& request, proto::RegisterResponse* response,
                       Done done);
+  // HandleDrain plans the drain of the server a kCommandDrainServer command names and hands it
+  // to the rescale handler, which answers.
+  void HandleDrain(const proto::CommandRequest& request, proto::CommandResponse* response,
+                   Done done);
   void HandleCommand(const proto::CommandRequest& request, proto::CommandResponse* response,
                      Done done);
   void HandleServerUnreachable(const proto::ServerUnreachableRequest& request,
@@ -177,6 +192,7 @@ class SchedulerService final : public RawSchedulerService, private ServerCommand
   std::shared_ptr<grpc::ChannelCredentials> server_credentials_;  // Calls to the servers.
   CheckpointCoordinator* coordinator_ = nullptr;
   std::function<void(Registration, std::string)> join_;  // Optional; set before serving.
+  std::function<void(RescalePlan, RescaleDone)> rescale_;  // Optional; set before serving.
   // LocalPath: a server's shared-memory path for workers on its host (RegisterRequest's
   // local_socket and local_host), by the address it serves on - transport details the core
   // does not keep; every registration (a restarted scheduler's too) brings them again.

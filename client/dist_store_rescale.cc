@@ -1,0 +1,241 @@
+// DistStore: following the job's servers when they change while it runs (dist_store.h, "When
+// the job's servers change").
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/dense_transfer.h"
+#include "client/dist_store.h"
+#include "client/group_transfer.h"
+#include "client/row_sparse_transfer.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "common/view_epoch.h"
+
+namespace kvstore {
+
+void DistStore::OnRouting(const JobState& state) {
+  absl::MutexLock lock(&rescale_mu_);
+  if (state.view_epoch <= heard_epoch_ || state.servers.empty()) return;
+  heard_epoch_ = state.view_epoch;
+  heard_servers_ = state.servers;
+  rescale_changed_.SignalAll();
+}
+
+bool DistStore::NeedsSwitch(const absl::Status& status, uint64_t epoch, uint64_t* needed) {
+  if (status.ok()) return false;
+  if (const std::optional<uint64_t> required = RequiredViewEpoch(status)) {
+    *needed = *required;
+    return true;
+  }
+  // A server that was drained may be gone already: an operation that failed after a newer
+  // view was heard of goes again on that view.
+  absl::MutexLock lock(&rescale_mu_);
+  if (heard_epoch_ > epoch && !absl::IsInvalidArgument(status) && !absl::IsNotFound(status)) {
+    *needed = heard_epoch_;
+    return true;
+  }
+  return false;
+}
+
+void DistStore::Enter() {
+  absl::MutexLock lock(&rescale_mu_);
+  while (switching_) rescale_changed_.Wait(&rescale_mu_);
+  ++active_;
+}
+
+void DistStore::Leave() {
+  absl::MutexLock lock(&rescale_mu_);
+  --active_;
+  rescale_changed_.SignalAll();
+}
+
+void DistStore::Run(Op op, OpDone done, int reroutes) {
+  Enter();
+  const uint64_t epoch = caller_->view_epoch();
+  if (op.group != nullptr && op.group->num_servers != caller_->num_servers()) {
+    // Planned over the servers of an earlier view: planned again over those of this one.
+    std::shared_ptr<GroupPlan> group = groups_->For(op.group->keys, *keys_);
+    if (group == nullptr || group->num_servers != caller_->num_servers()) {
+      Leave();
+      return done(absl::FailedPreconditionError(absl::StrCat(
+          "a key group of ", op.group->keys.size(),
+          " keys cannot be planned again over the job's new servers")));
+    }
+    op.group = std::move(group);
+  }
+  // The operation is kept to be sent again; its transfer takes a copy.
+  auto kept = std::make_shared<Op>(op);
+  OpDone finished = [this, kept, done = std::move(done), reroutes,
+                     epoch](absl::Status status) mutable {
+    uint64_t needed = 0;
+    if (reroutes < ServerCaller::kMaxReroutes && NeedsSwitch(status, epoch, &needed)) {
+      return Park(std::move(*kept), std::move(done), reroutes + 1, needed);
+    }
+    Leave();
+    done(std::move(status));
+  };
+  if (op.group != nullptr) {
+    TransferGroup(context_, op.kind, std::move(op.group), std::move(op.group_work),
+                  std::move(finished));
+  } else if (op.kind == Kind::kRowSparsePush || op.kind == Kind::kRowSparsePull) {
+    TransferRowSparse(context_, op.kind, std::move(op.work), std::move(finished));
+  } else {
+    TransferDense(context_, op.kind, std::move(op.work), op.compression, std::move(finished));
+  }
+}
+
+void DistStore::Park(Op op, OpDone done, int reroutes, uint64_t needed) {
+  absl::MutexLock lock(&rescale_mu_);
+  --active_;
+  parked_.push_back(Parked{std::move(op), std::move(done), reroutes});
+  needed_epoch_ = std::max(needed_epoch_, needed);
+  rescale_changed_.SignalAll();
+}
+
+absl::Status DistStore::Rerouted(const std::function<absl::Status()>& call) {
+  for (int reroutes = 0;; ++reroutes) {
+    if (!rescalable_) return call();
+    Enter();
+    const uint64_t epoch = caller_->view_epoch();
+    absl::Status status = call();
+    uint64_t needed = 0;
+    const bool again = reroutes < ServerCaller::kMaxReroutes && NeedsSwitch(status, epoch, &needed);
+    {
+      absl::MutexLock lock(&rescale_mu_);
+      --active_;
+      if (again) needed_epoch_ = std::max(needed_epoch_, needed);
+      rescale_changed_.SignalAll();
+    }
+    if (!again) return status;
+    // Wait for the switch to that view (bounded by the call timeout), then send again.
+    const absl::Time give_up = absl::Now() + options_.rpc_timeout;
+    absl::MutexLock lock(&rescale_mu_);
+    while (!stopping_ && caller_->view_epoch() < needed &&
+           !rescale_changed_.WaitWithDeadline(&rescale_mu_, give_up)) {
+    }
+    if (caller_->view_epoch() < needed) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "waited ", absl::FormatDuration(options_.rpc_timeout), " for the job's view epoch ",
+          needed, " (its servers changed); this worker has epoch ", caller_->view_epoch(),
+          " (after: ", status.message(), ")"));
+    }
+  }
+}
+
+void DistStore::RescaleLoop() {
+  for (;;) {
+    {
+      absl::MutexLock lock(&rescale_mu_);
+      while (!stopping_ && needed_epoch_ <= caller_->view_epoch()) {
+        rescale_changed_.Wait(&rescale_mu_);
+      }
+      if (stopping_) return;
+    }
+    SwitchServers();
+  }
+}
+
+void DistStore::SwitchServers() {
+  const absl::Time give_up = absl::Now() + options_.rpc_timeout;
+  uint64_t needed = 0;
+  absl::Status status;
+  {
+    // Once no operation runs on the old servers, none starts until the switch is done.
+    absl::MutexLock lock(&rescale_mu_);
+    while (active_ > 0 && !stopping_ &&
+           !rescale_changed_.WaitWithDeadline(&rescale_mu_, give_up)) {
+    }
+    if (active_ > 0) {
+      status = absl::DeadlineExceededError(absl::StrCat(
+          "the job's servers changed (view epoch ", needed_epoch_, "), and ", active_,
+          " operations still ran on the old ones after ",
+          absl::FormatDuration(options_.rpc_timeout)));
+    }
+    switching_ = true;
+    needed = needed_epoch_;
+  }
+  // The view, from the scheduler: heartbeats may not have brought it yet.
+  while (status.ok()) {
+    {
+      absl::MutexLock lock(&rescale_mu_);
+      if (heard_epoch_ >= needed || stopping_) break;
+    }
+    if (absl::Now() > give_up) {
+      status = absl::DeadlineExceededError(
+          absl::StrCat("waited ", absl::FormatDuration(options_.rpc_timeout),
+                       " for the scheduler's view epoch ", needed, " (the job's servers changed)"));
+      break;
+    }
+    const absl::Status refreshed = membership_->RefreshRouting();
+    if (!refreshed.ok()) {
+      SdkLogger()->warn("worker {}: asking the scheduler for the new view: {}", rank(),
+                        refreshed.ToString());
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  uint64_t epoch = 0;
+  std::vector<ServerAddress> servers;
+  {
+    absl::MutexLock lock(&rescale_mu_);
+    epoch = heard_epoch_;
+    servers = heard_servers_;
+  }
+  if (status.ok() && epoch > caller_->view_epoch()) status = Reach(epoch, servers);
+  std::vector<Parked> parked;
+  {
+    absl::MutexLock lock(&rescale_mu_);
+    if (!status.ok()) {
+      // Nothing will get them further: they fail, and later ones are tried on the old view.
+      needed_epoch_ = caller_->view_epoch();
+    }
+    switching_ = false;
+    parked.swap(parked_);
+    rescale_changed_.SignalAll();
+  }
+  for (Parked& entry : parked) {
+    if (!status.ok()) {
+      entry.done(status);
+      continue;
+    }
+    Run(std::move(entry.op), std::move(entry.done), entry.reroutes);
+  }
+}
+
+absl::Status DistStore::Reach(uint64_t epoch, const std::vector<ServerAddress>& servers) {
+  JobView view = membership_->view();
+  view.servers = servers;
+  ASSIGN_OR_RETURN(std::unique_ptr<ServerTransport> transport, make_transport_(view));
+  auto caller = std::make_unique<ServerCaller>(
+      transport.get(), servers,
+      CallPolicy{options_.rpc_timeout, options_.max_retries, options_.retry_backoff, 1},
+      timer_.get());
+  caller->ApplyView(epoch, servers, {});
+  if (signer_ != nullptr) caller->set_signer(signer_.get());
+  if (WorkerTelemetry* t = telemetry_.get()) {
+    caller->set_observer([t](int server, ServerMethod method, size_t request_bytes,
+                             size_t reply_bytes, absl::Time sent, absl::Time answered,
+                             absl::StatusCode code) {
+      t->RequestDone(server, method, request_bytes, reply_bytes, sent, answered, code);
+    });
+  }
+  const int count = static_cast<int>(servers.size());
+  ASSIGN_OR_RETURN(Partitioner partitioner, Partitioner::Create(count, view.big_value_bound));
+  const size_t before = context_.window / std::max<size_t>(1, caller_->num_servers());
+  keys_->Replace(std::move(partitioner));
+  groups_->Reset(count);
+  context_.caller = caller.get();
+  context_.window = before * static_cast<size_t>(count);
+  SdkLogger()->info("worker {}: the job's servers changed: {} servers at view epoch {}", rank(),
+                    count, epoch);
+  absl::MutexLock lock(&rescale_mu_);
+  retired_transports_.push_back(std::move(transport_));
+  retired_callers_.push_back(std::move(caller_));
+  transport_ = std::move(transport);
+  caller_ = std::move(caller);
+  return absl::OkStatus();
+}
+
+}  // namespace kvstore

@@ -1,0 +1,195 @@
+#include "server/scheduler/core/server_rescaler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/server_commands.h"
+#include "common/status_macros.h"
+
+namespace kvstore {
+namespace {
+
+std::string Name(const ServerEntry& server) {
+  return absl::StrCat("server ", server.rank, " at ", server.address, " (node ", server.node_id,
+                      ")");
+}
+
+// Field returns the `i`th space-separated field of `reply` ("" when it has fewer).
+std::string Field(const std::string& reply, size_t i) {
+  const std::vector<std::string> f = absl::StrSplit(reply, ' ');
+  return i < f.size() ? f[i] : std::string();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ServerRescaler::Call(const ServerEntry& server, int head,
+                                                 const std::string& body,
+                                                 const std::string& step) {
+  absl::StatusOr<std::string> reply = call_(server.address, false, head, body);
+  if (!reply.ok()) {
+    return absl::Status(reply.status().code(), absl::StrCat(step, " (", Name(server),
+                                                            "): ", reply.status().message()));
+  }
+  return reply;
+}
+
+absl::StatusOr<int64_t> ServerRescaler::Cut(const RescalePlan& plan, const std::string& id) {
+  int64_t round = 0;
+  for (const ServerEntry& server : plan.before) {
+    ASSIGN_OR_RETURN(const std::string reply, Call(server, kCommandCutBegin, id, "freezing"));
+    int64_t started = 0;
+    if (!absl::SimpleAtoi(reply, &started)) {
+      return absl::InternalError(
+          absl::StrCat("freezing ", Name(server), ": replied \"", reply, "\" for its round"));
+    }
+    round = std::max(round, started);
+  }
+  for (const ServerEntry& server : plan.before) {
+    RETURN_IF_ERROR(
+        Call(server, kCommandCutLimit, absl::StrCat(id, " ", round), "limiting").status());
+  }
+  std::vector<bool> cut(plan.before.size(), false);
+  const absl::Time deadline = absl::Now() + cut_timeout_;
+  for (;;) {
+    bool waiting = false;
+    std::string behind;
+    for (size_t i = 0; i < plan.before.size(); ++i) {
+      if (cut[i]) continue;
+      ASSIGN_OR_RETURN(const std::string reply,
+                       Call(plan.before[i], kCommandCopyOut,
+                            absl::StrCat("cutparts ", id, " ", round, " ", plan.epoch), "cutting"));
+      cut[i] = absl::StartsWith(reply, "cut ");
+      if (!cut[i]) {
+        waiting = true;
+        behind = absl::StrCat(Name(plan.before[i]), ": ", reply);
+      }
+    }
+    if (!waiting) return round;
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("cutting: the keys did not reach round ", round, " within ",
+                       absl::FormatDuration(cut_timeout_), " (", behind, ")"));
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+}
+
+absl::Status ServerRescaler::Move(const RescalePlan& plan, const std::string& id, int rank) {
+  const ServerEntry& to = plan.after[rank];
+  const int servers = static_cast<int>(plan.after.size());
+  for (const ServerEntry& from : plan.before) {
+    const std::string step = absl::StrCat("moving the part of ", Name(from), " for ", Name(to));
+    ASSIGN_OR_RETURN(const std::string part,
+                     Call(from, kCommandCopyOut, absl::StrCat("part ", id, " ", rank, " ", servers),
+                          step));
+    const std::string bytes = Field(part, 1), crc = Field(part, 2);
+    if (!absl::StartsWith(part, "part ") || bytes.empty() || crc.empty()) {
+      return absl::InternalError(absl::StrCat(step, ": the part was answered \"", part, "\""));
+    }
+    RETURN_IF_ERROR(
+        Call(to, kCommandCopyIn, absl::StrCat("begin ", bytes, " ", from.node_id), step).status());
+    RETURN_IF_ERROR(Call(from, kCommandCopyOut,
+                         absl::StrCat("sendpart ", id, " ", rank, " ", to.address), step)
+                        .status());
+    RETURN_IF_ERROR(
+        Call(to, kCommandCopyIn, absl::StrCat("stage ", bytes, " ", crc), step).status());
+  }
+  ASSIGN_OR_RETURN(const std::string merged,
+                   Call(to, kCommandCopyIn, absl::StrCat("merge ", rank, " ", servers),
+                        absl::StrCat("merging the parts for ", Name(to))));
+  spdlog::info("rescale: {}: {}", Name(to), merged);
+  return absl::OkStatus();
+}
+
+absl::Status ServerRescaler::Run(const RescalePlan& plan) {
+  const absl::Time started = absl::Now();
+  const std::string id = absl::StrCat("rescale-", plan.epoch);
+  absl::Status status;
+  // A joining server serves once it has set itself up after registering.
+  for (const ServerEntry& server : plan.after) {
+    if (server.node_id != plan.joining) continue;
+    for (;;) {
+      status = call_(server.address, false, kCommandPing, "rescale").status();
+      if (status.ok() || !absl::IsUnavailable(status) || absl::Now() - started > cut_timeout_) {
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    if (!status.ok()) {
+      status = absl::Status(status.code(), absl::StrCat("waiting for the joining server to serve: ",
+                                                        status.message()));
+    }
+  }
+  pause_(true);
+  absl::StatusOr<int64_t> round = status.ok() ? Cut(plan, id) : status;
+  status = round.status();
+  const absl::Time cut = absl::Now();
+  if (status.ok()) {
+    std::vector<absl::Status> moved(plan.after.size());
+    std::vector<std::thread> movers;
+    for (size_t r = 0; r < plan.after.size(); ++r) {
+      movers.emplace_back([&, r] { moved[r] = Move(plan, id, static_cast<int>(r)); });
+    }
+    for (std::thread& mover : movers) mover.join();
+    for (const absl::Status& one : moved) status.Update(one);
+  }
+  const absl::Time merged = absl::Now();
+  if (!status.ok()) {
+    for (const ServerEntry& server : plan.before) {
+      const absl::Status ended =
+          Call(server, kCommandCopyOut, absl::StrCat("abort ", id), "aborting").status();
+      if (!ended.ok()) spdlog::warn("rescale: {}", ended.ToString());
+    }
+    for (const ServerEntry& server : plan.after) {
+      const absl::Status dropped =
+          Call(server, kCommandCopyIn, "unstage", "dropping the parts staged").status();
+      if (!dropped.ok()) spdlog::warn("rescale: {}", dropped.ToString());
+    }
+    core_->scaling().Fail(plan, std::string(status.message()));
+    pause_(false);
+    return status;
+  }
+  // From the first swap on there is no way back.
+  absl::Status swapped;
+  for (const ServerEntry& server : plan.after) {
+    swapped.Update(
+        Call(server, kCommandCopyIn, absl::StrCat("swap ", plan.epoch), "swapping").status());
+  }
+  for (const ServerEntry& server : plan.before) {
+    if (server.node_id != plan.draining) continue;
+    swapped.Update(
+        Call(server, kCommandCopyIn, absl::StrCat("retire ", plan.epoch), "retiring").status());
+  }
+  if (swapped.ok()) swapped = core_->scaling().Complete(plan, absl::Now());
+  for (const ServerEntry& server : plan.before) {
+    const absl::Status ended =
+        Call(server, kCommandCopyOut, absl::StrCat("end ", id), "ending the copy").status();
+    if (!ended.ok()) spdlog::warn("rescale: {}", ended.ToString());
+  }
+  pause_(false);
+  if (!swapped.ok()) {
+    const std::string reason =
+        absl::StrCat("a rescale failed half done (", plan.what, "): ", swapped.message());
+    core_->scaling().Fail(plan, reason);
+    core_->FailJob(reason, absl::Now());
+    return absl::InternalError(reason);
+  }
+  spdlog::info(
+      "rescale: {} at view epoch {}, every key cut at round {}: cut in {}, moved and merged in "
+      "{}, swapped and published in {} ({} in all)",
+      plan.what, plan.epoch, *round, absl::FormatDuration(cut - started),
+      absl::FormatDuration(merged - cut), absl::FormatDuration(absl::Now() - merged),
+      absl::FormatDuration(absl::Now() - started));
+  return absl::OkStatus();
+}
+
+}  // namespace kvstore
