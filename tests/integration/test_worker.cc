@@ -52,12 +52,13 @@
 //                   values of random integers in [-1000, 1000] drawn from SEED (exact in
 //                   float32), every pulled element checked against the running sum. The test
 //                   bounds every process's peak memory.
-//   elastic SEED R PAUSE_MS
+//   elastic SEED R PAUSE_MS [BIG]
 //                   Servers started with --updater=sum, while servers join and drain. Over R
 //                   dist_sync rounds every worker pushes random integers in [-8, 8] (drawn
 //                   from SEED, the round, the rank and the key) to 60 small int keys - as one
 //                   list (a key group) or key by key, by round and rank - and to a key split
-//                   over the servers (200,000 float32), then pulls them all and checks every
+//                   over the servers (BIG float32, 200,000 unless given), then pulls them all
+//                   and checks every
 //                   element exactly against a float64 reference (init plus every worker's
 //                   pushes so far). It prints "ROUND r" after each round and sleeps PAUSE_MS.
 //   bad_input       Sends malformed, oversized and mismatched raw requests to server 0 and
@@ -270,7 +271,7 @@ double ElasticValue(uint64_t seed, int round, int rank, int k, int64_t i) {
   return static_cast<double>(static_cast<int64_t>(x % 17) - 8);
 }
 
-absl::Status Elastic(KVStore& kv, uint64_t seed, int rounds, int pause_ms) {
+absl::Status Elastic(KVStore& kv, uint64_t seed, int rounds, int pause_ms, int64_t big) {
   const int rank = kv.rank(), workers = kv.num_workers();
   std::vector<Key> keys;
   std::vector<int64_t> sizes;
@@ -279,7 +280,7 @@ absl::Status Elastic(KVStore& kv, uint64_t seed, int rounds, int pause_ms) {
     sizes.push_back(1 + i % 5);
   }
   keys.push_back(9);
-  sizes.push_back(200000);  // Above the job's big-value bound: split over the servers.
+  sizes.push_back(big);  // Above the job's big-value bound: split over the servers.
   const int n = static_cast<int>(keys.size());
   // The reference, in float64: each key's value after the rounds so far.
   std::vector<std::vector<double>> want(n);
@@ -982,11 +983,13 @@ absl::Status Run(int argc, char** argv) {
   if (scenario == "elastic") {
     uint64_t seed = 0;
     int rounds = 0, pause_ms = 0;
-    if (argc != 5 || !absl::SimpleAtoi(argv[2], &seed) || !absl::SimpleAtoi(argv[3], &rounds) ||
-        !absl::SimpleAtoi(argv[4], &pause_ms)) {
-      return absl::InvalidArgumentError("usage: test_worker elastic SEED ROUNDS PAUSE_MS");
+    int64_t big = 200000;
+    if (argc < 5 || argc > 6 || !absl::SimpleAtoi(argv[2], &seed) ||
+        !absl::SimpleAtoi(argv[3], &rounds) || !absl::SimpleAtoi(argv[4], &pause_ms) ||
+        (argc == 6 && !absl::SimpleAtoi(argv[5], &big))) {
+      return absl::InvalidArgumentError("usage: test_worker elastic SEED ROUNDS PAUSE_MS [BIG]");
     }
-    return Elastic(*kv, seed, rounds, pause_ms);
+    return Elastic(*kv, seed, rounds, pause_ms, big);
   }
   if (scenario == "train") return Train(*kv, argv + 2, argc - 2);
   if (scenario == "clipped_sum") return ClippedSum(*kv);

@@ -134,6 +134,8 @@ absl::Status ServerRescaler::Run(const RescalePlan& plan) {
   status = round.status();
   const absl::Time cut = absl::Now();
   if (status.ok()) {
+    spdlog::info("rescale: every server cut at round {} in {}; moving the parts",
+                 *round, absl::FormatDuration(cut - started));
     std::vector<absl::Status> moved(plan.after.size());
     std::vector<std::thread> movers;
     for (size_t r = 0; r < plan.after.size(); ++r) {
