@@ -144,6 +144,7 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
   ASSIGN_OR_RETURN(store->transport_, make_transport(view));
   store->make_transport_ = make_transport;
   store->rescalable_ = view.replicas <= 1 && mode == "dist_sync";
+  store->servers_now_ = view.servers;
   store->timer_ = std::make_unique<Timer>();
   store->MakeCaller(options);
   const int servers = static_cast<int>(view.servers.size());

@@ -225,6 +225,8 @@ class DistStore final : public KVStore {
   uint64_t needed_epoch_ ABSL_GUARDED_BY(rescale_mu_) = 0;  // A switch is due when above.
   uint64_t heard_epoch_ ABSL_GUARDED_BY(rescale_mu_) = 0;   // The newest view heard of.
   std::vector<ServerAddress> heard_servers_ ABSL_GUARDED_BY(rescale_mu_);
+  // The servers the caller reaches now (changed only by the rescale thread).
+  std::vector<ServerAddress> servers_now_;
   struct Parked {
     Op op;
     OpDone done;

@@ -141,24 +141,13 @@ void DistStore::RescaleLoop() {
 void DistStore::SwitchServers() {
   const absl::Time give_up = absl::Now() + options_.rpc_timeout;
   uint64_t needed = 0;
-  absl::Status status;
   {
-    // Once no operation runs on the old servers, none starts until the switch is done.
     absl::MutexLock lock(&rescale_mu_);
-    while (active_ > 0 && !stopping_ &&
-           !rescale_changed_.WaitWithDeadline(&rescale_mu_, give_up)) {
-    }
-    if (active_ > 0) {
-      status = absl::DeadlineExceededError(absl::StrCat(
-          "the job's servers changed (view epoch ", needed_epoch_, "), and ", active_,
-          " operations still ran on the old ones after ",
-          absl::FormatDuration(options_.rpc_timeout)));
-    }
-    switching_ = true;
     needed = needed_epoch_;
   }
   // The view, from the scheduler: heartbeats may not have brought it yet.
-  while (status.ok()) {
+  absl::Status status;
+  while (true) {
     {
       absl::MutexLock lock(&rescale_mu_);
       if (heard_epoch_ >= needed || stopping_) break;
@@ -183,7 +172,40 @@ void DistStore::SwitchServers() {
     epoch = heard_epoch_;
     servers = heard_servers_;
   }
-  if (status.ok() && epoch > caller_->view_epoch()) status = Reach(epoch, servers);
+  const auto same = [](const std::vector<ServerAddress>& a, const std::vector<ServerAddress>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                      [](const ServerAddress& x, const ServerAddress& y) {
+                        return x.rank == y.rank && x.address == y.address;
+                      });
+  };
+  if (status.ok() && epoch > caller_->view_epoch() && same(servers, servers_now_)) {
+    // The same servers at a later epoch (a rescale failed): routed by it from now on, while
+    // the operations running go on - the servers accept both epochs.
+    caller_->ApplyView(epoch, servers, {});
+  } else if (status.ok() && epoch > caller_->view_epoch()) {
+    // Other servers: once no operation runs on the old ones (each is refused there), none
+    // starts until the keys are placed over the new ones.
+    absl::MutexLock lock(&rescale_mu_);
+    while (active_ > 0 && !stopping_ &&
+           !rescale_changed_.WaitWithDeadline(&rescale_mu_, give_up)) {
+    }
+    if (active_ > 0) {
+      status = absl::DeadlineExceededError(absl::StrCat(
+          "the job's servers changed (view epoch ", epoch, "), and ", active_,
+          " operations still ran on the old ones after ",
+          absl::FormatDuration(options_.rpc_timeout)));
+    } else {
+      switching_ = true;
+    }
+  }
+  {
+    bool reach = false;
+    {
+      absl::MutexLock lock(&rescale_mu_);
+      reach = switching_;
+    }
+    if (reach) status = Reach(epoch, servers);
+  }
   std::vector<Parked> parked;
   {
     absl::MutexLock lock(&rescale_mu_);
@@ -235,6 +257,7 @@ absl::Status DistStore::Reach(uint64_t epoch, const std::vector<ServerAddress>& 
   retired_callers_.push_back(std::move(caller_));
   transport_ = std::move(transport);
   caller_ = std::move(caller);
+  servers_now_ = servers;
   return absl::OkStatus();
 }
 

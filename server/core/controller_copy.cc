@@ -94,13 +94,13 @@ absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
     return absl::StrCat("begun ", bytes);
   }
   ASSIGN_OR_RETURN(const uint64_t crc, Number(f[2], "a CRC-32"));
+  ASSIGN_OR_RETURN(const proto::ShardCheckpoint checkpoint, TakeCopyIn(bytes, crc));
   const size_t tables = tables_ == nullptr ? 0 : tables_->Tables().size();
   if (engine_->stats().num_keys > 0 || tables > 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": this server already holds ", engine_->stats().num_keys, " keys and ",
                      tables, " tables; a copy is loaded into an empty server only"));
   }
-  ASSIGN_OR_RETURN(const proto::ShardCheckpoint checkpoint, TakeCopyIn(bytes, crc));
   RETURN_IF_ERROR(RestoreShard(checkpoint, what));
   return absl::StrCat("loaded ", checkpoint.values_size(), " keys");
 }
