@@ -65,7 +65,9 @@
 //                          part of it that server RANK of SERVERS needs (CheckpointPartFor),
 //                          kept for "sendpart" (replies "part BYTES CRC32"); "sendpart ID
 //                          RANK ADDRESS": send that part to the server at ADDRESS as "send"
-//                          does (replies "sent BYTES");
+//                          does (replies "sent BYTES"); "keeppart ID RANK SERVERS": cut the
+//                          part for RANK, this server's new rank, and stage it here as
+//                          "stage" would (its own part: nothing is sent);
 //                          15 "stage BYTES CRC32": as "load" checks it, keep the part received
 //                          beside the others staged; "merge RANK SERVERS": merge the parts
 //                          staged into this server's shard as server RANK of SERVERS

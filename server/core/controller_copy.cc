@@ -35,7 +35,7 @@ absl::StatusOr<std::string> Controller::RunCopy(int head, absl::string_view body
   if (head == kCommandCopyIn) return CopyIn(body);
   const std::string verb(body.substr(0, body.find(' ')));
   if (verb == "cut" || verb == "cutparts") return CopyOutCut(body);
-  if (verb == "part" || verb == "sendpart") return CopyOutParts(verb, body);
+  if (verb == "part" || verb == "sendpart" || verb == "keeppart") return CopyOutParts(verb, body);
   if (verb == "send") return CopyOutSend(body);
   if (verb == "end" || verb == "abort") return CopyOutEnd(verb, body);
   return absl::InvalidArgumentError(
@@ -228,8 +228,8 @@ absl::StatusOr<std::string> Controller::CopyOutEnd(const std::string& verb,
 absl::StatusOr<std::string> Controller::CopyOutParts(const std::string& verb,
                                                      absl::string_view body) {
   ASSIGN_OR_RETURN(std::vector<std::string> f,
-                   verb == "part" ? SplitFields(body, 4, "part ID RANK SERVERS")
-                                  : SplitFields(body, 4, "sendpart ID RANK ADDRESS"));
+                   verb == "sendpart" ? SplitFields(body, 4, "sendpart ID RANK ADDRESS")
+                                      : SplitFields(body, 4, "part|keeppart ID RANK SERVERS"));
   ASSIGN_OR_RETURN(const uint64_t rank, Number(f[2], "a rank"));
   std::shared_ptr<const proto::ShardCheckpoint> from;
   std::shared_ptr<const std::string> part;
@@ -243,7 +243,7 @@ absl::StatusOr<std::string> Controller::CopyOutParts(const std::string& verb,
     auto it = parts_out_.find(static_cast<int>(rank));
     if (it != parts_out_.end()) part = it->second;
   }
-  if (verb == "part") {
+  if (verb == "part" || verb == "keeppart") {
     ASSIGN_OR_RETURN(const uint64_t servers, Number(f[3], "a number of servers"));
     if (servers < 1 || rank >= servers || servers > 1 << 16) {
       return absl::InvalidArgumentError(
@@ -253,6 +253,13 @@ absl::StatusOr<std::string> Controller::CopyOutParts(const std::string& verb,
                      Partitioner::Create(static_cast<int>(servers), job_.big_value_bound));
     ASSIGN_OR_RETURN(proto::ShardCheckpoint piece,
                      CheckpointPartFor(*from, static_cast<int>(rank), partitioner));
+    if (verb == "keeppart") {
+      // This server's own part (it stays a server): staged here, not sent.
+      const int values = piece.values_size();
+      absl::MutexLock lock(&cut_mu_);
+      staged_.push_back(std::move(piece));
+      return absl::StrCat("staged ", values, " values (", staged_.size(), " parts)");
+    }
     ASSIGN_OR_RETURN(std::string encoded, EncodeShard(std::move(piece)));
     auto kept = std::make_shared<const std::string>(std::move(encoded));
     const std::string reply = absl::StrCat("part ", kept->size(), " ", Crc32(*kept));

@@ -366,7 +366,8 @@ void HandleCommand(const std::shared_ptr<ServerBackend>& backend, const grpc::By
   };
   if (command.head() == kCommandCopyOut &&
       (absl::StartsWith(command.body(), "send ") || absl::StartsWith(command.body(), "part ") ||
-       absl::StartsWith(command.body(), "sendpart "))) {
+       absl::StartsWith(command.body(), "sendpart ") ||
+       absl::StartsWith(command.body(), "keeppart "))) {
     // A copy sent to another server takes as long as its bytes: it runs on a thread of its
     // own, which answers the call, so that this serving thread goes on with the reads that
     // the living copy still serves meanwhile.

@@ -83,18 +83,28 @@ absl::StatusOr<int64_t> ServerRescaler::Cut(const RescalePlan& plan, const std::
   }
 }
 
-absl::Status ServerRescaler::Move(const RescalePlan& plan, const std::string& id, int rank) {
+absl::Status ServerRescaler::Move(const RescalePlan& plan, const std::string& id, int rank,
+                                  int64_t* between) {
   const ServerEntry& to = plan.after[rank];
   const int servers = static_cast<int>(plan.after.size());
   for (const ServerEntry& from : plan.before) {
     const std::string step = absl::StrCat("moving the part of ", Name(from), " for ", Name(to));
+    if (from.node_id == to.node_id) {
+      // A server staying keeps its own part where it is.
+      RETURN_IF_ERROR(Call(from, kCommandCopyOut,
+                           absl::StrCat("keeppart ", id, " ", rank, " ", servers), step)
+                          .status());
+      continue;
+    }
     ASSIGN_OR_RETURN(const std::string part,
                      Call(from, kCommandCopyOut, absl::StrCat("part ", id, " ", rank, " ", servers),
                           step));
     const std::string bytes = Field(part, 1), crc = Field(part, 2);
-    if (!absl::StartsWith(part, "part ") || bytes.empty() || crc.empty()) {
+    int64_t count = 0;
+    if (!absl::StartsWith(part, "part ") || !absl::SimpleAtoi(bytes, &count) || crc.empty()) {
       return absl::InternalError(absl::StrCat(step, ": the part was answered \"", part, "\""));
     }
+    *between += count;
     RETURN_IF_ERROR(
         Call(to, kCommandCopyIn, absl::StrCat("begin ", bytes, " ", from.node_id), step).status());
     RETURN_IF_ERROR(Call(from, kCommandCopyOut,
@@ -133,16 +143,21 @@ absl::Status ServerRescaler::Run(const RescalePlan& plan) {
   absl::StatusOr<int64_t> round = status.ok() ? Cut(plan, id) : status;
   status = round.status();
   const absl::Time cut = absl::Now();
+  int64_t between = 0;
   if (status.ok()) {
-    spdlog::info("rescale: every server cut at round {} in {}; moving the parts",
-                 *round, absl::FormatDuration(cut - started));
+    spdlog::info("rescale: every server cut at round {} in {}; moving the parts", *round,
+                 absl::FormatDuration(cut - started));
     std::vector<absl::Status> moved(plan.after.size());
+    std::vector<int64_t> moved_between(plan.after.size());
     std::vector<std::thread> movers;
     for (size_t r = 0; r < plan.after.size(); ++r) {
-      movers.emplace_back([&, r] { moved[r] = Move(plan, id, static_cast<int>(r)); });
+      movers.emplace_back([&, r] {
+        moved[r] = Move(plan, id, static_cast<int>(r), &moved_between[r]);
+      });
     }
     for (std::thread& mover : movers) mover.join();
     for (const absl::Status& one : moved) status.Update(one);
+    for (int64_t bytes : moved_between) between += bytes;
   }
   const absl::Time merged = absl::Now();
   if (!status.ok()) {
@@ -187,10 +202,10 @@ absl::Status ServerRescaler::Run(const RescalePlan& plan) {
   }
   spdlog::info(
       "rescale: {} at view epoch {}, every key cut at round {}: cut in {}, moved and merged in "
-      "{}, swapped and published in {} ({} in all)",
+      "{} ({} bytes between servers), swapped and published in {} ({} in all)",
       plan.what, plan.epoch, *round, absl::FormatDuration(cut - started),
-      absl::FormatDuration(merged - cut), absl::FormatDuration(absl::Now() - merged),
-      absl::FormatDuration(absl::Now() - started));
+      absl::FormatDuration(merged - cut), between,
+      absl::FormatDuration(absl::Now() - merged), absl::FormatDuration(absl::Now() - started));
   return absl::OkStatus();
 }
 

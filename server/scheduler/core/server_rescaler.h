@@ -12,7 +12,8 @@
 //   2. move:    for each server after (in parallel), each old server cuts from its copy what
 //               the new placement gives that server (14 "part": CheckpointPartFor) and sends it
 //               there directly (15 "begin", 14 "sendpart"); the server checks and keeps it (15
-//               "stage") and, with every old server's part, merges them into its new shard (15
+//               "stage"; a server staying keeps its own part: 14 "keeppart") and, with every old
+//               server's part, merges them into its new shard (15
 //               "merge": ReshardCheckpoint);
 //   3. swap:    every server after serves its new shard and refuses every request routed by
 //               an older view (15 "swap"); a drained server refuses them too (15 "retire");
@@ -64,9 +65,9 @@ class ServerRescaler {
   // Cut freezes every old server, limits them to the highest round started and takes each
   // one's copy; returns the cut's round.
   absl::StatusOr<int64_t> Cut(const RescalePlan& plan, const std::string& id);
-  // Move has every old server send server `rank` after the plan its part, and merges them
-  // there.
-  absl::Status Move(const RescalePlan& plan, const std::string& id, int rank);
+  // Move has every old server send server `rank` after the plan its part (a server staying
+  // keeps its own: 14 "keeppart"), and merges them there; `*between` adds the bytes sent.
+  absl::Status Move(const RescalePlan& plan, const std::string& id, int rank, int64_t* between);
   // Call sends (head, body) to `server` and prefixes an error with `step` and the server.
   absl::StatusOr<std::string> Call(const ServerEntry& server, int head, const std::string& body,
                                    const std::string& step);
