@@ -150,6 +150,9 @@ class DistStore final : public KVStore {
   // servers from a caller's thread (Init, tables); Rerouted runs such a call again after a
   // switch while it is refused as routed by an old view. OnRouting takes in a heartbeat's view.
   void Run(Op op, OpDone done, int reroutes);
+  // Ungroup turns a key-group operation packed for other servers into per-key work on the
+  // same values and outputs (`*outputs` holds views of the outputs, to outlive the operation).
+  absl::Status Ungroup(Op* op, std::vector<std::unique_ptr<Tensor>>* outputs) const;
   void Park(Op op, OpDone done, int reroutes, uint64_t needed);
   void RescaleLoop();
   void SwitchServers();

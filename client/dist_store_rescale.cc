@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -52,19 +54,60 @@ void DistStore::Leave() {
   rescale_changed_.SignalAll();
 }
 
+absl::Status DistStore::Ungroup(Op* op, std::vector<std::unique_ptr<Tensor>>* outputs) const {
+  const GroupPlan& group = *op->group;
+  const GroupWork& work = op->group_work;
+  const bool pushes = op->kind != Kind::kPull;
+  const bool pulls = op->kind != Kind::kPush;
+  std::vector<Tensor> values;
+  std::vector<Tensor*> outs;
+  for (size_t i = 0; i < group.keys.size(); ++i) {
+    const uint32_t first = group.dims_at[i];
+    const Shape shape(group.dims.begin() + first, group.dims.begin() + group.dims_at[i + 1]);
+    if (pushes) values.push_back(Tensor::Zeros(group.dtypes[i], shape));
+    if (pulls) outputs->push_back(std::make_unique<Tensor>());
+  }
+  // Each member's bytes, from where the group's packing put them (pushes), or to where its
+  // outputs are (pulls).
+  for (size_t p = 0; p < group.parts.size(); ++p) {
+    const GroupPlan::Part& part = group.parts[p];
+    for (size_t j = 0; j < part.members.size(); ++j) {
+      const GroupPlan::Member& m = part.members[j];
+      const size_t bytes = part.offsets[j + 1] - part.offsets[j];
+      if (pushes) {
+        std::memcpy(static_cast<uint8_t*>(values[m.key].data()) + m.value_offset,
+                    static_cast<const uint8_t*>(work.packed[p].data()) + part.offsets[j], bytes);
+      }
+      if (pulls && m.value_offset == 0) {
+        uint8_t* base = !work.out_data.empty() ? work.out_data[m.key]
+                                               : work.out_bases[p] + part.offsets[j];
+        const uint32_t first = group.dims_at[m.key];
+        *(*outputs)[m.key] = Tensor::Borrow(
+            base, group.dtypes[m.key],
+            Shape(group.dims.begin() + first, group.dims.begin() + group.dims_at[m.key + 1]));
+      }
+    }
+  }
+  for (const std::unique_ptr<Tensor>& out : *outputs) outs.push_back(out.get());
+  ASSIGN_OR_RETURN(op->work, keys_->Plan(group.keys, values, outs));
+  op->keys = group.keys;
+  op->group = nullptr;
+  op->group_work = GroupWork();
+  return absl::OkStatus();
+}
+
 void DistStore::Run(Op op, OpDone done, int reroutes) {
   Enter();
   const uint64_t epoch = caller_->view_epoch();
   if (op.group != nullptr && op.group->num_servers != caller_->num_servers()) {
-    // Planned over the servers of an earlier view: planned again over those of this one.
-    std::shared_ptr<GroupPlan> group = groups_->For(op.group->keys, *keys_);
-    if (group == nullptr || group->num_servers != caller_->num_servers()) {
+    // Packed for the servers of an earlier view: sent key by key to those of this one (the
+    // next call of the list forms a group over them). The outputs' views live with `done`.
+    auto outputs = std::make_shared<std::vector<std::unique_ptr<Tensor>>>();
+    if (const absl::Status ungrouped = Ungroup(&op, outputs.get()); !ungrouped.ok()) {
       Leave();
-      return done(absl::FailedPreconditionError(absl::StrCat(
-          "a key group of ", op.group->keys.size(),
-          " keys cannot be planned again over the job's new servers")));
+      return done(ungrouped);
     }
-    op.group = std::move(group);
+    done = [outputs, done = std::move(done)](absl::Status status) { done(std::move(status)); };
   }
   // The operation is kept to be sent again; its transfer takes a copy.
   auto kept = std::make_shared<Op>(op);

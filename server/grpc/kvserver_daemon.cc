@@ -479,6 +479,9 @@ void KVServerDaemon::JobPicture::Update(const proto::HeartbeatResponse& reply) {
 
 absl::Status KVServerDaemon::Rejoin(const JobPicture& picture, const Backends& backends,
                                     absl::Time give_up) {
+  // The backend served now (a rescale swaps it).
+  const std::shared_ptr<ServerBackend> primary =
+      service_.backend() != nullptr ? service_.backend() : backends.primary;
   const proto::RegisterResponse& registration = picture.registration;
   proto::RegisterRequest request;
   request.set_role(proto::SERVER);
@@ -495,13 +498,13 @@ absl::Status KVServerDaemon::Rejoin(const JobPicture& picture, const Backends& b
   for (int rank : picture.dead_servers) rejoin.add_dead_servers(rank);
   for (uint64_t id : picture.left_workers) rejoin.add_left_worker_node_ids(id);
   for (uint64_t id : picture.finished_workers) rejoin.add_finished_worker_node_ids(id);
-  rejoin.set_max_round(backends.primary->engine->cuts().MaxRoundStarted());
+  rejoin.set_max_round(primary->engine->cuts().MaxRoundStarted());
   uint64_t floor = registration.join_epoch();
-  for (const std::shared_ptr<ServerBackend>& backend : {backends.primary, backends.backup}) {
+  for (const std::shared_ptr<ServerBackend>& backend : {primary, backends.backup}) {
     if (backend != nullptr) floor = std::max(floor, backend->engine->view_floor().epoch());
   }
   rejoin.set_epoch_floor(floor);
-  for (proto::PublishedCheckpoint& set : backends.primary->controller->published()) {
+  for (proto::PublishedCheckpoint& set : primary->controller->published()) {
     *rejoin.add_checkpoints() = std::move(set);
   }
   // Pushes may be held by a cut the lost scheduler began: tried often, to end it soon.
@@ -514,7 +517,7 @@ absl::Status KVServerDaemon::Rejoin(const JobPicture& picture, const Backends& b
   }
   // A scheduler that knew this server did not restart: its checkpoint or join goes on.
   if (again.scheduler_knew()) return absl::OkStatus();
-  for (const std::shared_ptr<ServerBackend>& backend : {backends.primary, backends.backup}) {
+  for (const std::shared_ptr<ServerBackend>& backend : {primary, backends.backup}) {
     if (backend == nullptr) continue;
     ASSIGN_OR_RETURN(const std::string ended, backend->controller->AbandonCut());
     if (!ended.empty()) {

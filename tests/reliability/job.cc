@@ -94,6 +94,7 @@ Process& Job::StartServer(int rank, std::vector<std::string> args) {
                 {"/bin/bash", "-c",
                  absl::StrCat("trap '' XFSZ; ulimit -f ", fsize_kib, "; exec \"$0\" \"$@\"")});
   }
+  if (static_cast<size_t>(rank) >= servers_.size()) servers_.resize(rank + 1);  // One more.
   if (servers_[rank] != nullptr) retired_.push_back(std::move(servers_[rank]));
   servers_[rank] = StartProcess(absl::StrCat("server ", rank), argv, Env("server", rank));
   return *servers_[rank];

@@ -37,7 +37,8 @@ class Job {
   // worker `program` (a runfile) with `args`.
   Process& AddWorker(int rank, std::vector<std::string> args,
                      const std::string& program = "tests/reliability/sum_worker");
-  // StartServer starts (again) server `rank` with `args`. An argument "fsize_kib=N" is not
+  // StartServer starts (again) server `rank` with `args` (a rank past the job's servers: one
+  // more, e.g. with --join). An argument "fsize_kib=N" is not
   // passed on: the server then runs with its file size limit at N KiB and SIGXFSZ ignored, so
   // that a write past it fails (EFBIG) as on a full disk.
   Process& StartServer(int rank, std::vector<std::string> args);

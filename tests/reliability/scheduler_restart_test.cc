@@ -162,6 +162,32 @@ void KillAndRestart(const RestartCase& c) {
 }
 
 TEST_CASE(
+    "Scheduler restart: after a server joined the running job, a scheduler killed and restarted "
+    "re-forms it with 3 servers and it finishes exact",
+    "[reliability][scheduler_restart]") {
+  const uint64_t seed = TestSeed();
+  Job job({{"--scheduler_lost_timeout=20s"}, {"--scheduler_lost_timeout=20s"}}, 3, {});
+  for (int w = 0; w < 3; ++w) job.AddWorker(w, {absl::StrCat(seed), "1", "60", "20"});
+  REQUIRE(job.worker(0).WaitForOutput("round 5 ok", absl::Seconds(60)));
+  Process& joined = job.StartServer(2, {"--join", "--scheduler_lost_timeout=20s"});
+  REQUIRE(job.scheduler().WaitForOutput("rescale published at view epoch 1", absl::Seconds(60)));
+  const bool trained = job.worker(0).WaitForOutput("round 15 ok", absl::Seconds(60));
+  INFO(job.worker(0).output() << "\n" << job.worker(1).output() << "\n" << joined.output());
+  REQUIRE(trained);
+  job.scheduler().Kill();
+  Process& restarted = job.RestartScheduler();
+  INFO(restarted.output());
+  REQUIRE(restarted.WaitForOutput("re-formed the running job", absl::Seconds(30)));
+  for (int w = 0; w < 3; ++w) {
+    Job::ExpectExit(job.worker(w), 0);
+    CHECK(absl::StrContains(job.worker(w).output(), "rounds 1..60 checked"));
+  }
+  for (int s = 0; s < 2; ++s) Job::ExpectExit(job.server(s), 0);
+  Job::ExpectExit(joined, 0);
+  Job::ExpectExit(restarted, 0);
+}
+
+TEST_CASE(
     "Scheduler restart: killed at a random round of dist_sync training and started again in "
     "place, the job re-forms and finishes exact, every process exiting 0",
     "[reliability][scheduler_restart]") {

@@ -61,13 +61,14 @@ void SchedulerCore::Rejoin(RejoinClaim claim, absl::Time now, RegisterDone done)
           absl::StrCat(NodeName(claim), " belongs to job ", claim.view.job_id,
                        ", but this scheduler is re-forming job ", job_id_));
     } else if (claim.role == NodeRole::kServer &&
-               (claim.view.servers.empty() || claim.view.num_servers != options_.num_servers ||
-                claim.view.num_workers != options_.num_workers)) {
+               (claim.view.servers.empty() || claim.view.num_workers != options_.num_workers)) {
+      // (The servers may differ from --num_servers: servers joined or drained while the job
+      // ran. The newest view the claims present says which.)
       answer = absl::InvalidArgumentError(
           absl::StrCat(NodeName(claim), " presents a view of ", claim.view.num_servers,
                        " servers and ", claim.view.num_workers, " workers (",
                        claim.view.servers.size(), " listed); this scheduler runs a job of ",
-                       options_.num_servers, " servers and ", options_.num_workers, " workers"));
+                       options_.num_workers, " workers"));
     } else {
       if (claims_.empty() && pending_rejoins_.empty()) {
         job_id_ = claim.view.job_id;
@@ -234,15 +235,19 @@ absl::Status SchedulerCore::ReformLocked(absl::Time now,
     max_round = std::max(max_round, claim.max_round);
   }
   const std::vector<ServerEntry>& servers = ServersOf(newest);
-  if (static_cast<int>(servers.size()) != options_.num_servers ||
+  if (servers.empty() ||
       static_cast<int>(newest.view.worker_node_ids.size()) != options_.num_workers) {
     claims_.clear();
     reform_dead_.clear();
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id_, " has ", servers.size(), " servers and ",
         newest.view.worker_node_ids.size(), " workers; this scheduler was started for ",
-        options_.num_servers, " and ", options_.num_workers));
+        options_.num_workers, " workers"));
   }
+  // Servers may have joined or drained while the job ran (server_scaling.h).
+  num_servers_ = static_cast<int>(servers.size());
+  nodes_.set_num_servers(num_servers_);
+  barriers_.set_num_servers(num_servers_);
   for (const ServerEntry& server : servers) {
     NodeInfo node;
     node.node_id = server.node_id;
