@@ -771,6 +771,43 @@ TEST_CASE("Cluster: a server joins and another drains while 3 workers train; eve
   cluster.ExpectCleanExit();
 }
 
+// Adam's state moves with the keys: training on while a server joins and another drains ends
+// byte-identical to training on the same servers throughout.
+TEST_CASE("Cluster: Adam training while servers join and drain ends bit-exact",
+          "[cluster][rescale]") {
+  const uint64_t seed = absl::ToUnixNanos(absl::Now()) % 1000000007;
+  INFO("seed=" << seed);
+  const std::vector<std::string> job = {"--big_value_bound=100", "--chunk_bytes=1000"};
+  const std::string base = absl::StrCat(TempDir(), "/rescale-adam-", getpid());
+  {
+    Cluster cluster(2, 2, job);
+    for (int r = 0; r < 2; ++r) {
+      cluster.AddWorker(r, {"train", absl::StrCat(seed), "1", "12", "0", "run", base + "-2.bin"});
+    }
+    cluster.ExpectCleanExit();
+  }
+  const std::string reference = ReadTextFile(base + "-2.bin");
+  REQUIRE(reference.size() == (600 * 5 + 7) * sizeof(float));
+  Cluster cluster(2, 2, job);
+  for (int r = 0; r < 2; ++r) {
+    cluster.AddWorker(r, {"train", absl::StrCat(seed), "1", "12", "0", "run", base + "-moved.bin",
+                          "pause=100"});
+  }
+  WaitForRound(cluster, 2, 3);
+  cluster.AddServer({"--join"});
+  REQUIRE(cluster.scheduler().WaitForOutput("rescale published at view epoch 1",
+                                            absl::Seconds(60)));
+  WaitForRound(cluster, 2, 7);
+  int code = -1;
+  const std::string drained = cluster.Kvctl({"--timeout=60s", "servers", "drain", "1"}, &code);
+  INFO(drained);
+  REQUIRE(code == 0);
+  cluster.ExpectCleanExit();
+  INFO(cluster.scheduler().output());
+  REQUIRE(absl::StrContains(cluster.scheduler().output(), "rescale published at view epoch 2"));
+  REQUIRE(ReadTextFile(base + "-moved.bin") == reference);
+}
+
 TEST_CASE("Cluster: a joining kvserver killed with SIGKILL mid-rescale: the job goes on exact",
           "[cluster][rescale]") {
   const uint64_t seed = absl::ToUnixNanos(absl::Now()) % 1000000007;

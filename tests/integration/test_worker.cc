@@ -26,7 +26,7 @@
 //                   a (1000, 4) float32 key split by rows over the servers; each then pulls the
 //                   sum of every worker's rows, dense and through RowSparsePull of random ids,
 //                   checked exactly against a dense reference.
-//   train SEED FIRST LAST CKPT_ROUND DIR OUT [restored]
+//   train SEED FIRST LAST CKPT_ROUND DIR OUT [restored] [pause=MS]
 //                   Adam (with a factor schedule) on the servers, set by rank 0 unless
 //                   `restored`; rounds FIRST..LAST of dist_sync pushes of gradients drawn from
 //                   SEED, the round and the rank, to a key split over the servers and a small
@@ -37,6 +37,7 @@
 //                   initialises the keys (kept from the
 //                   checkpoint) and goes on from FIRST. With OUT "-" the worker holds on
 //                   after its last round (up to 60 s) so that the test can kill the job.
+//                   pause=MS: "ROUND r" after each round, then MS of sleep.
 //   tables MODE SEED FIRST LAST SERVERS [CKPT_ROUND DIR]
 //                   A table trained over rounds FIRST..LAST of Zipf ids in a job of SERVERS
 //                   servers, every pull checked against a float64 reference; a checkpoint into
@@ -808,6 +809,15 @@ absl::Status Train(KVStore& kv, char** args, int count) {
     return absl::InvalidArgumentError("train: SEED FIRST LAST CKPT_ROUND must be integers");
   }
   const std::string dir = args[4], out = args[5];
+  // A last argument "pause=MS": MS of sleep after each round, announced with "ROUND r", so
+  // that a test can change the servers meanwhile.
+  int pause_ms = -1;
+  if (count > 6 && absl::StartsWith(args[count - 1], "pause=")) {
+    if (!absl::SimpleAtoi(std::string(args[count - 1]).substr(6), &pause_ms)) {
+      return absl::InvalidArgumentError("train: pause=MS takes a number of milliseconds");
+    }
+    --count;
+  }
   const bool restored = count > 6 && std::string(args[6]) == "restored";
   const int rank = kv.rank();
   const std::vector<Key> keys = {"embedding", "bias"};
@@ -844,6 +854,11 @@ absl::Status Train(KVStore& kv, char** args, int count) {
       RETURN_IF_ERROR(kv.Barrier());
       std::printf("worker %d: CHECKPOINTED after round %d\n", rank, round);
       std::fflush(stdout);
+    }
+    if (pause_ms >= 0) {
+      std::printf("ROUND %d\n", round);
+      std::fflush(stdout);
+      absl::SleepFor(absl::Milliseconds(pause_ms));
     }
   }
   if (out == "-") {
