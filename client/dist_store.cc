@@ -326,8 +326,7 @@ absl::Status DistStore::DoInitTable(const Key& key, const TableConfig& config) {
 absl::Status DistStore::DoPullRows(const Key& key, int64_t dim, absl::Span<const int64_t> ids,
                                    float* out) {
   RETURN_IF_ERROR(membership_->JobOver());
-  return membership_->Noted(
-      Rerouted([&] { return PullTableRows(context_, key, dim, ids, out); }));
+  return membership_->Noted(Rerouted([&] { return PullTableRows(context_, key, dim, ids, out); }));
 }
 
 absl::Status DistStore::DoPushRows(const Key& key, int64_t dim, absl::Span<const int64_t> ids,

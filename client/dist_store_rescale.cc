@@ -79,8 +79,8 @@ absl::Status DistStore::Ungroup(Op* op, std::vector<std::unique_ptr<Tensor>>* ou
                     static_cast<const uint8_t*>(work.packed[p].data()) + part.offsets[j], bytes);
       }
       if (pulls && m.value_offset == 0) {
-        uint8_t* base = !work.out_data.empty() ? work.out_data[m.key]
-                                               : work.out_bases[p] + part.offsets[j];
+        uint8_t* base =
+            !work.out_data.empty() ? work.out_data[m.key] : work.out_bases[p] + part.offsets[j];
         const uint32_t first = group.dims_at[m.key];
         *(*outputs)[m.key] = Tensor::Borrow(
             base, group.dtypes[m.key],
@@ -229,14 +229,13 @@ void DistStore::SwitchServers() {
     // Other servers: once no operation runs on the old ones (each is refused there), none
     // starts until the keys are placed over the new ones.
     absl::MutexLock lock(&rescale_mu_);
-    while (active_ > 0 && !stopping_ &&
-           !rescale_changed_.WaitWithDeadline(&rescale_mu_, give_up)) {
+    while (active_ > 0 && !stopping_ && !rescale_changed_.WaitWithDeadline(&rescale_mu_, give_up)) {
     }
     if (active_ > 0) {
-      status = absl::DeadlineExceededError(absl::StrCat(
-          "the job's servers changed (view epoch ", epoch, "), and ", active_,
-          " operations still ran on the old ones after ",
-          absl::FormatDuration(options_.rpc_timeout)));
+      status = absl::DeadlineExceededError(
+          absl::StrCat("the job's servers changed (view epoch ", epoch, "), and ", active_,
+                       " operations still ran on the old ones after ",
+                       absl::FormatDuration(options_.rpc_timeout)));
     } else {
       switching_ = true;
     }

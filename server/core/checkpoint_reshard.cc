@@ -141,10 +141,9 @@ absl::StatusOr<int64_t> ChunkRound(const Key& key, const std::vector<Piece>& pie
                                    const Slice& chunk) {
   std::optional<int64_t> round;
   for (const Piece& piece : pieces) {
-    const bool overlaps = chunk.count == 0
-                              ? piece.offset == chunk.offset
-                              : piece.offset < chunk.offset + chunk.count &&
-                                    piece.offset + piece.count > chunk.offset;
+    const bool overlaps = chunk.count == 0 ? piece.offset == chunk.offset
+                                           : piece.offset < chunk.offset + chunk.count &&
+                                                 piece.offset + piece.count > chunk.offset;
     if (!overlaps || piece.round < 0) continue;
     if (round.has_value() && *round != piece.round) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -313,8 +312,8 @@ absl::StatusOr<proto::ShardCheckpoint> ReshardCheckpoint(
     for (const Piece& piece : parts.values) {
       if (pieces) {
         if (piece.offset < next) {
-          return absl::DataLossError(absl::StrCat("key ", key.Quoted(), ": two pieces hold element ",
-                                                  piece.offset));
+          return absl::DataLossError(
+              absl::StrCat("key ", key.Quoted(), ": two pieces hold element ", piece.offset));
         }
         next = piece.offset + piece.count;
         continue;
@@ -397,9 +396,8 @@ absl::StatusOr<proto::ShardCheckpoint> CheckpointPartFor(const proto::ShardCheck
         ChunkSlice(Slice{0, begin, count}, element, file.chunk_bytes());
     if (value.chunk_rounds_size() > 0 &&
         static_cast<size_t>(value.chunk_rounds_size()) != chunks.size()) {
-      return absl::DataLossError(absl::StrCat("key ", key.Quoted(), ": ",
-                                              value.chunk_rounds_size(), " chunk rounds for ",
-                                              chunks.size(), " chunks"));
+      return absl::DataLossError(absl::StrCat("key ", key.Quoted(), ": ", value.chunk_rounds_size(),
+                                              " chunk rounds for ", chunks.size(), " chunks"));
     }
     std::vector<Slice>& mine = slices[h.key().SerializeAsString()];
     auto emit = [&](int64_t from, int64_t to, int64_t round) {
@@ -444,8 +442,7 @@ absl::StatusOr<proto::ShardCheckpoint> CheckpointPartFor(const proto::ShardCheck
     if (it == slices.end()) continue;
     const int64_t end = state.offset() + std::max<int64_t>(state.count(), 1);
     for (const Slice& slice : it->second) {
-      if (state.offset() < slice.offset + std::max<int64_t>(slice.count, 1) &&
-          end > slice.offset) {
+      if (state.offset() < slice.offset + std::max<int64_t>(slice.count, 1) && end > slice.offset) {
         *out.mutable_updater_state()->add_parts() = state;
         break;
       }

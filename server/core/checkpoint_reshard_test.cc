@@ -350,8 +350,7 @@ TEST_CASE("CheckpointPartFor: chunks cut at different rounds cannot form one new
   CHECK(s.message().find("\"embedding\"") != absl::string_view::npos);
   CHECK(s.message().find("rounds 5 and 6") != absl::string_view::npos);
   // Without server 1's pieces, its elements are missing.
-  const absl::Status missing =
-      ReshardCheckpoint({parts[0]}, 0, one, 64, /*pieces=*/true).status();
+  const absl::Status missing = ReshardCheckpoint({parts[0]}, 0, one, 64, /*pieces=*/true).status();
   CHECK(absl::IsDataLoss(missing));
   CHECK(missing.message().find("\"embedding\"") != absl::string_view::npos);
 }

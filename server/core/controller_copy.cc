@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/state_file.h"
@@ -38,9 +38,8 @@ absl::StatusOr<std::string> Controller::RunCopy(int head, absl::string_view body
   if (verb == "part" || verb == "sendpart" || verb == "keeppart") return CopyOutParts(verb, body);
   if (verb == "send") return CopyOutSend(body);
   if (verb == "end" || verb == "abort") return CopyOutEnd(verb, body);
-  return absl::InvalidArgumentError(
-      absl::StrCat("copy-out command \"", verb,
-                   "\" is not cut, send, end, abort, cutparts, part or sendpart"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "copy-out command \"", verb, "\" is not cut, send, end, abort, cutparts, part or sendpart"));
 }
 
 absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {

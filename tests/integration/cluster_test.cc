@@ -75,8 +75,8 @@ class Cluster {
 
   // AddServer starts one more kvserver with `args` (--join: it joins the running job).
   Process& AddServer(std::vector<std::string> args) {
-    args.insert(args.begin(), {Runfile("server/kvserver"),
-                               absl::StrCat("--scheduler=127.0.0.1:", port_)});
+    args.insert(args.begin(),
+                {Runfile("server/kvserver"), absl::StrCat("--scheduler=127.0.0.1:", port_)});
     const int rank = static_cast<int>(servers_.size());
     servers_.push_back(StartProcess(absl::StrCat("server ", rank), args, Env("server", rank)));
     return *servers_.back();
@@ -790,13 +790,13 @@ TEST_CASE("Cluster: Adam training while servers join and drain ends bit-exact",
   REQUIRE(reference.size() == (600 * 5 + 7) * sizeof(float));
   Cluster cluster(2, 2, job);
   for (int r = 0; r < 2; ++r) {
-    cluster.AddWorker(r, {"train", absl::StrCat(seed), "1", "12", "0", "run", base + "-moved.bin",
-                          "pause=100"});
+    cluster.AddWorker(
+        r, {"train", absl::StrCat(seed), "1", "12", "0", "run", base + "-moved.bin", "pause=100"});
   }
   WaitForRound(cluster, 2, 3);
   cluster.AddServer({"--join"});
-  REQUIRE(cluster.scheduler().WaitForOutput("rescale published at view epoch 1",
-                                            absl::Seconds(60)));
+  REQUIRE(
+      cluster.scheduler().WaitForOutput("rescale published at view epoch 1", absl::Seconds(60)));
   WaitForRound(cluster, 2, 7);
   int code = -1;
   const std::string drained = cluster.Kvctl({"--timeout=60s", "servers", "drain", "1"}, &code);
@@ -815,8 +815,7 @@ TEST_CASE("Cluster: a joining kvserver killed with SIGKILL mid-rescale: the job 
   constexpr int kRounds = 12;
   // A key of 16 MB split over the servers, so that the move takes a while; the joining
   // server is killed as soon as every server is cut, while the parts move.
-  Cluster cluster(2, 3, {"--big_value_bound=1000", "--checkpoint_timeout=10s"},
-                  {"--updater=sum"});
+  Cluster cluster(2, 3, {"--big_value_bound=1000", "--checkpoint_timeout=10s"}, {"--updater=sum"});
   for (int w = 0; w < 3; ++w) {
     cluster.AddWorker(w, {"elastic", absl::StrCat(seed), absl::StrCat(kRounds), "100", "4000000"});
   }
@@ -837,8 +836,8 @@ TEST_CASE("Cluster: a joining kvserver killed with SIGKILL mid-rescale: the job 
   REQUIRE(!absl::StrContains(log, "rescale published"));
   for (int w = 0; w < 3; ++w) {
     Cluster::ExpectExit(cluster.worker(w), 0);
-    REQUIRE(absl::StrContains(cluster.worker(w).output(),
-                              absl::StrCat(kRounds, " rounds checked")));
+    REQUIRE(
+        absl::StrContains(cluster.worker(w).output(), absl::StrCat(kRounds, " rounds checked")));
     // The workers sent their refused operations again to the old servers (at the failed
     // rescale's epoch), never to the killed one.
     REQUIRE(!absl::StrContains(cluster.worker(w).output(), "3 servers at view epoch"));

@@ -326,10 +326,9 @@ absl::Status Elastic(KVStore& kv, uint64_t seed, int rounds, int pause_ms, int64
     for (int k = 0; k < n; ++k) {
       for (int64_t i = 0; i < sizes[k]; ++i) {
         if (outs[k].GetAsDouble(i) != want[k][i]) {
-          return absl::InternalError(absl::StrCat("round ", r, " key ", keys[k].Quoted(),
-                                                  " element ", i, ": pulled ",
-                                                  outs[k].GetAsDouble(i), ", expected ",
-                                                  want[k][i], " (seed ", seed, ")"));
+          return absl::InternalError(absl::StrCat(
+              "round ", r, " key ", keys[k].Quoted(), " element ", i, ": pulled ",
+              outs[k].GetAsDouble(i), ", expected ", want[k][i], " (seed ", seed, ")"));
         }
       }
     }
@@ -338,8 +337,8 @@ absl::Status Elastic(KVStore& kv, uint64_t seed, int rounds, int pause_ms, int64
     absl::SleepFor(absl::Milliseconds(pause_ms));
   }
   RETURN_IF_ERROR(kv.Barrier());
-  std::printf("worker %d: %d rounds checked while the servers changed (seed %llu)\n", rank,
-              rounds, static_cast<unsigned long long>(seed));
+  std::printf("worker %d: %d rounds checked while the servers changed (seed %llu)\n", rank, rounds,
+              static_cast<unsigned long long>(seed));
   return absl::OkStatus();
 }
 

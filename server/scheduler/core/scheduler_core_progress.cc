@@ -52,10 +52,9 @@ std::vector<std::string> SchedulerCore::Progress() const {
     }
     int servers = 0, workers = 0;
     for (const auto& [id, node] : nodes_) ++(node.role == NodeRole::kServer ? servers : workers);
-    lines.push_back(absl::StrCat("registered ", servers, " of ",
-                                 Counted(num_servers_, "server"), " and ", workers, " of ",
-                                 Counted(options_.num_workers, "worker"), "; waiting for ",
-                                 absl::StrJoin(waiting, " and ")));
+    lines.push_back(absl::StrCat("registered ", servers, " of ", Counted(num_servers_, "server"),
+                                 " and ", workers, " of ", Counted(options_.num_workers, "worker"),
+                                 "; waiting for ", absl::StrJoin(waiting, " and ")));
   }
   for (const auto& [group, entered] : barriers_.Open()) {
     std::vector<std::string> missing;

@@ -64,11 +64,10 @@ void SchedulerCore::Rejoin(RejoinClaim claim, absl::Time now, RegisterDone done)
                (claim.view.servers.empty() || claim.view.num_workers != options_.num_workers)) {
       // (The servers may differ from --num_servers: servers joined or drained while the job
       // ran. The newest view the claims present says which.)
-      answer = absl::InvalidArgumentError(
-          absl::StrCat(NodeName(claim), " presents a view of ", claim.view.num_servers,
-                       " servers and ", claim.view.num_workers, " workers (",
-                       claim.view.servers.size(), " listed); this scheduler runs a job of ",
-                       options_.num_workers, " workers"));
+      answer = absl::InvalidArgumentError(absl::StrCat(
+          NodeName(claim), " presents a view of ", claim.view.num_servers, " servers and ",
+          claim.view.num_workers, " workers (", claim.view.servers.size(),
+          " listed); this scheduler runs a job of ", options_.num_workers, " workers"));
     } else {
       if (claims_.empty() && pending_rejoins_.empty()) {
         job_id_ = claim.view.job_id;

@@ -32,12 +32,11 @@ std::string Field(const std::string& reply, size_t i) {
 }  // namespace
 
 absl::StatusOr<std::string> ServerRescaler::Call(const ServerEntry& server, int head,
-                                                 const std::string& body,
-                                                 const std::string& step) {
+                                                 const std::string& body, const std::string& step) {
   absl::StatusOr<std::string> reply = call_(server.address, false, head, body);
   if (!reply.ok()) {
-    return absl::Status(reply.status().code(), absl::StrCat(step, " (", Name(server),
-                                                            "): ", reply.status().message()));
+    return absl::Status(reply.status().code(),
+                        absl::StrCat(step, " (", Name(server), "): ", reply.status().message()));
   }
   return reply;
 }
@@ -91,14 +90,14 @@ absl::Status ServerRescaler::Move(const RescalePlan& plan, const std::string& id
     const std::string step = absl::StrCat("moving the part of ", Name(from), " for ", Name(to));
     if (from.node_id == to.node_id) {
       // A server staying keeps its own part where it is.
-      RETURN_IF_ERROR(Call(from, kCommandCopyOut,
-                           absl::StrCat("keeppart ", id, " ", rank, " ", servers), step)
-                          .status());
+      RETURN_IF_ERROR(
+          Call(from, kCommandCopyOut, absl::StrCat("keeppart ", id, " ", rank, " ", servers), step)
+              .status());
       continue;
     }
-    ASSIGN_OR_RETURN(const std::string part,
-                     Call(from, kCommandCopyOut, absl::StrCat("part ", id, " ", rank, " ", servers),
-                          step));
+    ASSIGN_OR_RETURN(
+        const std::string part,
+        Call(from, kCommandCopyOut, absl::StrCat("part ", id, " ", rank, " ", servers), step));
     const std::string bytes = Field(part, 1), crc = Field(part, 2);
     int64_t count = 0;
     if (!absl::StartsWith(part, "part ") || !absl::SimpleAtoi(bytes, &count) || crc.empty()) {
@@ -107,9 +106,9 @@ absl::Status ServerRescaler::Move(const RescalePlan& plan, const std::string& id
     *between += count;
     RETURN_IF_ERROR(
         Call(to, kCommandCopyIn, absl::StrCat("begin ", bytes, " ", from.node_id), step).status());
-    RETURN_IF_ERROR(Call(from, kCommandCopyOut,
-                         absl::StrCat("sendpart ", id, " ", rank, " ", to.address), step)
-                        .status());
+    RETURN_IF_ERROR(
+        Call(from, kCommandCopyOut, absl::StrCat("sendpart ", id, " ", rank, " ", to.address), step)
+            .status());
     RETURN_IF_ERROR(
         Call(to, kCommandCopyIn, absl::StrCat("stage ", bytes, " ", crc), step).status());
   }
@@ -151,9 +150,8 @@ absl::Status ServerRescaler::Run(const RescalePlan& plan) {
     std::vector<int64_t> moved_between(plan.after.size());
     std::vector<std::thread> movers;
     for (size_t r = 0; r < plan.after.size(); ++r) {
-      movers.emplace_back([&, r] {
-        moved[r] = Move(plan, id, static_cast<int>(r), &moved_between[r]);
-      });
+      movers.emplace_back(
+          [&, r] { moved[r] = Move(plan, id, static_cast<int>(r), &moved_between[r]); });
     }
     for (std::thread& mover : movers) mover.join();
     for (const absl::Status& one : moved) status.Update(one);
@@ -204,8 +202,8 @@ absl::Status ServerRescaler::Run(const RescalePlan& plan) {
       "rescale: {} at view epoch {}, every key cut at round {}: cut in {}, moved and merged in "
       "{} ({} bytes between servers), swapped and published in {} ({} in all)",
       plan.what, plan.epoch, *round, absl::FormatDuration(cut - started),
-      absl::FormatDuration(merged - cut), between,
-      absl::FormatDuration(absl::Now() - merged), absl::FormatDuration(absl::Now() - started));
+      absl::FormatDuration(merged - cut), between, absl::FormatDuration(absl::Now() - merged),
+      absl::FormatDuration(absl::Now() - started));
   return absl::OkStatus();
 }
 

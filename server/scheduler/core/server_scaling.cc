@@ -25,8 +25,7 @@ std::string ServerScaling::RefusedLocked() const {
 }
 
 absl::StatusOr<Registration> ServerScaling::TakeJoin(const std::string& address,
-                                                     const std::string& hostname,
-                                                     absl::Time now) {
+                                                     const std::string& hostname, absl::Time now) {
   core_.mu_.AssertHeld();
   if (const std::string refused = RefusedLocked(); !refused.empty()) {
     return absl::FailedPreconditionError(
@@ -50,9 +49,9 @@ absl::StatusOr<Registration> ServerScaling::TakeJoin(const std::string& address,
   plan.after = plan.before;
   plan.after.push_back(ServerEntry{node.rank, node.node_id, address});
   plan.joining = node.node_id;
-  plan.what = absl::StrCat("the server at ", address, " (node ", node.node_id, ") joins as rank ",
-                           node.rank, ": ", plan.before.size(), " -> ", plan.after.size(),
-                           " servers");
+  plan.what =
+      absl::StrCat("the server at ", address, " (node ", node.node_id, ") joins as rank ",
+                   node.rank, ": ", plan.before.size(), " -> ", plan.after.size(), " servers");
   Registration registration;
   registration.node_id = node.node_id;
   registration.rank = node.rank;

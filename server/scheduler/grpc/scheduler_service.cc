@@ -468,9 +468,9 @@ void SchedulerService::HandleDrain(const proto::CommandRequest& request,
                                    proto::CommandResponse* response, Done done) {
   int rank = -1;
   if (!absl::SimpleAtoi(request.body(), &rank)) {
-    return done(absl::InvalidArgumentError(absl::StrCat(
-        "draining a server takes its rank (command ", kCommandDrainServer, " \"RANK\"), not \"",
-        request.body(), "\"")));
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("draining a server takes its rank (command ", kCommandDrainServer,
+                     " \"RANK\"), not \"", request.body(), "\"")));
   }
   if (!rescale_) return done(absl::FailedPreconditionError("this scheduler moves no shards"));
   absl::StatusOr<RescalePlan> plan = core_->scaling().Drain(rank);

@@ -191,7 +191,7 @@ class SchedulerService final : public RawSchedulerService, private ServerCommand
                           const grpc::ByteBuffer& request) const;
   std::shared_ptr<grpc::ChannelCredentials> server_credentials_;  // Calls to the servers.
   CheckpointCoordinator* coordinator_ = nullptr;
-  std::function<void(Registration, std::string)> join_;  // Optional; set before serving.
+  std::function<void(Registration, std::string)> join_;    // Optional; set before serving.
   std::function<void(RescalePlan, RescaleDone)> rescale_;  // Optional; set before serving.
   // LocalPath: a server's shared-memory path for workers on its host (RegisterRequest's
   // local_socket and local_host), by the address it serves on - transport details the core
