@@ -378,6 +378,10 @@ void DistStore::Start(Op op, OpDone done) {
     done = CountingAcknowledged(op, std::move(done));
   }
   if (rescalable_) return Run(std::move(op), std::move(done), 0);
+  Transfer(std::move(op), std::move(done));
+}
+
+void DistStore::Transfer(Op op, OpDone done) {
   if (op.group != nullptr) {
     TransferGroup(context_, op.kind, std::move(op.group), std::move(op.group_work),
                   std::move(done));

@@ -168,8 +168,10 @@ class DistStore final : public KVStore {
   // Issue stamps a push with the compression set now and enqueues it.
   void Issue(Op op);
   void Enqueue(int priority, std::vector<KeyWork> work, Kind kind);
-  // Start runs an operation the queue started, through its transfer.
+  // Start runs an operation the queue started, through its transfer (Transfer: the
+  // group, row-sparse or dense one).
   void Start(Op op, OpDone done);
+  void Transfer(Op op, OpDone done);
   // CountingAcknowledged wraps the `done` of push operation `op` so that its success counts
   // one acknowledged push of each of its keys (KeyInfo::acknowledged_pushes).
   static OpDone CountingAcknowledged(const Op& op, OpDone done);

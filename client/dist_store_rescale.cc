@@ -8,10 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/dense_transfer.h"
 #include "client/dist_store.h"
-#include "client/group_transfer.h"
-#include "client/row_sparse_transfer.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/view_epoch.h"
@@ -120,14 +117,7 @@ void DistStore::Run(Op op, OpDone done, int reroutes) {
     Leave();
     done(std::move(status));
   };
-  if (op.group != nullptr) {
-    TransferGroup(context_, op.kind, std::move(op.group), std::move(op.group_work),
-                  std::move(finished));
-  } else if (op.kind == Kind::kRowSparsePush || op.kind == Kind::kRowSparsePull) {
-    TransferRowSparse(context_, op.kind, std::move(op.work), std::move(finished));
-  } else {
-    TransferDense(context_, op.kind, std::move(op.work), op.compression, std::move(finished));
-  }
+  Transfer(std::move(op), std::move(finished));
 }
 
 void DistStore::Park(Op op, OpDone done, int reroutes, uint64_t needed) {

@@ -26,11 +26,8 @@ for ((r = 1; r <= rounds; r++)); do
     >"$logs/kvbench.out" 2>&1 &
   bench=$!
   sleep "${KILL_AFTER:-8}"
-  victim=$(pgrep -P "$bench" -f -- "--rank=1 " || true)
-  [[ -n "$victim" ]] || { echo "kvbench_join: no kvserver of rank 1 under kvbench $bench" >&2; exit 1; }
-  scheduler=$(tr '\0' '\n' </proc/"$victim"/cmdline | grep -- '^--scheduler=')
-  secret=$(tr '\0' '\n' </proc/"$victim"/environ | grep '^KV_SECRET_FILE=' || true)
-  kill -9 "$victim"
+  daemon_of "$bench" 1
+  kill -9 "$server"
   sleep 1
   env ${secret:+"$secret"} "$kvserver" "$scheduler" --rank=1 --updater=sum --log_level=info \
     --metrics_port=-1 >"$logs/replacement.log" 2>&1 &

@@ -23,10 +23,7 @@ for ((r = 1; r <= rounds; r++)); do
     >"$logs/kvbench.out" 2>&1 &
   bench=$!
   sleep "${JOIN_AFTER:-8}"
-  server=$(pgrep -P "$bench" -f -- "--rank=0 " || true)
-  [[ -n "$server" ]] || { echo "kvbench_rescale: no kvserver of rank 0 under kvbench $bench" >&2; exit 1; }
-  scheduler=$(tr '\0' '\n' </proc/"$server"/cmdline | grep -- '^--scheduler=')
-  secret=$(tr '\0' '\n' </proc/"$server"/environ | grep '^KV_SECRET_FILE=' || true)
+  daemon_of "$bench" 0
   env ${secret:+"$secret"} "$kvserver" "$scheduler" --join --updater=sum --log_level=info \
     --metrics_port=-1 >"$logs/joined.log" 2>&1 &
   joined=$!

@@ -23,3 +23,13 @@ fi
 out=$1
 mkdir -p "$out"
 rm -f "$out"/*.json
+
+# daemon_of KVBENCH_PID RANK: sets `server` to the pid of kvbench's kvserver of RANK, and
+# `scheduler` and `secret` to the --scheduler flag and KV_SECRET_FILE= setting it runs with
+# (the flags a kvserver started beside it needs).
+daemon_of() {
+  server=$(pgrep -P "$1" -f -- "--rank=$2 " || true)
+  [[ -n "$server" ]] || { echo "$0: no kvserver of rank $2 under kvbench $1" >&2; exit 1; }
+  scheduler=$(tr '\0' '\n' </proc/"$server"/cmdline | grep -- '^--scheduler=')
+  secret=$(tr '\0' '\n' </proc/"$server"/environ | grep '^KV_SECRET_FILE=' || true)
+}
