@@ -20,6 +20,8 @@ void DistStore::OnRouting(const JobState& state) {
   if (state.view_epoch <= heard_epoch_ || state.servers.empty()) return;
   heard_epoch_ = state.view_epoch;
   heard_servers_ = state.servers;
+  // Followed at once, not only when a server refuses a request: a drained server exits soon.
+  needed_epoch_ = std::max(needed_epoch_, heard_epoch_);
   rescale_changed_.SignalAll();
 }
 

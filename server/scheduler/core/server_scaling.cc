@@ -111,7 +111,7 @@ absl::Status ServerScaling::Complete(const RescalePlan& plan, absl::Time now) {
   if (core_.ShutdownLocked()) return absl::FailedPreconditionError("the job is over");
   if (plan.draining != 0) {
     core_.nodes_.Remove(plan.draining);
-    drained_.insert(plan.draining);
+    drained_[plan.draining] = now;
   }
   if (plan.joining != 0 && joiner_.has_value()) {
     NodeInfo node = *std::move(joiner_);
@@ -154,7 +154,10 @@ std::optional<bool> ServerScaling::HeartbeatLocked(uint64_t node_id, absl::Time 
     joiner_->last_heartbeat = std::max(joiner_->last_heartbeat, now);
     return false;
   }
-  if (drained_.count(node_id) > 0 || failed_.count(node_id) > 0) return true;
+  if (failed_.count(node_id) > 0) return true;
+  if (auto it = drained_.find(node_id); it != drained_.end()) {
+    return now - it->second >= kLinger * core_.options_.heartbeat_interval;
+  }
   return std::nullopt;
 }
 

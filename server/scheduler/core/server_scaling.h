@@ -10,8 +10,8 @@
 // are sent again to them). One rescale at a time; only in a dist_sync job without replicas.
 //
 // A joining server is not one of the job's nodes until it is published: its heartbeats are
-// answered here (HeartbeatLocked), as are those of a drained server, which is told that the
-// job is over for it (it exits 0).
+// answered here (HeartbeatLocked), as are those of a drained server, which is told a few
+// heartbeats later that the job is over for it (it exits 0).
 //
 // Threading: thread-safe. Its state is guarded by the core's lock, which it takes itself; the
 // core calls its hooks (TakeJoin, HeartbeatLocked) with that lock held.
@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -80,7 +79,10 @@ class ServerScaling {
   // The joining server, until it is published.
   std::optional<NodeInfo> joiner_ ABSL_GUARDED_BY(core_.mu_);
   std::map<uint64_t, std::string> failed_ ABSL_GUARDED_BY(core_.mu_);
-  std::set<uint64_t> drained_ ABSL_GUARDED_BY(core_.mu_);
+  // Drained servers, and when: each is told that the job is over for it kLinger heartbeat
+  // intervals later, so that the workers have learnt the new view before it goes.
+  static constexpr int kLinger = 5;
+  std::map<uint64_t, absl::Time> drained_ ABSL_GUARDED_BY(core_.mu_);
 };
 
 }  // namespace kvstore
