@@ -189,12 +189,14 @@ TEST_CASE("SchedulerCore rejoin: claims that do not fit are refused, changing no
     CHECK(absl::StrContains(other.registration.status().message(), "belongs to job another"));
     CHECK(!first.done);
   }
-  SECTION("a view of another job size, or no job named") {
-    auto after = SchedulerCore::Create(Options(3, 2)).value();
+  SECTION("a view of another number of workers, or no job named") {
+    // (Another number of servers is taken: servers join and drain running jobs.)
+    auto after = SchedulerCore::Create(Options(2, 3)).value();
     Answer sized;
     after->Rejoin(claim, kStart, sized.OnRegister());
     CHECK(absl::IsInvalidArgument(sized.registration.status()));
-    CHECK(absl::StrContains(sized.registration.status().message(), "3 servers and 2 workers"));
+    CHECK(absl::StrContains(sized.registration.status().message(),
+                            "this scheduler runs a job of 3 workers"));
     RejoinClaim nameless = claim;
     nameless.view.job_id.clear();
     Answer unnamed;
