@@ -107,24 +107,23 @@ void DistStore::MakeCaller(const DistOptions& options) {
       transport_.get(), view.servers,
       CallPolicy{options.rpc_timeout, options.max_retries, options.retry_backoff, view.replicas},
       timer_.get());
-  if (view.replicas <= 1) {
-    // Without replicas, the servers may change while the job runs (dist_store_rescale.cc).
-    if (rescalable_) {
-      membership_->set_on_routing([this](const JobState& state) { OnRouting(state); });
-    }
-    return;
+  // The servers may change while the job runs (dist_store_rescale.cc); with replicas the view
+  // also routes around dead servers (OnRouting).
+  if (rescalable_ || view.replicas > 1) {
+    membership_->set_on_routing([this](const JobState& state) { OnRouting(state); });
   }
+  FailOver(caller_.get());
+}
+
+void DistStore::FailOver(ServerCaller* caller) {
+  if (membership_->view().replicas <= 1) return;
   // With replicas, an unreachable server fails over to its shards' backups, routed by the
   // scheduler's view.
   Membership* membership = membership_.get();
-  ServerCaller* caller = caller_.get();
   caller->set_failover_check([membership](int rank, const absl::Status& error) {
     return membership->ServerUnreachable(rank, error);
   });
   caller->set_view_refresh([membership] { return membership->RefreshRouting(); });
-  membership->set_on_routing([caller](const JobState& state) {
-    caller->ApplyView(state.view_epoch, state.servers, state.dead_servers);
-  });
 }
 
 absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
@@ -143,7 +142,7 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
   const JobView& view = store->membership_->view();
   ASSIGN_OR_RETURN(store->transport_, make_transport(view));
   store->make_transport_ = make_transport;
-  store->rescalable_ = view.replicas <= 1 && mode == "dist_sync";
+  store->rescalable_ = mode == "dist_sync";
   store->servers_now_ = view.servers;
   store->timer_ = std::make_unique<Timer>();
   store->MakeCaller(options);

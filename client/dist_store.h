@@ -22,8 +22,8 @@
 // - Wait / WaitAll block until the operations on the keys have completed and return the first
 //   error among them (errors are reported once).
 // - When the scheduler says the job is over, later operations fail with Cancelled.
-// - When the job's servers change while it runs (a dist_sync job without replicas: a kvserver
-//   joined with --join or one was drained; docs/state.md), the servers refuse requests routed
+// - When the job's servers change while it runs (a dist_sync job: a kvserver joined with --join
+//   or one was drained; docs/state.md), the servers refuse requests routed
 //   by the old view. An operation refused so - or failed after a newer view was heard of - is
 //   parked; once no operation runs on the old servers any more, the store learns the new view
 //   from the scheduler, reaches its servers, places every key anew and runs the parked
@@ -156,7 +156,8 @@ class DistStore final : public KVStore {
   void Park(Op op, OpDone done, int reroutes, uint64_t needed);
   void RescaleLoop();
   void SwitchServers();
-  absl::Status Reach(uint64_t epoch, const std::vector<ServerAddress>& servers);
+  absl::Status Reach(uint64_t epoch, const std::vector<ServerAddress>& servers,
+                     const std::vector<int>& dead);
   void Enter();
   void Leave();
   absl::Status Rerouted(const std::function<absl::Status()>& call);
@@ -178,8 +179,9 @@ class DistStore final : public KVStore {
   // CheckOptions refuses options out of range (naming the field) and applies the log level.
   static absl::Status CheckOptions(const DistOptions& options);
   // MakeCaller makes the caller to the joined job's servers, failing over to backups with
-  // replicas.
+  // replicas (FailOver gives `caller` the scheduler's checks).
   void MakeCaller(const DistOptions& options);
+  void FailOver(ServerCaller* caller);
   CompressionParams compression() const;
 
   // Key groups (caller thread). GroupsUsable is false when a call of `n` keys cannot use a
@@ -221,7 +223,7 @@ class DistStore final : public KVStore {
 
   // Rescales (see the top). The factory of transports, kept for the servers of a new view.
   TransportFactory make_transport_;
-  bool rescalable_ = false;  // A dist_sync job without replicas.
+  bool rescalable_ = false;  // A dist_sync job.
   absl::Mutex rescale_mu_;
   absl::CondVar rescale_changed_;
   int active_ ABSL_GUARDED_BY(rescale_mu_) = 0;  // Operations and calls on the servers now.
@@ -230,6 +232,7 @@ class DistStore final : public KVStore {
   uint64_t needed_epoch_ ABSL_GUARDED_BY(rescale_mu_) = 0;  // A switch is due when above.
   uint64_t heard_epoch_ ABSL_GUARDED_BY(rescale_mu_) = 0;   // The newest view heard of.
   std::vector<ServerAddress> heard_servers_ ABSL_GUARDED_BY(rescale_mu_);
+  std::vector<int> heard_dead_ ABSL_GUARDED_BY(rescale_mu_);
   // The servers the caller reaches now (changed only by the rescale thread).
   std::vector<ServerAddress> servers_now_;
   struct Parked {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/dist_store.h"
+#include "client/server_caller.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/view_epoch.h"
@@ -17,11 +18,24 @@ namespace kvstore {
 
 void DistStore::OnRouting(const JobState& state) {
   absl::MutexLock lock(&rescale_mu_);
+  const bool other_count = !state.servers.empty() && state.servers.size() != servers_now_.size();
+  if (membership_->view().replicas > 1) {
+    if (!other_count) {
+      // Dead servers and replacements: the caller routes around them itself.
+      caller_->ApplyView(state.view_epoch, state.servers, state.dead_servers);
+    } else {
+      caller_->Supersede(state.view_epoch);
+    }
+  }
   if (state.view_epoch <= heard_epoch_ || state.servers.empty()) return;
   heard_epoch_ = state.view_epoch;
   heard_servers_ = state.servers;
+  heard_dead_ = state.dead_servers;
   // Followed at once, not only when a server refuses a request: a drained server exits soon.
-  needed_epoch_ = std::max(needed_epoch_, heard_epoch_);
+  // (With replicas, a view of as many servers is the caller's own to follow.)
+  if (membership_->view().replicas <= 1 || other_count) {
+    needed_epoch_ = std::max(needed_epoch_, heard_epoch_);
+  }
   rescale_changed_.SignalAll();
 }
 
@@ -202,10 +216,12 @@ void DistStore::SwitchServers() {
   }
   uint64_t epoch = 0;
   std::vector<ServerAddress> servers;
+  std::vector<int> dead;
   {
     absl::MutexLock lock(&rescale_mu_);
     epoch = heard_epoch_;
     servers = heard_servers_;
+    dead = heard_dead_;
   }
   const auto same = [](const std::vector<ServerAddress>& a, const std::vector<ServerAddress>& b) {
     return std::equal(a.begin(), a.end(), b.begin(), b.end(),
@@ -216,7 +232,7 @@ void DistStore::SwitchServers() {
   if (status.ok() && epoch > caller_->view_epoch() && same(servers, servers_now_)) {
     // The same servers at a later epoch (a rescale failed): routed by it from now on, while
     // the operations running go on - the servers accept both epochs.
-    caller_->ApplyView(epoch, servers, {});
+    caller_->ApplyView(epoch, servers, dead);
   } else if (status.ok() && epoch > caller_->view_epoch()) {
     // Other servers: once no operation runs on the old ones (each is refused there), none
     // starts until the keys are placed over the new ones.
@@ -238,7 +254,7 @@ void DistStore::SwitchServers() {
       absl::MutexLock lock(&rescale_mu_);
       reach = switching_;
     }
-    if (reach) status = Reach(epoch, servers);
+    if (reach) status = Reach(epoch, servers, dead);
   }
   std::vector<Parked> parked;
   {
@@ -260,15 +276,17 @@ void DistStore::SwitchServers() {
   }
 }
 
-absl::Status DistStore::Reach(uint64_t epoch, const std::vector<ServerAddress>& servers) {
+absl::Status DistStore::Reach(uint64_t epoch, const std::vector<ServerAddress>& servers,
+                              const std::vector<int>& dead) {
   JobView view = membership_->view();
   view.servers = servers;
   ASSIGN_OR_RETURN(std::unique_ptr<ServerTransport> transport, make_transport_(view));
   auto caller = std::make_unique<ServerCaller>(
       transport.get(), servers,
-      CallPolicy{options_.rpc_timeout, options_.max_retries, options_.retry_backoff, 1},
+      CallPolicy{options_.rpc_timeout, options_.max_retries, options_.retry_backoff, view.replicas},
       timer_.get());
-  caller->ApplyView(epoch, servers, {});
+  caller->ApplyView(epoch, servers, dead);
+  FailOver(caller.get());
   if (signer_ != nullptr) caller->set_signer(signer_.get());
   if (WorkerTelemetry* t = telemetry_.get()) {
     caller->set_observer([t](int server, ServerMethod method, size_t request_bytes,

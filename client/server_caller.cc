@@ -52,6 +52,12 @@ void ServerCaller::MarkDead(int rank, uint64_t epoch) {
   if (rank >= 0 && rank < num_servers() && epoch == view_epoch()) dead_[rank] = true;
 }
 
+void ServerCaller::Supersede(uint64_t epoch) {
+  uint64_t held = superseded_.load(std::memory_order_acquire);
+  while (held < epoch && !superseded_.compare_exchange_weak(held, epoch)) {
+  }
+}
+
 bool ServerCaller::IsDead(int rank) const { return dead_[rank].load(std::memory_order_acquire); }
 
 void ServerCaller::ApplyView(uint64_t epoch, const std::vector<ServerAddress>& servers,
@@ -176,6 +182,10 @@ absl::Status ServerCaller::AwaitView(uint64_t epoch) {
   const absl::Time give_up = absl::Now() + policy_.rpc_timeout;
   absl::Status asked;
   while (view_epoch() < epoch) {
+    if (superseded_.load(std::memory_order_acquire) >= epoch) {
+      // A view of other servers: the request's placement is void; its sender places it anew.
+      return StaleViewError(view_epoch(), epoch);
+    }
     if (absl::Now() >= give_up) {
       return absl::DeadlineExceededError(absl::StrCat(
           "waited ", absl::FormatDuration(policy_.rpc_timeout),

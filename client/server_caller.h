@@ -110,6 +110,11 @@ class ServerCaller {
   void ApplyView(uint64_t epoch, const std::vector<ServerAddress>& servers,
                  const std::vector<int>& dead);
   uint64_t view_epoch() const { return view_epoch_.load(std::memory_order_acquire); }
+  // Supersede records that the job's view `epoch` has other servers than this caller reaches
+  // (servers joined or drained: client/dist_store.h): a request refused as routed by an older
+  // view is then answered with that refusal, for its sender to place anew, rather than sent
+  // again to these servers. Thread-safe.
+  void Supersede(uint64_t epoch);
   // MarkDead records that server `rank` is dead (the scheduler said so) in view `epoch`: its
   // copies are not called again until a later view says otherwise; nothing when the view has
   // moved on since. IsDead says whether it is.
@@ -182,6 +187,7 @@ class ServerCaller {
   mutable absl::Mutex view_mu_;  // Serializes view changes; guards the addresses.
   std::vector<ServerAddress> targets_ ABSL_GUARDED_BY(view_mu_);
   std::atomic<uint64_t> view_epoch_{0};
+  std::atomic<uint64_t> superseded_{0};        // Supersede's epoch (0: none).
   std::unique_ptr<std::atomic<bool>[]> dead_;  // By server rank.
 };
 

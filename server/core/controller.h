@@ -64,8 +64,9 @@
 //                          "part" (replies "cut N keys"); "part ID RANK SERVERS": the
 //                          part of it that server RANK of SERVERS needs (CheckpointPartFor),
 //                          kept for "sendpart" (replies "part BYTES CRC32"); "sendpart ID
-//                          RANK ADDRESS": send that part to the server at ADDRESS as "send"
-//                          does (replies "sent BYTES"); "keeppart ID RANK SERVERS": cut the
+//                          RANK ADDRESS BACKUP": send that part to the server at ADDRESS (its
+//                          backup engine when BACKUP is 1) as "send" does (replies "sent
+//                          BYTES"); "keeppart ID RANK SERVERS": cut the
 //                          part for RANK, this server's new rank, and stage it here as
 //                          "stage" would (its own part: nothing is sent);
 //                          15 "stage BYTES CRC32": as "load" checks it, keep the part received

@@ -227,7 +227,7 @@ absl::StatusOr<std::string> Controller::CopyOutEnd(const std::string& verb,
 absl::StatusOr<std::string> Controller::CopyOutParts(const std::string& verb,
                                                      absl::string_view body) {
   ASSIGN_OR_RETURN(std::vector<std::string> f,
-                   verb == "sendpart" ? SplitFields(body, 4, "sendpart ID RANK ADDRESS")
+                   verb == "sendpart" ? SplitFields(body, 5, "sendpart ID RANK ADDRESS BACKUP")
                                       : SplitFields(body, 4, "part|keeppart ID RANK SERVERS"));
   ASSIGN_OR_RETURN(const uint64_t rank, Number(f[2], "a rank"));
   std::shared_ptr<const proto::ShardCheckpoint> from;
@@ -270,12 +270,14 @@ absl::StatusOr<std::string> Controller::CopyOutParts(const std::string& verb,
     return absl::FailedPreconditionError(
         absl::StrCat("no part of copy ", f[1], " for server ", rank, " is cut here"));
   }
+  if (f[4] != "0" && f[4] != "1") {
+    return absl::InvalidArgumentError(absl::StrCat("BACKUP is 0 or 1, not \"", f[4], "\""));
+  }
   if (!copy_sender_) {
     return absl::FailedPreconditionError("this server has no way to send a copy to another");
   }
-  RETURN_IF_ERROR(copy_sender_(f[3], /*backup=*/false, *part));
-  absl::MutexLock lock(&cut_mu_);
-  parts_out_.erase(static_cast<int>(rank));
+  // Kept until the copy ends: with replicas the same part goes to a shard's two copies.
+  RETURN_IF_ERROR(copy_sender_(f[3], f[4] == "1", *part));
   return absl::StrCat("sent ", part->size());
 }
 

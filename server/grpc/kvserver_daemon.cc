@@ -421,31 +421,36 @@ void KVServerDaemon::Equip(ServerBackend& backend, bool primary) {
       [copies](const std::string& address, bool backup, absl::string_view copy) {
         return copies->Send(address, backup, copy);
       });
-  if (!primary) return;
-  backend.controller->SetShardSwapper(
-      [this](const proto::ShardCheckpoint& shard, int rank, int num_servers, uint64_t epoch) {
-        return SwapShard(shard, rank, num_servers, epoch);
-      });
+  backend.controller->SetShardSwapper([this, primary](const proto::ShardCheckpoint& shard, int rank,
+                                                      int num_servers, uint64_t epoch) {
+    return SwapShard(shard, rank, num_servers, epoch, !primary);
+  });
 }
 
 absl::Status KVServerDaemon::SwapShard(const proto::ShardCheckpoint& shard, int rank,
-                                       int num_servers, uint64_t epoch) {
+                                       int num_servers, uint64_t epoch, bool backup) {
   BackendSpec spec = spec_;
   spec.rank = rank;
   spec.num_servers = num_servers;
   spec.restore_dir.clear();
+  if (backup) spec.round_observer = nullptr;
   ASSIGN_OR_RETURN(std::shared_ptr<ServerBackend> backend, MakeServerBackend(spec));
   RETURN_IF_ERROR(backend->controller->LoadShard(
-      shard, absl::StrCat("the shard merged for server ", rank, " of ", num_servers)));
+      shard, absl::StrCat("the shard merged for server ", rank, " of ", num_servers,
+                          backup ? " (a backup)" : "")));
   // Requests routed by an older view went by another placement: refused, sent again.
   backend->engine->view_floor().Set(epoch, /*reads_too=*/true);
-  Equip(*backend, true);
+  Equip(*backend, !backup);
+  spdlog::info("kvserver: now holds {} of shard {} of {} at view epoch {}: {} keys ({} bytes)",
+               backup ? "the backup" : "the primary", rank, num_servers, epoch,
+               backend->engine->stats().num_keys, backend->engine->stats().num_bytes);
+  if (backup) {
+    service_.SetBackend(service_.backend(), verifier_, std::move(backend));
+    return absl::OkStatus();
+  }
   if (options_.name_log_lines) SetLogNode(absl::StrCat("kvserver ", rank));
-  spdlog::info("kvserver: now server {} of {} at view epoch {}, holding {} keys ({} bytes)", rank,
-               num_servers, epoch, backend->engine->stats().num_keys,
-               backend->engine->stats().num_bytes);
   spec_ = std::move(spec);
-  service_.SetBackend(std::move(backend), verifier_);
+  service_.SetBackend(std::move(backend), verifier_, service_.backup());
   return absl::OkStatus();
 }
 
@@ -482,6 +487,8 @@ absl::Status KVServerDaemon::Rejoin(const JobPicture& picture, const Backends& b
   // The backend served now (a rescale swaps it).
   const std::shared_ptr<ServerBackend> primary =
       service_.backend() != nullptr ? service_.backend() : backends.primary;
+  const std::shared_ptr<ServerBackend> backup =
+      service_.backend() != nullptr ? service_.backup() : backends.backup;
   const proto::RegisterResponse& registration = picture.registration;
   proto::RegisterRequest request;
   request.set_role(proto::SERVER);
@@ -500,7 +507,7 @@ absl::Status KVServerDaemon::Rejoin(const JobPicture& picture, const Backends& b
   for (uint64_t id : picture.finished_workers) rejoin.add_finished_worker_node_ids(id);
   rejoin.set_max_round(primary->engine->cuts().MaxRoundStarted());
   uint64_t floor = registration.join_epoch();
-  for (const std::shared_ptr<ServerBackend>& backend : {primary, backends.backup}) {
+  for (const std::shared_ptr<ServerBackend>& backend : {primary, backup}) {
     if (backend != nullptr) floor = std::max(floor, backend->engine->view_floor().epoch());
   }
   rejoin.set_epoch_floor(floor);
@@ -517,7 +524,7 @@ absl::Status KVServerDaemon::Rejoin(const JobPicture& picture, const Backends& b
   }
   // A scheduler that knew this server did not restart: its checkpoint or join goes on.
   if (again.scheduler_knew()) return absl::OkStatus();
-  for (const std::shared_ptr<ServerBackend>& backend : {primary, backends.backup}) {
+  for (const std::shared_ptr<ServerBackend>& backend : {primary, backup}) {
     if (backend == nullptr) continue;
     ASSIGN_OR_RETURN(const std::string ended, backend->controller->AbandonCut());
     if (!ended.empty()) {
@@ -684,8 +691,6 @@ absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& r
                                                 const Heartbeat& beat, absl::Duration interval,
                                                 const Backends& backends) {
   const proto::ClusterView& view = registration.view();
-  ServerEngine* backup_engine =
-      backends.backup != nullptr ? backends.backup->engine.get() : nullptr;
   JobPicture picture{registration};
   absl::Time last_contact = absl::Now();
   int left_workers = 0;  // How many workers had left the job at the last heartbeat.
@@ -730,7 +735,9 @@ absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& r
     }
     // The backend served now (a rescale swaps it).
     const std::shared_ptr<ServerBackend> primary = service_.backend();
+    const std::shared_ptr<ServerBackend> backup = service_.backup();
     ServerEngine* engine = primary->engine.get();
+    ServerEngine* backup_engine = backup != nullptr ? backup->engine.get() : nullptr;
     if (!reply.join_failure().empty()) {
       spdlog::error("kvserver rank {}: joining the running job failed: {}", registration.rank(),
                     reply.join_failure());
@@ -744,7 +751,7 @@ absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& r
                                        reply.left_worker_node_ids().end());
       int64_t completed = engine->DropWorkers(left);
       if (backup_engine != nullptr) completed += backup_engine->DropWorkers(left);
-      for (const std::shared_ptr<ServerBackend>& backend : {primary, backends.backup}) {
+      for (const std::shared_ptr<ServerBackend>& backend : {primary, backup}) {
         if (backend != nullptr) completed += backend->tables->DropWorkers();
       }
       spdlog::warn(
@@ -757,7 +764,7 @@ absl::Status KVServerDaemon::HeartbeatUntilOver(const proto::RegisterResponse& r
       // Answer the pushes still waiting for a round, naming why, before exiting non-zero.
       engine->FailRounds(reply.failure());
       if (backup_engine != nullptr) backup_engine->FailRounds(reply.failure());
-      for (const std::shared_ptr<ServerBackend>& backend : {primary, backends.backup}) {
+      for (const std::shared_ptr<ServerBackend>& backend : {primary, backup}) {
         if (backend != nullptr) {
           backend->tables->FailRounds(
               absl::AbortedError(absl::StrCat("the job failed: ", reply.failure())));

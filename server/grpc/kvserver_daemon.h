@@ -195,14 +195,15 @@ class KVServerDaemon {
   // MakeBackends makes (and restores, or empties for a join) the engines the registration
   // assigns.
   absl::StatusOr<Backends> MakeBackends(const proto::RegisterResponse& registration);
-  // Equip gives a backend's controller this server's copy sender and, for the primary, the
-  // shard swapper of a rescale (SwapShard).
+  // Equip gives a backend's controller this server's copy sender and the shard swapper of a
+  // rescale (SwapShard), for its own shard (`primary`) or the backup it holds.
   void Equip(ServerBackend& backend, bool primary);
-  // SwapShard serves `shard` as server `rank` of `num_servers` from now on, in a new backend
-  // refusing requests routed by a view older than `epoch` (Controller::ShardSwapper). Runs on
-  // the thread of the command that asks for it.
+  // SwapShard serves `shard` as shard `rank` of `num_servers` from now on - this server's own,
+  // or with `backup` the backup it holds (replicas) - in a new backend refusing requests routed
+  // by a view older than `epoch` (Controller::ShardSwapper). Runs on the thread of the command
+  // that asks for it.
   absl::Status SwapShard(const proto::ShardCheckpoint& shard, int rank, int num_servers,
-                         uint64_t epoch);
+                         uint64_t epoch, bool backup);
   // MakeVerifier returns the verifier of the job's signed requests; null without a secret.
   std::shared_ptr<const RequestVerifier> MakeVerifier(
       const proto::RegisterResponse& registration) const;

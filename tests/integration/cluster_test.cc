@@ -741,12 +741,14 @@ void WaitForRound(Cluster& cluster, int workers, int round) {
   REQUIRE(reached);
 }
 
-TEST_CASE("Cluster: a server joins and another drains while 3 workers train; every pull exact",
-          "[cluster][rescale]") {
+// JoinAndDrain: 3 workers train 24 rounds on 2 servers while a third joins after round 4 and
+// server 0 drains after round 12 (2 -> 3 -> 2), every pull checked exactly; every process
+// exits 0.
+void JoinAndDrain(std::vector<std::string> scheduler_args) {
   const uint64_t seed = absl::ToUnixNanos(absl::Now()) % 1000000007;
   INFO("seed " << seed);
-  // 2 servers; a third joins after round 4, server 0 drains after round 12: 2 -> 3 -> 2.
-  Cluster cluster(2, 3, {"--big_value_bound=1000"}, {"--updater=sum"});
+  scheduler_args.push_back("--big_value_bound=1000");
+  Cluster cluster(2, 3, scheduler_args, {"--updater=sum"});
   for (int w = 0; w < 3; ++w) {
     cluster.AddWorker(w, {"elastic", absl::StrCat(seed), "24", "150"});
   }
@@ -769,6 +771,16 @@ TEST_CASE("Cluster: a server joins and another drains while 3 workers train; eve
     REQUIRE(absl::StrContains(cluster.worker(w).output(), "24 rounds checked"));
   }
   cluster.ExpectCleanExit();
+}
+
+TEST_CASE("Cluster: a server joins and another drains while 3 workers train; every pull exact",
+          "[cluster][rescale]") {
+  JoinAndDrain({});
+}
+
+TEST_CASE("Cluster: with replicas, a server joins and another drains; every pull exact",
+          "[cluster][rescale]") {
+  JoinAndDrain({"--replicas=2"});
 }
 
 // Adam's state moves with the keys: training on while a server joins and another drains ends

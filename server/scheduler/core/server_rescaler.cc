@@ -18,11 +18,6 @@
 namespace kvstore {
 namespace {
 
-std::string Name(const ServerEntry& server) {
-  return absl::StrCat("server ", server.rank, " at ", server.address, " (node ", server.node_id,
-                      ")");
-}
-
 // Field returns the `i`th space-separated field of `reply` ("" when it has fewer).
 std::string Field(const std::string& reply, size_t i) {
   const std::vector<std::string> f = absl::StrSplit(reply, ' ');
@@ -31,45 +26,65 @@ std::string Field(const std::string& reply, size_t i) {
 
 }  // namespace
 
-absl::StatusOr<std::string> ServerRescaler::Call(const ServerEntry& server, int head,
+absl::StatusOr<std::string> ServerRescaler::Call(const Engine& engine, int head,
                                                  const std::string& body, const std::string& step) {
-  absl::StatusOr<std::string> reply = call_(server.address, false, head, body);
+  absl::StatusOr<std::string> reply = call_(engine.server.address, engine.backup, head, body);
   if (!reply.ok()) {
     return absl::Status(reply.status().code(),
-                        absl::StrCat(step, " (", Name(server), "): ", reply.status().message()));
+                        absl::StrCat(step, " (", Name(engine), "): ", reply.status().message()));
   }
   return reply;
 }
 
+std::string ServerRescaler::Name(const Engine& engine) {
+  return absl::StrCat("server ", engine.server.rank, " at ", engine.server.address, " (node ",
+                      engine.server.node_id, ")",
+                      engine.backup ? absl::StrCat(", its backup of shard ", engine.shard) : "");
+}
+
+std::vector<ServerRescaler::Engine> ServerRescaler::Engines(const std::vector<ServerEntry>& servers,
+                                                            int replicas) {
+  const int n = static_cast<int>(servers.size());
+  std::vector<Engine> engines;
+  for (const ServerEntry& server : servers) {
+    engines.push_back(Engine{server, false, server.rank});
+    if (replicas > 1) engines.push_back(Engine{server, true, (server.rank + n - 1) % n});
+  }
+  return engines;
+}
+
 absl::StatusOr<int64_t> ServerRescaler::Cut(const RescalePlan& plan, const std::string& id) {
+  // Every engine is cut, the backups too (they take every write): only the primaries' copies
+  // are sent.
+  const std::vector<Engine> engines = Engines(plan.before, plan.replicas);
   int64_t round = 0;
-  for (const ServerEntry& server : plan.before) {
-    ASSIGN_OR_RETURN(const std::string reply, Call(server, kCommandCutBegin, id, "freezing"));
+  for (const Engine& engine : engines) {
+    ASSIGN_OR_RETURN(const std::string reply, Call(engine, kCommandCutBegin, id, "freezing"));
     int64_t started = 0;
     if (!absl::SimpleAtoi(reply, &started)) {
       return absl::InternalError(
-          absl::StrCat("freezing ", Name(server), ": replied \"", reply, "\" for its round"));
+          absl::StrCat("freezing ", Name(engine), ": replied \"", reply, "\" for its round"));
     }
     round = std::max(round, started);
   }
-  for (const ServerEntry& server : plan.before) {
+  for (const Engine& engine : engines) {
     RETURN_IF_ERROR(
-        Call(server, kCommandCutLimit, absl::StrCat(id, " ", round), "limiting").status());
+        Call(engine, kCommandCutLimit, absl::StrCat(id, " ", round), "limiting").status());
   }
-  std::vector<bool> cut(plan.before.size(), false);
+  std::vector<bool> cut(engines.size(), false);
   const absl::Time deadline = absl::Now() + cut_timeout_;
   for (;;) {
     bool waiting = false;
     std::string behind;
-    for (size_t i = 0; i < plan.before.size(); ++i) {
+    for (size_t i = 0; i < engines.size(); ++i) {
       if (cut[i]) continue;
       ASSIGN_OR_RETURN(const std::string reply,
-                       Call(plan.before[i], kCommandCopyOut,
+                       Call(engines[i], kCommandCopyOut,
                             absl::StrCat("cutparts ", id, " ", round, " ", plan.epoch), "cutting"));
       cut[i] = absl::StartsWith(reply, "cut ");
       if (!cut[i]) {
         waiting = true;
-        behind = absl::StrCat(Name(plan.before[i]), ": ", reply);
+        behind = absl::StrCat(Name(engines[i]), ": ", reply);
       }
     }
     if (!waiting) return round;
@@ -82,22 +97,22 @@ absl::StatusOr<int64_t> ServerRescaler::Cut(const RescalePlan& plan, const std::
   }
 }
 
-absl::Status ServerRescaler::Move(const RescalePlan& plan, const std::string& id, int rank,
+absl::Status ServerRescaler::Move(const RescalePlan& plan, const std::string& id, const Engine& to,
                                   int64_t* between) {
-  const ServerEntry& to = plan.after[rank];
   const int servers = static_cast<int>(plan.after.size());
-  for (const ServerEntry& from : plan.before) {
+  for (const ServerEntry& server : plan.before) {
+    const Engine from{server, false, server.rank};
     const std::string step = absl::StrCat("moving the part of ", Name(from), " for ", Name(to));
-    if (from.node_id == to.node_id) {
+    if (!to.backup && from.server.node_id == to.server.node_id) {
       // A server staying keeps its own part where it is.
-      RETURN_IF_ERROR(
-          Call(from, kCommandCopyOut, absl::StrCat("keeppart ", id, " ", rank, " ", servers), step)
-              .status());
+      RETURN_IF_ERROR(Call(from, kCommandCopyOut,
+                           absl::StrCat("keeppart ", id, " ", to.shard, " ", servers), step)
+                          .status());
       continue;
     }
     ASSIGN_OR_RETURN(
         const std::string part,
-        Call(from, kCommandCopyOut, absl::StrCat("part ", id, " ", rank, " ", servers), step));
+        Call(from, kCommandCopyOut, absl::StrCat("part ", id, " ", to.shard, " ", servers), step));
     const std::string bytes = Field(part, 1), crc = Field(part, 2);
     int64_t count = 0;
     if (!absl::StartsWith(part, "part ") || !absl::SimpleAtoi(bytes, &count) || crc.empty()) {
@@ -105,15 +120,18 @@ absl::Status ServerRescaler::Move(const RescalePlan& plan, const std::string& id
     }
     *between += count;
     RETURN_IF_ERROR(
-        Call(to, kCommandCopyIn, absl::StrCat("begin ", bytes, " ", from.node_id), step).status());
-    RETURN_IF_ERROR(
-        Call(from, kCommandCopyOut, absl::StrCat("sendpart ", id, " ", rank, " ", to.address), step)
+        Call(to, kCommandCopyIn, absl::StrCat("begin ", bytes, " ", from.server.node_id), step)
             .status());
+    RETURN_IF_ERROR(Call(from, kCommandCopyOut,
+                         absl::StrCat("sendpart ", id, " ", to.shard, " ", to.server.address, " ",
+                                      to.backup ? 1 : 0),
+                         step)
+                        .status());
     RETURN_IF_ERROR(
         Call(to, kCommandCopyIn, absl::StrCat("stage ", bytes, " ", crc), step).status());
   }
   ASSIGN_OR_RETURN(const std::string merged,
-                   Call(to, kCommandCopyIn, absl::StrCat("merge ", rank, " ", servers),
+                   Call(to, kCommandCopyIn, absl::StrCat("merge ", to.shard, " ", servers),
                         absl::StrCat("merging the parts for ", Name(to))));
   spdlog::info("rescale: {}: {}", Name(to), merged);
   return absl::OkStatus();
@@ -122,6 +140,8 @@ absl::Status ServerRescaler::Move(const RescalePlan& plan, const std::string& id
 absl::Status ServerRescaler::Run(const RescalePlan& plan) {
   const absl::Time started = absl::Now();
   const std::string id = absl::StrCat("rescale-", plan.epoch);
+  const std::vector<Engine> before = Engines(plan.before, plan.replicas);
+  const std::vector<Engine> after = Engines(plan.after, plan.replicas);
   absl::Status status;
   // A joining server serves once it has set itself up after registering.
   for (const ServerEntry& server : plan.after) {
@@ -146,12 +166,11 @@ absl::Status ServerRescaler::Run(const RescalePlan& plan) {
   if (status.ok()) {
     spdlog::info("rescale: every server cut at round {} in {}; moving the parts", *round,
                  absl::FormatDuration(cut - started));
-    std::vector<absl::Status> moved(plan.after.size());
-    std::vector<int64_t> moved_between(plan.after.size());
+    std::vector<absl::Status> moved(after.size());
+    std::vector<int64_t> moved_between(after.size());
     std::vector<std::thread> movers;
-    for (size_t r = 0; r < plan.after.size(); ++r) {
-      movers.emplace_back(
-          [&, r] { moved[r] = Move(plan, id, static_cast<int>(r), &moved_between[r]); });
+    for (size_t r = 0; r < after.size(); ++r) {
+      movers.emplace_back([&, r] { moved[r] = Move(plan, id, after[r], &moved_between[r]); });
     }
     for (std::thread& mover : movers) mover.join();
     for (const absl::Status& one : moved) status.Update(one);
@@ -159,14 +178,14 @@ absl::Status ServerRescaler::Run(const RescalePlan& plan) {
   }
   const absl::Time merged = absl::Now();
   if (!status.ok()) {
-    for (const ServerEntry& server : plan.before) {
+    for (const Engine& engine : before) {
       const absl::Status ended =
-          Call(server, kCommandCopyOut, absl::StrCat("abort ", id), "aborting").status();
+          Call(engine, kCommandCopyOut, absl::StrCat("abort ", id), "aborting").status();
       if (!ended.ok()) spdlog::warn("rescale: {}", ended.ToString());
     }
-    for (const ServerEntry& server : plan.after) {
+    for (const Engine& engine : after) {
       const absl::Status dropped =
-          Call(server, kCommandCopyIn, "unstage", "dropping the parts staged").status();
+          Call(engine, kCommandCopyIn, "unstage", "dropping the parts staged").status();
       if (!dropped.ok()) spdlog::warn("rescale: {}", dropped.ToString());
     }
     core_->scaling().Fail(plan, std::string(status.message()));
@@ -175,19 +194,19 @@ absl::Status ServerRescaler::Run(const RescalePlan& plan) {
   }
   // From the first swap on there is no way back.
   absl::Status swapped;
-  for (const ServerEntry& server : plan.after) {
+  for (const Engine& engine : after) {
     swapped.Update(
-        Call(server, kCommandCopyIn, absl::StrCat("swap ", plan.epoch), "swapping").status());
+        Call(engine, kCommandCopyIn, absl::StrCat("swap ", plan.epoch), "swapping").status());
   }
-  for (const ServerEntry& server : plan.before) {
-    if (server.node_id != plan.draining) continue;
+  for (const Engine& engine : before) {
+    if (engine.server.node_id != plan.draining) continue;
     swapped.Update(
-        Call(server, kCommandCopyIn, absl::StrCat("retire ", plan.epoch), "retiring").status());
+        Call(engine, kCommandCopyIn, absl::StrCat("retire ", plan.epoch), "retiring").status());
   }
   if (swapped.ok()) swapped = core_->scaling().Complete(plan, absl::Now());
-  for (const ServerEntry& server : plan.before) {
+  for (const Engine& engine : before) {
     const absl::Status ended =
-        Call(server, kCommandCopyOut, absl::StrCat("end ", id), "ending the copy").status();
+        Call(engine, kCommandCopyOut, absl::StrCat("end ", id), "ending the copy").status();
     if (!ended.ok()) spdlog::warn("rescale: {}", ended.ToString());
   }
   pause_(false);

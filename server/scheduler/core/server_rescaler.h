@@ -5,12 +5,14 @@
 // Run moves the job from the plan's servers before to those after, with the same consistent
 // cut a replacement's join uses (server_joiner.h), one controller command each step
 // (server/core/controller.h, 7, 8, 14 and 15):
-//   1. cut:     every old server is frozen (7), then limited to the highest round any of them
-//               has started (8); once every key of one has completed it, its copy is taken
-//               whole and from then on it refuses writes routed by a view older than the
-//               plan's epoch, the pushes the cut held too (14 "cutparts");
-//   2. move:    for each server after (in parallel), each old server cuts from its copy what
-//               the new placement gives that server (14 "part": CheckpointPartFor) and sends it
+//   1. cut:     every old server's engines (with replicas, its backup of the previous shard
+//               too) are frozen (7), then limited to the highest round any of them has started
+//               (8); once every key of one has completed it, its copy is taken whole and from
+//               then on it refuses writes routed by a view older than the plan's epoch, the
+//               pushes the cut held too (14 "cutparts");
+//   2. move:    for each engine after (in parallel; with replicas each server's backup of the
+//               previous shard too), each old server cuts from its own shard's copy what the
+//               new placement gives that engine's shard (14 "part": CheckpointPartFor) and sends it
 //               there directly (15 "begin", 14 "sendpart"); the server checks and keeps it (15
 //               "stage"; a server staying keeps its own part: 14 "keeppart") and, with every old
 //               server's part, merges them into its new shard (15
@@ -62,14 +64,26 @@ class ServerRescaler {
   absl::Status Run(const RescalePlan& plan);
 
  private:
-  // Cut freezes every old server, limits them to the highest round started and takes each
+  // Engine: a server's engine holding shard `shard` - its own, or with replicas the backup of
+  // the previous rank's (`backup`).
+  struct Engine {
+    ServerEntry server;
+    bool backup = false;
+    int shard = 0;
+  };
+  // Engines lists `servers`' engines: each one's own and, with `replicas` 2, its backup.
+  static std::vector<Engine> Engines(const std::vector<ServerEntry>& servers, int replicas);
+  static std::string Name(const Engine& engine);
+  // Cut freezes every old engine, limits them to the highest round started and takes each
   // one's copy; returns the cut's round.
   absl::StatusOr<int64_t> Cut(const RescalePlan& plan, const std::string& id);
-  // Move has every old server send server `rank` after the plan its part (a server staying
-  // keeps its own: 14 "keeppart"), and merges them there; `*between` adds the bytes sent.
-  absl::Status Move(const RescalePlan& plan, const std::string& id, int rank, int64_t* between);
-  // Call sends (head, body) to `server` and prefixes an error with `step` and the server.
-  absl::StatusOr<std::string> Call(const ServerEntry& server, int head, const std::string& body,
+  // Move has every old server send engine `to` of the new view its part of `to`'s shard, cut
+  // from its own shard's copy (a server staying keeps its own: 14 "keeppart"), and merges them
+  // there; `*between` adds the bytes sent.
+  absl::Status Move(const RescalePlan& plan, const std::string& id, const Engine& to,
+                    int64_t* between);
+  // Call sends (head, body) to `engine` and prefixes an error with `step` and the engine.
+  absl::StatusOr<std::string> Call(const Engine& engine, int head, const std::string& body,
                                    const std::string& step);
 
   SchedulerCore* const core_;

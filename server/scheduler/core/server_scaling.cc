@@ -13,8 +13,12 @@ std::string ServerScaling::RefusedLocked() const {
   core_.mu_.AssertHeld();
   if (!core_.complete_) return "the job has not assembled yet";
   if (core_.ShutdownLocked()) return "the job is over";
-  if (core_.options_.replicas > 1) {
-    return "the job keeps replicas, and servers are added or drained only in a job without";
+  for (const auto& [id, node] : core_.nodes_) {
+    if (node.role == NodeRole::kServer && (node.dead || node.joining)) {
+      return absl::StrCat("server ", node.rank, " at ", node.address,
+                          node.joining ? " is being replaced" : " is dead",
+                          "; servers are added or drained while every shard has both its copies");
+    }
   }
   if (!core_.mode_.empty() && core_.mode_ != "dist_sync") {
     return absl::StrCat("the job runs ", core_.mode_,
@@ -36,6 +40,7 @@ absl::StatusOr<Registration> ServerScaling::TakeJoin(const std::string& address,
   }
   RescalePlan plan;
   plan.before = core_.ViewLocked().servers;
+  plan.replicas = core_.options_.replicas;
   plan.epoch = core_.failover_->NextEpochLocked();
   NodeInfo node;
   node.node_id = core_.nodes_.TakeId();
@@ -74,6 +79,7 @@ absl::StatusOr<RescalePlan> ServerScaling::Drain(int rank) {
   }
   RescalePlan plan;
   plan.before = core_.ViewLocked().servers;
+  plan.replicas = core_.options_.replicas;
   const int n = static_cast<int>(plan.before.size());
   if (rank < 0 || rank >= n) {
     return absl::InvalidArgumentError(
@@ -82,6 +88,11 @@ absl::StatusOr<RescalePlan> ServerScaling::Drain(int rank) {
   if (n == 1) {
     return absl::FailedPreconditionError(
         absl::StrCat("server ", rank, " is the job's only server: it cannot be drained"));
+  }
+  if (core_.options_.replicas > n - 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("server ", rank, " cannot be drained: a job with ", core_.options_.replicas,
+                     " copies of each shard keeps at least ", core_.options_.replicas, " servers"));
   }
   plan.epoch = core_.failover_->NextEpochLocked();
   for (const ServerEntry& server : plan.before) {

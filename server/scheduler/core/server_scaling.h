@@ -7,7 +7,9 @@
 // publishes), carried out by ServerRescaler (server_rescaler.h), which moves the shards, and
 // then published (Complete: the view at the plan's epoch, with S' servers) or failed (Fail:
 // the view moves to the plan's epoch unchanged, so that the writes the old servers refused
-// are sent again to them). One rescale at a time; only in a dist_sync job without replicas.
+// are sent again to them). One rescale at a time; only in a dist_sync job, and with replicas
+// only while every server is alive (each shard keeps its two copies throughout) and at least
+// as many servers as copies remain.
 //
 // A joining server is not one of the job's nodes until it is published: its heartbeats are
 // answered here (HeartbeatLocked), as are those of a drained server, which is told a few
@@ -39,6 +41,7 @@ struct RescalePlan {
   std::vector<ServerEntry> after;   // The servers after, by their new rank.
   uint64_t joining = 0;             // The node joining (0: none).
   uint64_t draining = 0;            // The node drained (0: none).
+  int replicas = 1;                 // Copies of each shard, the job's.
   // "server at HOST:PORT (node 9) joins as rank 2: 2 -> 3 servers".
   std::string what;
 };
@@ -49,7 +52,8 @@ class ServerScaling {
 
   // Drain plans server `rank`'s departure. InvalidArgument for a rank out of range;
   // FailedPrecondition when the job has one server, has not assembled or is over, has
-  // replicas or runs dist_async, or a rescale is under way.
+  // a dead server or one being replaced, runs dist_async, would keep fewer servers than copies
+  // of each shard, or a rescale is under way.
   absl::StatusOr<RescalePlan> Drain(int rank) ABSL_LOCKS_EXCLUDED(core_.mu_);
   // active returns the rescale under way, if any.
   std::optional<RescalePlan> active() const ABSL_LOCKS_EXCLUDED(core_.mu_);

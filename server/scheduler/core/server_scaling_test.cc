@@ -105,11 +105,23 @@ TEST_CASE("ServerScaling: a drain renumbers the servers above and lets the drain
   CHECK(absl::StrContains(only.message(), "only server"));
 }
 
-TEST_CASE("ServerScaling: refused with replicas or dist_async; a failed rescale moves the epoch",
-          "[scheduler][rescale]") {
-  const absl::Status replicas = Join(*MakeJob(2, 2), "127.0.0.1:2000").status();
-  CHECK(absl::IsFailedPrecondition(replicas));
-  CHECK(absl::StrContains(replicas.message(), "replicas"));
+TEST_CASE(
+    "ServerScaling: refused in dist_async, below the copies or with a dead server; a "
+    "failed rescale moves the epoch",
+    "[scheduler][rescale]") {
+  // With replicas: joins while every server lives; drains while as many servers as copies stay.
+  auto replicated = MakeJob(2, 2);
+  const absl::Status few = replicated->scaling().Drain(1).status();
+  CHECK(absl::IsFailedPrecondition(few));
+  CHECK(absl::StrContains(few.message(), "keeps at least 2 servers"));
+  REQUIRE(replicated->failover().DeclareServerDead(1, "killed", kStart).ok());
+  const absl::Status dead = Join(*replicated, "127.0.0.1:2000").status();
+  CHECK(absl::IsFailedPrecondition(dead));
+  CHECK(absl::StrContains(dead.message(), "is dead"));
+  auto healthy = MakeJob(2, 2);
+  absl::StatusOr<Registration> joined_replicated = Join(*healthy, "127.0.0.1:2000");
+  REQUIRE(joined_replicated.ok());
+  CHECK(healthy->scaling().active()->replicas == 2);
   const absl::Status async = MakeJob(2, 1, "dist_async")->scaling().Drain(1).status();
   CHECK(absl::IsFailedPrecondition(async));
   CHECK(absl::StrContains(async.message(), "dist_async"));
