@@ -64,7 +64,7 @@ ABSL_FLAG(absl::Duration, serving_poll, absl::Microseconds(250),
           "one this long before it sleeps (spares a wake-up on machines whose idle CPUs halt); "
           "0: never.");
 ABSL_FLAG(bool, join, false,
-          "Join a running dist_sync job without replicas as one more server: the scheduler "
+          "Join a running dist_sync job as one more server: the scheduler "
           "moves the keys the new placement gives it into it and publishes it "
           "(docs/state.md, \"Adding and draining servers while a job runs\").");
 ABSL_FLAG(std::string, local_socket_dir, "/tmp",

@@ -69,7 +69,7 @@ constexpr char kUsage[] =
     "                       link); restart\n"
     "                       with kvserver --checkpoint_root=ROOT --restore=DIR\n"
     "  servers drain RANK   move server RANK's keys to the other servers and let it exit 0\n"
-    "                       (a running dist_sync job without replicas; the servers above it\n"
+    "                       (a running dist_sync job; the servers above it\n"
     "                       move down a rank; `kvserver --join` adds one); returns once done\n"
     "  shutdown [REASON]    end the job: servers, scheduler and workers exit\n"
     "  health ADDRESS       ask one daemon (scheduler or kvserver) at ADDRESS whether it serves\n"

@@ -95,7 +95,7 @@ struct KVServerOptions {
   // made in this directory and advertised to the job; empty: TCP only. When the socket cannot
   // be made the kvserver logs why and serves over TCP only.
   std::string local_socket_dir;
-  // Join a running dist_sync job without replicas as one more server (the scheduler moves its
+  // Join a running dist_sync job as one more server (the scheduler moves its
   // keys into it: server/scheduler/core/server_scaling.h); --rank is then not used.
   bool join = false;
   // The largest value, in bytes (ServerEngineOptions::max_value_bytes). It bounds requests
