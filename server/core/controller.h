@@ -196,8 +196,9 @@ class Controller {
   // AbandonCut ends what the scheduler left half done when it died (a server registering again
   // with a scheduler restarted in place, controller_cut.cc): a checkpoint set's cut (the pushes
   // it holds go on) and this server's files of that set not yet published (a pending file, or
-  // a file committed without its manifest), and a shard copy taken for a join (as its abort
-  // does). Returns what it ended ("" when nothing was open), or the error of a file removal.
+  // a file committed without its manifest), a shard copy taken for a join or a rescale (as its
+  // abort does), and a rescale's parts received. Returns what it ended ("" when nothing was open),
+  // or the error of a file removal.
   absl::StatusOr<std::string> AbandonCut();
   // published returns the checkpoint sets this server published last (at most
   // kPublishedKept, oldest first): a server presents them when it registers again, so that a

@@ -15,6 +15,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "common/partitioner.h"
+#include "common/proto_convert.h"
 #include "common/status_macros.h"
 #include "common/store/sgd_updater.h"
 #include "common/table_wire.h"
@@ -353,6 +355,107 @@ TEST_CASE("Controller: a damaged copy, a server holding keys and an aborted copy
   REQUIRE(out.Run(kCommandCopyOut, "abort c").ok());
   CHECK(source->view_floor().Check(2, true).ok());
   CHECK(absl::IsFailedPrecondition(out.Run(kCommandCopyOut, "send c 127.0.0.1:9 0").status()));
+}
+
+}  // namespace
+}  // namespace kvstore
+
+namespace kvstore {
+namespace {
+
+// One server's shard re-placed onto 2 servers through a rescale's verbs (commands 14 and 15):
+// its own part kept in place ("keeppart"), the other sent ("part", "sendpart") and staged, each
+// merged and swapped in; every value lands where the placement over 2 servers puts it.
+TEST_CASE("Controller: a rescale's parts, merged and swapped in; its refusals",
+          "[server][controller][rescale]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  UpdaterRegistry registry = UpdaterRegistry::WithBuiltins();
+  // The engines' chunk size (NewEngine's), as a job's servers share it.
+  const JobShape job{1, "dist_sync", kDefaultChunkBytes, /*big_value_bound=*/10};
+  auto source = NewEngine(true, {kWorkerA, kWorkerB});
+  auto empty = NewEngine(true, {kWorkerA, kWorkerB});
+  Controller from(source.get(), &registry, nullptr, 0);
+  Controller to(empty.get(), &registry, nullptr, 1);
+  from.SetJob(job);
+  to.SetJob(JobShape{2, "dist_sync", kDefaultChunkBytes, 10});
+  std::vector<Key> keys;
+  std::vector<Tensor> values;
+  for (int k = 0; k < 6; ++k) {
+    keys.push_back(Key(static_cast<int64_t>(100 + k)));
+    values.push_back(rng.RandomTensor(DType::kFloat32, {k == 0 ? 40 : 3}));  // Key 100 splits.
+    REQUIRE(source->Init(kWorkerA, {Incoming(keys[k], values[k])}).ok());
+  }
+  // Refusals before anything is cut or staged.
+  CHECK(absl::IsFailedPrecondition(from.Run(kCommandCopyOut, "part r 1 2").status()));
+  CHECK(absl::IsFailedPrecondition(to.Run(kCommandCopyIn, "merge 1 2").status()));
+  CHECK(absl::IsFailedPrecondition(to.Run(kCommandCopyIn, "swap 3").status()));
+  REQUIRE(from.Run(kCommandCutBegin, "r").ok());
+  REQUIRE(from.Run(kCommandCutLimit, "r 0").ok());
+  const absl::StatusOr<std::string> cut = from.Run(kCommandCopyOut, "cutparts r 0 3");
+  REQUIRE(cut.ok());
+  CHECK(*cut == "cut 6 keys");
+  CHECK(absl::IsInvalidArgument(from.Run(kCommandCopyOut, "part r 2 2").status()));
+  CHECK(
+      absl::IsFailedPrecondition(from.Run(kCommandCopyOut, "sendpart r 1 127.0.0.1:9 0").status()));
+  // Server 0's own part stays; server 1's goes over.
+  const absl::StatusOr<std::string> kept = from.Run(kCommandCopyOut, "keeppart r 0 2");
+  INFO(kept.status().ToString());
+  REQUIRE(kept.ok());
+  const absl::StatusOr<std::string> part = from.Run(kCommandCopyOut, "part r 1 2");
+  REQUIRE(part.ok());
+  const std::vector<std::string> f = absl::StrSplit(*part, ' ');
+  REQUIRE(f.size() == 3);
+  REQUIRE(to.Run(kCommandCopyIn, absl::StrCat("begin ", f[1], " 7")).ok());
+  from.SetCopySender([&to](const std::string&, bool, absl::string_view copy) {
+    return to.Run(kCommandCopyIn, absl::StrCat("put 0\n", copy)).status();
+  });
+  REQUIRE(from.Run(kCommandCopyOut, "sendpart r 1 127.0.0.1:9 0").ok());
+  // A damaged part is refused, and nothing staged from it.
+  CHECK(absl::IsDataLoss(to.Run(kCommandCopyIn, absl::StrCat("stage ", f[1], " 1")).status()));
+  REQUIRE(to.Run(kCommandCopyIn, absl::StrCat("begin ", f[1], " 7")).ok());
+  REQUIRE(from.Run(kCommandCopyOut, "sendpart r 1 127.0.0.1:9 0").ok());
+  REQUIRE(to.Run(kCommandCopyIn, absl::StrCat("stage ", f[1], " ", f[2])).ok());
+  std::vector<proto::ShardCheckpoint> swapped(2);
+  for (Controller* c : {&from, &to}) {
+    c->SetShardSwapper(
+        [&swapped](const proto::ShardCheckpoint& shard, int rank, int servers, uint64_t epoch) {
+          CHECK(servers == 2);
+          CHECK(epoch == 3);
+          swapped[rank] = shard;
+          return absl::OkStatus();
+        });
+  }
+  REQUIRE(from.Run(kCommandCopyIn, "merge 0 2").ok());
+  REQUIRE(to.Run(kCommandCopyIn, "merge 1 2").ok());
+  REQUIRE(from.Run(kCommandCopyIn, "swap 3").ok());
+  REQUIRE(to.Run(kCommandCopyIn, "swap 3").ok());
+  // Every element where the placement over 2 servers puts it, with its value.
+  const Partitioner two = Partitioner::Create(2, 10).value();
+  for (size_t k = 0; k < keys.size(); ++k) {
+    for (const Slice& slice : two.Partition(keys[k], values[k].num_elements())) {
+      const proto::CheckpointValue* found = nullptr;
+      proto::Key key_proto;
+      KeyToProto(keys[k], &key_proto);
+      for (const proto::CheckpointValue& v : swapped[slice.server].values()) {
+        if (v.header().key().SerializeAsString() == key_proto.SerializeAsString()) found = &v;
+      }
+      INFO("key " << keys[k].Quoted() << " on server " << slice.server);
+      REQUIRE(found != nullptr);
+      CHECK(found->header().element_offset() == slice.offset);
+      CHECK(found->data() ==
+            std::string(static_cast<const char*>(values[k].data()) + slice.offset * sizeof(float),
+                        slice.count * sizeof(float)));
+    }
+  }
+  // A rescale left half done by a lost scheduler: its staged parts are dropped.
+  REQUIRE(to.Run(kCommandCopyIn, absl::StrCat("begin ", f[1], " 7")).ok());
+  REQUIRE(from.Run(kCommandCopyOut, "sendpart r 1 127.0.0.1:9 0").ok());
+  REQUIRE(to.Run(kCommandCopyIn, absl::StrCat("stage ", f[1], " ", f[2])).ok());
+  const absl::StatusOr<std::string> abandoned = to.AbandonCut();
+  REQUIRE(abandoned.ok());
+  CHECK(absl::StrContains(*abandoned, "unstaged 1 parts"));
+  CHECK(absl::IsFailedPrecondition(to.Run(kCommandCopyIn, "merge 1 2").status()));
 }
 
 }  // namespace

@@ -171,6 +171,11 @@ absl::StatusOr<std::string> Controller::AbandonCut() {
     RETURN_IF_ERROR(CopyOutEnd("abort", "abort " + copy_id).status());
     ended.push_back(absl::StrCat("the shard copy ", copy_id));
   }
+  // A rescale's parts received or merged here: the next rescale starts from none.
+  if (const std::string unstaged = RescaleIn("unstage", "unstage").value();
+      unstaged != "unstaged 0 parts") {
+    ended.push_back(absl::StrCat("the parts of a rescale (", unstaged, ")"));
+  }
   if (!cut_id.empty()) {
     engine_->cuts().End();
     ended.push_back(absl::StrCat("the cut of checkpoint ", cut_id));
