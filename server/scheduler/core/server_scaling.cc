@@ -14,6 +14,13 @@ std::string ServerScaling::RefusedLocked() const {
   if (!core_.complete_) return "the job has not assembled yet";
   if (core_.ShutdownLocked()) return "the job is over";
   for (const auto& [id, node] : core_.nodes_) {
+    if (node.role == NodeRole::kServer && !node.tables.empty()) {
+      // A table's round may complete on one server before its cut and be refused by another
+      // after: sent again, it would be applied twice there.
+      return absl::StrCat("server ", node.rank,
+                          " holds embedding tables, and servers are added or drained only in a "
+                          "job without");
+    }
     if (node.role == NodeRole::kServer && (node.dead || node.joining)) {
       return absl::StrCat("server ", node.rank, " at ", node.address,
                           node.joining ? " is being replaced" : " is dead",

@@ -52,8 +52,8 @@ class ServerScaling {
 
   // Drain plans server `rank`'s departure. InvalidArgument for a rank out of range;
   // FailedPrecondition when the job has one server, has not assembled or is over, has
-  // a dead server or one being replaced, runs dist_async, would keep fewer servers than copies
-  // of each shard, or a rescale is under way.
+  // a dead server or one being replaced, holds embedding tables, runs dist_async, would keep
+  // fewer servers than copies of each shard, or a rescale is under way.
   absl::StatusOr<RescalePlan> Drain(int rank) ABSL_LOCKS_EXCLUDED(core_.mu_);
   // active returns the rescale under way, if any.
   std::optional<RescalePlan> active() const ABSL_LOCKS_EXCLUDED(core_.mu_);

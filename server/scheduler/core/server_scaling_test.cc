@@ -118,6 +118,14 @@ TEST_CASE(
   const absl::Status dead = Join(*replicated, "127.0.0.1:2000").status();
   CHECK(absl::IsFailedPrecondition(dead));
   CHECK(absl::StrContains(dead.message(), "is dead"));
+  // Embedding tables (a server's heartbeat reports them): refused.
+  auto tabled = MakeJob(2);
+  const uint64_t server = tabled->view()->servers[0].node_id;
+  REQUIRE(
+      tabled->Heartbeat(server, kStart, ServerLoad{0, 0, 0, -1, "", {TableLoad{"\"t\"", 8}}}).ok());
+  const absl::Status tables = tabled->scaling().Drain(1).status();
+  CHECK(absl::IsFailedPrecondition(tables));
+  CHECK(absl::StrContains(tables.message(), "embedding tables"));
   auto healthy = MakeJob(2, 2);
   absl::StatusOr<Registration> joined_replicated = Join(*healthy, "127.0.0.1:2000");
   REQUIRE(joined_replicated.ok());
