@@ -143,7 +143,10 @@ absl::StatusOr<std::unique_ptr<DistStore>> DistStore::Connect(
   ASSIGN_OR_RETURN(store->transport_, make_transport(view));
   store->make_transport_ = make_transport;
   store->rescalable_ = mode == "dist_sync";
-  store->servers_now_ = view.servers;
+  {
+    absl::MutexLock lock(&store->rescale_mu_);
+    store->servers_now_ = view.servers;
+  }
   store->timer_ = std::make_unique<Timer>();
   store->MakeCaller(options);
   const int servers = static_cast<int>(view.servers.size());

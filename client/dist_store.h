@@ -234,7 +234,7 @@ class DistStore final : public KVStore {
   std::vector<ServerAddress> heard_servers_ ABSL_GUARDED_BY(rescale_mu_);
   std::vector<int> heard_dead_ ABSL_GUARDED_BY(rescale_mu_);
   // The servers the caller reaches now (changed only by the rescale thread).
-  std::vector<ServerAddress> servers_now_;
+  std::vector<ServerAddress> servers_now_ ABSL_GUARDED_BY(rescale_mu_);
   struct Parked {
     Op op;
     OpDone done;

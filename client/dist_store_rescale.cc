@@ -45,10 +45,14 @@ bool DistStore::NeedsSwitch(const absl::Status& status, uint64_t epoch, uint64_t
     *needed = *required;
     return true;
   }
-  // A server that was drained may be gone already: an operation that failed after a newer
-  // view was heard of goes again on that view.
+  // A server that was drained may be gone already: an operation that failed after a view of
+  // other servers was heard of goes again on that view. (With replicas, a view of as many
+  // servers - a replacement joined - is the caller's own to follow.)
   absl::MutexLock lock(&rescale_mu_);
-  if (heard_epoch_ > epoch && !absl::IsInvalidArgument(status) && !absl::IsNotFound(status)) {
+  const bool other_servers =
+      membership_->view().replicas <= 1 || heard_servers_.size() != servers_now_.size();
+  if (heard_epoch_ > epoch && other_servers && !absl::IsInvalidArgument(status) &&
+      !absl::IsNotFound(status)) {
     *needed = heard_epoch_;
     return true;
   }
@@ -217,22 +221,31 @@ void DistStore::SwitchServers() {
   uint64_t epoch = 0;
   std::vector<ServerAddress> servers;
   std::vector<int> dead;
+  std::vector<ServerAddress> now;
   {
     absl::MutexLock lock(&rescale_mu_);
     epoch = heard_epoch_;
     servers = heard_servers_;
     dead = heard_dead_;
+    now = servers_now_;
   }
-  const auto same = [](const std::vector<ServerAddress>& a, const std::vector<ServerAddress>& b) {
+  // The same servers: the same addresses; with replicas as many servers (the caller follows a
+  // replacement at a new address itself).
+  const bool replicas = membership_->view().replicas > 1;
+  const auto same = [replicas](const std::vector<ServerAddress>& a,
+                               const std::vector<ServerAddress>& b) {
+    if (replicas) return a.size() == b.size();
     return std::equal(a.begin(), a.end(), b.begin(), b.end(),
                       [](const ServerAddress& x, const ServerAddress& y) {
                         return x.rank == y.rank && x.address == y.address;
                       });
   };
-  if (status.ok() && epoch > caller_->view_epoch() && same(servers, servers_now_)) {
+  if (status.ok() && epoch > caller_->view_epoch() && same(servers, now)) {
     // The same servers at a later epoch (a rescale failed): routed by it from now on, while
     // the operations running go on - the servers accept both epochs.
     caller_->ApplyView(epoch, servers, dead);
+    absl::MutexLock lock(&rescale_mu_);
+    servers_now_ = servers;
   } else if (status.ok() && epoch > caller_->view_epoch()) {
     // Other servers: once no operation runs on the old ones (each is refused there), none
     // starts until the keys are placed over the new ones.
