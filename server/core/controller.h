@@ -241,6 +241,9 @@ class Controller {
   // "stage", "merge", "swap", "retire", "unstage".
   absl::StatusOr<std::string> CopyOutParts(const std::string& verb, absl::string_view body);
   absl::StatusOr<std::string> RescaleIn(const std::string& verb, absl::string_view body);
+  // PlacementOf reads a rescale's "RANK SERVERS" (`servers_field`): the placement over that
+  // many servers with this job's bound; InvalidArgument naming both when RANK is not one of them.
+  absl::StatusOr<Partitioner> PlacementOf(uint64_t rank, const std::string& servers_field) const;
   // TakeCopyIn checks the copy received against `bytes` and `crc` and decodes it (command 15
   // "load" and "stage").
   absl::StatusOr<proto::ShardCheckpoint> TakeCopyIn(uint64_t bytes, uint64_t crc);
@@ -291,9 +294,8 @@ class Controller {
   std::shared_ptr<const proto::ShardCheckpoint> parts_from_ ABSL_GUARDED_BY(cut_mu_);
   std::map<int, std::shared_ptr<const std::string>> parts_out_ ABSL_GUARDED_BY(cut_mu_);
   std::vector<proto::ShardCheckpoint> staged_ ABSL_GUARDED_BY(cut_mu_);
+  // (The merged shard names its rank and number of servers.)
   std::optional<proto::ShardCheckpoint> merged_ ABSL_GUARDED_BY(cut_mu_);
-  int merged_rank_ ABSL_GUARDED_BY(cut_mu_) = -1;
-  int merged_servers_ ABSL_GUARDED_BY(cut_mu_) = 0;
 };
 
 }  // namespace kvstore

@@ -224,6 +224,16 @@ absl::StatusOr<std::string> Controller::CopyOutEnd(const std::string& verb,
   return verb == "end" ? std::string("ended") : std::string("aborted");
 }
 
+absl::StatusOr<Partitioner> Controller::PlacementOf(uint64_t rank,
+                                                    const std::string& servers_field) const {
+  ASSIGN_OR_RETURN(const uint64_t servers, Number(servers_field, "a number of servers"));
+  if (servers < 1 || rank >= servers || servers > 1 << 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " of ", servers, " servers is out of range"));
+  }
+  return Partitioner::Create(static_cast<int>(servers), job_.big_value_bound);
+}
+
 absl::StatusOr<std::string> Controller::CopyOutParts(const std::string& verb,
                                                      absl::string_view body) {
   ASSIGN_OR_RETURN(std::vector<std::string> f,
@@ -243,13 +253,7 @@ absl::StatusOr<std::string> Controller::CopyOutParts(const std::string& verb,
     if (it != parts_out_.end()) part = it->second;
   }
   if (verb == "part" || verb == "keeppart") {
-    ASSIGN_OR_RETURN(const uint64_t servers, Number(f[3], "a number of servers"));
-    if (servers < 1 || rank >= servers || servers > 1 << 16) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", rank, " of ", servers, " servers is out of range"));
-    }
-    ASSIGN_OR_RETURN(const Partitioner partitioner,
-                     Partitioner::Create(static_cast<int>(servers), job_.big_value_bound));
+    ASSIGN_OR_RETURN(const Partitioner partitioner, PlacementOf(rank, f[3]));
     ASSIGN_OR_RETURN(proto::ShardCheckpoint piece,
                      CheckpointPartFor(*from, static_cast<int>(rank), partitioner));
     if (verb == "keeppart") {
@@ -304,13 +308,7 @@ absl::StatusOr<std::string> Controller::RescaleIn(const std::string& verb, absl:
   if (verb == "merge") {
     ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 3, "merge RANK SERVERS"));
     ASSIGN_OR_RETURN(const uint64_t rank, Number(f[1], "a rank"));
-    ASSIGN_OR_RETURN(const uint64_t servers, Number(f[2], "a number of servers"));
-    if (servers < 1 || rank >= servers || servers > 1 << 16) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", rank, " of ", servers, " servers is out of range"));
-    }
-    ASSIGN_OR_RETURN(const Partitioner partitioner,
-                     Partitioner::Create(static_cast<int>(servers), job_.big_value_bound));
+    ASSIGN_OR_RETURN(const Partitioner partitioner, PlacementOf(rank, f[2]));
     std::vector<proto::ShardCheckpoint> staged;
     {
       absl::MutexLock lock(&cut_mu_);
@@ -323,8 +321,6 @@ absl::StatusOr<std::string> Controller::RescaleIn(const std::string& verb, absl:
     const int keys = merged.values_size();
     absl::MutexLock lock(&cut_mu_);
     merged_ = std::move(merged);
-    merged_rank_ = static_cast<int>(rank);
-    merged_servers_ = static_cast<int>(servers);
     return absl::StrCat("merged ", keys, " keys from ", staged.size(), " parts");
   }
   ASSIGN_OR_RETURN(std::vector<std::string> f, SplitFields(body, 2, "swap|retire EPOCH"));
@@ -334,16 +330,15 @@ absl::StatusOr<std::string> Controller::RescaleIn(const std::string& verb, absl:
     return absl::StrCat("retired at view epoch ", epoch);
   }
   std::optional<proto::ShardCheckpoint> merged;
-  int rank = 0, servers = 0;
   {
     absl::MutexLock lock(&cut_mu_);
     merged.swap(merged_);
-    rank = merged_rank_;
-    servers = merged_servers_;
   }
   if (!merged.has_value()) return absl::FailedPreconditionError("no merged shard to swap in");
   if (!swapper_) return absl::FailedPreconditionError("this server cannot swap its shard");
-  const int keys = merged->values_size();
+  // The merge made it for its rank and count of servers.
+  const int keys = merged->values_size(), rank = merged->server_rank();
+  const int servers = merged->num_servers();
   RETURN_IF_ERROR(swapper_(*merged, rank, servers, epoch));
   return absl::StrCat("swapped in ", keys, " keys as server ", rank, " of ", servers);
 }
