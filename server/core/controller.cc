@@ -153,7 +153,10 @@ proto::ShardCheckpoint Controller::MakeCheckpoint(const EngineSnapshot& snapshot
     for (int64_t d : part.layout.shape) header->add_shape(d);
     header->set_element_offset(part.layout.offset);
     header->set_element_count(part.layout.count);
-    value->set_data(static_cast<const char*>(part.data.data()), part.data.byte_size());
+    // Described only (EngineState::Describe): the bytes follow in a stream.
+    if (part.data.defined()) {
+      value->set_data(static_cast<const char*>(part.data.data()), part.data.byte_size());
+    }
   }
   {
     absl::MutexLock lock(&spec_mu_);
@@ -175,8 +178,8 @@ absl::StatusOr<std::string> Controller::Checkpoint(const std::string& dir) {
   return directory.WriteStateFile(CheckpointFileName(rank_), StateKind::kShardCheckpoint, payload);
 }
 
-absl::Status Controller::RestoreShard(const proto::ShardCheckpoint& checkpoint,
-                                      const std::string& what) {
+absl::Status Controller::CheckShard(const proto::ShardCheckpoint& checkpoint,
+                                    const std::string& what) const {
   auto mismatch = [&](absl::string_view field, auto saved, auto now) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": written by a job with ", field, " ", saved, ", this job has ", now));
@@ -191,6 +194,11 @@ absl::Status Controller::RestoreShard(const proto::ShardCheckpoint& checkpoint,
   if (checkpoint.chunk_bytes() != job_.chunk_bytes) {
     return mismatch("chunk bytes", checkpoint.chunk_bytes(), job_.chunk_bytes);
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<StoredPart>> Controller::PartsOf(
+    const proto::ShardCheckpoint& checkpoint, const std::string& what, bool with_data) {
   std::vector<StoredPart> parts;
   for (const proto::CheckpointValue& value : checkpoint.values()) {
     const proto::TensorHeader& h = value.header();
@@ -200,30 +208,47 @@ absl::Status Controller::RestoreShard(const proto::ShardCheckpoint& checkpoint,
     if (!dtype.ok()) return absl::DataLossError(absl::StrCat(what, ": ", dtype.status().message()));
     part.layout = ValueSlice{*key, *dtype, Shape(h.shape().begin(), h.shape().end()),
                              h.element_offset(), h.element_count()};
-    if (h.element_count() < 0 ||
-        value.data().size() != static_cast<size_t>(h.element_count()) * DTypeSize(*dtype)) {
+    const size_t expected =
+        with_data ? static_cast<size_t>(std::max<int64_t>(h.element_count(), 0)) * DTypeSize(*dtype)
+                  : 0;
+    if (h.element_count() < 0 || value.data().size() != expected) {
       return absl::DataLossError(absl::StrCat(what, ": key ", key->Quoted(), " holds ",
                                               value.data().size(), " bytes for ", h.element_count(),
                                               " elements"));
     }
-    // The engine copies the bytes in (EngineState::Restore): the part only borrows them from
-    // the checkpoint, which outlives it, and nothing writes through it.
-    part.data = Tensor::Borrow(const_cast<char*>(value.data().data()), *dtype, {h.element_count()});
+    if (with_data) {
+      // The engine copies the bytes in (EngineState::Restore): the part only borrows them from
+      // the checkpoint, which outlives it, and nothing writes through it.
+      part.data =
+          Tensor::Borrow(const_cast<char*>(value.data().data()), *dtype, {h.element_count()});
+    }
     part.chunk_rounds.assign(value.chunk_rounds().begin(), value.chunk_rounds().end());
     parts.push_back(std::move(part));
   }
+  return parts;
+}
+
+absl::Status Controller::RestoreShard(const proto::ShardCheckpoint& checkpoint,
+                                      const std::string& what) {
+  RETURN_IF_ERROR(CheckShard(checkpoint, what));
+  ASSIGN_OR_RETURN(const std::vector<StoredPart> parts, PartsOf(checkpoint, what, true));
   absl::StatusOr<UpdaterStateData> state = UpdaterStateFromProto(checkpoint.updater_state());
   if (!state.ok()) return absl::DataLossError(absl::StrCat(what, ": ", state.status().message()));
+  if (absl::Status s = engine_->state().Restore(parts); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+  }
+  return RestoreRest(checkpoint, *state, what);
+}
+
+absl::Status Controller::RestoreRest(const proto::ShardCheckpoint& checkpoint,
+                                     const UpdaterStateData& state, const std::string& what) {
   absl::StatusOr<std::unique_ptr<Updater>> updater = MakeUpdater(checkpoint.updater());
   if (!updater.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": cannot make the checkpoint's updater: ", updater.status().message()));
   }
-  if (absl::Status s = engine_->state().Restore(parts); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
-  }
   engine_->SetUpdater(*std::move(updater));
-  if (absl::Status s = engine_->state().LoadUpdaterState(*state); !s.ok()) {
+  if (absl::Status s = engine_->state().LoadUpdaterState(state); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
   }
   SetUpdaterSpec(checkpoint.updater());

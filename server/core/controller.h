@@ -37,25 +37,31 @@
 //                          checkpoints every N rounds).
 //  14  kCommandCopyOut     a copy of this shard for a replacement server joining the job (a
 //                          job with replicas; checkpoint_coordinator.h), after steps 7 and 8:
-//                          "cut ID ROUND EPOCH": once every key has reached ROUND, snapshot,
-//                          refuse from then on writes routed by a view older than EPOCH
-//                          (common/view_epoch.h; the pushes the cut holds too), keep the
-//                          serialized ShardCheckpoint (with each chunk's round and the applied
-//                          request ids) and reply "copied BYTES CRC32" - until then "waiting: "
-//                          and the key behind; "send ID ADDRESS BACKUP": send it, server to
-//                          server, into the server at ADDRESS (its backup engine when BACKUP is
-//                          1) through the copy sender (SetCopySender: pages of command 15
-//                          "put", signed by this server) and reply "sent BYTES" (the request
-//                          handler runs it on a thread of its own); "end ID": drop
-//                          it; "abort ID": drop it, end the cut and refuse nothing (the join
-//                          failed).
-//  15  kCommandCopyIn      on the replacement server: "begin BYTES FROM": start receiving a
-//                          copy of BYTES bytes (at most the server's memory budget) whose pages
-//                          node FROM (the server sending it) may put; "put OFFSET\n" + bytes:
-//                          place a page of it, in any order; "load BYTES CRC32": check that
-//                          every byte arrived and the copy's size and CRC, restore it (values,
-//                          rounds, updater and state, applied request ids) into this server's
-//                          engine, which must hold no key, and reply "loaded N keys".
+//                          "cut ID ROUND EPOCH": once every key has reached ROUND, refuse
+//                          from then on writes routed by a view older than EPOCH
+//                          (common/view_epoch.h; the pushes the cut holds too), describe the
+//                          shard (each chunk's round, the applied request ids; no values'
+//                          bytes) as the header of a stream (server/core/shard_stream.h) and
+//                          reply "copied BYTES CRC32 HEAD": the stream's length, its header's
+//                          CRC-32 and length - until then "waiting: " and the key behind;
+//                          "send ID ADDRESS BACKUP": send the stream, its values read from
+//                          the engine as they go, server to server into the server at ADDRESS
+//                          (its backup engine when BACKUP is 1) through the copy sender
+//                          (SetCopySender: pages of command 15 "put", signed by this server)
+//                          and reply "sent BYTES" (the request handler runs it on a thread of
+//                          its own); "end ID": drop it; "abort ID": drop it, end the cut and
+//                          refuse nothing (the join failed).
+//  15  kCommandCopyIn      on the replacement server: "begin BYTES FROM [HEAD]": start
+//                          receiving a copy of BYTES bytes (at most the server's memory budget)
+//                          whose pages node FROM (the server sending it) may put - with HEAD,
+//                          a stream whose header is HEAD bytes long, placed into the engine
+//                          (which must hold no key) as it arrives; "put OFFSET [CRC32]\n" +
+//                          bytes: place a page of it, in any order (the header's pages first),
+//                          its CRC-32 checked when given; "load BYTES CRC32": check that every
+//                          byte arrived and the copy's size and CRC (a stream's header's),
+//                          restore it (values, rounds, updater and state, applied request
+//                          ids) into this server's engine, which must hold no key but the
+//                          stream's, and reply "loaded N keys".
 //                          Only the scheduler begins and loads a copy; a page comes from the
 //                          scheduler or from the node the begin named (copy_sender()).
 //                          Adding or draining servers while the job runs (docs/state.md;
@@ -104,7 +110,9 @@
 #include "common/store/updater.h"
 #include "proto/kvstore.pb.h"
 #include "server/core/checkpoint_root.h"
+#include "server/core/copy_source.h"
 #include "server/core/server_engine.h"
+#include "server/core/shard_stream.h"
 #include "server/core/table_engine.h"
 
 namespace kvstore {
@@ -132,7 +140,7 @@ using CustomController =
 // first error names the page and the server. It blocks; the gRPC daemon's is
 // server/grpc/shard_copy_sender.h.
 using CopySender =
-    std::function<absl::Status(const std::string& address, bool backup, absl::string_view copy)>;
+    std::function<absl::Status(const std::string& address, bool backup, const CopySource& copy)>;
 
 class Controller {
  public:
@@ -248,8 +256,19 @@ class Controller {
   // "load" and "stage").
   absl::StatusOr<proto::ShardCheckpoint> TakeCopyIn(uint64_t bytes, uint64_t crc);
   // RestoreShard restores `checkpoint` (checked against the job) into the engine; `what`
-  // names where it came from in errors (a file's path).
+  // names where it came from in errors (a file's path). Its steps: CheckShard checks it against
+  // the job; PartsOf reads its values' parts (their bytes borrowed from it with `with_data`,
+  // else none); RestoreRest restores all but the values (the updater and its state, the
+  // requests applied, the tables).
   absl::Status RestoreShard(const proto::ShardCheckpoint& checkpoint, const std::string& what);
+  absl::Status CheckShard(const proto::ShardCheckpoint& checkpoint, const std::string& what) const;
+  static absl::StatusOr<std::vector<StoredPart>> PartsOf(const proto::ShardCheckpoint& checkpoint,
+                                                         const std::string& what, bool with_data);
+  absl::Status RestoreRest(const proto::ShardCheckpoint& checkpoint, const UpdaterStateData& state,
+                           const std::string& what);
+  // BeginStream begins receiving a streamed shard (15 "begin BYTES FROM HEAD"; shard_stream.h)
+  // into this server's empty engine.
+  absl::StatusOr<std::string> BeginStream(uint64_t bytes, uint64_t head, uint64_t from);
   // AppliedToProto / AppliedFromProto: request ids applied (an engine's or the tables') as a
   // copied shard carries them.
   using AppliedIds = google::protobuf::RepeatedPtrField<proto::AppliedRequestIds>;
@@ -281,7 +300,10 @@ class Controller {
   // Command 14: the copy taken (its cut's id and bytes); command 15: the copy received.
   // The copy is shared with a "send" in progress, so that the lock is not held while it goes.
   std::string copy_id_ ABSL_GUARDED_BY(cut_mu_);
-  std::shared_ptr<const std::string> copy_out_ ABSL_GUARDED_BY(cut_mu_);
+  // A join's copy is streamed from the engine (withdrawn when it ends); one received is
+  // streamed into it (`stream_in_`, from "begin BYTES FROM HEAD" to "load").
+  std::shared_ptr<ShardStreamOut> copy_out_ ABSL_GUARDED_BY(cut_mu_);
+  std::shared_ptr<ShardStreamIn> stream_in_ ABSL_GUARDED_BY(cut_mu_);
   uint64_t copy_floor_before_ ABSL_GUARDED_BY(cut_mu_) = 0;  // The engine's view floor before.
   std::unique_ptr<char[]> copy_in_ ABSL_GUARDED_BY(cut_mu_);
   uint64_t copy_in_bytes_ ABSL_GUARDED_BY(cut_mu_) = 0;

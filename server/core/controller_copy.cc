@@ -9,9 +9,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/state_file.h"
 #include "common/status_macros.h"
+#include "common/store/updater_state.h"
 #include "common/view_epoch.h"
 #include "server/core/checkpoint_reshard.h"
 #include "server/core/controller.h"
@@ -45,23 +47,44 @@ absl::StatusOr<std::string> Controller::RunCopy(int head, absl::string_view body
 absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
   const std::string what = absl::StrCat("the copy of shard ", rank_);
   if (absl::ConsumePrefix(&body, "put ")) {
-    // "put OFFSET\n" + bytes: a page, in any order (the scheduler keeps several in flight).
+    // "put OFFSET [CRC32]\n" + bytes: a page, in any order (several are in flight).
     const size_t newline = body.find('\n');
     if (newline == absl::string_view::npos) {
-      return absl::InvalidArgumentError("copy-in \"put\" is \"put OFFSET\\n\" + bytes");
+      return absl::InvalidArgumentError("copy-in \"put\" is \"put OFFSET [CRC32]\\n\" + bytes");
     }
-    ASSIGN_OR_RETURN(const uint64_t offset,
-                     Number(std::string(body.substr(0, newline)), "an offset"));
+    const std::vector<std::string> fields =
+        absl::StrSplit(body.substr(0, newline), ' ', absl::SkipEmpty());
+    if (fields.empty() || fields.size() > 2) {
+      return absl::InvalidArgumentError("copy-in \"put\" is \"put OFFSET [CRC32]\\n\" + bytes");
+    }
+    ASSIGN_OR_RETURN(const uint64_t offset, Number(fields[0], "an offset"));
     const absl::string_view page = body.substr(newline + 1);
-    absl::MutexLock lock(&cut_mu_);
-    if (offset > copy_in_bytes_ || page.size() > copy_in_bytes_ - offset) {
-      return absl::OutOfRangeError(absl::StrCat(what, ": a page of ", page.size(), " bytes at ",
-                                                offset, " lies past the ", copy_in_bytes_,
-                                                " bytes begun"));
+    if (fields.size() == 2) {
+      ASSIGN_OR_RETURN(const uint64_t crc, Number(fields[1], "a CRC-32"));
+      if (const uint32_t got = Crc32(page); got != crc) {
+        return absl::DataLossError(absl::StrCat(what, ": the page of ", page.size(), " bytes at ",
+                                                offset, " has CRC-32 ", got, "; it was sent with ",
+                                                crc));
+      }
     }
-    std::memcpy(copy_in_.get() + offset, page.data(), page.size());
-    copy_in_received_ += page.size();
-    return absl::StrCat("received ", copy_in_received_);
+    std::shared_ptr<ShardStreamIn> stream;
+    {
+      absl::MutexLock lock(&cut_mu_);
+      stream = stream_in_;
+      if (stream == nullptr) {
+        if (offset > copy_in_bytes_ || page.size() > copy_in_bytes_ - offset) {
+          return absl::OutOfRangeError(absl::StrCat(what, ": a page of ", page.size(), " bytes at ",
+                                                    offset, " lies past the ", copy_in_bytes_,
+                                                    " bytes begun"));
+        }
+        std::memcpy(copy_in_.get() + offset, page.data(), page.size());
+        copy_in_received_ += page.size();
+        return absl::StrCat("received ", copy_in_received_);
+      }
+    }
+    // Streamed into the engine outside the lock: the other pages in flight go on meanwhile.
+    RETURN_IF_ERROR(stream->Put(offset, page));
+    return absl::StrCat("placed ", page.size());
   }
   const std::string verb(body.substr(0, body.find(' ')));
   if (verb == "stage" || verb == "merge" || verb == "swap" || verb == "retire" ||
@@ -72,9 +95,13 @@ absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
     return absl::InvalidArgumentError(
         absl::StrCat("copy-in command \"", verb, "\" is not begin, put or load"));
   }
-  ASSIGN_OR_RETURN(std::vector<std::string> f, verb == "begin"
-                                                   ? SplitFields(body, 3, "begin BYTES FROM")
-                                                   : SplitFields(body, 3, "load BYTES CRC32"));
+  const std::vector<std::string> f = absl::StrSplit(body, ' ', absl::SkipEmpty());
+  if (verb == "begin" ? f.size() != 3 && f.size() != 4 : f.size() != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("copy-in \"", verb, "\" is \"",
+                     verb == "begin" ? "begin BYTES FROM [HEAD]" : "load BYTES CRC32", "\", not \"",
+                     body, "\""));
+  }
   ASSIGN_OR_RETURN(const uint64_t bytes, Number(f[1], "a byte count"));
   if (verb == "begin") {
     ASSIGN_OR_RETURN(const uint64_t from, Number(f[2], "a node id"));
@@ -84,15 +111,37 @@ absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
       return absl::ResourceExhaustedError(absl::StrCat(what, ": ", bytes, " bytes exceed the ",
                                                        budget, " bytes this server may hold"));
     }
+    if (f.size() == 4) {
+      ASSIGN_OR_RETURN(const uint64_t head, Number(f[3], "a header length"));
+      return BeginStream(bytes, head, from);
+    }
     absl::MutexLock lock(&cut_mu_);
     // Not zeroed: every byte is written by a page before the load reads any (it checks).
     copy_in_.reset(new char[bytes]);
     copy_in_bytes_ = bytes;
     copy_in_received_ = 0;
     copy_in_from_ = from;
+    stream_in_.reset();
     return absl::StrCat("begun ", bytes);
   }
   ASSIGN_OR_RETURN(const uint64_t crc, Number(f[2], "a CRC-32"));
+  std::shared_ptr<ShardStreamIn> stream;
+  {
+    absl::MutexLock lock(&cut_mu_);
+    stream.swap(stream_in_);
+    if (stream != nullptr) copy_in_from_ = 0;
+  }
+  if (stream != nullptr) {
+    // Its values are in the engine already; the rest of the shard comes from its header.
+    ASSIGN_OR_RETURN(const proto::ShardCheckpoint header,
+                     stream->Finish(bytes, static_cast<uint32_t>(crc)));
+    absl::StatusOr<UpdaterStateData> state = UpdaterStateFromProto(header.updater_state());
+    if (!state.ok()) {
+      return absl::DataLossError(absl::StrCat(what, ": ", state.status().message()));
+    }
+    RETURN_IF_ERROR(RestoreRest(header, *state, what));
+    return absl::StrCat("loaded ", header.values_size(), " keys");
+  }
   ASSIGN_OR_RETURN(const proto::ShardCheckpoint checkpoint, TakeCopyIn(bytes, crc));
   const size_t tables = tables_ == nullptr ? 0 : tables_->Tables().size();
   if (engine_->stats().num_keys > 0 || tables > 0) {
@@ -102,6 +151,33 @@ absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
   }
   RETURN_IF_ERROR(RestoreShard(checkpoint, what));
   return absl::StrCat("loaded ", checkpoint.values_size(), " keys");
+}
+
+absl::StatusOr<std::string> Controller::BeginStream(uint64_t bytes, uint64_t head, uint64_t from) {
+  const std::string what = absl::StrCat("the copy of shard ", rank_);
+  const size_t tables = tables_ == nullptr ? 0 : tables_->Tables().size();
+  if (engine_->stats().num_keys > 0 || tables > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": this server already holds ", engine_->stats().num_keys, " keys and ",
+                     tables, " tables; a copy is streamed into an empty server only"));
+  }
+  if (head > bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": a header of ", head, " bytes in a copy of ", bytes));
+  }
+  auto check =
+      [this,
+       what](const proto::ShardCheckpoint& header) -> absl::StatusOr<std::vector<StoredPart>> {
+    RETURN_IF_ERROR(CheckShard(header, what));
+    return PartsOf(header, what, /*with_data=*/false);
+  };
+  auto stream = std::make_shared<ShardStreamIn>(engine_, bytes, head, std::move(check), what);
+  absl::MutexLock lock(&cut_mu_);
+  copy_in_.reset();
+  copy_in_bytes_ = copy_in_received_ = 0;
+  copy_in_from_ = from;
+  stream_in_ = std::move(stream);
+  return absl::StrCat("begun ", bytes, " streamed");
 }
 
 absl::StatusOr<proto::ShardCheckpoint> Controller::TakeCopyIn(uint64_t bytes, uint64_t crc) {
@@ -139,7 +215,10 @@ absl::StatusOr<std::string> Controller::CopyOutCut(absl::string_view body) {
   ASSIGN_OR_RETURN(const uint64_t epoch, Number(f[3], "a view epoch"));
   const std::string lagging = engine_->cuts().Lagging();
   if (!lagging.empty()) return absl::StrCat("waiting: ", lagging);
-  ASSIGN_OR_RETURN(EngineSnapshot snapshot, engine_->state().Snapshot());
+  // A rescale's parts are cut from a snapshot; a join's copy is streamed from the engine,
+  // which takes no write routed by an older view from here until the copy ends.
+  ASSIGN_OR_RETURN(EngineSnapshot snapshot,
+                   whole ? engine_->state().Snapshot() : engine_->state().Describe());
   // From here on writes routed by an older view would miss the new copy: refused, the held
   // pushes too; their senders send them again to both copies once they know the new view.
   const uint64_t before = engine_->view_floor().epoch();
@@ -151,10 +230,12 @@ absl::StatusOr<std::string> Controller::CopyOutCut(absl::string_view body) {
   proto::ShardCheckpoint checkpoint = MakeCheckpoint(snapshot);
   checkpoint.set_checkpoint_id(f[1]);
   checkpoint.set_round(engine_->sync() ? round : -1);
+  std::vector<ValueSlice> layouts;
   for (int i = 0; i < checkpoint.values_size(); ++i) {
     for (int64_t r : snapshot.parts[i].chunk_rounds) {
       checkpoint.mutable_values(i)->add_chunk_rounds(r);
     }
+    layouts.push_back(snapshot.parts[i].layout);
   }
   AppliedToProto(engine_->state().Applied(), checkpoint.mutable_applied());
   if (tables_ != nullptr) AppliedToProto(tables_->Applied(), checkpoint.mutable_table_applied());
@@ -168,9 +249,14 @@ absl::StatusOr<std::string> Controller::CopyOutCut(absl::string_view body) {
     parts_out_.clear();
     return absl::StrCat("cut ", keys, " keys");
   }
-  ASSIGN_OR_RETURN(std::string encoded, EncodeShard(std::move(checkpoint)));
-  copy_out_ = std::make_shared<const std::string>(std::move(encoded));
-  return absl::StrCat("copied ", copy_out_->size(), " ", Crc32(*copy_out_));
+  ASSIGN_OR_RETURN(std::string header, EncodeShard(std::move(checkpoint)));
+  const uint64_t head = header.size();
+  const uint32_t crc = Crc32(header);
+  ASSIGN_OR_RETURN(StreamedParts parts, StreamedParts::Of(std::move(layouts), head));
+  if (copy_out_ != nullptr) copy_out_->Withdraw();
+  copy_out_ =
+      std::make_shared<ShardStreamOut>(std::move(header), std::move(parts), &engine_->state());
+  return absl::StrCat("copied ", copy_out_->size(), " ", crc, " ", head);
 }
 
 absl::StatusOr<std::string> Controller::CopyOutSend(absl::string_view body) {
@@ -181,7 +267,7 @@ absl::StatusOr<std::string> Controller::CopyOutSend(absl::string_view body) {
   if (!copy_sender_) {
     return absl::FailedPreconditionError("this server has no way to send a copy to another");
   }
-  std::shared_ptr<const std::string> copy;
+  std::shared_ptr<const ShardStreamOut> copy;
   {
     absl::MutexLock lock(&cut_mu_);
     if (copy_id_ != f[1] || copy_out_ == nullptr) {
@@ -206,6 +292,7 @@ absl::StatusOr<std::string> Controller::CopyOutEnd(const std::string& verb,
       copied = true;
       floor_before = copy_floor_before_;
       copy_id_.clear();
+      if (copy_out_ != nullptr) copy_out_->Withdraw();
       copy_out_.reset();
       parts_from_.reset();
       parts_out_.clear();
@@ -281,7 +368,7 @@ absl::StatusOr<std::string> Controller::CopyOutParts(const std::string& verb,
     return absl::FailedPreconditionError("this server has no way to send a copy to another");
   }
   // Kept until the copy ends: with replicas the same part goes to a shard's two copies.
-  RETURN_IF_ERROR(copy_sender_(f[3], f[4] == "1", *part));
+  RETURN_IF_ERROR(copy_sender_(f[3], f[4] == "1", BytesSource(*part)));
   return absl::StrCat("sent ", part->size());
 }
 
@@ -292,6 +379,7 @@ absl::StatusOr<std::string> Controller::RescaleIn(const std::string& verb, absl:
     staged_.clear();
     merged_.reset();
     copy_in_.reset();
+    stream_in_.reset();
     copy_in_bytes_ = copy_in_received_ = copy_in_from_ = 0;
     return absl::StrCat("unstaged ", dropped, " parts");
   }

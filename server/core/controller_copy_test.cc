@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/partitioner.h"
 #include "common/proto_convert.h"
+#include "common/state_file.h"
 #include "common/status_macros.h"
 #include "common/store/sgd_updater.h"
 #include "common/table_wire.h"
@@ -57,24 +58,38 @@ void PushBoth(ServerEngine& engine, const std::vector<Key>& keys,
   }
 }
 
+// Pages cuts `copy` into pages of at most `page` bytes, ended where it says: the header's,
+// in order, then the values' last first (a page goes where its offset says).
+std::vector<std::pair<uint64_t, std::string>> Pages(const CopySource& copy, size_t page) {
+  std::vector<std::pair<uint64_t, std::string>> head, values;
+  for (uint64_t at = 0; at < copy.size();) {
+    const uint64_t end = copy.PageEnd(at, page);
+    std::string bytes(end - at, '\0');
+    REQUIRE(copy.Read(at, end, bytes.data()).ok());
+    (at < copy.head_bytes() ? head : values).emplace_back(at, std::move(bytes));
+    at = end;
+  }
+  head.insert(head.end(), values.rbegin(), values.rend());
+  return head;
+}
+
 // Transfer has `from` send the copy it holds (cut `id`) into `to` (command 14 "send"), in
-// pages of `page` bytes put last first - a page goes where its offset says - and loads it.
+// pages of `page` bytes, each with its CRC-32 (Pages), and loads it.
 absl::StatusOr<std::string> Transfer(Controller& from, Controller& to, const std::string& id,
                                      const std::string& copied, size_t page) {
   const std::vector<std::string> f = absl::StrSplit(copied, ' ');
-  REQUIRE(f.size() == 3);
+  REQUIRE(f.size() == 4);
   uint64_t bytes = 0;
   REQUIRE(absl::SimpleAtoi(f[1], &bytes));
-  REQUIRE(to.Run(kCommandCopyIn, absl::StrCat("begin ", bytes, " 7")).ok());
+  REQUIRE(to.Run(kCommandCopyIn, absl::StrCat("begin ", bytes, " 7 ", f[3])).ok());
   CHECK(to.copy_sender() == 7);
   from.SetCopySender(
-      [&to, page](const std::string& address, bool backup, absl::string_view copy) -> absl::Status {
+      [&to, page](const std::string& address, bool backup, const CopySource& copy) -> absl::Status {
         CHECK(address == "127.0.0.1:9");
         CHECK(!backup);
-        for (size_t p = (copy.size() + page - 1) / page; p-- > 0;) {
-          const size_t offset = p * page;
+        for (const auto& [offset, bytes] : Pages(copy, page)) {
           RETURN_IF_ERROR(
-              to.Run(kCommandCopyIn, absl::StrCat("put ", offset, "\n", copy.substr(offset, page)))
+              to.Run(kCommandCopyIn, absl::StrCat("put ", offset, " ", Crc32(bytes), "\n", bytes))
                   .status());
         }
         return absl::OkStatus();
@@ -308,27 +323,46 @@ TEST_CASE("Controller: a damaged copy, a server holding keys and an aborted copy
   // No way to send it yet; then a copy not held, and a bad BACKUP field.
   CHECK(absl::IsFailedPrecondition(out.Run(kCommandCopyOut, "send c 127.0.0.1:9 0").status()));
   std::string whole;
-  out.SetCopySender([&whole](const std::string&, bool, absl::string_view copy) {
-    whole = std::string(copy);
-    return absl::OkStatus();
+  out.SetCopySender([&whole](const std::string&, bool, const CopySource& copy) {
+    whole.assign(copy.size(), '\0');
+    return copy.Read(0, copy.size(), whole.data());
   });
   CHECK(absl::IsFailedPrecondition(out.Run(kCommandCopyOut, "send other 127.0.0.1:9 0").status()));
   CHECK(absl::IsInvalidArgument(out.Run(kCommandCopyOut, "send c 127.0.0.1:9 2").status()));
   CHECK(absl::IsInvalidArgument(out.Run(kCommandCopyOut, "cut c 0").status()));
   REQUIRE(out.Run(kCommandCopyOut, "send c 127.0.0.1:9 0").ok());
   std::vector<std::string> f = absl::StrSplit(copied, ' ');
-  REQUIRE(f.size() == 3);
-  // A wrong CRC: refused, nothing loaded.
+  REQUIRE(f.size() == 4);
+  size_t head = 0;
+  REQUIRE(absl::SimpleAtoi(f[3], &head));
+  REQUIRE(head < whole.size());
+  const std::string begin = absl::StrCat("begin ", whole.size(), " 0 ", head);
+  auto put = [](uint64_t offset, absl::string_view bytes) {
+    return absl::StrCat("put ", offset, " ", Crc32(bytes), "\n", bytes);
+  };
   auto target = NewEngine(true, {kWorkerA});
   Controller in(target.get(), &registry, nullptr, 0);
   in.SetJob(job);
   CHECK(absl::IsInvalidArgument(
       in.Run(kCommandCopyIn, absl::StrCat("begin ", whole.size())).status()));  // No sender named.
-  REQUIRE(in.Run(kCommandCopyIn, absl::StrCat("begin ", whole.size(), " 0")).ok());
-  // A page past what was begun: refused.
-  CHECK(absl::IsOutOfRange(
-      in.Run(kCommandCopyIn, absl::StrCat("put ", whole.size(), "\nx")).status()));
-  REQUIRE(in.Run(kCommandCopyIn, absl::StrCat("put 0\n", whole)).ok());
+  CHECK(absl::IsInvalidArgument(
+      in.Run(kCommandCopyIn, absl::StrCat("begin ", head, " 0 ", whole.size())).status()));
+  REQUIRE(in.Run(kCommandCopyIn, begin).ok());
+  // A page past what was begun, a page whose CRC-32 does not match: refused.
+  CHECK(absl::IsOutOfRange(in.Run(kCommandCopyIn, put(whole.size(), "x")).status()));
+  const absl::Status bad_page =
+      in.Run(kCommandCopyIn,
+             absl::StrCat("put 0 ", Crc32(whole.substr(0, head)) ^ 1, "\n", whole.substr(0, head)))
+          .status();
+  CHECK(absl::IsDataLoss(bad_page));
+  CHECK(target->stats().num_keys == 0);
+  // The values before the whole header: refused.
+  CHECK(absl::IsFailedPrecondition(
+      in.Run(kCommandCopyIn, put(head, absl::string_view(whole).substr(head))).status()));
+  REQUIRE(in.Run(kCommandCopyIn, put(0, absl::string_view(whole).substr(0, head))).ok());
+  CHECK(target->stats().num_keys == 1);  // Made from the header, zeros until filled.
+  REQUIRE(in.Run(kCommandCopyIn, put(head, absl::string_view(whole).substr(head))).ok());
+  // The header's CRC-32 does not match: refused, and the parts made for it removed.
   uint32_t crc = 0;
   REQUIRE(absl::SimpleAtoi(f[2], &crc));
   const absl::Status damaged =
@@ -336,20 +370,22 @@ TEST_CASE("Controller: a damaged copy, a server holding keys and an aborted copy
   INFO(damaged.ToString());
   CHECK(absl::IsDataLoss(damaged));
   CHECK(target->stats().num_keys == 0);
+  CHECK(target->held_bytes() == 0);
   // A page missing: refused at the load, naming what arrived, nothing loaded.
-  REQUIRE(in.Run(kCommandCopyIn, absl::StrCat("begin ", whole.size(), " 0")).ok());
-  REQUIRE(in.Run(kCommandCopyIn, absl::StrCat("put 0\n", whole.substr(0, whole.size() / 2))).ok());
+  REQUIRE(in.Run(kCommandCopyIn, begin).ok());
+  REQUIRE(in.Run(kCommandCopyIn, put(0, absl::string_view(whole).substr(0, head))).ok());
   const absl::Status partial =
       in.Run(kCommandCopyIn, absl::StrCat("load ", f[1], " ", f[2])).status();
   INFO(partial.ToString());
   CHECK(absl::IsDataLoss(partial));
-  CHECK(partial.message().find(absl::StrCat("received ", whole.size() / 2, " bytes")) !=
+  CHECK(partial.message().find(absl::StrCat("received ", head, " bytes")) !=
         absl::string_view::npos);
   CHECK(target->stats().num_keys == 0);
   // A server that already holds keys takes no copy.
   CHECK(Transfer(out, in, "c", copied, 1 << 20).ok());
-  const absl::Status twice = Transfer(out, in, "c", copied, 1 << 20).status();
+  const absl::Status twice = in.Run(kCommandCopyIn, begin).status();
   CHECK(absl::IsFailedPrecondition(twice));
+  CHECK_THAT(std::string(twice.message()), Catch::Contains("already holds 1 keys"));
   // Aborted: the floor the copy set is lifted, old writes are accepted again.
   CHECK(RequiredViewEpoch(source->view_floor().Check(2, true)) == 3);
   REQUIRE(out.Run(kCommandCopyOut, "abort c").ok());
@@ -407,8 +443,10 @@ TEST_CASE("Controller: a rescale's parts, merged and swapped in; its refusals",
   const std::vector<std::string> f = absl::StrSplit(*part, ' ');
   REQUIRE(f.size() == 3);
   REQUIRE(to.Run(kCommandCopyIn, absl::StrCat("begin ", f[1], " 7")).ok());
-  from.SetCopySender([&to](const std::string&, bool, absl::string_view copy) {
-    return to.Run(kCommandCopyIn, absl::StrCat("put 0\n", copy)).status();
+  from.SetCopySender([&to](const std::string&, bool, const CopySource& copy) {
+    std::string bytes(copy.size(), '\0');
+    RETURN_IF_ERROR(copy.Read(0, copy.size(), bytes.data()));
+    return to.Run(kCommandCopyIn, absl::StrCat("put 0\n", bytes)).status();
   });
   REQUIRE(from.Run(kCommandCopyOut, "sendpart r 1 127.0.0.1:9 0").ok());
   // A damaged part is refused, and nothing staged from it.

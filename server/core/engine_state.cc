@@ -10,7 +10,11 @@
 
 namespace kvstore {
 
-absl::StatusOr<EngineSnapshot> EngineState::Snapshot() const {
+absl::StatusOr<EngineSnapshot> EngineState::Snapshot() const { return Take(/*with_data=*/true); }
+
+absl::StatusOr<EngineSnapshot> EngineState::Describe() const { return Take(/*with_data=*/false); }
+
+absl::StatusOr<EngineSnapshot> EngineState::Take(bool with_data) const {
   absl::MutexLock lock(&engine_.mu_);
   if (engine_.open_rounds_ > 0) {
     return absl::FailedPreconditionError(
@@ -23,18 +27,50 @@ absl::StatusOr<EngineSnapshot> EngineState::Snapshot() const {
     StoredPart stored;
     stored.layout = part->layout;
     const size_t element = DTypeSize(part->layout.dtype);
-    stored.data = Tensor::Zeros(part->layout.dtype, {part->layout.count});
+    if (with_data) stored.data = Tensor::Zeros(part->layout.dtype, {part->layout.count});
     for (const auto& chunk : part->chunks) {
-      engine::ChunkLock chunk_lock(*chunk);
-      std::memcpy(static_cast<uint8_t*>(stored.data.data()) +
-                      static_cast<size_t>(chunk->offset - part->layout.offset) * element,
-                  chunk->stored.data(), chunk->stored.byte_size());
+      if (with_data) {
+        engine::ChunkLock chunk_lock(*chunk);
+        std::memcpy(static_cast<uint8_t*>(stored.data.data()) +
+                        static_cast<size_t>(chunk->offset - part->layout.offset) * element,
+                    chunk->stored.data(), chunk->stored.byte_size());
+      }
       stored.chunk_rounds.push_back(chunk->rounds_done);
     }
     snapshot.parts.push_back(std::move(stored));
   }
   snapshot.updater_state = engine_.updater_.current()->SaveState();
   return snapshot;
+}
+
+absl::Status EngineState::ReadStretch(const ValueSlice& layout, int64_t begin, int64_t end,
+                                      void* out) const {
+  absl::ReaderMutexLock lock(&engine_.mu_);
+  const engine::Part* part = engine_.parts_.Get(layout.key);
+  if (part == nullptr || part->layout.dtype != layout.dtype || part->layout.shape != layout.shape ||
+      part->layout.offset != layout.offset || part->layout.count != layout.count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("key ", layout.key.Quoted(), " is no longer stored as the ",
+                     DTypeName(layout.dtype), ShapeToString(layout.shape), " part [", layout.offset,
+                     ", ", layout.offset + layout.count, ") it was"));
+  }
+  if (begin < layout.offset || end < begin || end > layout.offset + layout.count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key ", layout.key.Quoted(), ": elements [", begin, ", ", end,
+                     ") are not within [", layout.offset, ", ", layout.offset + layout.count, ")"));
+  }
+  const size_t element = DTypeSize(layout.dtype);
+  for (const auto& chunk : part->chunks) {
+    const int64_t from = std::max(begin, chunk->offset);
+    const int64_t to = std::min(end, chunk->offset + chunk->count);
+    if (from >= to) continue;
+    engine::ChunkLock chunk_lock(*chunk);
+    std::memcpy(static_cast<uint8_t*>(out) + static_cast<size_t>(from - begin) * element,
+                static_cast<const uint8_t*>(chunk->stored.data()) +
+                    static_cast<size_t>(from - chunk->offset) * element,
+                static_cast<size_t>(to - from) * element);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status EngineState::Restore(absl::Span<const StoredPart> parts) {
@@ -47,16 +83,42 @@ absl::Status EngineState::Restore(absl::Span<const StoredPart> parts) {
     values.push_back(std::move(value));
   }
   RETURN_IF_ERROR(engine_.Init(kSchedulerNodeId, values));
+  return MarkRestored(parts);
+}
+
+absl::Status EngineState::MarkRestored(absl::Span<const StoredPart> parts) {
   absl::MutexLock lock(&engine_.mu_);
+  for (const StoredPart& part : parts) {
+    if (engine_.parts_.Get(part.layout.key) == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("key ", part.layout.key.Quoted(), " is not stored on this server"));
+    }
+  }
   for (const StoredPart& part : parts) {
     engine::Part& restored = *engine_.parts_.Get(part.layout.key);
     restored.restored = true;
+    restored.filling_node.reset();
+    restored.filled.clear();
+    restored.unfilled = 0;
     if (part.chunk_rounds.size() != restored.chunks.size()) continue;
     for (size_t c = 0; c < restored.chunks.size(); ++c) {
       restored.chunks[c]->rounds_done = part.chunk_rounds[c];
     }
   }
   return absl::OkStatus();
+}
+
+size_t EngineState::DropUnrestored(absl::Span<const Key> keys) {
+  absl::MutexLock lock(&engine_.mu_);
+  size_t dropped = 0;
+  for (const Key& key : keys) {
+    const engine::Part* part = engine_.parts_.Get(key);
+    if (part == nullptr || part->restored) continue;
+    engine_.budget_.Add(-engine_.parts_.HeldBytes(part->layout));
+    engine_.parts_.Remove(key);
+    ++dropped;
+  }
+  return dropped;
 }
 
 std::vector<AppliedRequests> EngineState::Applied() const { return engine_.applied_.Export(); }

@@ -28,9 +28,28 @@ class EngineState {
   // meanwhile, so no round starts. In dist_async, pushes arriving during the snapshot may be
   // in it or not: checkpoint when the workers are quiet.
   absl::StatusOr<EngineSnapshot> Snapshot() const ABSL_LOCKS_EXCLUDED(engine_.mu_);
+  // Describe is Snapshot without the values' bytes (every part's `data` is undefined): the
+  // layouts, their chunks' rounds and the updater's state, for a copy whose bytes are read
+  // from the engine afterwards (ReadStretch; server/core/shard_stream.h). Same errors.
+  absl::StatusOr<EngineSnapshot> Describe() const ABSL_LOCKS_EXCLUDED(engine_.mu_);
+  // ReadStretch copies the elements [begin, end) (whole-value element indices) of the part
+  // stored as `layout` into `out`, each chunk under its lock. FailedPrecondition naming the key
+  // when no part is stored as `layout` any more (dropped or initialised again since it was
+  // described); InvalidArgument when [begin, end) is not within it. Blocks only on the locks.
+  absl::Status ReadStretch(const ValueSlice& layout, int64_t begin, int64_t end, void* out) const
+      ABSL_LOCKS_EXCLUDED(engine_.mu_);
   // Restore stores `parts` before the server serves (kvserver --restore). A later Init of a
   // restored key with the same dtype, shape and slice succeeds and keeps the restored value.
   absl::Status Restore(absl::Span<const StoredPart> parts);
+  // MarkRestored marks parts already stored - by Restore, or by a deferred Init whose bytes
+  // were filled in (InitFill) - as Restore does: restored (a later matching Init keeps them),
+  // their chunks at the rounds `parts` give (when one per chunk), and no longer waiting for
+  // bytes. `parts`' data is not read. NotFound naming the key for a part not stored.
+  absl::Status MarkRestored(absl::Span<const StoredPart> parts) ABSL_LOCKS_EXCLUDED(engine_.mu_);
+  // DropUnrestored removes the parts of `keys` not marked restored (made for a copy that was
+  // abandoned before it was complete, into a server that serves no worker yet: no request
+  // holds them), releasing what they held of the memory budget. Returns how many it removed.
+  size_t DropUnrestored(absl::Span<const Key> keys) ABSL_LOCKS_EXCLUDED(engine_.mu_);
   // SetRoundsDone records that every chunk stored now has completed `round` rounds (a
   // checkpoint cut at that round was restored), so that later cuts count on from there.
   void SetRoundsDone(int64_t round) ABSL_LOCKS_EXCLUDED(engine_.mu_);
@@ -45,6 +64,8 @@ class EngineState {
   absl::Status LoadUpdaterState(const UpdaterStateData& state) ABSL_LOCKS_EXCLUDED(engine_.mu_);
 
  private:
+  absl::StatusOr<EngineSnapshot> Take(bool with_data) const ABSL_LOCKS_EXCLUDED(engine_.mu_);
+
   ServerEngine& engine_;
 };
 

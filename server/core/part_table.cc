@@ -162,6 +162,14 @@ void PartTable::Add(const IncomingValue& value, bool deferred, uint64_t node_id)
   parts_.emplace(slice.key, std::move(part));
 }
 
+void PartTable::Remove(const Key& key) {
+  auto it = parts_.find(key);
+  if (it == parts_.end()) return;
+  const ValueSlice& slice = it->second->layout;
+  num_bytes_ -= static_cast<int64_t>(static_cast<size_t>(slice.count) * DTypeSize(slice.dtype));
+  parts_.erase(it);
+}
+
 int64_t PartTable::HeldBytes(const ValueSlice& slice) const {
   const auto element = static_cast<int64_t>(DTypeSize(slice.dtype));
   const int64_t per_chunk = ChunkElements(static_cast<size_t>(element), chunk_bytes_);

@@ -53,6 +53,8 @@ class PartTable {
   // Add stores the part `value` (checked by CheckInit) describes, cut in chunks holding its
   // bytes - zeros waiting for `node_id`'s fills when `deferred`.
   void Add(const IncomingValue& value, bool deferred, uint64_t node_id);
+  // Remove removes the part of `key`, if any (a copy abandoned before it was complete).
+  void Remove(const Key& key);
   // HeldBytes returns what a part of `slice`'s layout counts against the memory budget (the
   // slice is valid: CheckSlice).
   int64_t HeldBytes(const ValueSlice& slice) const;

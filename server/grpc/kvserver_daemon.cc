@@ -418,7 +418,7 @@ absl::Status KVServerDaemon::RegisterAndServe() {
 void KVServerDaemon::Equip(ServerBackend& backend, bool primary) {
   std::shared_ptr<const ShardCopySender> copies = copies_;
   backend.controller->SetCopySender(
-      [copies](const std::string& address, bool backup, absl::string_view copy) {
+      [copies](const std::string& address, bool backup, const CopySource& copy) {
         return copies->Send(address, backup, copy);
       });
   backend.controller->SetShardSwapper([this, primary](const proto::ShardCheckpoint& shard, int rank,

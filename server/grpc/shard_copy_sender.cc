@@ -4,18 +4,40 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/server_commands.h"
 #include "common/server_methods.h"
+#include "common/state_file.h"
 #include "common/wire_frame.h"
 #include "proto/kvstore.pb.h"
 
 namespace kvstore {
+namespace {
+
+// Progress: the pages of one Send in flight and the first error; shared with the calls'
+// callbacks, which may still be returning when Send does.
+struct Progress {
+  absl::Mutex mu;
+  int in_flight ABSL_GUARDED_BY(mu) = 0;
+  absl::Status failed ABSL_GUARDED_BY(mu);
+
+  // WaitIdle waits until no page is in flight; false when one failed.
+  bool WaitIdle() {
+    absl::MutexLock lock(&mu);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return in_flight == 0; };
+    mu.Await(absl::Condition(&idle));
+    return failed.ok();
+  }
+};
+
+}  // namespace
 
 ShardCopySender::ShardCopySender(Options options) : options_(std::move(options)) {
   if (!options_.node_token.empty()) {
@@ -34,26 +56,50 @@ std::shared_ptr<grpc::GenericStub> ShardCopySender::StubFor(const std::string& a
 }
 
 absl::Status ShardCopySender::Send(const std::string& address, bool backup,
-                                   absl::string_view copy) const {
+                                   const CopySource& copy) const {
   const std::shared_ptr<grpc::GenericStub> stub = StubFor(address);
-  const size_t page_bytes = std::max<size_t>(options_.page_bytes, 1);
-  const size_t pages = (copy.size() + page_bytes - 1) / page_bytes;
+  const uint64_t page_bytes = std::max<uint64_t>(options_.page_bytes, 1);
+  const uint64_t total = copy.size();
+  const uint64_t head = std::min(copy.head_bytes(), total);
   const char* method = GrpcMethodPath(ServerMethod::kCommand, backup);
   struct Call {
     grpc::ClientContext context;
     grpc::ByteBuffer request;
     grpc::ByteBuffer reply;
   };
-  // Shared with the calls' callbacks, which may still be returning when Send does.
-  struct Progress {
-    absl::Mutex mu;
-    int in_flight ABSL_GUARDED_BY(mu) = 0;
-    absl::Status failed ABSL_GUARDED_BY(mu);
-  };
   auto progress = std::make_shared<Progress>();
   const std::string receiver =
       absl::StrCat("the server at ", address, backup ? " (its backup shard)" : "");
-  for (size_t page = 0; page < pages; ++page) {
+  for (uint64_t offset = 0; offset < total;) {
+    // The head travels whole before any later page.
+    if (offset == head && head > 0 && !progress->WaitIdle()) break;
+    const uint64_t end =
+        copy.PageEnd(offset, offset < head ? std::min(page_bytes, head - offset) : page_bytes);
+    // "put OFFSET CRC32\n" + bytes, read from the source straight into the command's body.
+    std::string prefix = absl::StrCat("put ", offset, " ");
+    constexpr size_t kCrcDigits = 10;  // A CRC-32 in decimal, padded with leading zeros.
+    proto::ServerCommandRequest command;
+    command.set_node_id(options_.node_id);
+    command.set_head(kCommandCopyIn);
+    std::string* body = command.mutable_body();
+    body->resize(prefix.size() + kCrcDigits + 1 + (end - offset));
+    char* bytes = body->data() + prefix.size() + kCrcDigits + 1;
+    absl::Status read = copy.Read(offset, end, bytes);
+    if (!read.ok()) {
+      absl::MutexLock lock(&progress->mu);
+      if (progress->failed.ok()) {
+        progress->failed =
+            absl::Status(read.code(), absl::StrCat("reading ", end - offset, " bytes at ", offset,
+                                                   " of a copy of ", total, " bytes for ", receiver,
+                                                   ": ", read.message()));
+      }
+      break;
+    }
+    const std::string crc = absl::StrFormat("%0*u", static_cast<int>(kCrcDigits),
+                                            Crc32(absl::string_view(bytes, end - offset)));
+    std::memcpy(body->data(), prefix.data(), prefix.size());
+    std::memcpy(body->data() + prefix.size(), crc.data(), kCrcDigits);
+    (*body)[prefix.size() + kCrcDigits] = '\n';
     {
       absl::MutexLock lock(&progress->mu);
       const int limit = options_.pages_in_flight;
@@ -64,38 +110,28 @@ absl::Status ShardCopySender::Send(const std::string& address, bool backup,
       if (!progress->failed.ok()) break;
       ++progress->in_flight;
     }
-    const size_t offset = page * page_bytes;
-    const absl::string_view bytes = copy.substr(offset, page_bytes);
-    proto::ServerCommandRequest command;
-    command.set_node_id(options_.node_id);
-    command.set_head(kCommandCopyIn);
-    std::string* body = command.mutable_body();
-    *body = absl::StrCat("put ", offset, "\n");
-    body->append(bytes.data(), bytes.size());
     auto call = std::make_shared<Call>();
     call->request = EncodeMessage(command);
     if (signer_ != nullptr) {
       call->request = signer_->Sign({ServerMethod::kCommand, backup, address, 0}, call->request);
     }
     call->context.set_deadline(GrpcDeadline(absl::Now() + options_.page_timeout));
-    stub->UnaryCall(&call->context, method, grpc::StubOptions(), &call->request, &call->reply,
-                    [progress, call, receiver, offset, size = bytes.size(),
-                     total = copy.size()](grpc::Status status) {
-                      absl::MutexLock lock(&progress->mu);
-                      --progress->in_flight;
-                      if (!status.ok() && progress->failed.ok()) {
-                        progress->failed =
-                            absl::Status(FromGrpcStatus(status).code(),
-                                         absl::StrCat("sending ", size, " bytes at ", offset,
-                                                      " of a copy of ", total, " bytes to ",
-                                                      receiver, ": ", status.error_message()));
-                      }
-                    });
+    stub->UnaryCall(
+        &call->context, method, grpc::StubOptions(), &call->request, &call->reply,
+        [progress, call, receiver, offset, size = end - offset, total](grpc::Status status) {
+          absl::MutexLock lock(&progress->mu);
+          --progress->in_flight;
+          if (!status.ok() && progress->failed.ok()) {
+            progress->failed = absl::Status(
+                FromGrpcStatus(status).code(),
+                absl::StrCat("sending ", size, " bytes at ", offset, " of a copy of ", total,
+                             " bytes to ", receiver, ": ", status.error_message()));
+          }
+        });
+    offset = end;
   }
+  progress->WaitIdle();
   absl::MutexLock lock(&progress->mu);
-  auto idle = [&progress]()
-                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(progress->mu) { return progress->in_flight == 0; };
-  progress->mu.Await(absl::Condition(&idle));
   return progress->failed;
 }
 

@@ -3,11 +3,14 @@
 // job receives its shards from the servers that hold their living copies, not through the
 // scheduler (server/scheduler/core/server_joiner.h).
 //
-// Send cuts the copy into pages of Options::page_bytes and keeps Options::pages_in_flight of
-// them travelling at once, each a command 15 "put OFFSET\n" + bytes on the receiver's Command
+// Send reads the copy (server/core/copy_source.h) page by page, each of at most
+// Options::page_bytes and ended where the source says, and keeps Options::pages_in_flight of
+// them travelling at once, each a command 15 "put OFFSET CRC32\n" + bytes on the receiver's Command
 // method (BackupCommand for its backup engine), sent under this server's node id and, in a job
 // with a secret, signed with its node token (common/request_signature.h). The receiver takes
-// pages only from the node the scheduler named when it began the copy (command 15 "begin").
+// pages only from the node the scheduler named when it began the copy (command 15 "begin"),
+// and checks each page's CRC-32. The source's head (a streamed shard's header) is accepted
+// whole before any later page is read.
 // Every page has a deadline; the first error stops the sending and is returned, naming the
 // page and the receiver. Nothing is retried: the scheduler fails the join, and the copy is
 // sent again by the next one.
@@ -32,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/request_signature.h"
+#include "server/core/copy_source.h"
 
 namespace kvstore {
 
@@ -53,8 +57,9 @@ class ShardCopySender {
   explicit ShardCopySender(Options options);
 
   // Send sends `copy` into the server at `address` (its backup engine with `backup`) and
-  // returns once every page was accepted, or the first error.
-  absl::Status Send(const std::string& address, bool backup, absl::string_view copy) const;
+  // returns once every page was accepted, or the first error (the source's, naming the page,
+  // or the receiver's).
+  absl::Status Send(const std::string& address, bool backup, const CopySource& copy) const;
 
  private:
   // StubFor returns the stub of the server at `address`, made once: a channel dropped by its

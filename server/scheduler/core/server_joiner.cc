@@ -63,15 +63,17 @@ absl::Status ServerJoiner::MoveCopy(int shard, const std::string& id, int64_t ro
   const absl::Time started = absl::Now();
   const std::vector<std::string> f = absl::StrSplit(copied, ' ');
   uint64_t bytes = 0;
-  if (f.size() != 3 || !absl::SimpleAtoi(f[1], &bytes)) {
+  // "copied BYTES CRC32 HEAD": a stream, its header HEAD bytes long (server/core/shard_stream.h).
+  if (f.size() != 4 || !absl::SimpleAtoi(f[1], &bytes)) {
     return absl::InternalError(absl::StrCat(what, ": the copy was answered \"", copied, "\""));
   }
   // The server holding the living copy sends it to the new server itself; the new server
   // takes pages from that server only.
   absl::StatusOr<ServerFailover::ShardCopy> holder = core_->failover().LivingCopy(shard);
   if (!holder.ok()) return Step(what, holder.status());
-  absl::StatusOr<std::string> reply = to_address_(
-      address, backup, kCommandCopyIn, absl::StrCat("begin ", bytes, " ", holder->server.node_id));
+  absl::StatusOr<std::string> reply =
+      to_address_(address, backup, kCommandCopyIn,
+                  absl::StrCat("begin ", bytes, " ", holder->server.node_id, " ", f[3]));
   if (!reply.ok()) return Step(absl::StrCat(what, " into the new server"), reply.status());
   reply = to_shard_(shard, kCommandCopyOut,
                     absl::StrCat("send ", id, " ", address, " ", backup ? 1 : 0));

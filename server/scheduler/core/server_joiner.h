@@ -6,14 +6,16 @@
 // new server has registered in its place, Join copies both from their living copies:
 //   1. cut:   both living copies are frozen (controller command 7), then limited to the higher
 //             of the rounds they have started (8); once every key of one has completed it
-//             (command 14 "cut"), its copy is taken and, from that moment, it refuses writes
+//             (command 14 "cut"), its copy is described (the header of a stream whose values
+//             are read from its engine as they are sent) and, from that moment, it refuses writes
 //             routed by a view older than the join's epoch (common/view_epoch.h) - the pushes
 //             the cut held too;
 //   2. move:  the new server is told to expect the copy from the server holding it (15
-//             "begin BYTES FROM"), that server sends it there directly, in pages, several at
-//             once (14 "send"; server/grpc/shard_copy_sender.h), and the copy is loaded (15
-//             "load": every byte, the size and CRC-32 checked; values, rounds, updater and
-//             state, applied request ids);
+//             "begin BYTES FROM HEAD"), that server sends it there directly, in pages, several
+//             at once (14 "send"; server/grpc/shard_copy_sender.h), which the new server places
+//             into its engine as they arrive (server/core/shard_stream.h), and the copy is
+//             loaded (15 "load": every byte, the size and the CRC-32s checked; rounds, updater
+//             and state, applied request ids);
 //   3. publish: ServerFailover::CompleteJoin: the server is alive at its address and the view
 //             at the join's epoch. Workers learn it from heartbeats (or at once, when a refusal
 //             sends them to the scheduler) and send the refused writes again, under the same

@@ -94,7 +94,7 @@ struct Recorder {
     }
     if (head == kCommandCutBegin) return absl::StrCat(started.at(shard));
     if (head == kCommandCutLimit) return std::string("limited");
-    if (absl::StartsWith(body, "cut ")) return std::string("copied 10 123");
+    if (absl::StartsWith(body, "cut ")) return std::string("copied 10 123 4");
     if (absl::StartsWith(body, "send ")) {
       if (shard == failing_shard) return absl::UnavailableError("Socket closed");
       return std::string("sent 10");
@@ -161,8 +161,9 @@ TEST_CASE(
     // The new server expects the copy from the server holding it: its own shard's backup on
     // the next rank, the previous shard's primary on the previous rank.
     const uint64_t holder = job.NodeOf(shard == victim ? next : previous);
-    CHECK(recorder.Sent(recorder.to_addresses, absl::StrCat(Job::kNewAddress, " ", backup, " ",
-                                                            kCommandCopyIn, " begin 10 ", holder)));
+    CHECK(recorder.Sent(recorder.to_addresses,
+                        absl::StrCat(Job::kNewAddress, " ", backup, " ", kCommandCopyIn,
+                                     " begin 10 ", holder, " 4")));
     CHECK(
         recorder.Sent(recorder.to_shards, absl::StrCat(shard, " ", kCommandCopyOut, " end ", id)));
   }
