@@ -1,5 +1,6 @@
 #include "common/tensor.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -213,7 +214,7 @@ bool Tensor::shared() const {
   return buffer_ != nullptr && buffer_->refs.load(std::memory_order_acquire) > 1;
 }
 
-Tensor Tensor::Zeros(DType dtype, Shape shape) {
+Tensor Tensor::Unset(DType dtype, Shape shape) {
   const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
   static_assert(sizeof(Buffer) <= kHeader, "a Buffer must fit before its data");
   // At least one byte of data, so that every tensor's data pointer is distinct.
@@ -221,8 +222,13 @@ Tensor Tensor::Zeros(DType dtype, Shape shape) {
   void* block = ::operator new(kHeader + size, kAlignment);
   Buffer* buffer = new (block) Buffer;
   void* data = static_cast<uint8_t*>(block) + kHeader;
-  std::memset(data, 0, size);
   return Tensor(buffer, data, dtype, std::move(shape), Device::CPU(), true);
+}
+
+Tensor Tensor::Zeros(DType dtype, Shape shape) {
+  Tensor t = Unset(dtype, std::move(shape));
+  std::memset(t.data(), 0, std::max<size_t>(t.byte_size(), 1));
+  return t;
 }
 
 Tensor Tensor::Full(DType dtype, Shape shape, double value) {

@@ -96,6 +96,10 @@ class Tensor {
 
   // Zeros returns an owning CPU tensor filled with zeros.
   static Tensor Zeros(DType dtype, Shape shape);
+  // Unset returns an owning CPU tensor whose bytes are not set: for a buffer whose every byte
+  // is written before any is read (its pages are first touched by those writes, not by a
+  // zero-fill ahead of them).
+  static Tensor Unset(DType dtype, Shape shape);
   // Full returns an owning CPU tensor with every element set to `value` (converted to dtype).
   static Tensor Full(DType dtype, Shape shape, double value);
   // FromValues returns an owning CPU tensor holding `values` converted to dtype; the number of

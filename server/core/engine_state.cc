@@ -86,6 +86,10 @@ absl::Status EngineState::Restore(absl::Span<const StoredPart> parts) {
   return MarkRestored(parts);
 }
 
+absl::Status EngineState::InitUnset(absl::Span<const IncomingValue> values) {
+  return engine_.InitParts(kSchedulerNodeId, values, PartTable::Fill::kUnset);
+}
+
 absl::Status EngineState::MarkRestored(absl::Span<const StoredPart> parts) {
   absl::MutexLock lock(&engine_.mu_);
   for (const StoredPart& part : parts) {

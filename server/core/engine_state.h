@@ -41,6 +41,10 @@ class EngineState {
   // Restore stores `parts` before the server serves (kvserver --restore). A later Init of a
   // restored key with the same dtype, shape and slice succeeds and keeps the restored value.
   absl::Status Restore(absl::Span<const StoredPart> parts);
+  // InitUnset is ServerEngine::Init of `values` without bytes (deferred, as the scheduler),
+  // their chunks not zeroed: for a copy streamed in, every byte filled (InitFill) before
+  // the parts are marked restored and any is read. Init's errors.
+  absl::Status InitUnset(absl::Span<const IncomingValue> values);
   // MarkRestored marks parts already stored - by Restore, or by a deferred Init whose bytes
   // were filled in (InitFill) - as Restore does: restored (a later matching Init keeps them),
   // their chunks at the rounds `parts` give (when one per chunk), and no longer waiting for

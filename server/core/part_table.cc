@@ -132,7 +132,8 @@ absl::StatusOr<bool> PartTable::CheckInit(const IncomingValue& value, bool defer
   return false;
 }
 
-void PartTable::Add(const IncomingValue& value, bool deferred, uint64_t node_id) {
+void PartTable::Add(const IncomingValue& value, Fill fill, uint64_t node_id) {
+  const bool deferred = fill != Fill::kNone;
   const ValueSlice& slice = value.slice;
   auto part = std::make_unique<Part>();
   part->layout = slice;
@@ -144,8 +145,9 @@ void PartTable::Add(const IncomingValue& value, bool deferred, uint64_t node_id)
     chunk->offset = c.offset;
     chunk->count = c.count;
     ChunkLock chunk_lock(*chunk);
-    chunk->stored =
-        Tensor::Zeros(slice.dtype, whole && c.count == slice.count ? slice.shape : Shape{c.count});
+    Shape shape = whole && c.count == slice.count ? slice.shape : Shape{c.count};
+    chunk->stored = fill == Fill::kUnset ? Tensor::Unset(slice.dtype, std::move(shape))
+                                         : Tensor::Zeros(slice.dtype, std::move(shape));
     if (!deferred) {
       CopyBytes(value.bytes, static_cast<size_t>(c.offset - slice.offset) * element,
                 chunk->stored.byte_size(), chunk->stored.data());

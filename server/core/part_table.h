@@ -50,9 +50,15 @@ class PartTable {
   // restored from a checkpoint with the same layout, for which it returns false (the
   // checkpoint's value stands); true for a new part. AlreadyExists for a key stored.
   absl::StatusOr<bool> CheckInit(const IncomingValue& value, bool deferred, const Key& first) const;
+  // Fill: what a new part's chunks hold until `node_id`'s fills, when its bytes follow.
+  enum class Fill {
+    kNone,   // Its bytes are given with it.
+    kZeros,  // Zeros until filled (a worker's deferred Init: a pull may come first).
+    kUnset,  // Not set: every byte is filled before any is read (a copy streamed in).
+  };
   // Add stores the part `value` (checked by CheckInit) describes, cut in chunks holding its
-  // bytes - zeros waiting for `node_id`'s fills when `deferred`.
-  void Add(const IncomingValue& value, bool deferred, uint64_t node_id);
+  // bytes, or waiting for `node_id`'s fills as `fill` says.
+  void Add(const IncomingValue& value, Fill fill, uint64_t node_id);
   // Remove removes the part of `key`, if any (a copy abandoned before it was complete).
   void Remove(const Key& key);
   // HeldBytes returns what a part of `slice`'s layout counts against the memory budget (the

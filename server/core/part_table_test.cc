@@ -34,7 +34,7 @@ TEST_CASE("PartTable: a part is cut in chunks that hold its bytes and are found 
   const Tensor value = rng.RandomTensor(DType::kFloat64, {rng.Int(1, 9), 3});
   const IncomingValue init = Whole(Key("w"), value);
   REQUIRE(*table.CheckInit(init, false, Key("w")));
-  table.Add(init, false, 2);
+  table.Add(init, PartTable::Fill::kNone, 2);
   const engine::Part* part = table.Get(Key("w"));
   REQUIRE(part != nullptr);
   const int64_t per_chunk = chunk_bytes / 8;
@@ -86,7 +86,7 @@ TEST_CASE("PartTable: bad slices, bytes and keys are refused, naming the key",
   CHECK(Mentions(table.CheckBytes(v), "16 bytes received for 3"));
   v = Whole(Key(3), value);
   REQUIRE(*table.CheckInit(v, false, Key(3)));
-  table.Add(v, false, 2);
+  table.Add(v, PartTable::Fill::kNone, 2);
   CHECK(absl::IsAlreadyExists(table.CheckInit(v, false, Key(3)).status()));
   const absl::Status mixed = table.CheckInit(Whole(Key("s"), value), false, Key("s")).status();
   CHECK(Mentions(mixed, "cannot be mixed"));

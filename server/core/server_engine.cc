@@ -94,6 +94,12 @@ int64_t ServerEngine::held_bytes() const { return budget_.held(); }
 
 absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue> values,
                                 bool deferred) {
+  return InitParts(node_id, values, deferred ? PartTable::Fill::kZeros : PartTable::Fill::kNone);
+}
+
+absl::Status ServerEngine::InitParts(uint64_t node_id, absl::Span<const IncomingValue> values,
+                                     PartTable::Fill fill) {
+  const bool deferred = fill != PartTable::Fill::kNone;
   RETURN_IF_ERROR(workers_.CheckSender(node_id));
   absl::MutexLock lock(&mu_);
   absl::flat_hash_set<Key> seen;
@@ -117,7 +123,7 @@ absl::Status ServerEngine::Init(uint64_t node_id, absl::Span<const IncomingValue
   }
   for (size_t i = 0; i < values.size(); ++i) {
     if (!fresh[i]) continue;
-    parts_.Add(values[i], deferred, node_id);
+    parts_.Add(values[i], fill, node_id);
     budget_.Add(parts_.HeldBytes(values[i].slice));
   }
   return absl::OkStatus();

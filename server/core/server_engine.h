@@ -247,6 +247,10 @@ class ServerEngine {
   // Parts of the engine that drive its rounds, sharing its lock.
   friend class EngineCuts;
   friend class EngineState;
+  // InitParts is Init, the new parts' chunks holding what `fill` says until filled
+  // (EngineState::InitUnset).
+  absl::Status InitParts(uint64_t node_id, absl::Span<const IncomingValue> values,
+                         PartTable::Fill fill);
   friend class KeyGroups;
   using PushCall = engine::PushCall;
   using Chunk = engine::Chunk;

@@ -212,7 +212,8 @@ absl::Status ShardStreamIn::TakeHeader() {
                                             bytes_ - head_bytes_, " follow it"));
   }
   if (!values.empty()) {
-    if (absl::Status s = engine_.Init(kSchedulerNodeId, values, /*deferred=*/true); !s.ok()) {
+    // Not zeroed: the pages fill every byte (Finish checks) before any is read.
+    if (absl::Status s = engine_.state().InitUnset(values); !s.ok()) {
       return Prefixed(what_, s);
     }
   }
