@@ -1,8 +1,8 @@
 #include "common/state_file.h"
 
 #include <fcntl.h>
+#include <isa-l/crc.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <atomic>
 #include <cerrno>
@@ -37,8 +37,7 @@ absl::Status ErrorStatus(int error, absl::string_view what, const std::filesyste
 }  // namespace
 
 uint32_t Crc32(absl::string_view data) {
-  return static_cast<uint32_t>(
-      crc32_z(crc32_z(0, Z_NULL, 0), reinterpret_cast<const Bytef*>(data.data()), data.size()));
+  return crc32_gzip_refl(0, reinterpret_cast<const unsigned char*>(data.data()), data.size());
 }
 
 absl::Status WriteStateFileAt(int dir_fd, const std::string& name, const std::string& path,

@@ -15,6 +15,7 @@ PACKAGES=(
   libspdlog-dev
   libfmt-dev
   zlib1g-dev
+  libisal-dev
   libssl-dev
   openssl
   catch2

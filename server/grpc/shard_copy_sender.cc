@@ -1,5 +1,6 @@
 #include "server/grpc/shard_copy_sender.h"
 
+#include <grpc/slice.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
@@ -15,7 +16,8 @@
 #include "common/server_commands.h"
 #include "common/server_methods.h"
 #include "common/state_file.h"
-#include "common/wire_frame.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
 #include "proto/kvstore.pb.h"
 
 namespace kvstore {
@@ -44,6 +46,42 @@ ShardCopySender::ShardCopySender(Options options) : options_(std::move(options))
     signer_ = std::make_unique<RequestSigner>(options_.node_id, options_.node_token,
                                               options_.signed_payloads);
   }
+}
+
+absl::StatusOr<grpc::ByteBuffer> ShardCopySender::PageOf(const CopySource& copy, uint64_t begin,
+                                                         uint64_t end) const {
+  // The command's other fields, then its body's tag and length, then the body: the text
+  // "put OFFSET CRC32\n" (the CRC-32 in 10 digits, written once the bytes are read) and the
+  // bytes. Serialized by hand so that the bytes are read once, into the request's one slice.
+  proto::ServerCommandRequest fields;
+  fields.set_node_id(options_.node_id);
+  fields.set_head(kCommandCopyIn);
+  const std::string serialized = fields.SerializeAsString();
+  const std::string text = absl::StrCat("put ", begin, " ");
+  constexpr size_t kCrcDigits = 10;
+  const size_t body = text.size() + kCrcDigits + 1 + (end - begin);
+  using google::protobuf::io::CodedOutputStream;
+  const uint32_t tag = google::protobuf::internal::WireFormatLite::MakeTag(
+      proto::ServerCommandRequest::kBodyFieldNumber,
+      google::protobuf::internal::WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  const size_t size = serialized.size() + CodedOutputStream::VarintSize32(tag) +
+                      CodedOutputStream::VarintSize64(body) + body;
+  grpc_slice slice = grpc_slice_malloc(size);
+  uint8_t* at = GRPC_SLICE_START_PTR(slice);
+  at = std::copy(serialized.begin(), serialized.end(), at);
+  at = CodedOutputStream::WriteVarint32ToArray(tag, at);
+  at = CodedOutputStream::WriteVarint64ToArray(body, at);
+  at = std::copy(text.begin(), text.end(), at);
+  char* bytes = reinterpret_cast<char*>(at) + kCrcDigits + 1;
+  if (absl::Status read = copy.Read(begin, end, bytes); !read.ok()) {
+    grpc_slice_unref(slice);
+    return read;
+  }
+  const std::string crc = absl::StrFormat("%0*u\n", static_cast<int>(kCrcDigits),
+                                          Crc32(absl::string_view(bytes, end - begin)));
+  std::copy(crc.begin(), crc.end(), at);
+  grpc::Slice owned(slice, grpc::Slice::STEAL_REF);
+  return grpc::ByteBuffer(&owned, 1);
 }
 
 std::shared_ptr<grpc::GenericStub> ShardCopySender::StubFor(const std::string& address) const {
@@ -75,31 +113,17 @@ absl::Status ShardCopySender::Send(const std::string& address, bool backup,
     if (offset == head && head > 0 && !progress->WaitIdle()) break;
     const uint64_t end =
         copy.PageEnd(offset, offset < head ? std::min(page_bytes, head - offset) : page_bytes);
-    // "put OFFSET CRC32\n" + bytes, read from the source straight into the command's body.
-    std::string prefix = absl::StrCat("put ", offset, " ");
-    constexpr size_t kCrcDigits = 10;  // A CRC-32 in decimal, padded with leading zeros.
-    proto::ServerCommandRequest command;
-    command.set_node_id(options_.node_id);
-    command.set_head(kCommandCopyIn);
-    std::string* body = command.mutable_body();
-    body->resize(prefix.size() + kCrcDigits + 1 + (end - offset));
-    char* bytes = body->data() + prefix.size() + kCrcDigits + 1;
-    absl::Status read = copy.Read(offset, end, bytes);
-    if (!read.ok()) {
+    absl::StatusOr<grpc::ByteBuffer> page = PageOf(copy, offset, end);
+    if (!page.ok()) {
       absl::MutexLock lock(&progress->mu);
       if (progress->failed.ok()) {
-        progress->failed =
-            absl::Status(read.code(), absl::StrCat("reading ", end - offset, " bytes at ", offset,
-                                                   " of a copy of ", total, " bytes for ", receiver,
-                                                   ": ", read.message()));
+        progress->failed = absl::Status(
+            page.status().code(),
+            absl::StrCat("reading ", end - offset, " bytes at ", offset, " of a copy of ", total,
+                         " bytes for ", receiver, ": ", page.status().message()));
       }
       break;
     }
-    const std::string crc = absl::StrFormat("%0*u", static_cast<int>(kCrcDigits),
-                                            Crc32(absl::string_view(bytes, end - offset)));
-    std::memcpy(body->data(), prefix.data(), prefix.size());
-    std::memcpy(body->data() + prefix.size(), crc.data(), kCrcDigits);
-    (*body)[prefix.size() + kCrcDigits] = '\n';
     {
       absl::MutexLock lock(&progress->mu);
       const int limit = options_.pages_in_flight;
@@ -111,7 +135,7 @@ absl::Status ShardCopySender::Send(const std::string& address, bool backup,
       ++progress->in_flight;
     }
     auto call = std::make_shared<Call>();
-    call->request = EncodeMessage(command);
+    call->request = *std::move(page);
     if (signer_ != nullptr) {
       call->request = signer_->Sign({ServerMethod::kCommand, backup, address, 0}, call->request);
     }

@@ -31,6 +31,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -62,6 +63,10 @@ class ShardCopySender {
   absl::Status Send(const std::string& address, bool backup, const CopySource& copy) const;
 
  private:
+  // PageOf reads bytes [begin, end) of `copy` into a command 15 "put" request; the source's
+  // error otherwise.
+  absl::StatusOr<grpc::ByteBuffer> PageOf(const CopySource& copy, uint64_t begin,
+                                          uint64_t end) const;
   // StubFor returns the stub of the server at `address`, made once: a channel dropped by its
   // last call's callback would be destroyed on one of gRPC's own threads.
   std::shared_ptr<grpc::GenericStub> StubFor(const std::string& address) const;
