@@ -364,13 +364,16 @@ void HandleCommand(const std::shared_ptr<ServerBackend>& backend, const grpc::By
     }
     done(reply.status());
   };
-  if (command.head() == kCommandCopyOut &&
-      (absl::StartsWith(command.body(), "send ") || absl::StartsWith(command.body(), "part ") ||
-       absl::StartsWith(command.body(), "sendpart ") ||
-       absl::StartsWith(command.body(), "keeppart "))) {
+  if (copy_page ||
+      (command.head() == kCommandCopyOut &&
+       (absl::StartsWith(command.body(), "send ") || absl::StartsWith(command.body(), "part ") ||
+        absl::StartsWith(command.body(), "sendpart ") ||
+        absl::StartsWith(command.body(), "keeppart ")))) {
     // A copy sent to another server takes as long as its bytes: it runs on a thread of its
     // own, which answers the call, so that this serving thread goes on with the reads that
-    // the living copy still serves meanwhile.
+    // the living copy still serves meanwhile. So does a page of a copy received (checked and
+    // copied into place, its memory touched for the first time): this thread goes on reading
+    // the next pages from the socket meanwhile (the sender keeps a few in flight).
     std::thread([run = std::move(run), command = std::move(command)] { run(command); }).detach();
     return;
   }

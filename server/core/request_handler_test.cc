@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/proto_convert.h"
 #include "common/server_commands.h"
 #include "common/wire_frame.h"
@@ -44,9 +45,18 @@ struct Job {
                     grpc::ByteBuffer* response = nullptr, const VerifiedCaller* caller = nullptr) {
     grpc::ByteBuffer ignored;
     absl::Status result = absl::UnknownError("not answered");
+    absl::Notification answered;
     HandleServerRequest(
         backend, method, request, response != nullptr ? response : &ignored,
-        [&](absl::Status s) { result = s; }, caller);
+        [&](absl::Status s) {
+          result = s;
+          answered.Notify();
+        },
+        caller);
+    // Some calls are answered from a thread of their own (a copy's pages).
+    if (!answered.WaitForNotificationWithTimeout(absl::Seconds(30))) {
+      return absl::DeadlineExceededError("the call was not answered within 30 s");
+    }
     return result;
   }
 
