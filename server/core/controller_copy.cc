@@ -155,6 +155,14 @@ absl::StatusOr<std::string> Controller::CopyIn(absl::string_view body) {
 
 absl::StatusOr<std::string> Controller::BeginStream(uint64_t bytes, uint64_t head, uint64_t from) {
   const std::string what = absl::StrCat("the copy of shard ", rank_);
+  {
+    // A stream begun before and never loaded (its join failed) goes first, with the parts it
+    // made (~ShardStreamIn), unless a page of it is still being placed.
+    std::shared_ptr<ShardStreamIn> earlier;
+    absl::MutexLock lock(&cut_mu_);
+    earlier.swap(stream_in_);
+    copy_in_from_ = 0;
+  }
   const size_t tables = tables_ == nullptr ? 0 : tables_->Tables().size();
   if (engine_->stats().num_keys > 0 || tables > 0) {
     return absl::FailedPreconditionError(

@@ -381,6 +381,14 @@ TEST_CASE("Controller: a damaged copy, a server holding keys and an aborted copy
   CHECK(partial.message().find(absl::StrCat("received ", head, " bytes")) !=
         absl::string_view::npos);
   CHECK(target->stats().num_keys == 0);
+  // A copy begun again before the last was loaded: the parts the last one made go.
+  REQUIRE(in.Run(kCommandCopyIn, begin).ok());
+  REQUIRE(in.Run(kCommandCopyIn, put(0, absl::string_view(whole).substr(0, head))).ok());
+  CHECK(target->stats().num_keys == 1);
+  REQUIRE(in.Run(kCommandCopyIn, begin).ok());
+  CHECK(target->stats().num_keys == 0);
+  CHECK(target->held_bytes() == 0);
+  REQUIRE(in.Run(kCommandCopyIn, "unstage").ok());
   // A server that already holds keys takes no copy.
   CHECK(Transfer(out, in, "c", copied, 1 << 20).ok());
   const absl::Status twice = in.Run(kCommandCopyIn, begin).status();
