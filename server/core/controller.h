@@ -237,9 +237,10 @@ class Controller {
   // checkpoint being cut here; InvalidArgument or FailedPrecondition otherwise.
   absl::StatusOr<int64_t> CutRound(const std::vector<std::string>& fields);
   // RunCopy runs commands 14 and 15 (controller_copy.cc): CopyIn (15: "begin", "put", "load"), and
-  // the copy-out steps of 14: CopyOutCut ("cut": snapshot once every key reached the round,
-  // refuse older views' writes from then on), CopyOutSend ("send") and CopyOutEnd ("end",
-  // "abort": drop the copy; abort also ends the cut and accepts older views again).
+  // the copy-out steps of 14: CopyOutCut ("cut": describe the shard as a stream's header once
+  // every key reached the round, refuse older views' writes from then on; "cutparts": snapshot
+  // it), CopyOutSend ("send": stream it) and CopyOutEnd ("end", "abort": withdraw the copy;
+  // abort also ends the cut and accepts older views again).
   absl::StatusOr<std::string> RunCopy(int head, absl::string_view body);
   absl::StatusOr<std::string> CopyIn(absl::string_view body);
   absl::StatusOr<std::string> CopyOutCut(absl::string_view body);
