@@ -24,6 +24,15 @@ absl::Status AddInto(const Tensor& src, Tensor* dst);
 // that have checked the layout once for many small values). `src` and `dst` may be equal.
 void AddRaw(DType dtype, const void* src, void* dst, int64_t count);
 
+// SumRaw sums `k` (at least one) spans of `count` elements of `dtype` in one pass: each
+// element's sum is formed in input order, srcs[0] + srcs[1] + ..., rounded to `dtype` after
+// each addition exactly as repeated AddRaw calls round it (so it equals copying srcs[0] into a
+// buffer and adding the others with AddRaw, bit for bit). With `accumulate` that sum is then
+// added to `dst` as AddRaw adds (dst + sum); otherwise `dst` is set to it. `dst` may be one of
+// the inputs only when `accumulate` is false and it is srcs[0]. No checks, as AddRaw.
+void SumRaw(DType dtype, const void* const* srcs, size_t k, void* dst, int64_t count,
+            bool accumulate);
+
 // CopyInto copies `src`'s bytes into `*dst`.
 absl::Status CopyInto(const Tensor& src, Tensor* dst);
 

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <vector>
 
 #include "tests/test_util.h"
 
@@ -63,6 +64,55 @@ TEST_CASE("Reduce: AddRaw adds a span into another, or into itself, for every dt
     AddRaw(dtype, itself ? dst.data() : src.data(), dst.data(), dst.num_elements());
     REQUIRE(testing::MaxAbsDiff(testing::ToDoubles(dst), reference) <=
             testing::Tolerance(dtype, 2, 8.0));
+  }
+}
+
+TEST_CASE("Reduce: SumRaw gives the bits of a copy and repeated AddRaw calls, in one pass",
+          "[reduce]") {
+  TestRng rng;
+  INFO(rng.Describe());
+  for (int trial = 0; trial < 72; ++trial) {
+    const DType dtype = kAllDTypes[trial % std::size(kAllDTypes)];
+    const size_t k = static_cast<size_t>(rng.Int(1, 6));
+    const bool accumulate = rng.Int(0, 1) == 1;
+    const Shape shape = {rng.Int(1, 9000)};  // Across the accumulator's blocks of 4,096.
+    INFO(DTypeName(dtype) << ShapeToString(shape) << ", " << k << " inputs"
+                          << (accumulate ? ", accumulated" : ""));
+    std::vector<Tensor> inputs;
+    std::vector<const void*> srcs;
+    for (size_t j = 0; j < k; ++j) {
+      inputs.push_back(rng.RandomTensor(dtype, shape));
+      srcs.push_back(inputs.back().data());
+    }
+    const Tensor start = rng.RandomTensor(dtype, shape);
+    // The reference: the inputs summed into a buffer by AddRaw, then added to (or copied into)
+    // the output; and the same sum in float64.
+    Tensor sum = inputs[0].Clone();
+    for (size_t j = 1; j < k; ++j) AddRaw(dtype, inputs[j].data(), sum.data(), sum.num_elements());
+    Tensor want = start.Clone();
+    if (accumulate) {
+      AddRaw(dtype, sum.data(), want.data(), want.num_elements());
+    } else {
+      std::memcpy(want.data(), sum.data(), sum.byte_size());
+    }
+    std::vector<double> exact =
+        accumulate ? testing::ToDoubles(start) : std::vector<double>(shape[0], 0.0);
+    for (const Tensor& input : inputs) {
+      const std::vector<double> v = testing::ToDoubles(input);
+      for (size_t i = 0; i < v.size(); ++i) exact[i] += v[i];
+    }
+    Tensor got = start.Clone();
+    SumRaw(dtype, srcs.data(), k, got.data(), got.num_elements(), accumulate);
+    REQUIRE(std::memcmp(got.data(), want.data(), got.byte_size()) == 0);
+    REQUIRE(testing::MaxAbsDiff(testing::ToDoubles(got), exact) <=
+            testing::Tolerance(dtype, static_cast<int>(k) + 1, 8.0));
+    if (!accumulate) {
+      // The output may be the first input.
+      Tensor first = inputs[0].Clone();
+      srcs[0] = first.data();
+      SumRaw(dtype, srcs.data(), k, first.data(), first.num_elements(), false);
+      REQUIRE(std::memcmp(first.data(), want.data(), first.byte_size()) == 0);
+    }
   }
 }
 

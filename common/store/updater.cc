@@ -17,6 +17,12 @@ absl::Status Updater::UpdateSpan(const Key& key, int64_t offset, DType dtype, co
   return UpdateAt(key, offset, in, &out);
 }
 
+absl::Status Updater::UpdateSpanOfSum(const Key& key, int64_t, DType, absl::Span<const void* const>,
+                                      void*, int64_t) {
+  return absl::UnimplementedError(absl::StrCat("updater \"", name(), "\" (key ", key.Quoted(),
+                                               ") does not merge a sum in place"));
+}
+
 namespace {
 
 class FunctionUpdater final : public Updater {
@@ -48,6 +54,13 @@ class AssignUpdater final : public Updater {
     if (received != stored) std::memmove(stored, received, DTypeSize(dtype) * count);
     return absl::OkStatus();
   }
+  bool sums_in_place() const override { return true; }
+  absl::Status UpdateSpanOfSum(const Key&, int64_t, DType dtype,
+                               absl::Span<const void* const> received, void* stored,
+                               int64_t count) override {
+    SumRaw(dtype, received.data(), received.size(), stored, count, /*accumulate=*/false);
+    return absl::OkStatus();
+  }
   absl::string_view name() const override { return "assign"; }
 };
 
@@ -60,6 +73,13 @@ class SumUpdater final : public Updater {
   absl::Status UpdateSpan(const Key&, int64_t, DType dtype, const void* received, void* stored,
                           int64_t count) override {
     AddRaw(dtype, received, stored, count);
+    return absl::OkStatus();
+  }
+  bool sums_in_place() const override { return true; }
+  absl::Status UpdateSpanOfSum(const Key&, int64_t, DType dtype,
+                               absl::Span<const void* const> received, void* stored,
+                               int64_t count) override {
+    SumRaw(dtype, received.data(), received.size(), stored, count, /*accumulate=*/true);
     return absl::OkStatus();
   }
   absl::string_view name() const override { return "sum"; }

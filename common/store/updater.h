@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/key.h"
 #include "common/tensor.h"
 
@@ -80,6 +81,16 @@ class Updater {
   // in one-dimensional tensors and calls UpdateAt. `stored` holds the element at `offset`.
   virtual absl::Status UpdateSpan(const Key& key, int64_t offset, DType dtype, const void* received,
                                   void* stored, int64_t count);
+
+  // UpdateSpanOfSum is UpdateSpan of the sum of `received.size()` (at least one) spans, formed
+  // as SumRaw forms it (common/reduce.h: in order, rounded to `dtype` after each addition), so
+  // that the result equals summing them into a buffer first and calling UpdateSpan on it, bit
+  // for bit. A kvserver merges a dist_sync round's pushes this way in one pass, without writing
+  // the round's sum anywhere. Called only when sums_in_place(); the default is Unimplemented.
+  virtual bool sums_in_place() const { return false; }
+  virtual absl::Status UpdateSpanOfSum(const Key& key, int64_t offset, DType dtype,
+                                       absl::Span<const void* const> received, void* stored,
+                                       int64_t count);
 
   // name returns the registry name, e.g. "assign".
   virtual absl::string_view name() const = 0;

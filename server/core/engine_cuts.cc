@@ -43,6 +43,7 @@ void EngineCuts::Hold(uint64_t node_id, uint64_t request_id, absl::Span<const In
     held->storage.emplace_back(size);
     if (size > 0) GatherBytes(value.bytes, held->storage.back().data());
     copy.bytes = {absl::Span<const uint8_t>(held->storage.back().data(), size)};
+    copy.bytes_outlive_call = false;  // The copy lives while the replay's call runs.
     held->values.push_back(std::move(copy));
   }
   gate_.Hold(

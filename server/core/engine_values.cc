@@ -90,11 +90,56 @@ bool Chunk::Arrive(const MergeRule& rule) {
   return true;
 }
 
+namespace {
+std::vector<const ByteChunks*> ChainsOf(const std::vector<ByteChunks>& held) {
+  std::vector<const ByteChunks*> chains;
+  chains.reserve(held.size());
+  for (const ByteChunks& bytes : held) chains.push_back(&bytes);
+  return chains;
+}
+}  // namespace
+
+void Chunk::SettleHeld() {
+  if (held.empty()) return;
+  const DType dtype = stored.dtype();
+  auto* summed = static_cast<uint8_t*>(Buffer(&sum, dtype).data());
+  const size_t element = DTypeSize(dtype);
+  const std::vector<const ByteChunks*> chains = ChainsOf(held);
+  ForEachCommonPiece(chains, element, [&](int64_t e, const void* const* pieces, int64_t n) {
+    SumRaw(dtype, pieces, chains.size(), summed + static_cast<size_t>(e) * element, n,
+           /*accumulate=*/false);
+  });
+  held.clear();
+}
+
+absl::Status Chunk::MergeHeld(const Key& key, Updater* updater) {
+  if (!updater->piecewise() || !updater->sums_in_place()) {
+    SettleHeld();
+    return Apply(key, sum, updater);
+  }
+  const DType dtype = stored.dtype();
+  const size_t element = DTypeSize(dtype);
+  auto* base = static_cast<uint8_t*>(Writable().data());
+  const std::vector<const ByteChunks*> chains = ChainsOf(held);
+  absl::Status status;
+  ForEachCommonPiece(chains, element, [&](int64_t e, const void* const* pieces, int64_t n) {
+    if (!status.ok()) return;
+    status =
+        updater->UpdateSpanOfSum(key, offset + e, dtype, absl::MakeConstSpan(pieces, chains.size()),
+                                 base + static_cast<size_t>(e) * element, n);
+  });
+  held.clear();
+  return status;
+}
+
 absl::StatusOr<bool> Chunk::Merge(const Key& key, const ByteChunks& bytes,
                                   const CompressionParams& compression, Updater* updater,
-                                  const MergeRule& rule) {
+                                  const MergeRule& rule, bool bytes_outlive_call) {
   ChunkLock lock(*this);
-  if (compression.enabled()) return MergeCompressed(key, bytes, compression, updater, rule);
+  if (compression.enabled()) {
+    SettleHeld();
+    return MergeCompressed(key, bytes, compression, updater, rule);
+  }
   const DType dtype = stored.dtype();
   if (rule.at_once) {
     if (!updater->piecewise()) {
@@ -116,6 +161,13 @@ absl::StatusOr<bool> Chunk::Merge(const Key& key, const ByteChunks& bytes,
     RETURN_IF_ERROR(status);
     return true;
   }
+  if (bytes_outlive_call && arena == nullptr && (arrived == 0 || !held.empty())) {
+    held.push_back(bytes);
+    if (!Arrive(rule)) return false;
+    RETURN_IF_ERROR(MergeHeld(key, updater));
+    return true;
+  }
+  SettleHeld();
   Tensor& summed = Buffer(&sum, dtype);
   if (arrived == 0) {
     GatherBytes(bytes, summed.data());
@@ -160,6 +212,7 @@ absl::StatusOr<bool> Chunk::MergeCompressed(const Key& key, const ByteChunks& by
 absl::StatusOr<bool> Chunk::MergeSpan(const Key& key, const void* data, Updater* updater,
                                       const MergeRule& rule) {
   ChunkLock lock(*this);
+  SettleHeld();
   const DType dtype = stored.dtype();
   if (rule.at_once) {
     if (updater->piecewise()) {

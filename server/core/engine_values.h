@@ -52,6 +52,10 @@ struct IncomingValue {
   CompressionParams compression;
   bool row_sparse = false;
   int64_t num_rows = 0;
+  // The bytes stay valid until the push's `done` has run, not only during the call
+  // (ServerEngine::Push): the engine may then keep them for the push's dist_sync round
+  // instead of copying them.
+  bool bytes_outlive_call = false;
 };
 
 // GroupAck: when a key group's push is acknowledged (KeyGroups::Push).
@@ -107,7 +111,11 @@ struct Chunk {
   Tensor stored;      // Replaced (copy on write) while a pull holds it; a view in an arena.
   SpareBuffer spare;  // The previous buffer, reused by the next replacement.
   Tensor sum;         // The round's merged pushes; reused across rounds.
-  Tensor gather;      // A contiguous copy of one push, when one is needed.
+  // The round's pushes kept as received (Merge with bytes that outlive the call, in a chunk of
+  // no arena) instead of merged into `sum`: the round's last push merges them all in one pass.
+  // While any are kept, `sum` holds nothing of the round; SettleHeld adds them to it.
+  std::vector<ByteChunks> held;
+  Tensor gather;  // A contiguous copy of one push, when one is needed.
   size_t arrived = 0;
   // Workers of the job whose push the current round does not wait for (dropped, and not
   // among its contributors): the round completes when arrived + excused reaches the number
@@ -132,11 +140,18 @@ struct Chunk {
   // `updater` into the stored value at once (rule.at_once), or adds it to the round's sum and,
   // when that completes the round, runs the updater on the sum (marking it `completing`).
   // Returns true when the push was applied or completed the round. A piecewise updater applying
-  // a push at once reads the received pieces directly; the first push of a round is copied
-  // into the reused sum buffer and later ones added to it.
+  // a push at once reads the received pieces directly. In a round, when `bytes_outlive_call`
+  // (they stay valid until the push's `done` runs) and the chunk is in no arena, pushes are
+  // kept as received (`held`) and the last one merges them all in one pass: through
+  // Updater::UpdateSpanOfSum straight into the stored value when the updater sums in place,
+  // else into `sum` for the updater. Otherwise the first push of a round is copied into the
+  // reused sum buffer and later ones added to it. Either way the result is the same, bit for bit.
   absl::StatusOr<bool> Merge(const Key& key, const ByteChunks& bytes,
                              const CompressionParams& compression, Updater* updater,
-                             const MergeRule& rule);
+                             const MergeRule& rule, bool bytes_outlive_call = false);
+  // SettleHeld adds the pushes kept in `held` to `sum` (copying the first), as Merge would
+  // have, and forgets them: for every reader of `sum` and for a push that cannot be kept.
+  void SettleHeld();
   // MergeSpan is Merge for a push whose bytes are contiguous (a member of a key group).
   absl::StatusOr<bool> MergeSpan(const Key& key, const void* data, Updater* updater,
                                  const MergeRule& rule);
@@ -151,6 +166,9 @@ struct Chunk {
   absl::StatusOr<bool> MergeCompressed(const Key& key, const ByteChunks& bytes,
                                        const CompressionParams& compression, Updater* updater,
                                        const MergeRule& rule);
+  // MergeHeld merges the round's pushes in `held` (complete) through `updater`, then forgets
+  // them.
+  absl::Status MergeHeld(const Key& key, Updater* updater);
   // Arrive counts a push added to the round's sum; true when it completes the round (the
   // arrivals start over, the workers dropped meanwhile are excused from the next round).
   bool Arrive(const MergeRule& rule);

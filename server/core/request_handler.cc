@@ -220,20 +220,25 @@ void HandlePush(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteB
   absl::StatusOr<Payload> payload = DecodeFrame(*request, &header);
   if (!payload.ok()) return done(payload.status());
   if (absl::Status status = CheckCaller(header, caller); !status.ok()) return done(status);
-  // `done` may run later, on the thread whose push completes the round; `response` stays
-  // valid until then.
-  auto finish = [response, done = std::move(done)](absl::Status status) {
-    if (status.ok()) *response = EncodeMessage(proto::PushResponse());
-    done(status);
-  };
   if (header.group_id() != 0) {
     // The reply may leave before the sum is done: a later reader waits for it (KeyGroups::Push).
     return StartGroupPush(backend->engine.get(), header, *payload, ServerEngine::Ack::kOrdered,
-                          std::move(finish));
+                          [response, done = std::move(done)](absl::Status status) {
+                            if (status.ok()) *response = EncodeMessage(proto::PushResponse());
+                            done(status);
+                          });
   }
-  auto values = IncomingValues(header.tensors(), *payload, /*row_sparse_allowed=*/true);
+  // The payload's slices are kept until `done` has run - it may run later, on the thread whose
+  // push completes the round, as `response` stays valid until then - so that a dist_sync round
+  // may keep the pushed bytes instead of copying them (IncomingValue::bytes_outlive_call).
+  auto kept = std::make_shared<const Payload>(*std::move(payload));
+  auto finish = [response, kept, done = std::move(done)](absl::Status status) {
+    if (status.ok()) *response = EncodeMessage(proto::PushResponse());
+    done(status);
+  };
+  auto values = IncomingValues(header.tensors(), *kept, /*row_sparse_allowed=*/true);
   if (!values.ok()) return finish(values.status());
-  // The engine reads the payload during the call.
+  for (IncomingValue& value : *values) value.bytes_outlive_call = true;
   backend->engine->Push(header.node_id(), header.request_id(), *values, std::move(finish));
 }
 
@@ -275,13 +280,18 @@ void HandlePushPull(const std::shared_ptr<ServerBackend>& backend, const grpc::B
           done(status);
         });
   }
-  auto decoded = IncomingValues(header.tensors(), *payload, /*row_sparse_allowed=*/false);
+  // The payload is kept until `done` has run, as in HandlePush.
+  auto kept = std::make_shared<const Payload>(*std::move(payload));
+  auto decoded = IncomingValues(header.tensors(), *kept, /*row_sparse_allowed=*/false);
   if (!decoded.ok()) return done(decoded.status());
-  const std::vector<IncomingValue>& values = *decoded;
+  std::vector<IncomingValue>& values = *decoded;
   std::vector<ValueSlice> slices;
-  for (const IncomingValue& value : values) slices.push_back(value.slice);
+  for (IncomingValue& value : values) {
+    value.bytes_outlive_call = true;
+    slices.push_back(value.slice);
+  }
   backend->engine->Push(node_id, header.request_id(), values,
-                        [response, backend, node_id, slices = std::move(slices),
+                        [response, backend, node_id, kept, slices = std::move(slices),
                          done = std::move(done)](absl::Status status) {
                           if (status.ok()) {
                             auto pulled = backend->engine->Pull(node_id, slices);

@@ -37,8 +37,9 @@ struct VerifiedCaller {
 // the engine's view floor refuses (ServerEngine::view_floor, ViewFloor::Check) is answered with
 // StaleViewError; commands, which come from the scheduler, are never refused so. `done` may run
 // later on another thread (a dist_sync push is answered when its round is complete, on the thread
-// of the push that completes it); `request` is read only during the call, and `*response` must stay
-// valid until `done` has run. Never blocks waiting for other nodes. Thread-safe.
+// of the push that completes it); `request`'s bytes and `*response` must stay valid until `done`
+// has run (a dist_sync round keeps a push's bytes until its last push, instead of copying them).
+// Never blocks waiting for other nodes. Thread-safe.
 void HandleServerRequest(const std::shared_ptr<ServerBackend>& backend, ServerMethod method,
                          const grpc::ByteBuffer& request, grpc::ByteBuffer* response,
                          std::function<void(absl::Status)> done,

@@ -262,8 +262,9 @@ void ServerEngine::Push(uint64_t node_id, uint64_t request_id,
   const std::shared_ptr<Updater> current = updater_.current();
   std::vector<Chunk*> completed;
   for (size_t i = 0; i < values.size(); ++i) {
-    absl::StatusOr<bool> merged = chunks[i]->Merge(
-        values[i].slice.key, values[i].bytes, values[i].compression, current.get(), merge_rule());
+    absl::StatusOr<bool> merged =
+        chunks[i]->Merge(values[i].slice.key, values[i].bytes, values[i].compression, current.get(),
+                         merge_rule(), values[i].bytes_outlive_call);
     if (!merged.ok() && error.ok()) error = merged.status();
     if (!merged.ok() || *merged) completed.push_back(chunks[i]);
   }

@@ -22,11 +22,14 @@
 // scratch value applied at once - and then merged like any push.
 //
 // Received bytes come as the slices the transport delivered (ByteChunks). A piecewise updater
-// (assign, sum) with one push per round is applied straight from them; otherwise the first push
-// of a round is copied into the chunk's reused sum buffer and later ones are added from the
-// slices. Pulls return handles on the stored buffers, without copying (copy on write), except
-// for the members of a key group's arena (see Arena), which are updated in place and pulled as
-// copies.
+// (assign, sum) with one push per round is applied straight from them. A round of several
+// pushes whose bytes outlive their calls (the gRPC and shared-memory transports keep them
+// until the reply) keeps them as received, and its last push merges them all in one pass:
+// for assign and sum straight into the stored value (Updater::UpdateSpanOfSum), for other
+// updaters into the chunk's reused sum buffer first. Otherwise the first push of a round is
+// copied into that buffer and later ones are added from the slices. Pulls return handles on the
+// stored buffers, without copying (copy on write), except for the members of a key group's arena
+// (see Arena), which are updated in place and pulled as copies.
 //
 // Threading: thread-safe. The engine's lock guards bookkeeping only; data moves under each
 // chunk's lock. Calls never block waiting for other nodes: a sync push registers a completion
@@ -157,7 +160,9 @@ class ServerEngine {
   // is refused (nothing applied: NotFound for a key never initialised, InvalidArgument for a
   // dtype, shape, slice or byte count that does not match, FailedPrecondition for a second push
   // of a chunk by one worker in one round, PermissionDenied for an unknown sender), else when
-  // every value is applied. `values`' bytes are read only during the call.
+  // every value is applied. `values`' bytes are read only during the call, except those of a
+  // value marked `bytes_outlive_call`, which the caller keeps valid until `done` has run: a
+  // dist_sync round then keeps them until its last push instead of copying them.
   void Push(uint64_t node_id, uint64_t request_id, absl::Span<const IncomingValue> values,
             Done done);
 

@@ -64,6 +64,7 @@ int64_t ServerEngine::DropWorkers(absl::Span<const uint64_t> node_ids) {
           // Every remaining worker's push is in the sum (and every registered one arrived).
           chunk->arrived = 0;
           chunk->excused = dropped;
+          chunk->SettleHeld();
           const absl::Status applied = chunk->Apply(key, chunk->sum, current.get());
           if (error.ok()) error = applied;
         }
@@ -106,6 +107,7 @@ void ServerEngine::FailRounds(const std::string& reason) {
         {
           ChunkLock chunk_lock(*chunk);
           chunk->arrived = 0;
+          chunk->held.clear();  // Their pushes fail below: their bytes are not read again.
         }
         chunk->contributors.clear();
         chunk->calls.clear();

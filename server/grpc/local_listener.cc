@@ -100,7 +100,6 @@ class LocalListener::Connection : public std::enable_shared_from_this<Connection
   absl::Status Serve(const Handler& handler, int64_t max_request_bytes) {
     absl::Status hello = Hello();
     if (!hello.ok()) return hello;
-    std::string inline_request;
     for (;;) {
       RequestNote note;
       absl::Status read = ReadFully(socket_.get(), &note, sizeof(note), peer_);
@@ -131,18 +130,21 @@ class LocalListener::Connection : public std::enable_shared_from_this<Connection
         busy_[note.slot] = true;
       }
       const char* bytes = region_.data() + note.slot * slot_bytes_;
+      // A request's bytes stay valid until its answer (request_handler.h): the slot is busy
+      // until then, and an inline request's buffer lives in the answer's callback.
+      std::shared_ptr<std::string> inline_request;
       if (note.inline_bytes != 0) {
-        inline_request.resize(note.bytes);
-        absl::Status got = ReadFully(socket_.get(), inline_request.data(), note.bytes, peer_);
+        inline_request = std::make_shared<std::string>(note.bytes, '\0');
+        absl::Status got = ReadFully(socket_.get(), inline_request->data(), note.bytes, peer_);
         if (!got.ok()) return closing_.load() ? absl::OkStatus() : got;
-        bytes = inline_request.data();
+        bytes = inline_request->data();
       }
       grpc::Slice slice(bytes, note.bytes, grpc::Slice::STATIC_SLICE);
       const grpc::ByteBuffer request(&slice, 1);
       auto pending = std::make_shared<Pending>();
       const uint32_t slot = note.slot;
       handler(static_cast<int>(note.method), request, note.view_epoch, &pending->response,
-              [self = shared_from_this(), pending, slot](absl::Status status) {
+              [self = shared_from_this(), pending, slot, inline_request](absl::Status status) {
                 pending->status = std::move(status);
                 if (pending->steps.fetch_add(1) == 1) {
                   self->Answer(slot, pending->status, &pending->response);
