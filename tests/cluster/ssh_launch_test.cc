@@ -181,19 +181,24 @@ TEST_CASE("ssh launcher: a job ended by the launcher leaves no remote process be
     return;
   }
   // A job far longer than its --timeout: the launcher kills its ssh clients, and each remote
-  // command's process group gets SIGTERM when its connection closes.
+  // command's process group gets SIGTERM when its connection closes. The timeout leaves room
+  // for four ssh logins and starts: on a VM where system calls are slow, server 0 was up
+  // 5.5 s after the launcher, and a 6 s timeout ended the job before server 1 was.
   const std::string steps = absl::StrCat(900000000 + getpid());
   std::unique_ptr<Process> launcher =
-      StartProcess("launch-ssh-timeout", Launch(sshd, true, steps, "6"),
+      StartProcess("launch-ssh-timeout", Launch(sshd, true, steps, "20"),
                    {{"KV_TEST_SEED", absl::StrCat(TestSeed())}});
   // While it runs, the scheduler here and the 4 remote processes are found by their marker.
   const std::string marker = absl::StrCat("naive", std::string(1, '\0'), steps);
-  REQUIRE(launcher->WaitForOutput("[server 1] [", absl::Seconds(30)));
-  REQUIRE(launcher->WaitForOutput("serving dist_sync for 2 workers", absl::Seconds(30)));
+  if (!launcher->WaitForOutput("[server 1] [", absl::Seconds(30)) ||
+      !launcher->WaitForOutput("serving dist_sync for 2 workers", absl::Seconds(30))) {
+    FAIL("the job's servers did not start serving within 30 s; the launcher said:\n"
+         << launcher->output());
+  }
   CHECK(Running(marker) >= 5);
   ExpectExit(*launcher, 124, 60);
   INFO(launcher->output());
-  CHECK(Contains(launcher->output(), "job timed out after 6 s"));
+  CHECK(Contains(launcher->output(), "job timed out after 20 s"));
   // Every remote server and worker is gone within a few seconds.
   int left = 0;
   for (int i = 0; i < 50 && (left = Running(marker)) > 0; ++i) {
