@@ -51,11 +51,11 @@ std::unique_ptr<Updater> MakeUpdater(int which) {
     default:
       // Not piecewise, so not summed in place: the kept pushes are summed into the round's
       // buffer first. stored += received, twice.
-      return MakeFunctionUpdater("add_twice", [](const Key&, const Tensor& received,
-                                                 Tensor* stored) {
-        REQUIRE(AddInto(received, stored).ok());
-        REQUIRE(AddInto(received, stored).ok());
-      });
+      return MakeFunctionUpdater("add_twice",
+                                 [](const Key&, const Tensor& received, Tensor* stored) {
+                                   REQUIRE(AddInto(received, stored).ok());
+                                   REQUIRE(AddInto(received, stored).ok());
+                                 });
   }
 }
 
@@ -105,16 +105,16 @@ TEST_CASE("Kept rounds: the same bits as copied rounds", "[server][chunks][kept]
     const size_t k = static_cast<size_t>(rng.Int(2, 5));
     std::vector<uint64_t> workers(k);
     std::iota(workers.begin(), workers.end(), 2);
-    const DType dtype = rng.Int(0, 3) == 0 ? (rng.Int(0, 1) ? DType::kInt32 : DType::kInt64)
-                                           : rng.AnyFloatDType();
+    const DType dtype =
+        rng.Int(0, 3) == 0 ? (rng.Int(0, 1) ? DType::kInt32 : DType::kInt64) : rng.AnyFloatDType();
     const int updater = static_cast<int>(rng.Int(0, 2));
     const Shape shape = {rng.Int(1, 60)};
     const int64_t chunk_bytes = rng.Int(1, 64);
     // How the rounds' pushes are marked: all kept, none, or each at random.
     const int marking = static_cast<int>(rng.Int(0, 2));
-    INFO("trial " << trial << ": " << k << " workers, " << DTypeName(dtype)
-                  << ShapeToString(shape) << ", updater " << updater << ", chunks of "
-                  << chunk_bytes << " bytes, marking " << marking);
+    INFO("trial " << trial << ": " << k << " workers, " << DTypeName(dtype) << ShapeToString(shape)
+                  << ", updater " << updater << ", chunks of " << chunk_bytes << " bytes, marking "
+                  << marking);
     const int64_t n = shape[0];
     const std::vector<Slice> chunks = ChunkSlice(Slice{0, 0, n}, DTypeSize(dtype), chunk_bytes);
     auto kept = NewEngine(workers, chunk_bytes, updater);
@@ -154,8 +154,9 @@ TEST_CASE("Kept rounds: the same bits as copied rounds", "[server][chunks][kept]
         const std::vector<uint8_t> bytes = PullBytes(*kept, init, chunk_bytes);
         Tensor pulled = Tensor::Zeros(dtype, shape);
         std::memcpy(pulled.data(), bytes.data(), bytes.size());
-        const double tolerance =
-            dtype == DType::kFloat32 ? 1e-3 : dtype == DType::kFloat64 ? 1e-9 : 0.0;
+        const double tolerance = dtype == DType::kFloat32   ? 1e-3
+                                 : dtype == DType::kFloat64 ? 1e-9
+                                                            : 0.0;
         CHECK(MaxAbsDiff(ToDoubles(pulled), reference) <= tolerance);
       }
     }
