@@ -204,9 +204,9 @@ void AddRaw(DType dtype, const void* src, void* dst, int64_t count) {
 namespace {
 // SumRun: one pass over `count` elements of k inputs, rounded to Storage after each addition
 // (Load(Store(x)) is the identity for float32, float64 and the integers, so those loops are
-// plain sums the compiler vectorises). Two and three inputs - the rounds of two and three
-// workers - have loops of their own; more go block by block through a Storage accumulator that
-// stays in L1.
+// plain sums the compiler vectorises). One and two inputs - the rounds of one and two workers -
+// have loops of their own; more go block by block through a Storage accumulator that stays in
+// L1.
 template <typename T>
 void SumRun(const typename T::Storage* const* srcs, size_t k, typename T::Storage* dst,
             int64_t count, bool accumulate) {
@@ -230,20 +230,6 @@ void SumRun(const typename T::Storage* const* srcs, size_t k, typename T::Storag
       }
     } else {
       for (int64_t i = 0; i < count; ++i) dst[i] = T::Store(T::Load(a[i]) + T::Load(b[i]));
-    }
-    return;
-  }
-  if (k == 3) {
-    const Storage* c = srcs[2];
-    if (accumulate) {
-      for (int64_t i = 0; i < count; ++i) {
-        dst[i] =
-            T::Store(T::Load(dst[i]) + round(round(T::Load(a[i]) + T::Load(b[i])) + T::Load(c[i])));
-      }
-    } else {
-      for (int64_t i = 0; i < count; ++i) {
-        dst[i] = T::Store(round(T::Load(a[i]) + T::Load(b[i])) + T::Load(c[i]));
-      }
     }
     return;
   }

@@ -220,14 +220,6 @@ void HandlePush(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteB
   absl::StatusOr<Payload> payload = DecodeFrame(*request, &header);
   if (!payload.ok()) return done(payload.status());
   if (absl::Status status = CheckCaller(header, caller); !status.ok()) return done(status);
-  if (header.group_id() != 0) {
-    // The reply may leave before the sum is done: a later reader waits for it (KeyGroups::Push).
-    return StartGroupPush(backend->engine.get(), header, *payload, ServerEngine::Ack::kOrdered,
-                          [response, done = std::move(done)](absl::Status status) {
-                            if (status.ok()) *response = EncodeMessage(proto::PushResponse());
-                            done(status);
-                          });
-  }
   // The payload's slices are kept until `done` has run - it may run later, on the thread whose
   // push completes the round, as `response` stays valid until then - so that a dist_sync round
   // may keep the pushed bytes instead of copying them (IncomingValue::bytes_outlive_call).
@@ -236,6 +228,11 @@ void HandlePush(const std::shared_ptr<ServerBackend>& backend, const grpc::ByteB
     if (status.ok()) *response = EncodeMessage(proto::PushResponse());
     done(status);
   };
+  if (header.group_id() != 0) {
+    // The reply may leave before the sum is done: a later reader waits for it (KeyGroups::Push).
+    return StartGroupPush(backend->engine.get(), header, *kept, ServerEngine::Ack::kOrdered,
+                          std::move(finish));
+  }
   auto values = IncomingValues(header.tensors(), *kept, /*row_sparse_allowed=*/true);
   if (!values.ok()) return finish(values.status());
   for (IncomingValue& value : *values) value.bytes_outlive_call = true;
